@@ -1,0 +1,373 @@
+import Synchronization
+
+/// Layers composed top-down: a miss falls through to lower layers, and an entry found lower
+/// down is copied into the layers above it, keeping its expiry.
+///
+/// ```swift
+/// let chain = try CacheChain<String, Data>([
+///     .init(memory),
+///     .init(disk, failurePolicy: .skip),   // a failing disk is not fatal
+/// ])
+/// let data = try await chain.value(for: "avatar/42")
+/// ```
+///
+/// A chain is itself an ``AsyncCacheLayer``, so chains nest.
+///
+/// Consistency: writes to one key through the chain are applied to the layers one writer at a
+/// time, top-down, so the layers never end up holding different values from two overlapping
+/// writes. A write overtakes lookups of the same key that are in progress: they still return
+/// what they found, but do not copy it upward, because it may be older than the write.
+/// ``removeAll()`` waits for writes in progress and overtakes every lookup.
+///
+/// All operations are `nonisolated`: the chain's state lives behind locks, so callers do not
+/// queue on the chain's executor. Safe from any context.
+public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
+  /// A layer of the chain and how its failures are treated.
+  public struct Tier: Sendable {
+    /// The layer.
+    public var layer: any AsyncCacheLayer<Key, Value>
+    /// What a failure of this layer means.
+    public var failurePolicy: LayerFailurePolicy
+    /// A name for statistics and error messages.
+    public var name: String
+
+    /// Creates a tier.
+    ///
+    /// - Parameters:
+    ///   - layer: The layer.
+    ///   - failurePolicy: What a failure of this layer means; ``LayerFailurePolicy/propagate`` by default.
+    ///   - name: A name for statistics and error messages; the layer's type by default.
+    public init(
+      _ layer: any AsyncCacheLayer<Key, Value>,
+      failurePolicy: LayerFailurePolicy = .propagate,
+      name: String? = nil
+    ) {
+      self.layer = layer
+      self.failurePolicy = failurePolicy
+      self.name = name ?? String(describing: type(of: layer))
+    }
+  }
+
+  /// How a chain back-fills and reports failures.
+  public struct Configuration: Sendable {
+    /// When entries found lower down are copied upward. Default ``BackfillPolicy/awaited``.
+    public var backfill: BackfillPolicy
+    /// Called with every layer failure, whatever the policy; e.g. to log it. Runs on the task
+    /// that saw the failure; keep it short.
+    public var onFailure: (@Sendable (LayerFailure) -> Void)?
+
+    /// Creates a configuration.
+    public init(backfill: BackfillPolicy = .awaited, onFailure: (@Sendable (LayerFailure) -> Void)? = nil) {
+      self.backfill = backfill
+      self.onFailure = onFailure
+    }
+  }
+
+  /// The layers, top first.
+  public nonisolated let tiers: [Tier]
+  /// The chain's configuration.
+  public nonisolated let configuration: Configuration
+  /// The memory layer that serves hits synchronously: the top layer if it is a
+  /// ``MemoryLayer``, or the front of a nested chain on top.
+  nonisolated let front: MemoryLayer<Key, Value>?
+
+  let coordinator = WriteCoordinator<Key>()
+  private let counters: Mutex<[TierStatistics]>
+  private let backgroundWork = Mutex<(next: UInt64, tasks: [UInt64: Task<Void, Never>])>((0, [:]))
+
+  /// Creates a chain of tiers, top first.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` when `tiers` is empty.
+  public init(_ tiers: [Tier], configuration: Configuration = Configuration()) throws {
+    guard !tiers.isEmpty else {
+      throw AsyncCacheError.invalidConfiguration("a CacheChain needs at least one layer; it was given none")
+    }
+    self.tiers = tiers
+    self.configuration = configuration
+    self.counters = Mutex(tiers.map { TierStatistics(name: $0.name) })
+    switch tiers[0].layer {
+    case let memory as MemoryLayer<Key, Value>: front = memory
+    case let chain as CacheChain<Key, Value>: front = chain.front
+    default: front = nil
+    }
+  }
+
+  /// Creates a chain of layers, top first, all with the same failure policy.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` when `layers` is empty.
+  public init(
+    _ layers: [any AsyncCacheLayer<Key, Value>],
+    failurePolicy: LayerFailurePolicy = .propagate,
+    configuration: Configuration = Configuration()
+  ) throws {
+    try self.init(layers.map { Tier($0, failurePolicy: failurePolicy) }, configuration: configuration)
+  }
+
+  // MARK: AsyncCacheLayer
+
+  /// Returns the first unexpired entry for `key`, top-down, and copies it into the layers above
+  /// the one that had it (per ``Configuration-swift.struct/backfill``).
+  ///
+  /// - Throws: ``AsyncCacheError/Code/layerFailure`` when a layer whose policy is
+  ///   ``LayerFailurePolicy/propagate`` fails; `CancellationError` when cancelled.
+  public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
+    let token = coordinator.beginRead(key)
+    var tokenHandedOff = false
+    defer { if !tokenHandedOff { coordinator.endRead(token) } }
+    guard let (entry, tier) = try await locate(key) else { return nil }
+    if tier > 0 {
+      switch configuration.backfill {
+      case .awaited:
+        await backfill(entry, for: key, above: tier, token: token)
+      case .background:
+        tokenHandedOff = true
+        backfillInBackground(entry, for: key, above: tier, token: token)
+      }
+    }
+    return entry
+  }
+
+  /// Returns the first unexpired value for `key`, top-down, back-filling the layers above it.
+  ///
+  /// - Throws: See ``entry(for:)``.
+  public nonisolated func value(for key: Key) async throws -> Value? {
+    try await entry(for: key)?.value
+  }
+
+  /// Stores `value` for `key` in every layer, expiring at `expiresAt` (`nil` for never).
+  ///
+  /// - Throws: See ``insert(_:for:)-(CacheEntry<Value>,_)``.
+  public nonisolated func insert(_ value: Value, for key: Key, expiresAt: CacheInstant? = nil) async throws {
+    try await insert(CacheEntry(value, expiresAt: expiresAt), for: key)
+  }
+
+  /// Stores `entry` in every layer, top-down.
+  ///
+  /// If a layer fails, its policy decides: ``LayerFailurePolicy/skip`` records the failure,
+  /// removes the key from that layer and goes on; ``LayerFailurePolicy/propagate`` removes the
+  /// key from every layer (so none serves a value the others do not have) and throws.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/layerFailure``; `CancellationError` if cancelled while
+  ///   waiting for an earlier write of the same key (nothing is written then).
+  public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
+    try await coordinator.acquireWrite(key)
+    defer { coordinator.releaseWrite(key) }
+    try await write(entry, for: key, to: tiers.indices, operation: .insert)
+  }
+
+  /// Removes `key` from every layer, even when one fails.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/layerFailure`` for the first failed layer whose policy is
+  ///   ``LayerFailurePolicy/propagate``, after trying all of them.
+  public nonisolated func removeValue(for key: Key) async throws {
+    try await coordinator.acquireWrite(key)
+    defer { coordinator.releaseWrite(key) }
+    try await removeEverywhere(operation: .remove) { try await $0.removeValue(for: key) }
+  }
+
+  /// Removes every entry from every layer, after the writes in progress, even when one fails.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/layerFailure`` for the first failed layer whose policy is
+  ///   ``LayerFailurePolicy/propagate``, after trying all of them.
+  public nonisolated func removeAll() async throws {
+    try await coordinator.acquireGlobalWrite()
+    defer { coordinator.releaseGlobalWrite() }
+    try await removeEverywhere(operation: .removeAll) { try await $0.removeAll() }
+  }
+
+  /// Passes `level` to every layer.
+  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
+    for tier in tiers { await tier.layer.handleMemoryPressure(level) }
+  }
+
+  // MARK: Introspection
+
+  /// Per-layer hits, misses and failures since the chain was created. Safe from any context.
+  public nonisolated var statistics: Statistics {
+    Statistics(tiers: counters.withLock { $0 })
+  }
+
+  /// Waits until every background back-fill started so far has finished.
+  public nonisolated func waitForBackfills() async {
+    while let task = backgroundWork.withLock({ $0.tasks.values.first }) {
+      await task.value
+    }
+  }
+
+  // MARK: Building blocks (also used by LoadingCache)
+
+  /// The first unexpired entry for `key` and the index of the layer that had it; no back-fill.
+  nonisolated func locate(_ key: Key) async throws -> (entry: CacheEntry<Value>, tier: Int)? {
+    for index in tiers.indices {
+      do {
+        if let entry = try await tiers[index].layer.entry(for: key) {
+          counters.withLock { $0[index].hits += 1 }
+          return (entry, index)
+        }
+        counters.withLock { $0[index].misses += 1 }
+      } catch {
+        try handleFailure(error, tier: index, operation: .lookup, key: key)
+        counters.withLock { $0[index].misses += 1 }
+      }
+    }
+    return nil
+  }
+
+  /// Copies `entry` into the layers above `tier`, unless a write overtook `token`.
+  /// Failures are recorded (and the key removed from the failed layer), never thrown: the
+  /// lookup that found the entry has succeeded.
+  nonisolated func backfill(_ entry: CacheEntry<Value>, for key: Key, above tier: Int, token: ReadToken<Key>) async {
+    _ = await commit(entry, for: key, to: 0..<tier, token: token, operation: .backfill)
+  }
+
+  /// Starts ``backfill(_:for:above:token:)`` in a task of its own, which then ends the read of `token`.
+  nonisolated func backfillInBackground(
+    _ entry: CacheEntry<Value>, for key: Key, above tier: Int, token: ReadToken<Key>
+  ) {
+    runInBackground {
+      await self.backfill(entry, for: key, above: tier, token: token)
+      self.coordinator.endRead(token)
+    }
+  }
+
+  /// Writes `entry` to the layers in `range` unless a write overtook `token` (or the task was
+  /// cancelled while waiting for the key). Returns whether it wrote.
+  nonisolated func commit(
+    _ entry: CacheEntry<Value>,
+    for key: Key,
+    to range: Range<Int>,
+    token: ReadToken<Key>,
+    operation: LayerFailure.Operation
+  ) async -> Bool {
+    do {
+      try await coordinator.acquireWrite(key, exempt: token)
+    } catch {
+      return false
+    }
+    defer { coordinator.releaseWrite(key) }
+    guard !coordinator.isOvertaken(token) else { return false }
+    do {
+      try await write(entry, for: key, to: range, operation: operation, alwaysSkip: true)
+    } catch {
+      // Unreachable with `alwaysSkip`; a commit never fails its read.
+    }
+    return true
+  }
+
+  // MARK: Private
+
+  private nonisolated func write(
+    _ entry: CacheEntry<Value>,
+    for key: Key,
+    to range: Range<Int>,
+    operation: LayerFailure.Operation,
+    alwaysSkip: Bool = false
+  ) async throws {
+    for index in range {
+      do {
+        try await tiers[index].layer.insert(entry, for: key)
+      } catch {
+        let propagate = !alwaysSkip && (tiers[index].failurePolicy == .propagate || error is CancellationError)
+        record(LayerFailure(tierIndex: index, layerName: tiers[index].name, operation: operation, error: error))
+        if propagate {
+          // Leave no layer with a value the others do not have.
+          for other in tiers.indices { try? await tiers[other].layer.removeValue(for: key) }
+          throw wrap(error, tier: index, operation: operation, key: key)
+        }
+        try? await tiers[index].layer.removeValue(for: key)
+      }
+    }
+  }
+
+  private nonisolated func removeEverywhere(
+    operation: LayerFailure.Operation,
+    _ body: (any AsyncCacheLayer<Key, Value>) async throws -> Void
+  ) async throws {
+    var firstError: (any Error)?
+    for index in tiers.indices {
+      do {
+        try await body(tiers[index].layer)
+      } catch {
+        record(LayerFailure(tierIndex: index, layerName: tiers[index].name, operation: operation, error: error))
+        if firstError == nil, tiers[index].failurePolicy == .propagate || error is CancellationError {
+          firstError = error is CancellationError ? error : wrap(error, tier: index, operation: operation, key: nil)
+        }
+      }
+    }
+    if let firstError { throw firstError }
+  }
+
+  /// Records a lookup failure and throws if the policy (or cancellation) says so.
+  private nonisolated func handleFailure(
+    _ error: any Error,
+    tier index: Int,
+    operation: LayerFailure.Operation,
+    key: Key
+  ) throws {
+    if error is CancellationError { throw error }
+    record(LayerFailure(tierIndex: index, layerName: tiers[index].name, operation: operation, error: error))
+    if tiers[index].failurePolicy == .propagate {
+      throw wrap(error, tier: index, operation: operation, key: key)
+    }
+  }
+
+  private nonisolated func record(_ failure: LayerFailure) {
+    counters.withLock {
+      $0[failure.tierIndex].failures += 1
+      $0[failure.tierIndex].lastFailure = failure
+    }
+    configuration.onFailure?(failure)
+  }
+
+  private nonisolated func wrap(
+    _ error: any Error,
+    tier index: Int,
+    operation: LayerFailure.Operation,
+    key: Key?
+  ) -> any Error {
+    if error is CancellationError { return error }
+    var subject = ""
+    if let key {
+      let described = String(describing: key)
+      subject = " for key \(described.count > 120 ? described.prefix(120) + "…" : described)"
+    }
+    return AsyncCacheError(
+      code: .layerFailure,
+      message: "layer \(index) (\(tiers[index].name)) of the chain failed during \(operation.rawValue)\(subject)",
+      underlying: error
+    )
+  }
+
+  private nonisolated func runInBackground(_ work: @escaping @Sendable () async -> Void) {
+    backgroundWork.withLock { state in
+      state.next += 1
+      let id = state.next
+      state.tasks[id] = Task {
+        await work()
+        _ = self.backgroundWork.withLock { $0.tasks.removeValue(forKey: id) }
+      }
+    }
+  }
+}
+
+extension CacheChain {
+  /// Counters of one layer of a chain.
+  public struct TierStatistics: Sendable {
+    /// The tier's name.
+    public var name: String
+    /// Lookups this layer answered.
+    public var hits = 0
+    /// Lookups that fell through this layer (failed lookups under ``LayerFailurePolicy/skip`` included).
+    public var misses = 0
+    /// Failures of this layer, whatever the policy.
+    public var failures = 0
+    /// The most recent failure.
+    public var lastFailure: LayerFailure?
+  }
+
+  /// Counters of every layer of a chain, top first.
+  public struct Statistics: Sendable {
+    /// One entry per tier, top first.
+    public var tiers: [TierStatistics]
+  }
+}

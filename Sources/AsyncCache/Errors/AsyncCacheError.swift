@@ -1,0 +1,62 @@
+/// An error raised by the cache itself, as opposed to an error of an origin or a layer that
+/// the cache passes through.
+///
+/// Match on ``code``; new codes may be added without breaking existing `switch`es over it,
+/// because `Code` is a struct.
+public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
+  /// A stable identifier of what went wrong.
+  public struct Code: Hashable, Sendable, CustomStringConvertible {
+    private enum Base: Hashable, Sendable {
+      case invalidConfiguration
+      case invalidCost
+      case layerFailure
+    }
+
+    private let base: Base
+
+    private init(_ base: Base) { self.base = base }
+
+    /// A configuration value is out of range; the message names it.
+    public static let invalidConfiguration = Code(.invalidConfiguration)
+    /// A cost function returned a negative cost.
+    public static let invalidCost = Code(.invalidCost)
+    /// A layer of a ``CacheChain`` failed and its ``LayerFailurePolicy`` is
+    /// ``LayerFailurePolicy/propagate``; ``AsyncCacheError/underlying`` holds the layer's error.
+    public static let layerFailure = Code(.layerFailure)
+
+    public var description: String {
+      switch base {
+      case .invalidConfiguration: "invalidConfiguration"
+      case .invalidCost: "invalidCost"
+      case .layerFailure: "layerFailure"
+      }
+    }
+  }
+
+  /// What went wrong.
+  public let code: Code
+  /// A sentence that names the offending input or component.
+  public let message: String
+  /// The error that caused this one, if any.
+  public let underlying: (any Error)?
+
+  /// Creates an error.
+  public init(code: Code, message: String, underlying: (any Error)? = nil) {
+    self.code = code
+    self.message = message
+    self.underlying = underlying
+  }
+
+  public var description: String {
+    if let underlying {
+      return "AsyncCacheError.\(code): \(message) (underlying: \(underlying))"
+    }
+    return "AsyncCacheError.\(code): \(message)"
+  }
+}
+
+extension AsyncCacheError {
+  static func invalidConfiguration(_ message: String) -> AsyncCacheError {
+    AsyncCacheError(code: .invalidConfiguration, message: message)
+  }
+}

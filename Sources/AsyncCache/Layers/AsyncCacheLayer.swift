@@ -1,0 +1,55 @@
+/// A level of a cache: memory, a database, files, a shared server.
+///
+/// Layers are actors and compose into a ``CacheChain``. They exchange ``CacheEntry`` values,
+/// which carry the expiry along with the value.
+///
+/// Conforming types follow these rules:
+/// - A miss is `nil`, never an error. Throw only when the layer *failed* (the disk is gone,
+///   the server is down): the chain's ``LayerFailurePolicy`` decides what a failure means.
+/// - A layer never returns an entry that has expired by its own clock.
+/// - `CancellationError` passes through unwrapped.
+/// - A layer should not abandon a write half-way because the calling task was cancelled.
+///
+/// Requirements may be implemented by `nonisolated` synchronous methods, as ``MemoryLayer``
+/// does, when the layer keeps its state behind a lock.
+///
+/// Generic code reads a value with `try await layer.entry(for: key)?.value`. Concrete layers add
+/// their own conveniences; the protocol declares none, because in `async` code Swift prefers an
+/// `async` overload, which would shadow a layer's synchronous `value(for:)`.
+public protocol AsyncCacheLayer<Key, Value>: Actor {
+  /// The type of the keys.
+  associatedtype Key: Hashable & Sendable
+  /// The type of the cached values.
+  associatedtype Value: Sendable
+
+  /// Returns the unexpired entry for `key`, or `nil` when the layer has none.
+  ///
+  /// - Throws: An error only when the layer failed, never for a miss.
+  func entry(for key: Key) async throws -> CacheEntry<Value>?
+
+  /// Stores `entry` for `key`, replacing any previous entry.
+  ///
+  /// A layer may keep the entry for a shorter time than `entry.expiresAt` (it may evict it or
+  /// cap its lifetime), never longer.
+  func insert(_ entry: CacheEntry<Value>, for key: Key) async throws
+
+  /// Removes the entry for `key`, if any.
+  func removeValue(for key: Key) async throws
+
+  /// Removes every entry.
+  func removeAll() async throws
+
+  /// Releases memory according to `level`.
+  ///
+  /// The default implementation does nothing, which suits layers that hold no memory of note.
+  /// Implement it as an `async` method (it may be `nonisolated`): in `async` code Swift prefers
+  /// an `async` overload, so a synchronous implementation would lose to the default when
+  /// called on the concrete type.
+  func handleMemoryPressure(_ level: MemoryPressureLevel) async
+}
+
+extension AsyncCacheLayer {
+  /// Does nothing.
+  public func handleMemoryPressure(_ level: MemoryPressureLevel) async {}
+
+}

@@ -1,0 +1,84 @@
+extension MemoryLayer {
+  /// The limits, expiry and clock of a ``MemoryLayer``.
+  public struct Configuration: Sendable {
+    /// The most entries the layer holds. `0` stores nothing. Default 10,000.
+    public var countLimit: Int
+
+    /// The most the costs of all entries may sum to. Default `Int.max` (no limit).
+    public var costLimit: Int
+
+    /// The cost of a value, e.g. `{ $0.count }` for `Data`; `nil` makes every entry cost 0.
+    /// Called outside the layer's locks; must not return a negative number.
+    public var cost: (@Sendable (Value) -> Int)?
+
+    /// The longest an entry lives in this layer; `nil` for no limit.
+    ///
+    /// An entry that arrives with an earlier ``CacheEntry/expiresAt`` keeps it.
+    public var timeToLive: Duration?
+
+    /// The fraction of the limits (or of the current totals, when smaller) that the layer trims
+    /// to on ``MemoryPressureLevel/warning``, in `0...1`. Default `0.5`.
+    public var warningTrimFraction: Double
+
+    /// The number of lock-striped segments, a power of two; `nil` (the default) picks one from
+    /// the processor count and the count limit.
+    ///
+    /// More segments let more threads hit the layer at once. Eviction is least-recently-used
+    /// within a segment, so `1` gives exact LRU order at the price of one lock for all callers.
+    public var segmentCount: Int?
+
+    /// The clock that expiry is read from. Default ``WallClock``.
+    public var clock: any CacheClock
+
+    /// Creates a configuration.
+    public init(
+      countLimit: Int = 10_000,
+      costLimit: Int = .max,
+      cost: (@Sendable (Value) -> Int)? = nil,
+      timeToLive: Duration? = nil,
+      warningTrimFraction: Double = 0.5,
+      segmentCount: Int? = nil,
+      clock: any CacheClock = WallClock()
+    ) {
+      self.countLimit = countLimit
+      self.costLimit = costLimit
+      self.cost = cost
+      self.timeToLive = timeToLive
+      self.warningTrimFraction = warningTrimFraction
+      self.segmentCount = segmentCount
+      self.clock = clock
+    }
+
+    func validate() throws {
+      guard countLimit >= 0 else {
+        throw AsyncCacheError.invalidConfiguration("MemoryLayer countLimit is \(countLimit); it must be 0 or more")
+      }
+      guard costLimit >= 0 else {
+        throw AsyncCacheError.invalidConfiguration("MemoryLayer costLimit is \(costLimit); it must be 0 or more")
+      }
+      if let timeToLive, timeToLive <= .zero {
+        throw AsyncCacheError.invalidConfiguration("MemoryLayer timeToLive is \(timeToLive); it must be positive")
+      }
+      guard (0...1).contains(warningTrimFraction) else {
+        throw AsyncCacheError.invalidConfiguration(
+          "MemoryLayer warningTrimFraction is \(warningTrimFraction); it must be in 0...1"
+        )
+      }
+      if let segmentCount, segmentCount < 1 || segmentCount > 1024 || segmentCount & (segmentCount - 1) != 0 {
+        throw AsyncCacheError.invalidConfiguration(
+          "MemoryLayer segmentCount is \(segmentCount); it must be a power of two in 1...1024"
+        )
+      }
+    }
+
+    /// Enough segments that the processors rarely meet on one lock (16 per processor, at most
+    /// 256), few enough that each keeps at least 256 entries of recency order (so small caches
+    /// get exact LRU).
+    static func automaticSegmentCount(countLimit: Int) -> Int {
+      var segments = 1
+      while segments < 16 * SystemInfo.processorCount, segments < 256 { segments *= 2 }
+      while segments > 1, countLimit / segments < 256 { segments /= 2 }
+      return segments
+    }
+  }
+}

@@ -1,0 +1,167 @@
+/// A bounded in-memory layer with least-recently-used eviction and a synchronous lookup.
+///
+/// `MemoryLayer` is an actor so it can sit in a ``CacheChain`` like any other layer, but all of
+/// its operations are `nonisolated` and synchronous: its state lives behind locks, not on the
+/// actor's executor. A lookup never suspends and costs one hash and one uncontended lock, so
+/// code can ask "is it cached? show it now" from anywhere, and concurrent readers do not queue
+/// behind one actor.
+///
+/// ```swift
+/// let thumbnails = try MemoryLayer<URL, Data>(configuration: .init(
+///     countLimit: 500,
+///     costLimit: 64 << 20,          // 64 MiB
+///     cost: { $0.count },
+///     timeToLive: .seconds(600)))
+/// if let data = thumbnails.value(for: url) { show(data) }
+/// ```
+///
+/// Limits: the layer holds at most ``Configuration-swift.struct/countLimit`` entries whose costs
+/// sum to at most ``Configuration-swift.struct/costLimit``; inserting past either evicts the
+/// least recently used entries. An entry that alone costs more than the cost limit is refused.
+/// Every eviction is counted by ``EvictionReason`` in ``statistics``.
+///
+/// Expiry: an entry expires at the earlier of its own ``CacheEntry/expiresAt`` and
+/// ``Configuration-swift.struct/timeToLive`` after it was inserted, read from the injected
+/// ``Configuration-swift.struct/clock``. Expired entries are never returned; they are removed
+/// when found, by ``removeExpired()``, or by eviction.
+public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
+  @usableFromInline
+  nonisolated let store: MemoryStore<Key, Value>
+
+  /// The configuration the layer was created with.
+  public nonisolated let configuration: Configuration
+
+  /// Creates a memory layer.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` naming the first configuration
+  ///   value that is out of range.
+  public init(configuration: Configuration = Configuration()) throws {
+    try configuration.validate()
+    self.configuration = configuration
+    self.store = MemoryStore(
+      countLimit: configuration.countLimit,
+      costLimit: configuration.costLimit,
+      cost: configuration.cost,
+      timeToLive: configuration.timeToLive,
+      trimFraction: configuration.warningTrimFraction,
+      segmentCount: configuration.segmentCount
+        ?? Configuration.automaticSegmentCount(countLimit: configuration.countLimit),
+      clock: configuration.clock
+    )
+  }
+
+  // MARK: Reading
+
+  /// Returns the unexpired entry for `key`, marking it most recently used.
+  ///
+  /// Safe from any context. Never suspends. O(1) expected.
+  @inlinable
+  public nonisolated func entry(for key: Key) -> CacheEntry<Value>? {
+    store.entry(for: key)
+  }
+
+  /// Returns the unexpired value for `key`, marking it most recently used.
+  ///
+  /// Safe from any context. Never suspends. O(1) expected.
+  @inlinable
+  public nonisolated func value(for key: Key) -> Value? {
+    store.value(for: key)
+  }
+
+  /// Whether the layer holds an unexpired entry for `key`, without counting a hit or a miss and
+  /// without changing its recency. Safe from any context. Never suspends.
+  public nonisolated func contains(_ key: Key) -> Bool {
+    store.contains(key)
+  }
+
+  // MARK: Writing
+
+  /// Stores `entry` for `key`, evicting least recently used entries while over a limit.
+  ///
+  /// The entry expires at the earlier of `entry.expiresAt` and ``Configuration-swift.struct/timeToLive``
+  /// from now. An already expired entry is not stored (and removes the previous one).
+  /// Safe from any context. Never suspends. O(1) amortized, plus the evictions.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative
+  ///   cost; the layer is unchanged then.
+  public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
+    try store.insert(entry, for: key)
+  }
+
+  /// Stores `value` for `key`, expiring after `timeToLive` (or per the configuration when
+  /// `nil`). Safe from any context. Never suspends.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative cost.
+  public nonisolated func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) throws {
+    let expiresAt = timeToLive.map { configuration.clock.now.advanced(by: $0) }
+    try store.insert(CacheEntry(value, expiresAt: expiresAt), for: key)
+  }
+
+  /// Removes the entry for `key`. Safe from any context. Never suspends.
+  public nonisolated func removeValue(for key: Key) {
+    store.removeValue(for: key)
+  }
+
+  /// Removes every entry. Safe from any context. Never suspends.
+  public nonisolated func removeAll() {
+    store.removeAll()
+  }
+
+  /// Removes every expired entry and returns how many there were.
+  ///
+  /// Expired entries are also removed when a lookup finds them and when eviction reaches them;
+  /// call this to reclaim their memory sooner. Safe from any context. O(n).
+  @discardableResult
+  public nonisolated func removeExpired() -> Int {
+    store.removeExpired()
+  }
+
+  /// Trims the layer to ``Configuration-swift.struct/warningTrimFraction`` of its limits on
+  /// ``MemoryPressureLevel/warning`` and empties it on ``MemoryPressureLevel/critical``.
+  /// Safe from any context. Never suspends.
+  ///
+  /// `async` although it never suspends: a synchronous overload would lose, in `async` code, to
+  /// the protocol's do-nothing default.
+  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
+    store.handleMemoryPressure(level)
+  }
+
+  // MARK: Introspection
+
+  /// The number of entries held, expired ones included until they are removed. O(1).
+  public nonisolated var count: Int { store.count }
+
+  /// The sum of the costs of the entries held. O(1).
+  public nonisolated var totalCost: Int { store.totalCost }
+
+  /// The keys of the entries held, in no particular order. O(n).
+  public nonisolated var keys: [Key] { store.keys }
+
+  /// Hits, misses and evictions since the layer was created. O(segments).
+  public nonisolated var statistics: Statistics {
+    let totals = store.totals
+    return Statistics(
+      count: totals.count,
+      totalCost: totals.cost,
+      hits: totals.hits,
+      misses: totals.misses,
+      evictions: totals.evictions
+    )
+  }
+}
+
+extension MemoryLayer {
+  /// A snapshot of a memory layer's counters.
+  public struct Statistics: Sendable, Hashable {
+    /// The number of entries held.
+    public var count: Int
+    /// The sum of the costs of the entries held.
+    public var totalCost: Int
+    /// Lookups that found an unexpired entry.
+    public var hits: Int
+    /// Lookups that found nothing, or an expired entry.
+    public var misses: Int
+    /// Entries dropped or refused, by reason.
+    public var evictions: EvictionCounts
+  }
+}

@@ -1,0 +1,295 @@
+import Synchronization
+
+/// A cache that always answers: a ``CacheChain`` in front of an origin.
+///
+/// ```swift
+/// let cache = try LoadingCache(
+///     layers: [MemoryLayer<Int, User>(configuration: .init(countLimit: 10_000))],
+///     origin: ClosureFetcher { id in try await api.user(id) },
+///     configuration: .init(timeToLive: .seconds(300)))
+///
+/// let user = try await cache.value(for: 42)   // memory, then lower layers, then the API
+/// ```
+///
+/// ``value(for:)`` returns a hit in the top ``MemoryLayer`` synchronously, behind a lock and
+/// without an actor hop, so concurrent callers do not queue. On a miss it joins the load of the
+/// key in flight or starts one, which asks the layers below and then the origin, and stores what
+/// the origin returned in every layer.
+///
+/// Coalescing and cancellation:
+/// - N concurrent requests for a key cause one load, hence at most one origin call.
+/// - A cancelled request throws `CancellationError` at once and alone; the load is cancelled
+///   only when its last request leaves, and the next request starts a fresh load.
+/// - An error reaches every request waiting for that load and is not stored: the next request
+///   tries again.
+/// - ``insert(_:for:timeToLive:)``, ``removeValue(for:)`` and ``removeAll()`` win over a load in
+///   flight: the load still answers the requests already waiting for it, but does not store its
+///   value, and new requests start afresh.
+/// - A load runs at the highest priority of the requests waiting for it.
+///
+/// `LoadingCache` is a `final class` whose state lives behind locks. Safe from any context.
+public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+  /// The layers, top first.
+  public let chain: CacheChain<Key, Value>
+  /// Where values come from when no layer has them.
+  public let origin: any AsyncFetcher<Key, Value>
+  /// The cache's configuration.
+  public let configuration: Configuration
+
+  /// The memory layer that answers hits synchronously, if the chain has one on top.
+  @usableFromInline let front: MemoryLayer<Key, Value>?
+
+  let inFlight = Mutex(InFlightLoadsStateMachine<Key, Value>())
+  let nextWaiterID = Atomic<UInt64>(0)
+
+  /// Creates a loading cache.
+  ///
+  /// - Parameters:
+  ///   - chain: The layers, top first. Put a ``MemoryLayer`` on top for synchronous hits.
+  ///   - origin: Where values come from when no layer has them.
+  ///   - configuration: Expiry of loaded values and the clock.
+  public init(
+    chain: CacheChain<Key, Value>,
+    origin: some AsyncFetcher<Key, Value>,
+    configuration: Configuration = Configuration()
+  ) {
+    self.chain = chain
+    self.origin = origin
+    self.configuration = configuration
+    self.front = chain.front
+  }
+
+  /// Creates a loading cache over `layers`, top first, whose failures are propagated.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` when `layers` is empty.
+  public convenience init(
+    layers: [any AsyncCacheLayer<Key, Value>],
+    origin: some AsyncFetcher<Key, Value>,
+    configuration: Configuration = Configuration()
+  ) throws {
+    self.init(chain: try CacheChain(layers), origin: origin, configuration: configuration)
+  }
+
+  // MARK: Reading
+
+  /// Returns the value for `key` from the first layer that has it, or loads it.
+  ///
+  /// Safe from any context. A hit in the top ``MemoryLayer`` never suspends: it costs one
+  /// hash and one uncontended lock. A miss joins or starts the key's load (see the type's
+  /// documentation for coalescing and cancellation).
+  ///
+  /// - Throws: The origin's error; ``AsyncCacheError/Code/layerFailure`` when a layer whose
+  ///   policy is ``LayerFailurePolicy/propagate`` fails; `CancellationError` when the calling
+  ///   task is cancelled (the shared load goes on for the other requests).
+  @inlinable
+  public func value(for key: Key) async throws -> Value {
+    if let front, let value = front.value(for: key) { return value }
+    return try await load(key)
+  }
+
+  /// Returns the value for `key` if the top ``MemoryLayer`` holds it, without loading.
+  ///
+  /// Safe from any context. Never suspends. Returns `nil` when the chain has no memory layer on top.
+  @inlinable
+  public func cachedValue(for key: Key) -> Value? {
+    front?.value(for: key)
+  }
+
+  // MARK: Writing
+
+  /// Stores `value` for `key` in every layer; it wins over a load of `key` in flight.
+  ///
+  /// - Parameters:
+  ///   - timeToLive: How long the value lives; ``Configuration-swift.struct/timeToLive`` when `nil`.
+  /// - Throws: ``AsyncCacheError/Code/layerFailure`` (see ``CacheChain/insert(_:for:)``).
+  public func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) async throws {
+    inFlight.withLock { $0.detach(key) }
+    try await chain.insert(CacheEntry(value, expiresAt: expiry(timeToLive: timeToLive)), for: key)
+  }
+
+  /// Removes `key` from every layer; a load of `key` in flight will not store its value.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/layerFailure`` (see ``CacheChain/removeValue(for:)``).
+  public func removeValue(for key: Key) async throws {
+    inFlight.withLock { $0.detach(key) }
+    try await chain.removeValue(for: key)
+  }
+
+  /// Removes every entry from every layer; no load in flight will store its value.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/layerFailure`` (see ``CacheChain/removeAll()``).
+  public func removeAll() async throws {
+    inFlight.withLock { $0.detachAll() }
+    try await chain.removeAll()
+  }
+
+  // MARK: Introspection
+
+  /// Load counters and the size of the in-flight table. Safe from any context.
+  public var statistics: Statistics {
+    inFlight.withLock { state in
+      Statistics(
+        loads: state.counters.loads,
+        coalescedRequests: state.counters.coalesced,
+        loadFailures: state.counters.failures,
+        cancelledRequests: state.counters.cancelledWaiters,
+        cancelledLoads: state.counters.cancelledLoads,
+        loadsInFlight: state.loads.count,
+        requestsWaiting: state.waiterLoads.count
+      )
+    }
+  }
+
+  /// The number of requests waiting for a load of `key`. Safe from any context. O(loads in flight).
+  public func waitingRequestCount(for key: Key) -> Int {
+    inFlight.withLock { $0.waiterCount(for: key) }
+  }
+
+  /// Returns once at least `count` requests wait for a load of `key` (for tests: it replaces
+  /// polling).
+  func waitForWaiters(_ count: Int, for key: Key) async {
+    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+      if !inFlight.withLock({ $0.watch(key, count: count, continuation: continuation) }) {
+        continuation.resume()
+      }
+    }
+  }
+
+  // MARK: Loading
+
+  /// Joins the load of `key` in flight or starts one, and waits for it.
+  @usableFromInline
+  func load(_ key: Key) async throws -> Value {
+    let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
+    if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
+      // A request escalated while it waits raises its load's priority too.
+      return try await withTaskPriorityEscalationHandler {
+        try await self.wait(for: key, as: waiter)
+      } onPriorityEscalated: { _, newPriority in
+        if let task = self.inFlight.withLock({ $0.escalate(waiter: waiter, to: newPriority) }) {
+          Self.escalate(task, to: newPriority)
+        }
+      }
+    } else {
+      return try await wait(for: key, as: waiter)
+    }
+  }
+
+  private func wait(for key: Key, as waiter: UInt64) async throws -> Value {
+    let priority = Task.currentPriority
+    return try await withTaskCancellationHandler {
+      try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, any Error>) in
+        // Decided under the lock: the cancellation flag is set before `onCancel` runs, so
+        // either this sees it and never joins, or `onCancel` finds the waiter.
+        let escalation = inFlight.withLock { state -> (cancelled: Bool, task: Task<Void, Never>?) in
+          if Task.isCancelled { return (true, nil) }
+          switch state.join(key, waiter: waiter, continuation: continuation, priority: priority) {
+          case .joined(let task):
+            return (false, task)
+          case .started(let id):
+            let token = chain.coordinator.beginRead(key)
+            // Detached: the load is shared, so it must not inherit the first request's task-locals.
+            let task = Task.detached(priority: priority) { await self.run(id, key: key, token: token) }
+            state.attach(task, token: token, to: id)
+            return (false, nil)
+          }
+        }
+        if escalation.cancelled {
+          continuation.resume(throwing: CancellationError())
+        } else if let task = escalation.task {
+          Self.escalate(task, to: priority)
+        }
+      }
+    } onCancel: {
+      let (continuation, abandoned) = inFlight.withLock { $0.cancel(waiter: waiter) }
+      continuation?.resume(throwing: CancellationError())
+      if let abandoned {
+        // A late value of an abandoned load must not be stored: a fresh load may follow.
+        if let token = abandoned.token { chain.coordinator.overtake(token) }
+        abandoned.task?.cancel()
+      }
+    }
+  }
+
+  /// The body of load `id`: the layers below, then the origin; then answers the waiters.
+  private func run(_ id: UInt64, key: Key, token: ReadToken<Key>) async {
+    let result: Result<Value, any Error>
+    var tokenHandedOff = false
+    do {
+      if let (entry, tier) = try await chain.locate(key) {
+        if tier > 0 {
+          switch chain.configuration.backfill {
+          case .awaited:
+            await chain.backfill(entry, for: key, above: tier, token: token)
+          case .background:
+            tokenHandedOff = true
+            chain.backfillInBackground(entry, for: key, above: tier, token: token)
+          }
+        }
+        result = .success(entry.value)
+      } else {
+        let value = try await origin.fetch(key)
+        let entry = CacheEntry(value, expiresAt: expiry(timeToLive: nil))
+        _ = await chain.commit(entry, for: key, to: chain.tiers.indices, token: token, operation: .insert)
+        result = .success(value)
+      }
+    } catch {
+      result = .failure(error)
+    }
+    if !tokenHandedOff { chain.coordinator.endRead(token) }
+    let waiters = inFlight.withLock {
+      if case .failure = result { return $0.finish(id, failed: true) }
+      return $0.finish(id, failed: false)
+    }
+    for continuation in waiters { continuation.resume(with: result) }
+  }
+
+  private func expiry(timeToLive: Duration?) -> CacheInstant? {
+    guard let timeToLive = timeToLive ?? configuration.timeToLive else { return nil }
+    return configuration.clock.now.advanced(by: timeToLive)
+  }
+
+  private static func escalate(_ task: Task<Void, Never>, to priority: TaskPriority) {
+    if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
+      task.escalatePriority(to: priority)
+    } else {
+      // Awaiting a task from a higher-priority task escalates it.
+      Task.detached(priority: priority) { await task.value }
+    }
+  }
+}
+
+extension LoadingCache {
+  /// Expiry of loaded values, and the clock it is read from.
+  public struct Configuration: Sendable {
+    /// How long values from the origin (and inserted values without their own time-to-live)
+    /// live; `nil` for no expiry. Layers may keep them for less.
+    public var timeToLive: Duration?
+    /// The clock expiry is computed from. Default ``WallClock``.
+    public var clock: any CacheClock
+
+    /// Creates a configuration.
+    public init(timeToLive: Duration? = nil, clock: any CacheClock = WallClock()) {
+      self.timeToLive = timeToLive
+      self.clock = clock
+    }
+  }
+
+  /// A snapshot of a loading cache's counters.
+  public struct Statistics: Sendable, Hashable {
+    /// Loads started (each asks the layers below the top and, on a miss there, the origin).
+    public var loads: Int
+    /// Requests that joined a load already in flight instead of starting one.
+    public var coalescedRequests: Int
+    /// Loads that ended with an error.
+    public var loadFailures: Int
+    /// Requests whose task was cancelled while they waited.
+    public var cancelledRequests: Int
+    /// Loads cancelled because their last request left.
+    public var cancelledLoads: Int
+    /// Loads running now (joinable or not).
+    public var loadsInFlight: Int
+    /// Requests waiting now.
+    public var requestsWaiting: Int
+  }
+}

@@ -1,0 +1,432 @@
+public import Synchronization
+
+/// One lock-protected ``LRUSegment``, padded so that no two segments share a cache line.
+@usableFromInline
+struct MemorySegment<Key: Hashable & Sendable, Value: Sendable>: ~Copyable {
+  @usableFromInline let state: Mutex<LRUSegment<Key, Value>>
+
+  init() { state = Mutex(LRUSegment()) }
+
+  /// Bytes between consecutive segments: a multiple of 128, so a segment's lock never shares a
+  /// cache line (or an adjacent-line prefetch pair) with another's.
+  static var stride: Int { (MemoryLayout<Self>.stride + 127) & ~127 }
+}
+
+/// Segments laid out inline in one allocation.
+///
+/// Segments are reached through a raw pointer rather than an array of objects so that a
+/// lookup retains nothing: a reference count written by every hit would make cores fight over
+/// the cache line of the lock they are not even contending for.
+@usableFromInline
+final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+  // SAFETY: the pointer is written once in `init` and read-only afterwards; each segment's
+  // mutable state is only reached through its `Mutex`. Segments never move (the allocation is
+  // never reallocated) and are deinitialized only in `deinit`, when no other reference exists.
+  @usableFromInline nonisolated(unsafe) let base: UnsafeMutableRawPointer
+  @usableFromInline let count: Int
+  @usableFromInline let stride: Int
+
+  init(count: Int) {
+    self.count = count
+    self.stride = MemorySegment<Key, Value>.stride
+    base = .allocate(byteCount: stride * count, alignment: 128)
+    for index in 0..<count {
+      (base + index * stride).initializeMemory(as: MemorySegment<Key, Value>.self, to: MemorySegment())
+    }
+  }
+
+  deinit {
+    for index in 0..<count {
+      (base + index * stride).assumingMemoryBound(to: MemorySegment<Key, Value>.self).deinitialize(count: 1)
+    }
+    base.deallocate()
+  }
+
+  /// Runs `body` with segment `index` locked.
+  @inlinable
+  @inline(__always)
+  func withLock<Result>(
+    _ index: Int,
+    _ body: (inout sending LRUSegment<Key, Value>) throws -> sending Result
+  ) rethrows -> sending Result {
+    try (base + index &* stride).assumingMemoryBound(to: MemorySegment<Key, Value>.self).pointee.state.withLock {
+      try body(&$0)
+    }
+  }
+}
+
+/// The synchronous, thread-safe storage behind ``MemoryLayer``.
+///
+/// Keys are spread over lock-striped segments by hash so that concurrent callers rarely meet
+/// on one lock. The count and cost limits are global: totals live in atomics, and an insert
+/// that takes them over the limit evicts the least recently used entries of its own segment
+/// first, then those of the other segments. With one segment the order is exact LRU; with
+/// several it is LRU within each segment, which approaches global LRU as segments fill.
+///
+/// Values that leave the store (evicted, replaced, removed) are released after the segment's
+/// lock is unlocked, so a value's `deinit` may safely use the cache.
+@usableFromInline
+final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+  @usableFromInline typealias Node = LRUNode<Key, Value>
+
+  @usableFromInline let segments: MemorySegments<Key, Value>
+  @usableFromInline let segmentMask: Int
+  @usableFromInline let clock: any CacheClock
+  @usableFromInline let countLimit: Int
+  @usableFromInline let costLimit: Int
+  let cost: (@Sendable (Value) -> Int)?
+  let timeToLive: Duration?
+  let trimFraction: Double
+  @usableFromInline let entryCount = Atomic<Int>(0)
+  @usableFromInline let entryCost = Atomic<Int>(0)
+
+  init(
+    countLimit: Int,
+    costLimit: Int,
+    cost: (@Sendable (Value) -> Int)?,
+    timeToLive: Duration?,
+    trimFraction: Double,
+    segmentCount: Int,
+    clock: any CacheClock
+  ) {
+    self.countLimit = countLimit
+    self.costLimit = costLimit
+    self.cost = cost
+    self.timeToLive = timeToLive
+    self.trimFraction = trimFraction
+    self.clock = clock
+    self.segments = MemorySegments(count: segmentCount)
+    self.segmentMask = segmentCount - 1
+  }
+
+  @inlinable
+  func segmentIndex(for hash: Int) -> Int { (hash >> 32) & segmentMask }
+
+  // MARK: Reading
+
+  /// Returns the unexpired entry for `key` and marks it most recently used.
+  ///
+  /// Never suspends; costs one hash, one uncontended lock and O(1) expected work.
+  @inlinable
+  func entry(for key: Key) -> CacheEntry<Value>? {
+    lookup(key) { node in
+      CacheEntry(node.value, expiresAt: node.expiry == .max ? nil : CacheInstant(nanosecondsSince1970: node.expiry))
+    }
+  }
+
+  /// Returns the unexpired value for `key` and marks it most recently used.
+  @inlinable
+  func value(for key: Key) -> Value? {
+    lookup(key) { $0.value }
+  }
+
+  /// What a lookup found.
+  @usableFromInline
+  enum Lookup<Found: Sendable>: Sendable {
+    case hit(Found)
+    case miss
+    case expired(Node)
+  }
+
+  /// Finds `key`; on a hit marks it most recently used and returns `extract` of its node.
+  @inlinable
+  @inline(__always)
+  func lookup<Found: Sendable>(_ key: Key, _ extract: (borrowing Node) -> Found) -> Found? {
+    let hash = key.hashValue
+    let result = segments.withLock(segmentIndex(for: hash)) { segment -> Lookup<Found> in
+      guard let (position, slot) = segment.find(key, hash: hash) else {
+        segment.misses &+= 1
+        return .miss
+      }
+      let expiry = segment.nodes[slot].expiry
+      if expiry != .max, expiry <= clock.now.nanosecondsSince1970 {
+        let removed = segment.remove(slot: slot, bucket: position)
+        segment.misses &+= 1
+        segment.evictions[.expired] &+= 1
+        return .expired(removed)
+      }
+      segment.hits &+= 1
+      segment.touch(slot)
+      return .hit(extract(segment.nodes[slot]))
+    }
+    switch result {
+    case .hit(let found):
+      return found
+    case .miss:
+      return nil
+    case .expired(let node):
+      account(removed: node)
+      return nil
+    }
+  }
+
+  /// Whether an unexpired entry for `key` exists; does not change recency or statistics.
+  func contains(_ key: Key) -> Bool {
+    let hash = key.hashValue
+    let now = clock.now.nanosecondsSince1970
+    return segments.withLock(segmentIndex(for: hash)) { segment in
+      guard let (_, slot) = segment.find(key, hash: hash) else { return false }
+      return segment.nodes[slot].expiry > now
+    }
+  }
+
+  // MARK: Writing
+
+  /// Stores `entry` for `key`, evicting least recently used entries while over a limit.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative
+  ///   cost; the cache is unchanged then.
+  func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
+    let entryCost = try self.cost(of: entry.value, for: key)
+    var expiry = entry.expiresAt?.nanosecondsSince1970 ?? .max
+    var now: Int64?
+    if let timeToLive {
+      let current = clock.now
+      now = current.nanosecondsSince1970
+      expiry = Swift.min(expiry, current.advanced(by: timeToLive).nanosecondsSince1970)
+    }
+    if expiry != .max, expiry <= (now ?? clock.now.nanosecondsSince1970) {
+      // Already expired: storing it would only serve a stale value; drop the old one too.
+      removeValue(for: key)
+      return
+    }
+    if countLimit == 0 || entryCost > costLimit {
+      removeValue(for: key, countingAs: countLimit == 0 ? .countLimit : .oversized)
+      return
+    }
+
+    let hash = key.hashValue
+    let index = segmentIndex(for: hash)
+    var released: [Node] = []
+    let (stillOver, replaced) = segments.withLock(index) { segment -> (Bool, Value?) in
+      var replaced: Value?
+      if let (_, slot) = segment.find(key, hash: hash) {
+        var value = entry.value
+        swap(&value, &segment.nodes[slot].value)
+        replaced = value
+        let delta = entryCost &- segment.nodes[slot].cost
+        segment.nodes[slot].cost = entryCost
+        segment.nodes[slot].expiry = expiry
+        segment.totalCost &+= delta
+        self.entryCost.wrappingAdd(delta, ordering: .relaxed)
+        segment.touch(slot)
+      } else {
+        segment.append(Node(key: key, value: entry.value, expiry: expiry, cost: entryCost), hash: hash)
+        self.entryCount.wrappingAdd(1, ordering: .relaxed)
+        self.entryCost.wrappingAdd(entryCost, ordering: .relaxed)
+      }
+      // Keep the entry just written: it is the most recently used.
+      while segment.count > 1, let reason = overLimitReason() {
+        guard let node = segment.removeLeastRecentlyUsed() else { break }
+        segment.evictions[reason] &+= 1
+        account(removed: node)
+        released.append(node)
+      }
+      return (overLimitReason() != nil, replaced)
+    }
+    if stillOver { evict(startingAfter: index, into: &released) }
+    // The replaced value and the evicted nodes are released here, after the lock.
+    withExtendedLifetime(replaced) {}
+  }
+
+  /// Evicts from the segments after `index`, one at a time, until the totals are within the
+  /// limits. Never holds two segment locks at once.
+  func evict(startingAfter index: Int, into released: inout [Node]) {
+    for offset in 1...segments.count {
+      guard overLimitReason() != nil else { return }
+      segments.withLock((index &+ offset) & segmentMask) { segment in
+        while let reason = overLimitReason(), let node = segment.removeLeastRecentlyUsed() {
+          segment.evictions[reason] &+= 1
+          account(removed: node)
+          released.append(node)
+        }
+      }
+    }
+  }
+
+  /// The limit the totals exceed, if any.
+  @inlinable
+  func overLimitReason() -> EvictionReason? {
+    if entryCount.load(ordering: .relaxed) > countLimit { return .countLimit }
+    if entryCost.load(ordering: .relaxed) > costLimit { return .costLimit }
+    return nil
+  }
+
+  @inlinable
+  func account(removed node: Node) {
+    entryCount.wrappingSubtract(1, ordering: .relaxed)
+    entryCost.wrappingSubtract(node.cost, ordering: .relaxed)
+  }
+
+  func cost(of value: Value, for key: Key) throws -> Int {
+    guard let cost else { return 0 }
+    let result = cost(value)
+    guard result >= 0 else {
+      throw AsyncCacheError(
+        code: .invalidCost,
+        message: "the cost function returned \(result) for the value of key \(key); costs must be 0 or more"
+      )
+    }
+    return result
+  }
+
+  /// Removes the entry for `key` and returns its value, if there was one.
+  @discardableResult
+  func removeValue(for key: Key) -> Value? {
+    removeValue(for: key, countingAs: nil)
+  }
+
+  @discardableResult
+  func removeValue(for key: Key, countingAs reason: EvictionReason?) -> Value? {
+    let hash = key.hashValue
+    let removed = segments.withLock(segmentIndex(for: hash)) { segment -> Node? in
+      if let reason { segment.evictions[reason] &+= 1 }
+      guard let (position, slot) = segment.find(key, hash: hash) else { return nil }
+      return segment.remove(slot: slot, bucket: position)
+    }
+    guard let removed else { return nil }
+    account(removed: removed)
+    return removed.value
+  }
+
+  /// Removes every entry; `reason`, when given, counts them as evictions. The entries are
+  /// released after each segment is unlocked.
+  func removeAll(countingAs reason: EvictionReason? = nil) {
+    for index in 0..<segments.count {
+      let detached = segments.withLock(index) { segment in
+        if let reason { segment.evictions[reason] &+= segment.count }
+        entryCount.wrappingSubtract(segment.count, ordering: .relaxed)
+        entryCost.wrappingSubtract(segment.totalCost, ordering: .relaxed)
+        return segment.detachAllNodes()
+      }
+      withExtendedLifetime(detached) {}
+    }
+  }
+
+  /// Removes every expired entry and returns how many there were. O(n).
+  @discardableResult
+  func removeExpired() -> Int {
+    let now = clock.now.nanosecondsSince1970
+    var removedCount = 0
+    for index in 0..<segments.count {
+      var released: [Node] = []
+      segments.withLock(index) { segment in
+        var slot = segment.count &- 1
+        // Walk down: a removal moves the last node, already visited, into the hole.
+        while slot >= 0 {
+          if segment.nodes[slot].expiry <= now {
+            let node = segment.remove(slot: slot)
+            segment.evictions[.expired] &+= 1
+            account(removed: node)
+            released.append(node)
+          }
+          slot &-= 1
+        }
+        segment.shrinkIfSparse()
+      }
+      removedCount &+= released.count
+    }
+    return removedCount
+  }
+
+  /// Trims to ``trimFraction`` of the limits (`.warning`) or empties the store (`.critical`).
+  func handleMemoryPressure(_ level: MemoryPressureLevel) {
+    switch level {
+    case .normal:
+      return
+    case .critical:
+      removeAll(countingAs: .memoryPressure)
+    case .warning:
+      // Each segment keeps its share of the target, so the trim is spread evenly.
+      let countTarget = Double(Swift.min(countLimit, entryCount.load(ordering: .relaxed))) * trimFraction
+      let costTarget = Double(Swift.min(costLimit, entryCost.load(ordering: .relaxed))) * trimFraction
+      let share = 1 / Double(segments.count)
+      for index in 0..<segments.count {
+        var released: [Node] = []
+        segments.withLock(index) { segment in
+          let keepCount = Int((countTarget * share).rounded(.down))
+          let keepCost = Int((costTarget * share).rounded(.down))
+          while segment.count > keepCount || segment.totalCost > keepCost,
+            let node = segment.removeLeastRecentlyUsed()
+          {
+            segment.evictions[.memoryPressure] &+= 1
+            account(removed: node)
+            released.append(node)
+          }
+          segment.shrinkIfSparse()
+        }
+      }
+    }
+  }
+
+  // MARK: Introspection
+
+  var count: Int { entryCount.load(ordering: .relaxed) }
+  var totalCost: Int { entryCost.load(ordering: .relaxed) }
+
+  /// The keys of all entries, expired ones included until they are removed.
+  var keys: [Key] {
+    var keys: [Key] = []
+    keys.reserveCapacity(count)
+    for index in 0..<segments.count {
+      segments.withLock(index) { segment in
+        for slot in 0..<segment.count { keys.append(segment.nodes[slot].key) }
+      }
+    }
+    return keys
+  }
+
+  /// Keys per segment, from least to most recently used.
+  var keysByRecency: [[Key]] {
+    (0..<segments.count).map { index in
+      segments.withLock(index) { segment in
+        var keys: [Key] = []
+        segment.forEachFromLeastRecent { keys.append($0.key) }
+        return keys
+      }
+    }
+  }
+
+  /// Structural violations in every segment plus mismatches between the segments and the
+  /// global totals (empty when sound). Call when no other thread uses the store. For tests.
+  func invariantViolations() -> [String] {
+    var problems: [String] = []
+    var count = 0
+    var cost = 0
+    for index in 0..<segments.count {
+      segments.withLock(index) { segment in
+        problems += segment.invariantViolations().map { "segment \(index): \($0)" }
+        count += segment.count
+        cost += segment.totalCost
+      }
+    }
+    if count != self.count { problems.append("segments hold \(count) entries, the total says \(self.count)") }
+    if cost != totalCost { problems.append("segments cost \(cost), the total says \(totalCost)") }
+    if count > countLimit { problems.append("\(count) entries exceed the count limit \(countLimit)") }
+    if cost > costLimit { problems.append("cost \(cost) exceeds the cost limit \(costLimit)") }
+    return problems
+  }
+
+  struct Totals {
+    var count = 0
+    var cost = 0
+    var hits = 0
+    var misses = 0
+    var evictions = EvictionCounts()
+  }
+
+  /// Totals summed from the segments (each read under its lock).
+  var totals: Totals {
+    var totals = Totals()
+    for index in 0..<segments.count {
+      segments.withLock(index) { segment in
+        totals.count += segment.count
+        totals.cost += segment.totalCost
+        totals.hits += segment.hits
+        totals.misses += segment.misses
+        totals.evictions = totals.evictions + segment.evictions
+      }
+    }
+    return totals
+  }
+}

@@ -1,0 +1,171 @@
+public import AsyncCache
+import Synchronization
+
+/// An in-memory layer whose operations a test can make fail or hold.
+///
+/// It stores entries in a dictionary (expired entries are misses, by its clock when it has
+/// one) and lets the test script faults:
+///
+/// ```swift
+/// let disk = FakeLayer<String, Int>()
+/// disk.fail(.lookup, with: DiskError.gone)            // every lookup throws until stopFailing
+/// disk.hold(.insert)                                  // inserts wait until released
+/// ...
+/// await disk.waitForHeld(1, .insert)
+/// disk.release(.insert)
+/// ```
+///
+/// Safe from any context.
+public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
+  /// An operation of the layer.
+  public enum Operation: Hashable, Sendable, CaseIterable {
+    /// ``AsyncCache/AsyncCacheLayer/entry(for:)``
+    case lookup
+    /// ``AsyncCache/AsyncCacheLayer/insert(_:for:)``
+    case insert
+    /// ``AsyncCache/AsyncCacheLayer/removeValue(for:)``
+    case remove
+    /// ``AsyncCache/AsyncCacheLayer/removeAll()``
+    case removeAll
+  }
+
+  /// When a held operation waits.
+  public enum HoldPhase: Sendable, Hashable {
+    /// Before it reads or changes anything.
+    case beforeApplying
+    /// After it read or changed the entries, before it returns: a held lookup then returns
+    /// what was stored when it ran, however the entries changed while it waited.
+    case afterApplying
+  }
+
+  private struct Fault {
+    var error: any Error
+    var remaining: Int?
+  }
+
+  private struct State {
+    var entries: [Key: CacheEntry<Value>]
+    var faults: [Operation: Fault] = [:]
+    var held: [Operation: HoldPhase] = [:]
+    var counts: [Operation: Int] = [:]
+    var pressure: [MemoryPressureLevel] = []
+  }
+
+  private let state: Mutex<State>
+  private let clock: (any CacheClock)?
+  private let waitroom = Waitroom<Operation, Void>()
+
+  /// Creates a layer holding `entries`; with a `clock`, expired entries are misses.
+  public init(entries: [Key: CacheEntry<Value>] = [:], clock: (any CacheClock)? = nil) {
+    self.state = Mutex(State(entries: entries))
+    self.clock = clock
+  }
+
+  // MARK: Scripting
+
+  /// Makes `operation` throw `error`, `times` times or until ``stopFailing(_:)`` when `nil`.
+  public nonisolated func fail(_ operation: Operation, with error: any Error, times: Int? = nil) {
+    state.withLock { $0.faults[operation] = Fault(error: error, remaining: times) }
+  }
+
+  /// Stops the faults of `operation` (of every operation when `nil`).
+  public nonisolated func stopFailing(_ operation: Operation? = nil) {
+    state.withLock { state in
+      if let operation { state.faults[operation] = nil } else { state.faults.removeAll() }
+    }
+  }
+
+  /// Holds every later call of `operation` until ``release(_:)``.
+  public nonisolated func hold(_ operation: Operation, phase: HoldPhase = .beforeApplying) {
+    state.withLock { $0.held[operation] = phase }
+  }
+
+  /// Lets the held calls of `operation` proceed, and stops holding new ones.
+  public nonisolated func release(_ operation: Operation) {
+    state.withLock { _ = $0.held.removeValue(forKey: operation) }
+    waitroom.release(operation, with: .success(()))
+  }
+
+  /// Lets the oldest held call of `operation` proceed; later calls are still held.
+  public nonisolated func releaseOne(_ operation: Operation) {
+    waitroom.release(operation, limit: 1, with: .success(()))
+  }
+
+  /// Returns once at least `count` calls of `operation` are held.
+  public nonisolated func waitForHeld(_ count: Int = 1, _ operation: Operation) async {
+    await waitroom.waitUntilPending(count, for: operation)
+  }
+
+  // MARK: Observing
+
+  /// The entries stored now, expired ones included.
+  public nonisolated var storedEntries: [Key: CacheEntry<Value>] { state.withLock { $0.entries } }
+
+  /// Stores `entry` directly, bypassing faults and holds.
+  public nonisolated func seed(_ entry: CacheEntry<Value>, for key: Key) {
+    state.withLock { $0.entries[key] = entry }
+  }
+
+  /// How many times `operation` was called (faulted calls included).
+  public nonisolated func callCount(_ operation: Operation) -> Int {
+    state.withLock { $0.counts[operation, default: 0] }
+  }
+
+  /// The memory-pressure levels received, in order.
+  public nonisolated var memoryPressureLevels: [MemoryPressureLevel] { state.withLock { $0.pressure } }
+
+  // MARK: AsyncCacheLayer
+
+  public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
+    let now = clock?.now
+    return try await perform(.lookup) { state in
+      guard let entry = state.entries[key] else { return nil }
+      if let now, entry.isExpired(at: now) {
+        state.entries[key] = nil
+        return nil
+      }
+      return entry
+    }
+  }
+
+  public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
+    try await perform(.insert) { $0.entries[key] = entry }
+  }
+
+  public nonisolated func removeValue(for key: Key) async throws {
+    try await perform(.remove) { _ = $0.entries.removeValue(forKey: key) }
+  }
+
+  public nonisolated func removeAll() async throws {
+    try await perform(.removeAll) { $0.entries.removeAll() }
+  }
+
+  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
+    state.withLock { $0.pressure.append(level) }
+  }
+
+  /// Counts the call, waits if the operation is held before applying, throws its fault if
+  /// any, applies `body`, then waits if it is held after applying.
+  private nonisolated func perform<Result: Sendable>(
+    _ operation: Operation,
+    _ body: @Sendable (inout State) -> Result
+  ) async throws -> Result {
+    let phase = state.withLock { state in
+      state.counts[operation, default: 0] += 1
+      return state.held[operation]
+    }
+    if phase == .beforeApplying { try await waitroom.wait(for: operation) }
+    let outcome = state.withLock { state -> Swift.Result<Result, any Error> in
+      if var fault = state.faults[operation] {
+        if let remaining = fault.remaining {
+          fault.remaining = remaining - 1
+          state.faults[operation] = remaining - 1 > 0 ? fault : nil
+        }
+        return .failure(fault.error)
+      }
+      return .success(body(&state))
+    }
+    if phase == .afterApplying { try await waitroom.wait(for: operation) }
+    return try outcome.get()
+  }
+}

@@ -1,0 +1,129 @@
+public import AsyncCache
+import Synchronization
+
+/// A clock whose time moves only when a test says so.
+///
+/// Inject it wherever a cache component takes a ``AsyncCache/CacheClock``; then expire entries
+/// and fire timers deterministically with ``advance(by:)``, never by sleeping.
+///
+/// ```swift
+/// @Test func entriesExpire() async throws {
+///     let clock = ManualClock()
+///     let memory = try MemoryLayer<String, Int>(configuration: .init(timeToLive: .seconds(60), clock: clock))
+///     try memory.insert(1, for: "a")
+///     clock.advance(by: .seconds(60))
+///     #expect(memory.value(for: "a") == nil)
+/// }
+/// ```
+///
+/// Code that sleeps on the clock (`try await clock.sleep(for: .seconds(5))`) stays suspended
+/// until the clock is advanced past its deadline. A test can await ``waitForSleepers(_:)``
+/// to know that the code under test has reached its sleep, instead of yielding in a loop.
+///
+/// Safe from any context.
+public final class ManualClock: CacheClock, Sendable {
+  private struct Sleeper {
+    var deadline: CacheInstant
+    var continuation: UnsafeContinuation<Void, any Error>
+  }
+
+  private struct Watcher {
+    var count: Int
+    var continuation: UnsafeContinuation<Void, Never>
+  }
+
+  private struct State {
+    var now: CacheInstant
+    var nextID: UInt64 = 0
+    var sleepers: [UInt64: Sleeper] = [:]
+    var watchers: [UInt64: Watcher] = [:]
+
+    mutating func makeID() -> UInt64 {
+      nextID += 1
+      return nextID
+    }
+
+    mutating func satisfiedWatchers() -> [UnsafeContinuation<Void, Never>] {
+      let ready = watchers.filter { sleepers.count >= $0.value.count }
+      for id in ready.keys { watchers[id] = nil }
+      return ready.values.map(\.continuation)
+    }
+  }
+
+  private let state: Mutex<State>
+
+  /// The default start: 2026-01-01 00:00:00 UTC.
+  public static let defaultStart = CacheInstant(secondsSince1970: 1_767_225_600)
+
+  /// Creates a clock that reads `now` until it is advanced.
+  public init(now: CacheInstant = ManualClock.defaultStart) {
+    state = Mutex(State(now: now))
+  }
+
+  /// The current time of this clock.
+  public var now: CacheInstant { state.withLock { $0.now } }
+
+  /// One nanosecond.
+  public var minimumResolution: Duration { .nanoseconds(1) }
+
+  /// Suspends until the clock is advanced to `deadline` or later.
+  ///
+  /// - Throws: `CancellationError` if the task is cancelled first.
+  public func sleep(until deadline: CacheInstant, tolerance: Duration? = nil) async throws {
+    let id = state.withLock { $0.makeID() }
+    try await withTaskCancellationHandler {
+      try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+        let (outcome, watchers) = state.withLock {
+          state -> (Result<Void, any Error>?, [UnsafeContinuation<Void, Never>]) in
+          if Task.isCancelled { return (.failure(CancellationError()), []) }
+          if deadline <= state.now { return (.success(()), []) }
+          state.sleepers[id] = Sleeper(deadline: deadline, continuation: continuation)
+          return (nil, state.satisfiedWatchers())
+        }
+        if let outcome { continuation.resume(with: outcome) }
+        for watcher in watchers { watcher.resume() }
+      }
+    } onCancel: {
+      state.withLock { $0.sleepers.removeValue(forKey: id) }?.continuation.resume(throwing: CancellationError())
+    }
+  }
+
+  /// Moves time forward by `duration` and wakes every sleeper whose deadline has come, earliest
+  /// first.
+  public func advance(by duration: Duration) {
+    precondition(duration >= .zero, "ManualClock cannot move backwards (advance(by: \(duration)))")
+    let woken = state.withLock { state -> [UnsafeContinuation<Void, any Error>] in
+      state.now = state.now.advanced(by: duration)
+      let now = state.now
+      let due = state.sleepers.filter { $0.value.deadline <= now }.sorted { $0.value.deadline < $1.value.deadline }
+      for (id, _) in due { state.sleepers[id] = nil }
+      return due.map(\.value.continuation)
+    }
+    for continuation in woken { continuation.resume() }
+  }
+
+  /// Moves time forward to `instant` (if it is later than now) and wakes the sleepers due.
+  public func advance(to instant: CacheInstant) {
+    let current = now
+    if instant > current { advance(by: current.duration(to: instant)) }
+  }
+
+  /// The number of tasks sleeping on this clock.
+  public var sleeperCount: Int { state.withLock { $0.sleepers.count } }
+
+  /// The earliest deadline of a sleeping task, if any.
+  public var nextDeadline: CacheInstant? { state.withLock { $0.sleepers.values.map(\.deadline).min() } }
+
+  /// Returns once at least `count` tasks are sleeping on this clock.
+  public func waitForSleepers(_ count: Int = 1) async {
+    let id = state.withLock { $0.makeID() }
+    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+      let ready = state.withLock { state -> Bool in
+        if state.sleepers.count >= count { return true }
+        state.watchers[id] = Watcher(count: count, continuation: continuation)
+        return false
+      }
+      if ready { continuation.resume() }
+    }
+  }
+}

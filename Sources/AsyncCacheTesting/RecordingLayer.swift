@@ -1,0 +1,88 @@
+public import AsyncCache
+import Synchronization
+
+/// A layer that records every call made to it, in order, and forwards it to another layer.
+///
+/// ```swift
+/// let memory = RecordingLayer(try MemoryLayer<String, Int>())
+/// let chain = try CacheChain<String, Int>([memory, disk])
+/// _ = try await chain.value(for: "a")
+/// #expect(memory.calls == [.entry("a"), .insert("a", expiresAt: nil)])
+/// ```
+///
+/// Safe from any context.
+public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
+  public typealias Key = Base.Key
+  public typealias Value = Base.Value
+
+  /// A call to a layer.
+  public enum Call: Hashable, Sendable, CustomStringConvertible {
+    /// ``AsyncCache/AsyncCacheLayer/entry(for:)``.
+    case entry(Key)
+    /// ``AsyncCache/AsyncCacheLayer/insert(_:for:)`` with the entry's expiry.
+    case insert(Key, expiresAt: CacheInstant?)
+    /// ``AsyncCache/AsyncCacheLayer/removeValue(for:)``.
+    case removeValue(Key)
+    /// ``AsyncCache/AsyncCacheLayer/removeAll()``.
+    case removeAll
+    /// ``AsyncCache/AsyncCacheLayer/handleMemoryPressure(_:)``.
+    case memoryPressure(MemoryPressureLevel)
+
+    public var description: String {
+      switch self {
+      case .entry(let key): "entry(\(key))"
+      case .insert(let key, let expiresAt):
+        "insert(\(key), expiresAt: \(expiresAt.map(String.init(describing:)) ?? "nil"))"
+      case .removeValue(let key): "removeValue(\(key))"
+      case .removeAll: "removeAll"
+      case .memoryPressure(let level): "memoryPressure(\(level))"
+      }
+    }
+  }
+
+  /// The layer the calls are forwarded to.
+  public nonisolated let base: Base
+  private let log = Mutex<[Call]>([])
+
+  /// Wraps `base`.
+  public init(_ base: Base) {
+    self.base = base
+  }
+
+  /// The calls made so far, oldest first.
+  public nonisolated var calls: [Call] { log.withLock { $0 } }
+
+  /// Forgets the calls made so far.
+  public nonisolated func clearCalls() {
+    log.withLock { $0.removeAll() }
+  }
+
+  public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
+    record(.entry(key))
+    return try await base.entry(for: key)
+  }
+
+  public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
+    record(.insert(key, expiresAt: entry.expiresAt))
+    try await base.insert(entry, for: key)
+  }
+
+  public nonisolated func removeValue(for key: Key) async throws {
+    record(.removeValue(key))
+    try await base.removeValue(for: key)
+  }
+
+  public nonisolated func removeAll() async throws {
+    record(.removeAll)
+    try await base.removeAll()
+  }
+
+  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
+    record(.memoryPressure(level))
+    await base.handleMemoryPressure(level)
+  }
+
+  private nonisolated func record(_ call: Call) {
+    log.withLock { $0.append(call) }
+  }
+}

@@ -1,0 +1,45 @@
+@testable import AsyncCache
+
+/// An error a test double throws on purpose.
+struct TestError: Error, Equatable, CustomStringConvertible {
+  var name: String
+  init(_ name: String = "boom") { self.name = name }
+  var description: String { "TestError(\(name))" }
+}
+
+/// A small, fast, seeded random number generator (SplitMix64) so that random tests replay.
+struct SeededGenerator: RandomNumberGenerator {
+  private var state: UInt64
+
+  init(seed: UInt64) { state = seed }
+
+  mutating func next() -> UInt64 {
+    state &+= 0x9E37_79B9_7F4A_7C15
+    var z = state
+    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+    return z ^ (z >> 31)
+  }
+}
+
+extension MemoryLayer {
+  /// Structural violations of the layer's storage (empty when sound).
+  nonisolated var invariantViolations: [String] { store.invariantViolations() }
+}
+
+/// Awaits `task` and returns how it ended.
+func outcome<Success: Sendable>(of task: Task<Success, any Error>) async -> Result<Success, any Error> {
+  await task.result
+}
+
+extension Result {
+  var isCancellation: Bool {
+    if case .failure(let error) = self { return error is CancellationError }
+    return false
+  }
+
+  var value: Success? {
+    if case .success(let value) = self { return value }
+    return nil
+  }
+}
