@@ -1,5 +1,4 @@
 public import AsyncCache
-import Synchronization
 
 /// An in-memory layer whose operations a test can make fail or hold.
 ///
@@ -51,13 +50,13 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
     var pressure: [MemoryPressureLevel] = []
   }
 
-  private let state: Mutex<State>
+  private let state: Locked<State>
   private let clock: (any CacheClock)?
   private let waitroom = Waitroom<Operation, Void>()
 
   /// Creates a layer holding `entries`; with a `clock`, expired entries are misses.
   public init(entries: [Key: CacheEntry<Value>] = [:], clock: (any CacheClock)? = nil) {
-    self.state = Mutex(State(entries: entries))
+    self.state = Locked(State(entries: entries))
     self.clock = clock
   }
 

@@ -1,5 +1,4 @@
 public import AsyncCache
-import Synchronization
 
 /// An origin that holds every fetch until the test releases it.
 ///
@@ -32,7 +31,7 @@ public final class GatedFetcher<Key: Hashable & Sendable, Value: Sendable>: Asyn
 
   private let respond: @Sendable (Key) throws -> Value
   private let waitroom = Waitroom<Key, Result<Value, any Error>>()
-  private let state = Mutex(State())
+  private let state = Locked(State())
 
   /// Creates a gated fetcher.
   ///
@@ -76,6 +75,13 @@ public final class GatedFetcher<Key: Hashable & Sendable, Value: Sendable>: Asyn
   @discardableResult
   public func release(_ key: Key, returning value: Value) -> Int {
     waitroom.release(key, with: .success(.success(value)))
+  }
+
+  /// Releases the oldest held fetch of `key` with `value`; later ones stay held. Returns
+  /// whether there was one.
+  @discardableResult
+  public func releaseOldest(_ key: Key, returning value: Value) -> Bool {
+    waitroom.release(key, limit: 1, with: .success(.success(value))) == 1
   }
 
   /// Releases every held fetch of `key` with `error`. Returns how many it released.

@@ -1,5 +1,4 @@
 public import AsyncCache
-import Synchronization
 
 /// A clock whose time moves only when a test says so.
 ///
@@ -50,14 +49,14 @@ public final class ManualClock: CacheClock, Sendable {
     }
   }
 
-  private let state: Mutex<State>
+  private let state: Locked<State>
 
   /// The default start: 2026-01-01 00:00:00 UTC.
   public static let defaultStart = CacheInstant(secondsSince1970: 1_767_225_600)
 
   /// Creates a clock that reads `now` until it is advanced.
   public init(now: CacheInstant = ManualClock.defaultStart) {
-    state = Mutex(State(now: now))
+    state = Locked(State(now: now))
   }
 
   /// The current time of this clock.

@@ -1,5 +1,4 @@
 public import AsyncCache
-import Synchronization
 
 /// A layer that records every call made to it, in order, and forwards it to another layer.
 ///
@@ -42,7 +41,7 @@ public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
 
   /// The layer the calls are forwarded to.
   public nonisolated let base: Base
-  private let log = Mutex<[Call]>([])
+  private let log = Locked<[Call]>([])
 
   /// Wraps `base`.
   public init(_ base: Base) {

@@ -1,4 +1,4 @@
-import Synchronization
+import AsyncCache
 
 /// Suspended operations keyed by `Key`, released by the test, plus watchers that wait until
 /// enough operations are suspended. The building block of the gated doubles.
@@ -49,7 +49,7 @@ final class Waitroom<Key: Hashable & Sendable, Outcome: Sendable>: Sendable {
     }
   }
 
-  private let state = Mutex(State())
+  private let state = Locked(State())
 
   init() {}
 

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// Layers composed top-down: a miss falls through to lower layers, and an entry found lower
 /// down is copied into the layers above it, keeping its expiry.
 ///
@@ -71,9 +69,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// ``MemoryLayer``, or the front of a nested chain on top.
   nonisolated let front: MemoryLayer<Key, Value>?
 
-  let coordinator = WriteCoordinator<Key>()
-  private let counters: Mutex<[TierStatistics]>
-  private let backgroundWork = Mutex<(next: UInt64, tasks: [UInt64: Task<Void, Never>])>((0, [:]))
+  nonisolated let coordinator = WriteCoordinator<Key>()
+  private nonisolated let counters: Locked<[TierStatistics]>
+  private nonisolated let backgroundWork = Locked<(next: UInt64, tasks: [UInt64: Task<Void, Never>])>((0, [:]))
 
   /// Creates a chain of tiers, top first.
   ///
@@ -84,7 +82,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     }
     self.tiers = tiers
     self.configuration = configuration
-    self.counters = Mutex(tiers.map { TierStatistics(name: $0.name) })
+    self.counters = Locked(tiers.map { TierStatistics(name: $0.name) })
     switch tiers[0].layer {
     case let memory as MemoryLayer<Key, Value>: front = memory
     case let chain as CacheChain<Key, Value>: front = chain.front
@@ -239,13 +237,8 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     token: ReadToken<Key>,
     operation: LayerFailure.Operation
   ) async -> Bool {
-    do {
-      try await coordinator.acquireWrite(key, exempt: token)
-    } catch {
-      return false
-    }
+    guard await coordinator.acquireCommit(token) else { return false }
     defer { coordinator.releaseWrite(key) }
-    guard !coordinator.isOvertaken(token) else { return false }
     do {
       try await write(entry, for: key, to: range, operation: operation, alwaysSkip: true)
     } catch {

@@ -10,10 +10,8 @@
 /// - a finished load removes only its own record.
 ///
 /// Pure and synchronous; continuations are stored here and handed back to be resumed outside
-/// the lock.
-struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Value: Sendable> {
-  typealias Continuation = UnsafeContinuation<Value, any Error>
-
+/// the lock. Generic over the continuation type so that tests can drive it with plain values.
+struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   struct Load {
     let key: Key
     var waiters: [UInt64: Continuation]
@@ -150,3 +148,6 @@ struct LoadingCacheCounters: Sendable {
   var cancelledWaiters = 0
   var cancelledLoads = 0
 }
+
+extension InFlightLoadsStateMachine: Sendable where Continuation: Sendable {}
+extension InFlightLoadsStateMachine.Load: Sendable where Continuation: Sendable {}

@@ -11,10 +11,9 @@
 ///   and holds back new ones until it is done.
 ///
 /// Pure and synchronous: it stores continuations but never resumes them; every method returns
-/// the continuations its caller must resume after releasing the lock.
-struct WriteCoordinatorStateMachine<Key: Hashable> {
-  typealias Continuation = UnsafeContinuation<Void, any Error>
-
+/// the continuations its caller must resume after releasing the lock. Generic over the
+/// continuation type so that tests can drive it with plain values.
+struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
   struct Waiter {
     var id: UInt64
     var continuation: Continuation
@@ -76,11 +75,34 @@ struct WriteCoordinatorStateMachine<Key: Hashable> {
 
   // MARK: Key writers
 
-  /// Records that a write to `key` is coming: every read in progress except `exempt` is
-  /// overtaken. Then takes the key if it is free and no global write is pending.
+  /// Records that a write to `key` is coming: every read in progress is overtaken. Then takes
+  /// the key if it is free and no global write is pending.
   ///
-  /// - Returns: `true` when the caller now holds the key; otherwise it must ``enqueue``.
-  mutating func requestWrite(_ key: Key, exempt: UInt64?) -> Bool {
+  /// - Returns: `true` when the caller now holds the key; otherwise it must ``enqueue(_:id:continuation:)``.
+  mutating func requestWrite(_ key: Key) -> Bool {
+    requestWrite(key, exempt: nil)
+  }
+
+  /// What a read that wants to write back what it read is told.
+  enum CommitRequest: Equatable {
+    /// The reader holds the key.
+    case acquired
+    /// The reader must ``enqueue(_:id:continuation:)`` and check ``isOvertaken(_:id:)`` once it
+    /// holds the key.
+    case mustWait
+    /// A write overtook the read: it must not write, and nothing changed.
+    case overtaken
+  }
+
+  /// Like ``requestWrite(_:)`` for read `id` that wants to write back what it read (a back-fill
+  /// or a load's commit). A read that is already overtaken is refused without side effects:
+  /// it must not overtake the reads that started after the write that overtook it.
+  mutating func requestCommit(_ key: Key, id: UInt64) -> CommitRequest {
+    if isOvertaken(key, id: id) { return .overtaken }
+    return requestWrite(key, exempt: id) ? .acquired : .mustWait
+  }
+
+  private mutating func requestWrite(_ key: Key, exempt: UInt64?) -> Bool {
     var state = keys[key] ?? KeyState()
     for id in state.readers.keys where id != exempt { state.readers[id] = true }
     let acquired = !state.hasWriter && state.waiting.isEmpty && !globalWritePending
@@ -105,6 +127,16 @@ struct WriteCoordinatorStateMachine<Key: Hashable> {
     state.waiting.append(Waiter(id: id, continuation: continuation))
     keys[key] = state
     return nil
+  }
+
+  /// The number of writers queued for `key`.
+  func queuedWriterCount(for key: Key) -> Int {
+    keys[key]?.waiting.count ?? 0
+  }
+
+  /// The number of reads of `key` in progress.
+  func readerCount(for key: Key) -> Int {
+    keys[key]?.readers.count ?? 0
   }
 
   /// Removes a waiting writer whose task was cancelled; returns its continuation (to resume
@@ -195,3 +227,7 @@ struct WriteCoordinatorStateMachine<Key: Hashable> {
     keys[key] = state.isIdle ? nil : state
   }
 }
+
+extension WriteCoordinatorStateMachine: Sendable where Key: Sendable, Continuation: Sendable {}
+extension WriteCoordinatorStateMachine.KeyState: Sendable where Key: Sendable, Continuation: Sendable {}
+extension WriteCoordinatorStateMachine.Waiter: Sendable where Key: Sendable, Continuation: Sendable {}

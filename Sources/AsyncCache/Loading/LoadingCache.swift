@@ -1,4 +1,4 @@
-import Synchronization
+import Synchronization  // Atomic
 
 /// A cache that always answers: a ``CacheChain`` in front of an origin.
 ///
@@ -39,7 +39,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// The memory layer that answers hits synchronously, if the chain has one on top.
   @usableFromInline let front: MemoryLayer<Key, Value>?
 
-  let inFlight = Mutex(InFlightLoadsStateMachine<Key, Value>())
+  let inFlight = Locked(InFlightLoadsStateMachine<Key, UnsafeContinuation<Value, any Error>>())
   let nextWaiterID = Atomic<UInt64>(0)
 
   /// Creates a loading cache.

@@ -1,57 +1,65 @@
-public import Synchronization
+public import Synchronization  // Atomic
 
-/// One lock-protected ``LRUSegment``, padded so that no two segments share a cache line.
-@usableFromInline
-struct MemorySegment<Key: Hashable & Sendable, Value: Sendable>: ~Copyable {
-  @usableFromInline let state: Mutex<LRUSegment<Key, Value>>
-
-  init() { state = Mutex(LRUSegment()) }
-
-  /// Bytes between consecutive segments: a multiple of 128, so a segment's lock never shares a
-  /// cache line (or an adjacent-line prefetch pair) with another's.
-  static var stride: Int { (MemoryLayout<Self>.stride + 127) & ~127 }
-}
-
-/// Segments laid out inline in one allocation.
+/// Segments laid out inline in one allocation: for each, its lock, then (on the next cache
+/// line) its ``LRUSegment``, padded so that no two segments share a cache line (or an
+/// adjacent-line prefetch pair).
 ///
 /// Segments are reached through a raw pointer rather than an array of objects so that a
 /// lookup retains nothing: a reference count written by every hit would make cores fight over
-/// the cache line of the lock they are not even contending for.
+/// the cache line of a lock they are not even contending for.
 @usableFromInline
 final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable {
-  // SAFETY: the pointer is written once in `init` and read-only afterwards; each segment's
-  // mutable state is only reached through its `Mutex`. Segments never move (the allocation is
-  // never reallocated) and are deinitialized only in `deinit`, when no other reference exists.
+  @usableFromInline typealias Segment = LRUSegment<Key, Value>
+
+  // SAFETY: the pointer is written once in `init` and only read afterwards. Each segment's state
+  // is only reached through `withLock`, between `lock()` and `unlock()` of that segment's lock.
+  // The allocation never moves, and is deinitialized only in `deinit`, when no other reference
+  // exists. Keys and values are Sendable, so what `withLock` hands out may cross threads.
   @usableFromInline nonisolated(unsafe) let base: UnsafeMutableRawPointer
   @usableFromInline let count: Int
   @usableFromInline let stride: Int
 
+  /// Where a segment's state starts: the cache line after its lock.
+  @usableFromInline static var stateOffset: Int { (MemoryLayout<LockPrimitive>.size + 63) & ~63 }
+
   init(count: Int) {
     self.count = count
-    self.stride = MemorySegment<Key, Value>.stride
+    self.stride = (Self.stateOffset + MemoryLayout<Segment>.size + 127) & ~127
     base = .allocate(byteCount: stride * count, alignment: 128)
     for index in 0..<count {
-      (base + index * stride).initializeMemory(as: MemorySegment<Key, Value>.self, to: MemorySegment())
+      lock(index).initializeLock()
+      (base + index * stride + Self.stateOffset).initializeMemory(as: Segment.self, to: Segment())
     }
   }
 
   deinit {
     for index in 0..<count {
-      (base + index * stride).assumingMemoryBound(to: MemorySegment<Key, Value>.self).deinitialize(count: 1)
+      state(index).deinitialize(count: 1)
+      lock(index).deinitializeLock()
     }
     base.deallocate()
+  }
+
+  @inlinable
+  @inline(__always)
+  func lock(_ index: Int) -> UnsafeMutablePointer<LockPrimitive> {
+    (base + index &* stride).assumingMemoryBound(to: LockPrimitive.self)
+  }
+
+  @inlinable
+  @inline(__always)
+  func state(_ index: Int) -> UnsafeMutablePointer<Segment> {
+    (base + (index &* stride &+ Self.stateOffset)).assumingMemoryBound(to: Segment.self)
   }
 
   /// Runs `body` with segment `index` locked.
   @inlinable
   @inline(__always)
-  func withLock<Result>(
-    _ index: Int,
-    _ body: (inout sending LRUSegment<Key, Value>) throws -> sending Result
-  ) rethrows -> sending Result {
-    try (base + index &* stride).assumingMemoryBound(to: MemorySegment<Key, Value>.self).pointee.state.withLock {
-      try body(&$0)
-    }
+  func withLock<Result>(_ index: Int, _ body: (inout Segment) throws -> Result) rethrows -> Result {
+    let lock = lock(index)
+    lock.lock()
+    defer { lock.unlock() }
+    return try body(&state(index).pointee)
   }
 }
 
