@@ -45,14 +45,19 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   private struct State {
     var entries: [Key: CacheEntry<Value>]
     var faults: [Operation: Fault] = [:]
-    var held: [Operation: HoldPhase] = [:]
     var counts: [Operation: Int] = [:]
     var pressure: [MemoryPressureLevel] = []
   }
 
+  /// What a held call waits on: an operation in one phase.
+  private struct Hold: Hashable, Sendable {
+    var operation: Operation
+    var phase: HoldPhase
+  }
+
   private let state: Locked<State>
   private let clock: (any CacheClock)?
-  private let waitroom = Waitroom<Operation, Void>()
+  private let waitroom = Waitroom<Hold, Void>(holdsEverything: false)
 
   /// Creates a layer holding `entries`; with a `clock`, expired entries are misses.
   public init(entries: [Key: CacheEntry<Value>] = [:], clock: (any CacheClock)? = nil) {
@@ -63,8 +68,10 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   // MARK: Scripting
 
   /// Makes `operation` throw `error`, `times` times or until ``stopFailing(_:)`` when `nil`.
+  /// `times: 0` makes it fail no more.
   public nonisolated func fail(_ operation: Operation, with error: any Error, times: Int? = nil) {
-    state.withLock { $0.faults[operation] = Fault(error: error, remaining: times) }
+    precondition(times.map { $0 >= 0 } ?? true, "FakeLayer.fail(_:with:times:) needs times >= 0, not \(times!)")
+    state.withLock { $0.faults[operation] = times == 0 ? nil : Fault(error: error, remaining: times) }
   }
 
   /// Stops the faults of `operation` (of every operation when `nil`).
@@ -76,23 +83,22 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
 
   /// Holds every later call of `operation` until ``release(_:)``.
   public nonisolated func hold(_ operation: Operation, phase: HoldPhase = .beforeApplying) {
-    state.withLock { $0.held[operation] = phase }
+    waitroom.hold(Hold(operation: operation, phase: phase))
   }
 
   /// Lets the held calls of `operation` proceed, and stops holding new ones.
   public nonisolated func release(_ operation: Operation) {
-    state.withLock { _ = $0.held.removeValue(forKey: operation) }
-    waitroom.release(operation, with: .success(()))
+    waitroom.release(stopHolding: true, where: { $0.operation == operation }, with: { _ in .success(()) })
   }
 
   /// Lets the oldest held call of `operation` proceed; later calls are still held.
   public nonisolated func releaseOne(_ operation: Operation) {
-    waitroom.release(operation, limit: 1, with: .success(()))
+    waitroom.release(limit: 1, where: { $0.operation == operation }, with: { _ in .success(()) })
   }
 
   /// Returns once at least `count` calls of `operation` are held.
   public nonisolated func waitForHeld(_ count: Int = 1, _ operation: Operation) async {
-    await waitroom.waitUntilPending(count, for: operation)
+    await waitroom.waitUntilPending(count) { $0.operation == operation }
   }
 
   // MARK: Observing
@@ -115,9 +121,11 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
 
   // MARK: AsyncCacheLayer
 
+  /// Returns the stored entry, unless it expired by the layer's clock; honours faults and holds of ``Operation/lookup``.
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
-    let now = clock?.now
-    return try await perform(.lookup) { state in
+    try await perform(.lookup) { [clock] state in
+      // Read when the lookup applies, after any hold before it.
+      let now = clock?.now
       guard let entry = state.entries[key] else { return nil }
       if let now, entry.isExpired(at: now) {
         state.entries[key] = nil
@@ -127,18 +135,22 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
     }
   }
 
+  /// Stores the entry; honours faults and holds of ``Operation/insert``.
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     try await perform(.insert) { $0.entries[key] = entry }
   }
 
+  /// Removes the entry; honours faults and holds of ``Operation/remove``.
   public nonisolated func removeValue(for key: Key) async throws {
     try await perform(.remove) { _ = $0.entries.removeValue(forKey: key) }
   }
 
+  /// Removes every entry; honours faults and holds of ``Operation/removeAll``.
   public nonisolated func removeAll() async throws {
     try await perform(.removeAll) { $0.entries.removeAll() }
   }
 
+  /// Records the level in ``memoryPressureLevels``.
   public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
     state.withLock { $0.pressure.append(level) }
   }
@@ -149,11 +161,8 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
     _ operation: Operation,
     _ body: @Sendable (inout State) -> Result
   ) async throws -> Result {
-    let phase = state.withLock { state in
-      state.counts[operation, default: 0] += 1
-      return state.held[operation]
-    }
-    if phase == .beforeApplying { try await waitroom.wait(for: operation) }
+    state.withLock { $0.counts[operation, default: 0] += 1 }
+    _ = try await waitroom.waitIfHeld(Hold(operation: operation, phase: .beforeApplying))
     let outcome = state.withLock { state -> Swift.Result<Result, any Error> in
       if var fault = state.faults[operation] {
         if let remaining = fault.remaining {
@@ -164,7 +173,7 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
       }
       return .success(body(&state))
     }
-    if phase == .afterApplying { try await waitroom.wait(for: operation) }
+    _ = try await waitroom.waitIfHeld(Hold(operation: operation, phase: .afterApplying))
     return try outcome.get()
   }
 }

@@ -25,12 +25,11 @@ public import AsyncCache
 public final class GatedFetcher<Key: Hashable & Sendable, Value: Sendable>: AsyncFetcher, Sendable {
   private struct State {
     var calls: [Key] = []
-    var open = false
     var releasedPriorities: [Key: [TaskPriority]] = [:]
   }
 
   private let respond: @Sendable (Key) throws -> Value
-  private let waitroom = Waitroom<Key, Result<Value, any Error>>()
+  private let waitroom = Waitroom<Key, Result<Value, any Error>>(holdsEverything: true)
   private let state = Locked(State())
 
   /// Creates a gated fetcher.
@@ -47,20 +46,21 @@ public final class GatedFetcher<Key: Hashable & Sendable, Value: Sendable>: Asyn
   /// - Throws: What the test released it with; `CancellationError` if the task is cancelled
   ///   while held.
   public func fetch(_ key: Key) async throws -> Value {
-    let isOpen = state.withLock { state in
-      state.calls.append(key)
-      return state.open
-    }
+    state.withLock { $0.calls.append(key) }
     let outcome: Result<Value, any Error>
-    if isOpen {
-      try Task.checkCancellation()
-      outcome = Result { try respond(key) }
+    if let released = try await waitroom.waitIfHeld(key) {
+      outcome = released
     } else {
-      outcome = try await waitroom.wait(for: key)
+      try Task.checkCancellation()
+      outcome = answer(key)
     }
     let priority = Task.currentPriority
     state.withLock { $0.releasedPriorities[key, default: []].append(priority) }
     return try outcome.get()
+  }
+
+  private func answer(_ key: Key) -> Result<Value, any Error> {
+    Result { try respond(key) }
   }
 
   // MARK: Releasing
@@ -68,50 +68,49 @@ public final class GatedFetcher<Key: Hashable & Sendable, Value: Sendable>: Asyn
   /// Releases every held fetch of `key` with the `respond` answer. Returns how many it released.
   @discardableResult
   public func release(_ key: Key) -> Int {
-    waitroom.release(key, with: Result { try respond(key) }.map { Result.success($0) })
+    waitroom.release(where: { $0 == key }, with: { .success(self.answer($0)) })
   }
 
   /// Releases every held fetch of `key` with `value`. Returns how many it released.
   @discardableResult
   public func release(_ key: Key, returning value: Value) -> Int {
-    waitroom.release(key, with: .success(.success(value)))
+    waitroom.release(where: { $0 == key }, with: { _ in .success(.success(value)) })
   }
 
   /// Releases the oldest held fetch of `key` with `value`; later ones stay held. Returns
   /// whether there was one.
   @discardableResult
   public func releaseOldest(_ key: Key, returning value: Value) -> Bool {
-    waitroom.release(key, limit: 1, with: .success(.success(value))) == 1
+    waitroom.release(limit: 1, where: { $0 == key }, with: { _ in .success(.success(value)) }) == 1
   }
 
   /// Releases every held fetch of `key` with `error`. Returns how many it released.
   @discardableResult
   public func release(_ key: Key, throwing error: any Error) -> Int {
-    waitroom.release(key, with: .success(.failure(error)))
+    waitroom.release(where: { $0 == key }, with: { _ in .success(.failure(error)) })
   }
 
   /// Releases every held fetch with the `respond` answer. Returns how many it released.
   @discardableResult
   public func releaseAll() -> Int {
-    waitroom.releaseAll { key in .success(Result { try self.respond(key) }) }
+    waitroom.release(where: { _ in true }, with: { .success(self.answer($0)) })
   }
 
   /// Releases every held fetch and lets every later fetch through at once.
   public func open() {
-    state.withLock { $0.open = true }
-    releaseAll()
+    waitroom.openAndReleaseAll { .success(self.answer($0)) }
   }
 
   // MARK: Observing
 
   /// Returns once at least `count` fetches of `key` (of any key when `nil`) are held.
   public func waitForFetches(_ count: Int = 1, for key: Key? = nil) async {
-    await waitroom.waitUntilPending(count, for: key)
+    await waitroom.waitUntilPending(count) { key == nil || $0 == key }
   }
 
   /// The number of fetches held now, of `key` or of any key when `nil`.
   public func heldCount(for key: Key? = nil) -> Int {
-    waitroom.pendingCount(for: key)
+    waitroom.pendingCount { key == nil || $0 == key }
   }
 
   /// The keys of the held fetches, oldest first.
@@ -130,7 +129,7 @@ public final class GatedFetcher<Key: Hashable & Sendable, Value: Sendable>: Asyn
 
   /// The number of held fetches of `key` (of any key when `nil`) whose task was cancelled.
   public func cancellationCount(for key: Key? = nil) -> Int {
-    waitroom.cancellationCount(for: key)
+    waitroom.cancellationCount { key == nil || $0 == key }
   }
 
   /// Whether a held fetch of `key` saw its task cancelled.

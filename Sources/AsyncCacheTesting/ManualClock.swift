@@ -91,20 +91,25 @@ public final class ManualClock: CacheClock, Sendable {
   /// first.
   public func advance(by duration: Duration) {
     precondition(duration >= .zero, "ManualClock cannot move backwards (advance(by: \(duration)))")
+    move { $0.advanced(by: duration) }
+  }
+
+  /// Moves time forward to `instant` (if it is later than now) and wakes the sleepers due.
+  public func advance(to instant: CacheInstant) {
+    move { Swift.max($0, instant) }
+  }
+
+  /// Sets the time to `next(now)` and wakes the sleepers due, earliest first; one critical
+  /// section, so concurrent advances compose.
+  private func move(_ next: (CacheInstant) -> CacheInstant) {
     let woken = state.withLock { state -> [UnsafeContinuation<Void, any Error>] in
-      state.now = state.now.advanced(by: duration)
+      state.now = next(state.now)
       let now = state.now
       let due = state.sleepers.filter { $0.value.deadline <= now }.sorted { $0.value.deadline < $1.value.deadline }
       for (id, _) in due { state.sleepers[id] = nil }
       return due.map(\.value.continuation)
     }
     for continuation in woken { continuation.resume() }
-  }
-
-  /// Moves time forward to `instant` (if it is later than now) and wakes the sleepers due.
-  public func advance(to instant: CacheInstant) {
-    let current = now
-    if instant > current { advance(by: current.duration(to: instant)) }
   }
 
   /// The number of tasks sleeping on this clock.

@@ -56,26 +56,31 @@ public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     log.withLock { $0.removeAll() }
   }
 
+  /// Records ``Call/entry(_:)``, then asks the base layer.
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     record(.entry(key))
     return try await base.entry(for: key)
   }
 
+  /// Records ``Call/insert(_:expiresAt:)``, then forwards the entry to the base layer.
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     record(.insert(key, expiresAt: entry.expiresAt))
     try await base.insert(entry, for: key)
   }
 
+  /// Records ``Call/removeValue(_:)``, then forwards it to the base layer.
   public nonisolated func removeValue(for key: Key) async throws {
     record(.removeValue(key))
     try await base.removeValue(for: key)
   }
 
+  /// Records ``Call/removeAll``, then forwards it to the base layer.
   public nonisolated func removeAll() async throws {
     record(.removeAll)
     try await base.removeAll()
   }
 
+  /// Records ``Call/memoryPressure(_:)``, then forwards it to the base layer.
   public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
     record(.memoryPressure(level))
     await base.handleMemoryPressure(level)

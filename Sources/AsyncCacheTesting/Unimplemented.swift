@@ -58,22 +58,27 @@ public final actor UnimplementedLayer<Key: Hashable & Sendable, Value: Sendable>
     self.sourceLocation = SourceLocation(fileID: fileID, filePath: filePath, line: line, column: column)
   }
 
+  /// Records an issue and throws ``UnimplementedError``.
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     throw unimplemented("\(name).entry(for: \(key))", at: sourceLocation)
   }
 
+  /// Records an issue and throws ``UnimplementedError``.
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     throw unimplemented("\(name).insert(_:for: \(key))", at: sourceLocation)
   }
 
+  /// Records an issue and throws ``UnimplementedError``.
   public nonisolated func removeValue(for key: Key) async throws {
     throw unimplemented("\(name).removeValue(for: \(key))", at: sourceLocation)
   }
 
+  /// Records an issue and throws ``UnimplementedError``.
   public nonisolated func removeAll() async throws {
     throw unimplemented("\(name).removeAll()", at: sourceLocation)
   }
 
+  /// Records an issue.
   public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
     _ = unimplemented("\(name).handleMemoryPressure(\(level))", at: sourceLocation)
   }

@@ -1,44 +1,56 @@
 import AsyncCache
 
-/// Suspended operations keyed by `Key`, released by the test, plus watchers that wait until
-/// enough operations are suspended. The building block of the gated doubles.
+/// Operations held by a test, keyed by `Key`, plus watchers that wait until enough are held. The
+/// building block of the gated doubles.
+///
+/// Whether an operation is held is decided under the same lock that registers it, so a release
+/// can never slip between "this operation must wait" and "it waits" and leave it held forever.
 final class Waitroom<Key: Hashable & Sendable, Outcome: Sendable>: Sendable {
   private struct Pending {
     var key: Key
-    var continuation: UnsafeContinuation<Outcome, any Error>
+    var continuation: UnsafeContinuation<Outcome?, any Error>
   }
 
   private struct Watcher {
-    var key: Key?
+    var matches: @Sendable (Key) -> Bool
     var count: Int
     var continuation: UnsafeContinuation<Void, Never>
   }
 
   private struct State {
+    var holdsEverything: Bool
+    var held: Set<Key> = []
     var nextID: UInt64 = 0
     var pending: [UInt64: Pending] = [:]
     var order: [UInt64] = []
     var watchers: [UInt64: Watcher] = [:]
     var cancellations: [Key: Int] = [:]
 
-    func pendingCount(for key: Key?) -> Int {
-      guard let key else { return pending.count }
-      return pending.values.reduce(0) { $0 + ($1.key == key ? 1 : 0) }
+    func isHeld(_ key: Key) -> Bool { holdsEverything || held.contains(key) }
+
+    func pendingCount(where matches: (Key) -> Bool) -> Int {
+      pending.values.reduce(0) { $0 + (matches($1.key) ? 1 : 0) }
+    }
+
+    mutating func makeID() -> UInt64 {
+      nextID += 1
+      return nextID
     }
 
     /// Removes and returns the watchers whose condition now holds.
     mutating func satisfiedWatchers() -> [UnsafeContinuation<Void, Never>] {
-      let ready = watchers.filter { pendingCount(for: $0.value.key) >= $0.value.count }
+      let ready = watchers.filter { pendingCount(where: $0.value.matches) >= $0.value.count }
       for id in ready.keys { watchers[id] = nil }
       return ready.values.map(\.continuation)
     }
 
-    mutating func take(_ select: (Key) -> Bool, limit: Int) -> [UnsafeContinuation<Outcome, any Error>] {
-      var taken: [UnsafeContinuation<Outcome, any Error>] = []
+    /// Removes up to `limit` pending operations matching `select`, oldest first.
+    mutating func take(limit: Int, where select: (Key) -> Bool) -> [Pending] {
+      var taken: [Pending] = []
       var remaining: [UInt64] = []
       for id in order {
         if taken.count < limit, let entry = pending[id], select(entry.key) {
-          taken.append(entry.continuation)
+          taken.append(entry)
           pending[id] = nil
         } else {
           remaining.append(id)
@@ -49,33 +61,46 @@ final class Waitroom<Key: Hashable & Sendable, Outcome: Sendable>: Sendable {
     }
   }
 
-  private let state = Locked(State())
+  private let state: Locked<State>
 
-  init() {}
+  /// Creates a waitroom that holds every operation (`holdsEverything`) or only the keys
+  /// passed to ``hold(_:)``.
+  init(holdsEverything: Bool) {
+    state = Locked(State(holdsEverything: holdsEverything))
+  }
 
-  /// Suspends until the test releases this operation; throws `CancellationError` (and counts a
-  /// cancellation for `key`) if the task is cancelled first.
-  func wait(for key: Key) async throws -> Outcome {
-    let id = state.withLock { state -> UInt64 in
-      state.nextID += 1
-      return state.nextID
-    }
+  /// Holds later operations of `key`.
+  func hold(_ key: Key) {
+    state.withLock { _ = $0.held.insert(key) }
+  }
+
+  /// Suspends until the test releases this operation if `key` is held now; returns `nil` at once
+  /// otherwise.
+  ///
+  /// - Throws: `CancellationError` (counting a cancellation for `key`) if the task is cancelled
+  ///   while held.
+  func waitIfHeld(_ key: Key) async throws -> Outcome? {
+    let id = state.withLock { state -> UInt64? in state.isHeld(key) ? state.makeID() : nil }
+    guard let id else { return nil }
     return try await withTaskCancellationHandler {
-      try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Outcome, any Error>) in
-        let (cancelled, watchers) = state.withLock { state -> (Bool, [UnsafeContinuation<Void, Never>]) in
+      try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Outcome?, any Error>) in
+        let (action, watchers) = state.withLock {
+          state -> (Result<Outcome?, any Error>?, [UnsafeContinuation<Void, Never>]) in
           if Task.isCancelled {
             state.cancellations[key, default: 0] += 1
-            return (true, [])
+            return (.failure(CancellationError()), [])
           }
+          // Checked again where it registers: the hold may have been lifted since.
+          if !state.isHeld(key) { return (.success(nil), []) }
           state.pending[id] = Pending(key: key, continuation: continuation)
           state.order.append(id)
-          return (false, state.satisfiedWatchers())
+          return (nil, state.satisfiedWatchers())
         }
-        if cancelled { continuation.resume(throwing: CancellationError()) }
+        if let action { continuation.resume(with: action) }
         for watcher in watchers { watcher.resume() }
       }
     } onCancel: {
-      let continuation = state.withLock { state -> UnsafeContinuation<Outcome, any Error>? in
+      let continuation = state.withLock { state -> UnsafeContinuation<Outcome?, any Error>? in
         guard let entry = state.pending.removeValue(forKey: id) else { return nil }
         state.order.removeAll { $0 == id }
         state.cancellations[entry.key, default: 0] += 1
@@ -85,54 +110,58 @@ final class Waitroom<Key: Hashable & Sendable, Outcome: Sendable>: Sendable {
     }
   }
 
-  /// Resumes up to `limit` operations of `key` (all keys when `nil`), oldest first, with
-  /// `outcome`. Returns how many it resumed.
+  /// Resumes up to `limit` held operations matching `select`, oldest first, with `outcome`;
+  /// with `stopHolding`, operations matching `select` are no longer held afterwards (decided in
+  /// the same critical section). Returns how many it resumed.
   @discardableResult
-  func release(_ key: Key?, limit: Int = .max, with outcome: Result<Outcome, any Error>) -> Int {
-    let released = state.withLock { state in state.take({ key == nil || $0 == key }, limit: limit) }
-    for continuation in released { continuation.resume(with: outcome) }
-    return released.count
-  }
-
-  /// Resumes every operation, computing each outcome from its key.
-  @discardableResult
-  func releaseAll(with outcome: (Key) -> Result<Outcome, any Error>) -> Int {
-    let released = state.withLock { state -> [(Key, UnsafeContinuation<Outcome, any Error>)] in
-      let all = state.order.compactMap { id in state.pending[id].map { ($0.key, $0.continuation) } }
-      state.pending.removeAll()
-      state.order.removeAll()
-      return all
+  func release(
+    limit: Int = .max,
+    stopHolding: Bool = false,
+    where select: @escaping (Key) -> Bool,
+    with outcome: (Key) -> Result<Outcome, any Error>
+  ) -> Int {
+    let released = state.withLock { state in
+      if stopHolding {
+        state.held = state.held.filter { !select($0) }
+      }
+      return state.take(limit: limit, where: select)
     }
-    for (key, continuation) in released { continuation.resume(with: outcome(key)) }
+    for entry in released { entry.continuation.resume(with: outcome(entry.key).map { $0 }) }
     return released.count
   }
 
-  /// The keys of the suspended operations, oldest first.
+  /// Stops holding anything and resumes every held operation.
+  @discardableResult
+  func openAndReleaseAll(with outcome: (Key) -> Result<Outcome, any Error>) -> Int {
+    let released = state.withLock { state in
+      state.holdsEverything = false
+      state.held.removeAll()
+      return state.take(limit: .max) { _ in true }
+    }
+    for entry in released { entry.continuation.resume(with: outcome(entry.key).map { $0 }) }
+    return released.count
+  }
+
+  /// The keys of the held operations, oldest first.
   func pendingKeys() -> [Key] {
     state.withLock { state in state.order.compactMap { state.pending[$0]?.key } }
   }
 
-  func pendingCount(for key: Key?) -> Int {
-    state.withLock { $0.pendingCount(for: key) }
+  func pendingCount(where matches: (Key) -> Bool) -> Int {
+    state.withLock { $0.pendingCount(where: matches) }
   }
 
-  func cancellationCount(for key: Key?) -> Int {
-    state.withLock { state in
-      guard let key else { return state.cancellations.values.reduce(0, +) }
-      return state.cancellations[key, default: 0]
-    }
+  func cancellationCount(where matches: (Key) -> Bool) -> Int {
+    state.withLock { state in state.cancellations.reduce(0) { $0 + (matches($1.key) ? $1.value : 0) } }
   }
 
-  /// Returns once at least `count` operations of `key` (of any key when `nil`) are suspended.
-  func waitUntilPending(_ count: Int, for key: Key?) async {
-    let id = state.withLock { state -> UInt64 in
-      state.nextID += 1
-      return state.nextID
-    }
+  /// Returns once at least `count` held operations match `matches`.
+  func waitUntilPending(_ count: Int, where matches: @escaping @Sendable (Key) -> Bool) async {
+    let id = state.withLock { $0.makeID() }
     await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
       let ready = state.withLock { state -> Bool in
-        if state.pendingCount(for: key) >= count { return true }
-        state.watchers[id] = Watcher(key: key, count: count, continuation: continuation)
+        if state.pendingCount(where: matches) >= count { return true }
+        state.watchers[id] = Watcher(matches: matches, count: count, continuation: continuation)
         return false
       }
       if ready { continuation.resume() }

@@ -148,8 +148,8 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// - Throws: ``AsyncCacheError/Code/layerFailure``; `CancellationError` if cancelled while
   ///   waiting for an earlier write of the same key (nothing is written then).
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
-    try await coordinator.acquireWrite(key)
-    defer { coordinator.releaseWrite(key) }
+    let ticket = try await coordinator.acquireWrite(key)
+    defer { coordinator.releaseWrite(ticket) }
     try await write(entry, for: key, to: tiers.indices, operation: .insert)
   }
 
@@ -158,8 +158,8 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` for the first failed layer whose policy is
   ///   ``LayerFailurePolicy/propagate``, after trying all of them.
   public nonisolated func removeValue(for key: Key) async throws {
-    try await coordinator.acquireWrite(key)
-    defer { coordinator.releaseWrite(key) }
+    let ticket = try await coordinator.acquireWrite(key)
+    defer { coordinator.releaseWrite(ticket) }
     try await removeEverywhere(operation: .remove) { try await $0.removeValue(for: key) }
   }
 
@@ -168,8 +168,8 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` for the first failed layer whose policy is
   ///   ``LayerFailurePolicy/propagate``, after trying all of them.
   public nonisolated func removeAll() async throws {
-    try await coordinator.acquireGlobalWrite()
-    defer { coordinator.releaseGlobalWrite() }
+    let ticket = try await coordinator.acquireGlobalWrite()
+    defer { coordinator.releaseGlobalWrite(ticket) }
     try await removeEverywhere(operation: .removeAll) { try await $0.removeAll() }
   }
 
@@ -237,8 +237,8 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     token: ReadToken<Key>,
     operation: LayerFailure.Operation
   ) async -> Bool {
-    guard await coordinator.acquireCommit(token) else { return false }
-    defer { coordinator.releaseWrite(key) }
+    guard let ticket = await coordinator.acquireCommit(token) else { return false }
+    defer { coordinator.releaseWrite(ticket) }
     do {
       try await write(entry, for: key, to: range, operation: operation, alwaysSkip: true)
     } catch {

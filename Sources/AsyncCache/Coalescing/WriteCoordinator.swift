@@ -73,95 +73,115 @@ final class WriteCoordinator<Key: Hashable & Sendable>: Sendable {
 
   // MARK: Writes
 
+  /// The right to write one key, to be given back with ``releaseWrite(_:)``.
+  struct WriteTicket: Sendable {
+    let key: Key
+    let writer: UInt64
+  }
+
   /// Waits until the caller holds `key` exclusively; overtakes every read of `key` in
   /// progress. Balance with ``releaseWrite(_:)``.
   ///
-  /// - Throws: `CancellationError` if the task is cancelled while waiting; the key is not held
-  ///   then.
-  nonisolated(nonsending) func acquireWrite(_ key: Key) async throws {
-    if mutate({ $0.requestWrite(key) }) { return }
-    try await waitForKey(key)
+  /// - Throws: `CancellationError` if the task is cancelled while waiting; nothing is held then.
+  nonisolated(nonsending) func acquireWrite(_ key: Key) async throws -> WriteTicket {
+    switch mutate({ $0.requestWrite(key) }) {
+    case .acquired(let writer):
+      return WriteTicket(key: key, writer: writer)
+    case .queued(let writer):
+      try await waitForKey(key, writer: writer)
+      return WriteTicket(key: key, writer: writer)
+    case .overtaken:
+      preconditionFailure("a plain write is never refused")
+    }
   }
 
   /// For a read that wants to write back what it read: waits until the caller holds the key,
-  /// unless a write overtook the read (before or while waiting). Returns `true` when the
-  /// caller holds the key, to be balanced with ``releaseWrite(_:)``; `false` when it must not
-  /// write (nothing is held then). A cancelled wait also returns `false`.
-  nonisolated(nonsending) func acquireCommit(_ token: ReadToken<Key>) async -> Bool {
-    switch mutate({ $0.requestCommit(token.key, id: token.id) }) {
+  /// unless a write overtook the read (before or while waiting). Returns a ticket to balance
+  /// with ``releaseWrite(_:)``, or `nil` when it must not write (nothing is held then). A
+  /// cancelled wait also returns `nil`.
+  nonisolated(nonsending) func acquireCommit(_ token: ReadToken<Key>) async -> WriteTicket? {
+    switch mutate({ $0.requestCommit(token.key, reader: token.id) }) {
     case .overtaken:
-      return false
-    case .acquired:
-      return true
-    case .mustWait:
+      return nil
+    case .acquired(let writer):
+      return WriteTicket(key: token.key, writer: writer)
+    case .queued(let writer):
       do {
-        try await waitForKey(token.key)
+        try await waitForKey(token.key, writer: writer)
       } catch {
-        return false
+        return nil
       }
+      let ticket = WriteTicket(key: token.key, writer: writer)
       if isOvertaken(token) {
-        releaseWrite(token.key)
-        return false
+        releaseWrite(ticket)
+        return nil
       }
-      return true
+      return ticket
     }
   }
 
-  private nonisolated(nonsending) func waitForKey(_ key: Key) async throws {
-    let id = mutate { $0.makeID() }
+  func releaseWrite(_ ticket: WriteTicket) {
+    for continuation in mutate({ $0.releaseWrite(ticket.key, writer: ticket.writer) }) { continuation.resume() }
+  }
+
+  /// Suspends queued `writer` until it is handed `key`.
+  private nonisolated(nonsending) func waitForKey(_ key: Key, writer: UInt64) async throws {
     try await withTaskCancellationHandler {
       try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
         // Decided under the lock: the cancellation flag is set before `onCancel` runs, so either
-        // this sees it and never queues, or `onCancel` finds the queued writer.
-        let action = mutate { state -> WaitAction in
-          if Task.isCancelled { return .cancel }
-          return state.enqueue(key, id: id, continuation: continuation) == nil ? .wait : .proceed
+        // this sees it and withdraws, or `onCancel` finds the attached writer.
+        let (attachment, granted) = mutate { state -> (Machine.Attachment, [UnsafeContinuation<Void, any Error>]) in
+          if Task.isCancelled { return (.cancelled, state.cancel(key, writer: writer).granted) }
+          return (state.attach(key, writer: writer, continuation: continuation), [])
         }
-        action.apply(to: continuation)
+        for other in granted { other.resume() }
+        attachment.apply(to: continuation)
       }
     } onCancel: {
-      mutate { $0.cancelWaiting(key, id: id) }?.resume(throwing: CancellationError())
-    }
-  }
-
-  func releaseWrite(_ key: Key) {
-    for continuation in mutate({ $0.releaseWrite(key) }) { continuation.resume() }
-  }
-
-  /// Waits until the caller holds every key exclusively; overtakes every read in progress.
-  /// Balance with ``releaseGlobalWrite()``.
-  nonisolated(nonsending) func acquireGlobalWrite() async throws {
-    if mutate({ $0.requestGlobalWrite() }) { return }
-    let id = mutate { $0.makeID() }
-    try await withTaskCancellationHandler {
-      try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
-        let action = mutate { state -> WaitAction in
-          if Task.isCancelled { return .cancel }
-          return state.enqueueGlobal(id: id, continuation: continuation) == nil ? .wait : .proceed
-        }
-        action.apply(to: continuation)
-      }
-    } onCancel: {
-      let (cancelled, granted) = mutate { $0.cancelGlobalWaiting(id: id) }
+      let (cancelled, granted) = mutate { $0.cancel(key, writer: writer) }
       cancelled?.resume(throwing: CancellationError())
       for continuation in granted { continuation.resume() }
     }
   }
 
-  func releaseGlobalWrite() {
-    for continuation in mutate({ $0.releaseGlobalWrite() }) { continuation.resume() }
+  /// The right to write every key, to be given back with ``releaseGlobalWrite(_:)``.
+  struct GlobalTicket: Sendable {
+    let writer: UInt64
   }
 
-  private enum WaitAction {
-    case proceed, wait, cancel
-
-    func apply(to continuation: UnsafeContinuation<Void, any Error>) {
-      switch self {
-      case .proceed: continuation.resume()
-      case .wait: break
-      case .cancel: continuation.resume(throwing: CancellationError())
-      }
+  /// Waits until the caller holds every key exclusively; overtakes every read in progress.
+  /// Balance with ``releaseGlobalWrite(_:)``.
+  ///
+  /// - Throws: `CancellationError` if the task is cancelled while waiting; nothing is held then.
+  nonisolated(nonsending) func acquireGlobalWrite() async throws -> GlobalTicket {
+    let writer: UInt64
+    switch mutate({ $0.requestGlobalWrite() }) {
+    case .acquired(let id):
+      return GlobalTicket(writer: id)
+    case .queued(let id):
+      writer = id
+    case .overtaken:
+      preconditionFailure("a global write is never refused")
     }
+    try await withTaskCancellationHandler {
+      try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+        let (attachment, granted) = mutate { state -> (Machine.Attachment, [UnsafeContinuation<Void, any Error>]) in
+          if Task.isCancelled { return (.cancelled, state.cancelGlobal(writer: writer).granted) }
+          return (state.attachGlobal(writer: writer, continuation: continuation), [])
+        }
+        for other in granted { other.resume() }
+        attachment.apply(to: continuation)
+      }
+    } onCancel: {
+      let (cancelled, granted) = mutate { $0.cancelGlobal(writer: writer) }
+      cancelled?.resume(throwing: CancellationError())
+      for continuation in granted { continuation.resume() }
+    }
+    return GlobalTicket(writer: writer)
+  }
+
+  func releaseGlobalWrite(_ ticket: GlobalTicket) {
+    for continuation in mutate({ $0.releaseGlobalWrite(writer: ticket.writer) }) { continuation.resume() }
   }
 
   /// Returns once `count` writers are queued for `key` (for tests).
@@ -171,4 +191,14 @@ final class WriteCoordinator<Key: Hashable & Sendable>: Sendable {
 
   /// Whether nothing is registered (for tests and invariants).
   var isIdle: Bool { locked.withLock { $0.machine.isIdle } }
+}
+
+extension WriteCoordinatorStateMachine.Attachment {
+  func apply(to continuation: UnsafeContinuation<Void, any Error>) {
+    switch self {
+    case .proceed: continuation.resume()
+    case .wait: break
+    case .cancelled: continuation.resume(throwing: CancellationError())
+    }
+  }
 }

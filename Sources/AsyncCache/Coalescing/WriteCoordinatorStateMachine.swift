@@ -3,12 +3,17 @@
 /// - Writes to one key are exclusive and first-come, first-served, so two writers never
 ///   interleave their per-layer steps (which could leave layer 0 with one value and layer 1 with
 ///   another).
-/// - A write *overtakes* every read of its key that is in progress: such a read may still return
-///   what it found, but must not write it back (back-fill) or commit a loaded value, because
-///   that value may be older than the write. A read that starts while a write to its key is
-///   pending is overtaken from the start.
+/// - A write *overtakes* every read of its key that is in progress when it is requested: such a
+///   read may still return what it found, but must not write it back (back-fill) or commit a
+///   loaded value, because that value may be older than the write. A read that starts while a
+///   write to its key is requested, queued or running is overtaken from the start.
 /// - A global write (`removeAll`) overtakes every read, waits for the key writers in progress,
 ///   and holds back new ones until it is done.
+///
+/// A writer that cannot take its key at once is queued *when it asks*, before its task suspends:
+/// its place in line is fixed then, and no read can slip in unnoticed between the request and
+/// the suspension. The suspended task then ``attach(_:writer:continuation:)``es its continuation,
+/// unless the key was handed to it in the meantime.
 ///
 /// Pure and synchronous: it stores continuations but never resumes them; every method returns
 /// the continuations its caller must resume after releasing the lock. Generic over the
@@ -16,34 +21,61 @@
 struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
   struct Waiter {
     var id: UInt64
-    var continuation: Continuation
+    /// `nil` until the waiting task has suspended and attached it.
+    var continuation: Continuation?
   }
 
   struct KeyState {
     /// Reads in progress, and whether a write has overtaken each.
     var readers: [UInt64: Bool] = [:]
-    var hasWriter = false
+    /// The writer holding the key.
+    var owner: UInt64?
+    /// Whether the owner knows it holds the key (it may have been handed the key before it
+    /// attached its continuation).
+    var ownerProceeded = false
     /// Writers waiting for this key, in arrival order.
-    var waiting: [Waiter] = []
+    var queue: [Waiter] = []
 
-    var isIdle: Bool { readers.isEmpty && !hasWriter && waiting.isEmpty }
+    var isIdle: Bool { readers.isEmpty && owner == nil && queue.isEmpty }
+    var writePending: Bool { owner != nil || !queue.isEmpty }
+  }
+
+  /// The answer to a request for a key or for the global lock.
+  enum Request: Equatable {
+    /// The writer holds it and may write now.
+    case acquired(writer: UInt64)
+    /// The writer is queued; it must suspend and ``attach(_:writer:continuation:)``.
+    case queued(writer: UInt64)
+    /// (Commits only.) A write overtook the read: it must not write; nothing changed.
+    case overtaken
+  }
+
+  /// What a queued writer learns when it attaches its continuation.
+  enum Attachment: Equatable {
+    /// It was handed the lock meanwhile: proceed without suspending further.
+    case proceed
+    /// Wait: the continuation is resumed when the lock is handed over.
+    case wait
+    /// It was cancelled meanwhile: resume with `CancellationError`.
+    case cancelled
   }
 
   private(set) var keys: [Key: KeyState] = [:]
   private(set) var activeKeyWriters = 0
-  private(set) var globalWriterActive = false
-  private(set) var globalWaiting: [Waiter] = []
+  private(set) var globalOwner: UInt64?
+  private var globalOwnerProceeded = false
+  private(set) var globalQueue: [Waiter] = []
   private var nextID: UInt64 = 0
 
   /// Whether nothing is registered: no reads, no writers, no waiters.
-  var isIdle: Bool { keys.isEmpty && activeKeyWriters == 0 && !globalWriterActive && globalWaiting.isEmpty }
+  var isIdle: Bool { keys.isEmpty && activeKeyWriters == 0 && globalOwner == nil && globalQueue.isEmpty }
 
-  mutating func makeID() -> UInt64 {
+  private var globalWritePending: Bool { globalOwner != nil || !globalQueue.isEmpty }
+
+  private mutating func makeID() -> UInt64 {
     nextID &+= 1
     return nextID
   }
-
-  private var globalWritePending: Bool { globalWriterActive || !globalWaiting.isEmpty }
 
   // MARK: Reads
 
@@ -51,7 +83,7 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
   mutating func beginRead(_ key: Key) -> UInt64 {
     let id = makeID()
     var state = keys[key] ?? KeyState()
-    state.readers[id] = state.hasWriter || !state.waiting.isEmpty || globalWritePending
+    state.readers[id] = state.writePending || globalWritePending
     keys[key] = state
     return id
   }
@@ -67,71 +99,10 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
     keys[key]?.readers[id] ?? true
   }
 
-  /// Marks one read as overtaken, e.g. a load whose waiters all left.
+  /// Marks one read as overtaken, e.g. a load whose requests all left.
   mutating func overtake(_ key: Key, id: UInt64) {
     guard keys[key]?.readers[id] != nil else { return }
     keys[key]?.readers[id] = true
-  }
-
-  // MARK: Key writers
-
-  /// Records that a write to `key` is coming: every read in progress is overtaken. Then takes
-  /// the key if it is free and no global write is pending.
-  ///
-  /// - Returns: `true` when the caller now holds the key; otherwise it must ``enqueue(_:id:continuation:)``.
-  mutating func requestWrite(_ key: Key) -> Bool {
-    requestWrite(key, exempt: nil)
-  }
-
-  /// What a read that wants to write back what it read is told.
-  enum CommitRequest: Equatable {
-    /// The reader holds the key.
-    case acquired
-    /// The reader must ``enqueue(_:id:continuation:)`` and check ``isOvertaken(_:id:)`` once it
-    /// holds the key.
-    case mustWait
-    /// A write overtook the read: it must not write, and nothing changed.
-    case overtaken
-  }
-
-  /// Like ``requestWrite(_:)`` for read `id` that wants to write back what it read (a back-fill
-  /// or a load's commit). A read that is already overtaken is refused without side effects:
-  /// it must not overtake the reads that started after the write that overtook it.
-  mutating func requestCommit(_ key: Key, id: UInt64) -> CommitRequest {
-    if isOvertaken(key, id: id) { return .overtaken }
-    return requestWrite(key, exempt: id) ? .acquired : .mustWait
-  }
-
-  private mutating func requestWrite(_ key: Key, exempt: UInt64?) -> Bool {
-    var state = keys[key] ?? KeyState()
-    for id in state.readers.keys where id != exempt { state.readers[id] = true }
-    let acquired = !state.hasWriter && state.waiting.isEmpty && !globalWritePending
-    if acquired {
-      state.hasWriter = true
-      activeKeyWriters += 1
-    }
-    store(state, for: key)
-    return acquired
-  }
-
-  /// Queues a writer that could not take `key` at once. Returns the continuation to resume
-  /// now if the key became free in the meantime.
-  mutating func enqueue(_ key: Key, id: UInt64, continuation: Continuation) -> Continuation? {
-    var state = keys[key] ?? KeyState()
-    if !state.hasWriter && state.waiting.isEmpty && !globalWritePending {
-      state.hasWriter = true
-      activeKeyWriters += 1
-      keys[key] = state
-      return continuation
-    }
-    state.waiting.append(Waiter(id: id, continuation: continuation))
-    keys[key] = state
-    return nil
-  }
-
-  /// The number of writers queued for `key`.
-  func queuedWriterCount(for key: Key) -> Int {
-    keys[key]?.waiting.count ?? 0
   }
 
   /// The number of reads of `key` in progress.
@@ -139,85 +110,165 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
     keys[key]?.readers.count ?? 0
   }
 
-  /// Removes a waiting writer whose task was cancelled; returns its continuation (to resume
-  /// with `CancellationError`) unless it was already granted the key.
-  mutating func cancelWaiting(_ key: Key, id: UInt64) -> Continuation? {
-    guard var state = keys[key], let index = state.waiting.firstIndex(where: { $0.id == id }) else { return nil }
-    let waiter = state.waiting.remove(at: index)
-    store(state, for: key)
-    return waiter.continuation
+  // MARK: Key writers
+
+  /// Asks for `key`: overtakes every read of it in progress, then takes the key if it is free
+  /// and no global write is pending, or queues the writer.
+  mutating func requestWrite(_ key: Key) -> Request {
+    requestWrite(key, exempt: nil)
   }
 
-  /// Releases `key` and returns the writers to resume: the next writer of this key, or the
-  /// global writer once no key writer is left.
-  mutating func releaseWrite(_ key: Key) -> [Continuation] {
-    guard var state = keys[key], state.hasWriter else {
-      preconditionFailure("releaseWrite(\(key)) without holding the key")
+  /// Like ``requestWrite(_:)`` for read `reader` that wants to write back what it read (a
+  /// back-fill or a load's commit). A read that is already overtaken is refused without side
+  /// effects: it must not overtake the reads that started after the write that overtook it.
+  mutating func requestCommit(_ key: Key, reader: UInt64) -> Request {
+    if isOvertaken(key, id: reader) { return .overtaken }
+    return requestWrite(key, exempt: reader)
+  }
+
+  private mutating func requestWrite(_ key: Key, exempt: UInt64?) -> Request {
+    let writer = makeID()
+    var state = keys[key] ?? KeyState()
+    for id in state.readers.keys where id != exempt { state.readers[id] = true }
+    let request: Request
+    if !state.writePending && !globalWritePending {
+      state.owner = writer
+      state.ownerProceeded = true
+      activeKeyWriters += 1
+      request = .acquired(writer: writer)
+    } else {
+      state.queue.append(Waiter(id: writer))
+      request = .queued(writer: writer)
     }
-    state.hasWriter = false
+    keys[key] = state
+    return request
+  }
+
+  /// Attaches the continuation of queued `writer`.
+  mutating func attach(_ key: Key, writer: UInt64, continuation: Continuation) -> Attachment {
+    guard var state = keys[key] else { return .cancelled }
+    if state.owner == writer {
+      state.ownerProceeded = true
+      keys[key] = state
+      return .proceed
+    }
+    guard let index = state.queue.firstIndex(where: { $0.id == writer }) else { return .cancelled }
+    state.queue[index].continuation = continuation
+    keys[key] = state
+    return .wait
+  }
+
+  /// Withdraws `writer`, whose task was cancelled before it could write. Returns its
+  /// continuation, if it was attached and still waiting (resume it with `CancellationError`),
+  /// and the writers to resume because it gave the key back unused.
+  mutating func cancel(_ key: Key, writer: UInt64) -> (cancelled: Continuation?, granted: [Continuation]) {
+    guard var state = keys[key] else { return (nil, []) }
+    if let index = state.queue.firstIndex(where: { $0.id == writer }) {
+      let waiter = state.queue.remove(at: index)
+      store(state, for: key)
+      return (waiter.continuation, [])
+    }
+    guard state.owner == writer, !state.ownerProceeded else { return (nil, []) }
+    // Handed the key before it attached: give the key back unused.
+    keys[key] = state
+    return (nil, releaseWrite(key, writer: writer))
+  }
+
+  /// Releases `key`, held by `writer`, and returns the writers to resume: the next writer of
+  /// this key, or the global writer once no key writer is left.
+  mutating func releaseWrite(_ key: Key, writer: UInt64) -> [Continuation] {
+    guard var state = keys[key], state.owner == writer else {
+      preconditionFailure("releaseWrite(\(key)) by a writer that does not hold the key")
+    }
+    state.owner = nil
+    state.ownerProceeded = false
     activeKeyWriters -= 1
     var granted: [Continuation] = []
-    if !globalWritePending, !state.waiting.isEmpty {
-      granted.append(state.waiting.removeFirst().continuation)
-      state.hasWriter = true
-      activeKeyWriters += 1
+    if !globalWritePending, let continuation = grantNext(&state) {
+      granted.append(continuation)
     }
     store(state, for: key)
-    granted += grantGlobalIfReady()
+    if let global = grantGlobalIfReady() { granted.append(global) }
     return granted
+  }
+
+  /// The number of writers queued for `key`.
+  func queuedWriterCount(for key: Key) -> Int {
+    keys[key]?.queue.count ?? 0
   }
 
   // MARK: Global writer
 
-  /// Records that a global write is coming (every read in progress is overtaken) and takes
-  /// the global lock if no writer holds anything.
-  mutating func requestGlobalWrite() -> Bool {
+  /// Asks for the global lock: overtakes every read in progress, then takes the lock if no
+  /// writer holds or waits for anything, or queues the writer.
+  mutating func requestGlobalWrite() -> Request {
+    let writer = makeID()
     for key in keys.keys {
       for id in keys[key]!.readers.keys { keys[key]!.readers[id] = true }
     }
-    let acquired = !globalWritePending && activeKeyWriters == 0
-    if acquired { globalWriterActive = true }
-    return acquired
-  }
-
-  mutating func enqueueGlobal(id: UInt64, continuation: Continuation) -> Continuation? {
     if !globalWritePending && activeKeyWriters == 0 {
-      globalWriterActive = true
-      return continuation
+      globalOwner = writer
+      globalOwnerProceeded = true
+      return .acquired(writer: writer)
     }
-    globalWaiting.append(Waiter(id: id, continuation: continuation))
-    return nil
+    globalQueue.append(Waiter(id: writer))
+    return .queued(writer: writer)
   }
 
-  /// Removes a cancelled global waiter; returns its continuation plus any key writers that
-  /// it was holding back.
-  mutating func cancelGlobalWaiting(id: UInt64) -> (cancelled: Continuation?, granted: [Continuation]) {
-    guard let index = globalWaiting.firstIndex(where: { $0.id == id }) else { return (nil, []) }
-    let waiter = globalWaiting.remove(at: index)
-    return (waiter.continuation, globalWritePending ? [] : grantKeyWriters())
+  mutating func attachGlobal(writer: UInt64, continuation: Continuation) -> Attachment {
+    if globalOwner == writer {
+      globalOwnerProceeded = true
+      return .proceed
+    }
+    guard let index = globalQueue.firstIndex(where: { $0.id == writer }) else { return .cancelled }
+    globalQueue[index].continuation = continuation
+    return .wait
   }
 
-  mutating func releaseGlobalWrite() -> [Continuation] {
-    precondition(globalWriterActive, "releaseGlobalWrite() without holding the global lock")
-    globalWriterActive = false
-    let next = grantGlobalIfReady()
-    return next.isEmpty ? grantKeyWriters() : next
+  /// Withdraws a cancelled global writer; returns its continuation (if attached) and the key
+  /// writers it was holding back.
+  mutating func cancelGlobal(writer: UInt64) -> (cancelled: Continuation?, granted: [Continuation]) {
+    if let index = globalQueue.firstIndex(where: { $0.id == writer }) {
+      let waiter = globalQueue.remove(at: index)
+      return (waiter.continuation, globalWritePending ? [] : grantKeyWriters())
+    }
+    guard globalOwner == writer, !globalOwnerProceeded else { return (nil, []) }
+    return (nil, releaseGlobalWrite(writer: writer))
+  }
+
+  mutating func releaseGlobalWrite(writer: UInt64) -> [Continuation] {
+    precondition(globalOwner == writer, "releaseGlobalWrite() by a writer that does not hold the global lock")
+    globalOwner = nil
+    globalOwnerProceeded = false
+    if let next = grantGlobalIfReady() { return [next] }
+    return grantKeyWriters()
   }
 
   // MARK: Helpers
 
-  private mutating func grantGlobalIfReady() -> [Continuation] {
-    guard !globalWriterActive, activeKeyWriters == 0, !globalWaiting.isEmpty else { return [] }
-    globalWriterActive = true
-    return [globalWaiting.removeFirst().continuation]
+  /// Hands the key to the first queued writer, if any; returns its continuation if it is
+  /// attached (otherwise it learns on attaching).
+  private mutating func grantNext(_ state: inout KeyState) -> Continuation? {
+    guard !state.queue.isEmpty else { return nil }
+    let next = state.queue.removeFirst()
+    state.owner = next.id
+    state.ownerProceeded = next.continuation != nil
+    activeKeyWriters += 1
+    return next.continuation
+  }
+
+  private mutating func grantGlobalIfReady() -> Continuation? {
+    guard globalOwner == nil, activeKeyWriters == 0, !globalQueue.isEmpty else { return nil }
+    let next = globalQueue.removeFirst()
+    globalOwner = next.id
+    globalOwnerProceeded = next.continuation != nil
+    return next.continuation
   }
 
   private mutating func grantKeyWriters() -> [Continuation] {
     var granted: [Continuation] = []
-    for (key, var state) in keys where !state.hasWriter && !state.waiting.isEmpty {
-      granted.append(state.waiting.removeFirst().continuation)
-      state.hasWriter = true
-      activeKeyWriters += 1
+    for (key, var state) in keys where state.owner == nil && !state.queue.isEmpty {
+      if let continuation = grantNext(&state) { granted.append(continuation) }
       keys[key] = state
     }
     return granted

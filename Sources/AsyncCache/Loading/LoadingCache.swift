@@ -74,15 +74,16 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   /// Returns the value for `key` from the first layer that has it, or loads it.
   ///
-  /// Safe from any context. A hit in the top ``MemoryLayer`` never suspends: it costs one
-  /// hash and one uncontended lock. A miss joins or starts the key's load (see the type's
-  /// documentation for coalescing and cancellation).
+  /// Safe from any context. A hit in the top ``MemoryLayer`` never suspends and never leaves
+  /// the caller's executor (the method is `nonisolated(nonsending)`, so a caller on the main
+  /// actor stays there): it costs one hash and one uncontended lock. A miss joins or starts the
+  /// key's load (see the type's documentation for coalescing and cancellation).
   ///
   /// - Throws: The origin's error; ``AsyncCacheError/Code/layerFailure`` when a layer whose
   ///   policy is ``LayerFailurePolicy/propagate`` fails; `CancellationError` when the calling
   ///   task is cancelled (the shared load goes on for the other requests).
   @inlinable
-  public func value(for key: Key) async throws -> Value {
+  public nonisolated(nonsending) func value(for key: Key) async throws -> Value {
     if let front, let value = front.value(for: key) { return value }
     return try await load(key)
   }
@@ -100,27 +101,43 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// Stores `value` for `key` in every layer; it wins over a load of `key` in flight.
   ///
   /// - Parameters:
+  ///   - value: The value to store.
+  ///   - key: Its key.
   ///   - timeToLive: How long the value lives; ``Configuration-swift.struct/timeToLive`` when `nil`.
-  /// - Throws: ``AsyncCacheError/Code/layerFailure`` (see ``CacheChain/insert(_:for:)``).
-  public func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) async throws {
-    inFlight.withLock { $0.detach(key) }
-    try await chain.insert(CacheEntry(value, expiresAt: expiry(timeToLive: timeToLive)), for: key)
+  /// - Throws: ``AsyncCacheError/Code/layerFailure`` (see ``CacheChain/insert(_:for:)-(CacheEntry<Value>,_)``).
+  public nonisolated(nonsending) func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) async throws {
+    let entry = CacheEntry(value, expiresAt: expiry(timeToLive: timeToLive))
+    try await writing(key) { try await chain.insert(entry, for: key) }
   }
 
   /// Removes `key` from every layer; a load of `key` in flight will not store its value.
   ///
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` (see ``CacheChain/removeValue(for:)``).
-  public func removeValue(for key: Key) async throws {
-    inFlight.withLock { $0.detach(key) }
-    try await chain.removeValue(for: key)
+  public nonisolated(nonsending) func removeValue(for key: Key) async throws {
+    try await writing(key) { try await chain.removeValue(for: key) }
   }
 
   /// Removes every entry from every layer; no load in flight will store its value.
   ///
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` (see ``CacheChain/removeAll()``).
-  public func removeAll() async throws {
-    inFlight.withLock { $0.detachAll() }
-    try await chain.removeAll()
+  public nonisolated(nonsending) func removeAll() async throws {
+    try await writing(nil) { try await chain.removeAll() }
+  }
+
+  /// Runs a write of `key` (of every key when `nil`) so that no request joins a load older
+  /// than the write once it returns. Loads in flight are made unjoinable before the write, and
+  /// again after it: a load that starts *during* the write is overtaken (it will not store what
+  /// it read), and it must not answer the requests that come after the write either.
+  private nonisolated(nonsending) func writing(_ key: Key?, _ write: () async throws -> Void) async throws {
+    detach(key)
+    defer { detach(key) }
+    try await write()
+  }
+
+  private func detach(_ key: Key?) {
+    inFlight.withLock { state in
+      if let key { state.detach(key) } else { state.detachAll() }
+    }
   }
 
   // MARK: Introspection
@@ -159,7 +176,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   /// Joins the load of `key` in flight or starts one, and waits for it.
   @usableFromInline
-  func load(_ key: Key) async throws -> Value {
+  nonisolated(nonsending) func load(_ key: Key) async throws -> Value {
     let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
     if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
       // A request escalated while it waits raises its load's priority too.
@@ -175,39 +192,45 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     }
   }
 
-  private func wait(for key: Key, as waiter: UInt64) async throws -> Value {
-    let priority = Task.currentPriority
-    return try await withTaskCancellationHandler {
+  private nonisolated(nonsending) func wait(for key: Key, as waiter: UInt64) async throws -> Value {
+    try await withTaskCancellationHandler {
       try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, any Error>) in
         // Decided under the lock: the cancellation flag is set before `onCancel` runs, so
         // either this sees it and never joins, or `onCancel` finds the waiter.
-        let escalation = inFlight.withLock { state -> (cancelled: Bool, task: Task<Void, Never>?) in
-          if Task.isCancelled { return (true, nil) }
+        let escalation = inFlight.withLock {
+          state -> (cancelled: Bool, task: Task<Void, Never>?, priority: TaskPriority) in
+          // Read under the lock: an escalation after this finds the waiter registered.
+          let priority = Task.currentPriority
+          if Task.isCancelled { return (true, nil, priority) }
           switch state.join(key, waiter: waiter, continuation: continuation, priority: priority) {
           case .joined(let task):
-            return (false, task)
+            return (false, task, priority)
           case .started(let id):
             let token = chain.coordinator.beginRead(key)
-            // Detached: the load is shared, so it must not inherit the first request's task-locals.
-            let task = Task.detached(priority: priority) { await self.run(id, key: key, token: token) }
+            // An unstructured task: it is shared, so it must not be cancelled with the request that
+            // started it, but it inherits that request's task-local values (tracing context, the
+            // current test), as single-flight loads conventionally run in the first caller's context.
+            let task = Task(priority: priority) { await self.run(id, key: key, token: token) }
             state.attach(task, token: token, to: id)
-            return (false, nil)
+            return (false, nil, priority)
           }
         }
         if escalation.cancelled {
           continuation.resume(throwing: CancellationError())
         } else if let task = escalation.task {
-          Self.escalate(task, to: priority)
+          Self.escalate(task, to: escalation.priority)
         }
       }
     } onCancel: {
-      let (continuation, abandoned) = inFlight.withLock { $0.cancel(waiter: waiter) }
-      continuation?.resume(throwing: CancellationError())
-      if let abandoned {
-        // A late value of an abandoned load must not be stored: a fresh load may follow.
-        if let token = abandoned.token { chain.coordinator.overtake(token) }
-        abandoned.task?.cancel()
+      let (continuation, abandoned) = inFlight.withLock { state in
+        let (continuation, abandoned) = state.cancel(waiter: waiter)
+        // A late value of an abandoned load must not be stored: a fresh load may follow. Marked
+        // under the lock, so no later request can start that fresh load before it is marked.
+        if let token = abandoned?.token { chain.coordinator.overtake(token) }
+        return (continuation, abandoned)
       }
+      continuation?.resume(throwing: CancellationError())
+      abandoned?.task?.cancel()
     }
   }
 

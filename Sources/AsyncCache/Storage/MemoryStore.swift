@@ -107,8 +107,12 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     self.segmentMask = segmentCount - 1
   }
 
+  /// The segment of a hash: its top byte (at most 256 segments), independent of the low 32 bits
+  /// the segment's index uses, on 64-bit and 32-bit platforms alike.
   @inlinable
-  func segmentIndex(for hash: Int) -> Int { (hash >> 32) & segmentMask }
+  func segmentIndex(for hash: Int) -> Int {
+    Int(truncatingIfNeeded: UInt(bitPattern: hash) >> UInt(Int.bitWidth - 8)) & segmentMask
+  }
 
   // MARK: Reading
 
@@ -345,25 +349,40 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     case .critical:
       removeAll(countingAs: .memoryPressure)
     case .warning:
-      // Each segment keeps its share of the target, so the trim is spread evenly.
-      let countTarget = Double(Swift.min(countLimit, entryCount.load(ordering: .relaxed))) * trimFraction
-      let costTarget = Double(Swift.min(costLimit, entryCost.load(ordering: .relaxed))) * trimFraction
-      let share = 1 / Double(segments.count)
-      for index in 0..<segments.count {
-        var released: [Node] = []
-        segments.withLock(index) { segment in
-          let keepCount = Int((countTarget * share).rounded(.down))
-          let keepCost = Int((costTarget * share).rounded(.down))
-          while segment.count > keepCount || segment.totalCost > keepCost,
-            let node = segment.removeLeastRecentlyUsed()
-          {
-            segment.evictions[.memoryPressure] &+= 1
-            account(removed: node)
-            released.append(node)
-          }
-          segment.shrinkIfSparse()
-        }
+      trim(toFraction: trimFraction)
+    }
+  }
+
+  /// Evicts least recently used entries until the totals are at most `fraction` of the
+  /// limits (or of the current totals, when smaller).
+  ///
+  /// The segments give up their least recently used entry in turn until the global totals
+  /// reach the target, so the trim is exact however the entries are spread (a small cache over
+  /// many segments is trimmed, not emptied) and approaches global LRU order. It evicts at most
+  /// as many entries as there were, even if other threads keep inserting.
+  func trim(toFraction fraction: Double) {
+    let countTarget = Int((Double(Swift.min(countLimit, count)) * fraction).rounded(.down))
+    let costTarget = Int((Double(Swift.min(costLimit, totalCost)) * fraction).rounded(.down))
+    var budget = count
+    var index = 0
+    var emptyInARow = 0
+    while budget > 0, emptyInARow < segments.count, count > countTarget || totalCost > costTarget {
+      let node = segments.withLock(index) { segment -> Node? in
+        guard let node = segment.removeLeastRecentlyUsed() else { return nil }
+        segment.evictions[.memoryPressure] &+= 1
+        return node
       }
+      if let node {
+        account(removed: node)
+        budget -= 1
+        emptyInARow = 0
+      } else {
+        emptyInARow += 1
+      }
+      index = (index &+ 1) & segmentMask
+    }
+    for index in 0..<segments.count {
+      segments.withLock(index) { $0.shrinkIfSparse() }
     }
   }
 

@@ -6,17 +6,32 @@ import Testing
 @Suite struct WriteCoordinatorStateMachineTests {
   typealias Machine = WriteCoordinatorStateMachine<String, Int>
 
-  @Test func aWriteOvertakesReadsInProgressButNotItsExemptOne() {
+  /// The writer of an `.acquired` or `.queued` request.
+  func writer(_ request: Machine.Request) -> UInt64 {
+    switch request {
+    case .acquired(let writer), .queued(let writer): return writer
+    case .overtaken:
+      Issue.record("unexpected .overtaken")
+      return 0
+    }
+  }
+
+  func isAcquired(_ request: Machine.Request) -> Bool {
+    if case .acquired = request { return true }
+    return false
+  }
+
+  @Test func aWriteOvertakesReadsInProgressButNotTheCommittingOne() {
     var machine = Machine()
     let a = machine.beginRead("k")
     let b = machine.beginRead("k")
     let other = machine.beginRead("other")
-    let result1 = machine.requestCommit("k", id: b)
-    #expect(result1 == .acquired)
+    let commit = machine.requestCommit("k", reader: b)
+    #expect(isAcquired(commit))
     #expect(machine.isOvertaken("k", id: a))
     #expect(!machine.isOvertaken("k", id: b))
     #expect(!machine.isOvertaken("other", id: other))
-    _ = machine.releaseWrite("k")
+    _ = machine.releaseWrite("k", writer: writer(commit))
     machine.endRead("k", id: a)
     machine.endRead("k", id: b)
     machine.endRead("other", id: other)
@@ -25,110 +40,120 @@ import Testing
 
   @Test func aReadStartedWhileAWriteIsPendingIsOvertakenFromTheStart() {
     var machine = Machine()
-    let result2 = machine.requestWrite("k")
-    #expect(result2)
+    let write = machine.requestWrite("k")
     let read = machine.beginRead("k")
     #expect(machine.isOvertaken("k", id: read))
-    _ = machine.releaseWrite("k")
+    _ = machine.releaseWrite("k", writer: writer(write))
     let later = machine.beginRead("k")
     #expect(!machine.isOvertaken("k", id: later))
   }
 
   @Test func writersOfOneKeyAreServedFirstComeFirstServed() {
     var machine = Machine()
-    let result3 = machine.requestWrite("k")
-    #expect(result3)
-    let result4 = machine.requestWrite("k")
-    #expect(!result4)
-    let result5 = machine.enqueue("k", id: 1, continuation: 1)
-    #expect(result5 == nil)
-    let result6 = machine.requestWrite("k")
-    #expect(!result6)
-    let result7 = machine.enqueue("k", id: 2, continuation: 2)
-    #expect(result7 == nil)
+    let first = machine.requestWrite("k")
+    let second = machine.requestWrite("k")
+    let third = machine.requestWrite("k")
+    #expect(isAcquired(first) && !isAcquired(second) && !isAcquired(third))
+    #expect(machine.attach("k", writer: writer(second), continuation: 2) == .wait)
+    #expect(machine.attach("k", writer: writer(third), continuation: 3) == .wait)
     #expect(machine.queuedWriterCount(for: "k") == 2)
-    let result8 = machine.requestWrite("other")
-    #expect(result8, "other keys are independent")
-    let result9 = machine.releaseWrite("k")
-    #expect(result9 == [1])
-    let result10 = machine.releaseWrite("k")
-    #expect(result10 == [2])
-    let result11 = machine.releaseWrite("k")
-    #expect(result11 == [])
-    _ = machine.releaseWrite("other")
+    let other = machine.requestWrite("other")
+    #expect(isAcquired(other), "other keys are independent")
+    #expect(machine.releaseWrite("k", writer: writer(first)) == [2])
+    #expect(machine.releaseWrite("k", writer: writer(second)) == [3])
+    #expect(machine.releaseWrite("k", writer: writer(third)) == [])
+    _ = machine.releaseWrite("other", writer: writer(other))
     #expect(machine.isIdle)
   }
 
-  @Test func aCancelledWaitingWriterLeavesTheQueue() {
+  /// Regression: a writer refused at once, queued only after it suspended, could be handed a key
+  /// freed in between without overtaking a read that began in that gap; the read could then
+  /// back-fill its older value over the completed write.
+  @Test func aWriterIsQueuedWhenItAsksSoNoReadSlipsInUnnoticed() {
     var machine = Machine()
-    let result12 = machine.requestWrite("k")
-    #expect(result12)
-    _ = machine.requestWrite("k")
-    _ = machine.enqueue("k", id: 1, continuation: 1)
-    _ = machine.requestWrite("k")
-    _ = machine.enqueue("k", id: 2, continuation: 2)
-    let result13 = machine.cancelWaiting("k", id: 1)
-    #expect(result13 == 1)
-    let result14 = machine.cancelWaiting("k", id: 1)
-    #expect(result14 == nil, "cancelling twice finds nothing")
-    let result15 = machine.releaseWrite("k")
-    #expect(result15 == [2])
-    _ = machine.releaseWrite("k")
+    let first = machine.requestWrite("k")
+    let second = machine.requestWrite("k")  // queued now, before its task suspends
+    #expect(machine.releaseWrite("k", writer: writer(first)) == [], "handed over, not yet attached")
+    let read = machine.beginRead("k")
+    #expect(machine.isOvertaken("k", id: read), "a read that starts while a writer holds the key is overtaken")
+    #expect(machine.attach("k", writer: writer(second), continuation: 2) == .proceed)
+    _ = machine.releaseWrite("k", writer: writer(second))
+    machine.endRead("k", id: read)
     #expect(machine.isIdle)
   }
 
-  @Test func aKeyFreedBeforeQueueingIsGrantedAtOnce() {
+  @Test func aCancelledQueuedWriterLeavesTheQueue() {
     var machine = Machine()
-    let result16 = machine.requestWrite("k")
-    #expect(result16)
-    let result17 = machine.requestWrite("k")
-    #expect(!result17)
-    _ = machine.releaseWrite("k")
-    let result18 = machine.enqueue("k", id: 1, continuation: 1)
-    #expect(result18 == 1)
-    _ = machine.releaseWrite("k")
+    let first = machine.requestWrite("k")
+    let second = machine.requestWrite("k")
+    let third = machine.requestWrite("k")
+    _ = machine.attach("k", writer: writer(second), continuation: 2)
+    _ = machine.attach("k", writer: writer(third), continuation: 3)
+    let cancelled = machine.cancel("k", writer: writer(second))
+    #expect(cancelled.cancelled == 2 && cancelled.granted.isEmpty)
+    let again = machine.cancel("k", writer: writer(second))
+    #expect(again.cancelled == nil, "cancelling twice finds nothing")
+    #expect(machine.releaseWrite("k", writer: writer(first)) == [3])
+    _ = machine.releaseWrite("k", writer: writer(third))
+    #expect(machine.isIdle)
+  }
+
+  @Test func aWriterCancelledAfterBeingHandedTheKeyGivesItBack() {
+    var machine = Machine()
+    let first = machine.requestWrite("k")
+    let second = machine.requestWrite("k")
+    let third = machine.requestWrite("k")
+    _ = machine.attach("k", writer: writer(third), continuation: 3)
+    _ = machine.releaseWrite("k", writer: writer(first))  // handed to `second`, not yet attached
+    let cancelled = machine.cancel("k", writer: writer(second))
+    #expect(cancelled.cancelled == nil && cancelled.granted == [3], "the key goes on to the next writer")
+    #expect(machine.attach("k", writer: writer(second), continuation: 2) == .cancelled)
+    _ = machine.releaseWrite("k", writer: writer(third))
+    #expect(machine.isIdle)
+  }
+
+  @Test func cancellingARunningWriterChangesNothing() {
+    var machine = Machine()
+    let write = machine.requestWrite("k")
+    let cancelled = machine.cancel("k", writer: writer(write))
+    #expect(cancelled.cancelled == nil && cancelled.granted.isEmpty)
+    _ = machine.releaseWrite("k", writer: writer(write))
     #expect(machine.isIdle)
   }
 
   @Test func aGlobalWriteWaitsForKeyWritersAndHoldsBackNewOnes() {
     var machine = Machine()
     let read = machine.beginRead("x")
-    let result19 = machine.requestWrite("a")
-    #expect(result19)
-    let result20 = machine.requestGlobalWrite()
-    #expect(!result20)
+    let a = machine.requestWrite("a")
+    let global = machine.requestGlobalWrite()
+    #expect(!isAcquired(global))
     #expect(machine.isOvertaken("x", id: read), "a global write overtakes every read")
-    let result21 = machine.enqueueGlobal(id: 10, continuation: 10)
-    #expect(result21 == nil)
-    // A writer arriving now waits behind the global writer.
-    let result22 = machine.requestWrite("b")
-    #expect(!result22)
-    let result23 = machine.enqueue("b", id: 11, continuation: 11)
-    #expect(result23 == nil)
-    let result24 = machine.releaseWrite("a")
-    #expect(result24 == [10], "the last key writer hands over to the global writer")
-    let result25 = machine.releaseGlobalWrite()
-    #expect(result25 == [11], "the global writer hands over to the held-back writers")
-    _ = machine.releaseWrite("b")
+    #expect(machine.attachGlobal(writer: writer(global), continuation: 10) == .wait)
+    let b = machine.requestWrite("b")
+    #expect(!isAcquired(b), "a writer arriving now waits behind the global writer")
+    #expect(machine.attach("b", writer: writer(b), continuation: 11) == .wait)
+    let lateRead = machine.beginRead("y")
+    #expect(machine.isOvertaken("y", id: lateRead), "reads starting while a global write is pending are overtaken")
+    #expect(machine.releaseWrite("a", writer: writer(a)) == [10], "the last key writer hands over to the global one")
+    #expect(machine.releaseGlobalWrite(writer: writer(global)) == [11], "then the held-back writers go")
+    _ = machine.releaseWrite("b", writer: writer(b))
     machine.endRead("x", id: read)
+    machine.endRead("y", id: lateRead)
     #expect(machine.isIdle)
   }
 
   @Test func cancellingTheGlobalWaiterReleasesTheWritersItHeldBack() {
     var machine = Machine()
-    let result26 = machine.requestWrite("a")
-    #expect(result26)
-    let result27 = machine.requestGlobalWrite()
-    #expect(!result27)
-    _ = machine.enqueueGlobal(id: 1, continuation: 1)
-    let result28 = machine.requestWrite("b")
-    #expect(!result28)
-    _ = machine.enqueue("b", id: 2, continuation: 2)
-    let (cancelled, granted) = machine.cancelGlobalWaiting(id: 1)
-    #expect(cancelled == 1)
-    #expect(granted == [2])
-    _ = machine.releaseWrite("a")
-    _ = machine.releaseWrite("b")
+    let a = machine.requestWrite("a")
+    let global = machine.requestGlobalWrite()
+    _ = machine.attachGlobal(writer: writer(global), continuation: 1)
+    let b = machine.requestWrite("b")
+    _ = machine.attach("b", writer: writer(b), continuation: 2)
+    let cancelled = machine.cancelGlobal(writer: writer(global))
+    #expect(cancelled.cancelled == 1)
+    #expect(cancelled.granted == [2])
+    _ = machine.releaseWrite("a", writer: writer(a))
+    _ = machine.releaseWrite("b", writer: writer(b))
     #expect(machine.isIdle)
   }
 
@@ -138,14 +163,11 @@ import Testing
     var machine = Machine()
     let old = machine.beginRead("k")
     let removal = machine.requestWrite("k")
-    #expect(removal)
-    _ = machine.releaseWrite("k")
+    _ = machine.releaseWrite("k", writer: writer(removal))
     let fresh = machine.beginRead("k")
-    let oldCommit = machine.requestCommit("k", id: old)
-    #expect(oldCommit == .overtaken)
+    #expect(machine.requestCommit("k", reader: old) == .overtaken)
     #expect(!machine.isOvertaken("k", id: fresh))
-    let freshCommit = machine.requestCommit("k", id: fresh)
-    #expect(freshCommit == .acquired)
+    #expect(isAcquired(machine.requestCommit("k", reader: fresh)))
   }
 
   @Test func unknownReadsCountAsOvertaken() {

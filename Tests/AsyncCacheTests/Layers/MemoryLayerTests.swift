@@ -203,6 +203,20 @@ import Testing
     #expect(memory.invariantViolations.isEmpty)
   }
 
+  /// Regression: each segment kept an equal share of the target, rounded down, so a small
+  /// cache spread over many segments was emptied by a warning.
+  @Test(arguments: [1, 4, 32, 256])
+  func warningTrimsToTheFractionWhateverTheSegments(segments: Int) async throws {
+    let memory = try MemoryLayer<Int, Int>(
+      configuration: .init(countLimit: 10_000, cost: { $0 % 7 }, warningTrimFraction: 0.5, segmentCount: segments)
+    )
+    for key in 0..<40 { try memory.insert(key, for: key) }
+    await memory.handleMemoryPressure(.warning)
+    #expect(memory.count <= 20 && memory.count >= 15, "kept \(memory.count) of 40")
+    #expect(memory.totalCost <= (0..<40).reduce(0) { $0 + $1 % 7 } / 2)
+    #expect(memory.invariantViolations.isEmpty)
+  }
+
   /// Regression: in `async` code Swift prefers an `async` overload, so a synchronous
   /// `handleMemoryPressure` on the concrete type lost to the protocol's do-nothing default.
   @Test func memoryPressureCalledOnTheConcreteTypeInAsyncCodeIsHandled() async throws {

@@ -275,6 +275,57 @@ import Testing
     #expect(disk.storedEntries["k"] == CacheEntry(10))
   }
 
+  /// Regression: loads were made unjoinable only before a write, so a load that started during
+  /// a removal (overtaken: it stores nothing) still answered requests made after the removal
+  /// returned, with the removed value.
+  @Test func aRequestAfterARemovalDoesNotJoinALoadStartedDuringIt() async throws {
+    let disk = FakeLayer<String, Int>()
+    disk.seed(CacheEntry(1), for: "k")
+    let origin = GatedFetcher<String, Int> { _ in 2 }
+    origin.open()
+    let cache = try cache(origin: origin, below: [disk])
+    disk.hold(.remove)
+    let removal = Task { try await cache.removeValue(for: "k") }
+    await disk.waitForHeld(1, .remove)
+    disk.hold(.lookup, phase: .afterApplying)  // the lookup reads 1, then waits
+    let during = Task { try await cache.value(for: "k") }
+    await disk.waitForHeld(1, .lookup)
+    disk.release(.remove)
+    try await removal.value
+
+    let after = Task { try await cache.value(for: "k") }
+    await cache.waitForWaiters(1, for: "k")
+    disk.release(.lookup)
+    #expect(try await during.value == 1, "a request made during the removal may see the old value")
+    #expect(try await after.value == 2, "a request made after it must not")
+  }
+
+  @Test func aRequestAfterAnInsertDoesNotJoinALoadStartedDuringIt() async throws {
+    let disk = FakeLayer<String, Int>()
+    disk.seed(CacheEntry(1), for: "k")
+    let cache = try LoadingCache(layers: [disk], origin: UnimplementedFetcher<String, Int>())
+    disk.hold(.insert)
+    let insert = Task { try await cache.insert(5, for: "k") }
+    await disk.waitForHeld(1, .insert)
+    disk.hold(.lookup, phase: .afterApplying)
+    let during = Task { try await cache.value(for: "k") }
+    await disk.waitForHeld(1, .lookup)
+    disk.release(.insert)
+    try await insert.value
+    let after = Task { try await cache.value(for: "k") }
+    await cache.waitForWaiters(1, for: "k")
+    disk.release(.lookup)
+    #expect(try await during.value == 1)
+    #expect(try await after.value == 5)
+  }
+
+  @Test func theLoadRunsWithTheTaskLocalValuesOfTheRequestThatStartedIt() async throws {
+    let origin = ClosureFetcher<String, String> { _ in RequestContext.name }
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
+    let value = try await RequestContext.$name.withValue("first") { try await cache.value(for: "k") }
+    #expect(value == "first")
+  }
+
   @Test func removeAllDuringALoadWins() async throws {
     let origin = GatedFetcher<String, Int> { _ in 0 }
     let cache = try cache(origin: origin)
@@ -317,6 +368,10 @@ import Testing
     let priority = try #require(origin.releasedPriorities(for: "k").first)
     #expect(priority >= .high)
   }
+}
+
+enum RequestContext {
+  @TaskLocal static var name = "none"
 }
 
 /// An origin that ignores cancellation: each call waits until the test finishes it.

@@ -1,0 +1,127 @@
+import AsyncCache
+import Synchronization
+
+/// A slow catalogue service: the origin the demo caches.
+final class CatalogueService: AsyncFetcher, Sendable {
+  struct NotFound: Error, CustomStringConvertible {
+    var id: Int
+    var description: String { "product \(id) not found" }
+  }
+
+  let latency: Duration
+  let calls = Atomic<Int>(0)
+
+  init(latency: Duration) { self.latency = latency }
+
+  func fetch(_ id: Int) async throws -> String {
+    calls.wrappingAdd(1, ordering: .relaxed)
+    try await Task.sleep(for: latency)
+    if id == 404 { throw NotFound(id: id) }
+    return "Product #\(id)"
+  }
+
+  var callCount: Int { calls.load(ordering: .relaxed) }
+}
+
+@main
+struct Demo {
+  static func main() async throws {
+    let service = CatalogueService(latency: .milliseconds(150))
+    let memory = try MemoryLayer<Int, String>(configuration: .init(countLimit: 1_000))
+    let catalogue = try LoadingCache(layers: [memory], origin: service)
+    let clock = ContinuousClock()
+
+    print("swift-async-cache demo: a memory layer in front of an origin that takes 150 ms per call\n")
+
+    // 1. Coalescing: many concurrent requests for one key, one origin call.
+    var elapsed = try await clock.measure {
+      try await withThrowingTaskGroup(of: String.self) { group in
+        for _ in 0..<100 { group.addTask { try await catalogue.value(for: 7) } }
+        try await group.waitForAll()
+      }
+    }
+    report("100 concurrent requests for product 7", elapsed, calls: service.callCount)
+
+    // 2. Hits: served from memory, synchronously, without the origin.
+    var before = service.callCount
+    elapsed = try await clock.measure {
+      for _ in 0..<100_000 { _ = try await catalogue.value(for: 7) }
+    }
+    report("100,000 more requests for product 7", elapsed, calls: service.callCount - before)
+
+    // 3. Many tasks, many keys: one load per key, more keys than the memory layer holds.
+    before = service.callCount
+    elapsed = try await clock.measure {
+      try await withThrowingTaskGroup(of: Void.self) { group in
+        for task in 0..<8 {
+          group.addTask {
+            for request in 0..<125 { _ = try await catalogue.value(for: 100 + (task * 7 + request) % 50) }
+          }
+        }
+        try await group.waitForAll()
+      }
+    }
+    report("1,000 requests from 8 tasks over 50 products", elapsed, calls: service.callCount - before)
+
+    // 4. Cancellation: the cancelled request leaves at once and alone.
+    before = service.callCount
+    let requests = (0..<3).map { _ in Task { try await catalogue.value(for: 99) } }
+    try await Task.sleep(for: .milliseconds(20))  // let them join the load
+    let cancelledAt = clock.now
+    requests[0].cancel()
+    let cancelled = await requests[0].result
+    let cancelledAfter = cancelledAt.duration(to: clock.now)
+    let others = try await [requests[1].value, requests[2].value]
+    print(
+      "  3 requests for product 99, the first cancelled: it ended after \(format(cancelledAfter)) with "
+        + "\(cancelled.errorDescription); the others got \"\(others[0])\"; origin calls: \(service.callCount - before)"
+    )
+
+    // 5. Errors reach every waiter and are not stored: the next request tries again.
+    before = service.callCount
+    let failures = await withTaskGroup(of: Bool.self) { group in
+      for _ in 0..<5 { group.addTask { (try? await catalogue.value(for: 404)) == nil } }
+      var failed = 0
+      for await didFail in group where didFail { failed += 1 }
+      return failed
+    }
+    let retried = (try? await catalogue.value(for: 404)) == nil
+    print(
+      "  5 concurrent requests for missing product 404: \(failures) failed with the origin's error; "
+        + "a later request failed again: \(retried); origin calls: \(service.callCount - before)"
+    )
+
+    let layer = memory.statistics
+    let loads = catalogue.statistics
+    print(
+      """
+
+      Statistics
+        memory layer: \(layer.count) entries, \(layer.hits) hits, \(layer.misses) misses, \
+      \(layer.evictions.total) evictions
+        loads: \(loads.loads) started, \(loads.coalescedRequests) requests joined one in flight, \
+      \(loads.loadFailures) failed, \(loads.cancelledRequests) requests cancelled
+        origin calls in all: \(service.callCount)
+      """
+    )
+  }
+
+  static func report(_ what: String, _ elapsed: Duration, calls: Int) {
+    print("  \(what): \(format(elapsed)), origin calls: \(calls)")
+  }
+
+  static func format(_ duration: Duration) -> String {
+    let milliseconds = Double(duration.components.seconds) * 1e3 + Double(duration.components.attoseconds) / 1e15
+    if milliseconds < 1 { return "\((milliseconds * 1000).rounded() / 1000) ms" }
+    return "\(Int(milliseconds.rounded())) ms"
+  }
+}
+
+extension Result {
+  var errorDescription: String {
+    switch self {
+    case .success: "no error"
+    case .failure(let error): error is CancellationError ? "CancellationError" : "\(error)"
+    }
+  }
+}

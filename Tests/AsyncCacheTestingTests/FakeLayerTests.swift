@@ -1,0 +1,70 @@
+import AsyncCache
+import AsyncCacheTesting
+import Testing
+
+@Suite struct FakeLayerTests {
+  struct Broken: Error, Equatable {}
+
+  @Test func itStoresEntriesAndExpiresThemByItsClock() async throws {
+    let clock = ManualClock()
+    let layer = FakeLayer<String, Int>(clock: clock)
+    try await layer.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(5))), for: "a")
+    #expect(try await layer.entry(for: "a")?.value == 1)
+    clock.advance(by: .seconds(5))
+    #expect(try await layer.entry(for: "a") == nil)
+    #expect(layer.storedEntries.isEmpty)
+  }
+
+  @Test func scriptedFaultsThrowTheGivenNumberOfTimes() async throws {
+    let layer = FakeLayer<String, Int>()
+    layer.fail(.insert, with: Broken(), times: 2)
+    await #expect(throws: Broken.self) { try await layer.insert(CacheEntry(1), for: "a") }
+    await #expect(throws: Broken.self) { try await layer.insert(CacheEntry(1), for: "a") }
+    try await layer.insert(CacheEntry(1), for: "a")
+    #expect(layer.callCount(.insert) == 3)
+    layer.fail(.lookup, with: Broken())
+    await #expect(throws: Broken.self) { try await layer.entry(for: "a") }
+    layer.stopFailing()
+    #expect(try await layer.entry(for: "a")?.value == 1)
+  }
+
+  @Test func aLookupHeldBeforeApplyingReadsTheClockWhenItApplies() async throws {
+    let clock = ManualClock()
+    let layer = FakeLayer<String, Int>(clock: clock)
+    layer.seed(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(1))), for: "a")
+    layer.hold(.lookup)
+    let lookup = Task { try await layer.entry(for: "a") }
+    await layer.waitForHeld(1, .lookup)
+    clock.advance(by: .seconds(5))
+    layer.release(.lookup)
+    #expect(try await lookup.value == nil, "the entry expired while the lookup was held")
+  }
+
+  @Test func failingZeroTimesDoesNotFail() async throws {
+    let layer = FakeLayer<String, Int>()
+    layer.fail(.lookup, with: Broken(), times: 0)
+    #expect(try await layer.entry(for: "a") == nil)
+  }
+
+  @Test func heldOperationsWaitForRelease() async throws {
+    let layer = FakeLayer<String, Int>()
+    layer.hold(.insert)
+    let insert = Task { try await layer.insert(CacheEntry(1), for: "a") }
+    await layer.waitForHeld(1, .insert)
+    #expect(layer.storedEntries["a"] == nil)
+    layer.release(.insert)
+    try await insert.value
+    #expect(layer.storedEntries["a"] == CacheEntry(1))
+  }
+
+  @Test func aLookupHeldAfterApplyingReturnsWhatItRead() async throws {
+    let layer = FakeLayer<String, Int>()
+    layer.seed(CacheEntry(1), for: "a")
+    layer.hold(.lookup, phase: .afterApplying)
+    let lookup = Task { try await layer.entry(for: "a") }
+    await layer.waitForHeld(1, .lookup)
+    layer.seed(CacheEntry(2), for: "a")
+    layer.release(.lookup)
+    #expect(try await lookup.value == CacheEntry(1))
+  }
+}

@@ -1,0 +1,112 @@
+import AsyncCacheTesting
+import Testing
+
+@testable import AsyncCache
+
+/// RELIABILITY row 16: many tasks, many keys, seeded random operations, invariants afterwards.
+///
+/// Each key has one owner task that alone writes it, so the owner can check its reads against a
+/// sequential model while every other task reads (and cancels reads of) the same keys:
+/// - an owner reads its own latest write (no lost update);
+/// - after an owner removes a key, no older write comes back (no resurrection);
+/// - any read returns the origin's value or a value the key's owner wrote;
+/// - afterwards the in-flight table and the write coordinator are empty and the memory layer's
+///   storage is sound (no unbounded growth, no leaked waiter).
+@Suite struct LoadingCacheStressTests {
+  static let taskCount = 8
+  static let keyCount = 96
+  static let operationsPerTask = 1200
+
+  /// A value encodes its key and a version: 0 comes from the origin, 1... from the key's owner.
+  static func encode(key: Int, version: Int) -> Int { key * 1_000_000 + version }
+  static func decode(_ value: Int) -> (key: Int, version: Int) { (value / 1_000_000, value % 1_000_000) }
+
+  @Test(arguments: [1, 2, 3] as [UInt64])
+  func randomOperationsFromManyTasksKeepEveryInvariant(seed: UInt64) async throws {
+    let memory = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 40, segmentCount: 4))
+    let disk = FakeLayer<Int, Int>()
+    let originCalls = Locked(0)
+    let origin = ClosureFetcher<Int, Int> { key in
+      let call = originCalls.withLock { calls in
+        calls += 1
+        return calls
+      }
+      await Task.yield()
+      if call % 7 == 0 { throw TestError("origin hiccup") }
+      return Self.encode(key: key, version: 0)
+    }
+    let cache = try LoadingCache(layers: [memory, disk], origin: origin)
+
+    try await withThrowingTaskGroup(of: Void.self) { group in
+      for task in 0..<Self.taskCount {
+        group.addTask {
+          try await Self.run(task: task, seed: seed, cache: cache)
+        }
+      }
+      try await group.waitForAll()
+    }
+
+    let statistics = cache.statistics
+    #expect(statistics.loadsInFlight == 0 && statistics.requestsWaiting == 0)
+    #expect(cache.inFlight.withLock { $0.isEmpty })
+    #expect(cache.chain.coordinator.isIdle)
+    #expect(memory.invariantViolations.isEmpty)
+    #expect(memory.count <= 40)
+    #expect(statistics.loads > 0 && statistics.cancelledRequests > 0 && statistics.loadFailures > 0)
+  }
+
+  static func run(task: Int, seed: UInt64, cache: LoadingCache<Int, Int>) async throws {
+    var random = SeededGenerator(seed: seed &* 1000 &+ UInt64(task))
+    let owned = Array(stride(from: task, to: keyCount, by: taskCount))
+    var version = 0
+    /// The owner's latest write per owned key; `.some(nil)` after a removal.
+    var written: [Int: Int?] = [:]
+
+    for step in 0..<operationsPerTask {
+      switch Int.random(in: 0..<100, using: &random) {
+      case 0..<20:
+        let key = owned.randomElement(using: &random)!
+        version += 1
+        let value = encode(key: key, version: version)
+        try await cache.insert(value, for: key)
+        written[key] = value
+        let readBack = try await cache.value(for: key)
+        #expect(readBack == value, "task \(task) step \(step): lost its own write of key \(key)")
+      case 20..<28:
+        let key = owned.randomElement(using: &random)!
+        try await cache.removeValue(for: key)
+        written[key] = .some(nil)
+        do {
+          let value = try await cache.value(for: key)
+          #expect(decode(value).version == 0, "task \(task) step \(step): key \(key) came back after removal")
+        } catch is TestError {
+          // The origin may fail; that is not a resurrection.
+        }
+      default:
+        let key = Int.random(in: 0..<keyCount, using: &random)
+        let cancel = Int.random(in: 0..<10, using: &random) == 0
+        let yields = Int.random(in: 0..<4, using: &random)
+        let read = Task { try await cache.value(for: key) }
+        if cancel {
+          // Cancel at varying points: before the request starts, while it waits, after it ends.
+          for _ in 0..<yields { await Task.yield() }
+          read.cancel()
+        }
+        switch await read.result {
+        case .success(let value):
+          let (valueKey, valueVersion) = decode(value)
+          #expect(valueKey == key, "task \(task) step \(step): key \(key) returned key \(valueKey)'s value")
+          if key % taskCount == task, let latest = written[key] {
+            // The owner reads either its latest write or, after a removal, the origin's value.
+            #expect(
+              value == latest ?? encode(key: key, version: 0), "task \(task) step \(step): stale read of key \(key)")
+          } else {
+            #expect(valueVersion >= 0)
+          }
+        case .failure(let error):
+          #expect(error is CancellationError || error is TestError, "unexpected \(error)")
+        }
+      }
+    }
+  }
+}
