@@ -1,56 +1,78 @@
-import AsyncCache
-import Synchronization
+import Foundation
 
-final class MutexDict: Sendable {
-  let m = Mutex<[Int: Int]>([:])
-  func get(_ k: Int) -> Int? { m.withLock { $0[k] } }
-  func set(_ k: Int, _ v: Int) { m.withLock { $0[k] = v } }
-}
-let n = 100_000
-let ops = 1_000_000
-var rng = SystemRandomNumberGenerator()
-let order = (0..<ops).map { _ in Int.random(in: 0..<n, using: &rng) }
-let md = MutexDict()
-for k in 0..<n { md.set(k, k) }
-let seg = Int(CommandLine.arguments.dropFirst().first ?? "0") ?? 0
-let ml = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 200_000, segmentCount: seg == 0 ? nil : seg))
-for k in 0..<n { try ml.insert(k, for: k) }
+// Measures the project and its baselines in one run and prints their ratios. See `Options.usage`.
 
-@inline(never) func runDict(_ o: ArraySlice<Int>) -> Int {
-  var s = 0
-  for k in o { s &+= md.get(k)! }
-  return s
+let arguments = Array(CommandLine.arguments.dropFirst())
+
+// A re-executed copy of this program measuring memory in a fresh process.
+if arguments.first == FootprintBenchmark.childFlag {
+  exit(FootprintBenchmark.runChild(Array(arguments.dropFirst())))
 }
-@inline(never) func runMem(_ o: ArraySlice<Int>) -> Int {
-  var s = 0
-  for k in o { s &+= ml.value(for: k)! }
-  return s
+
+let options: Options
+do {
+  options = try Options.parse(arguments)
+} catch {
+  FileHandle.standardError.write(Data("error: \(error)\n\n\(Options.usage)\n".utf8))
+  exit(2)
 }
-func time(_ f: () -> Int) -> Double {
-  let c = ContinuousClock()
-  var r = 0
-  let d = c.measure { r = f() }
-  precondition(r != 42)
-  return Double(d.components.attoseconds) / 1e9 + Double(d.components.seconds) * 1e9
+if options.showsHelp {
+  print(Options.usage)
+  exit(0)
 }
-for _ in 0..<3 {
-  let a = time { runDict(order[...]) } / Double(ops)
-  let b = time { runMem(order[...]) } / Double(ops)
-  print("1 task: dict \(a) ns, mem \(b) ns, ratio \(b/a)")
+
+let isDebugBuild = checkDebugBuild()
+let configuration = options.isQuick ? RunConfiguration.quick : .full
+let benchmarks = Benchmark.allCases.filter { options.filter.map($0.rawValue.contains) ?? true }
+
+if isDebugBuild {
+  print(
+    """
+    ******************************************************************************
+    WARNING: this is a DEBUG build. The numbers below mean nothing.
+    Build with: swift build -c release --product AsyncCacheBenchmarks
+    ******************************************************************************
+    """
+  )
 }
-func two(_ f: @escaping @Sendable (ArraySlice<Int>) -> Int) async -> Double {
-  let c = ContinuousClock()
-  let d = await c.measure {
-    await withTaskGroup(of: Int.self) { g in
-      g.addTask { f(order[...]) }
-      g.addTask { f(order[...]) }
-      for await _ in g {}
-    }
+print(
+  "AsyncCacheBenchmarks: \(isDebugBuild ? "DEBUG build (unoptimized)" : "optimized build"), "
+    + "\(ProcessInfo.processInfo.activeProcessorCount) processors, "
+    + (options.isQuick ? "QUICK run (smoke test: small sizes)" : "full run")
+    + ", median of \(configuration.repetitions) interleaved repetitions"
+)
+
+let clock = ContinuousClock()
+let start = clock.now
+var rows: [ResultRow] = []
+var failures: [String] = []
+for benchmark in benchmarks {
+  // Progress goes to standard error, so standard output holds only the report.
+  FileHandle.standardError.write(Data("running \(benchmark.rawValue)...\n".utf8))
+  do {
+    rows += try await benchmark.run(configuration)
+  } catch {
+    failures.append("\(benchmark.rawValue): \(error)")
   }
-  return (Double(d.components.attoseconds) / 1e9 + Double(d.components.seconds) * 1e9) / Double(2 * ops)
 }
-for _ in 0..<3 {
-  let a = await two { runDict($0) }
-  let b = await two { runMem($0) }
-  print("2 tasks: dict \(a) ns/op agg, mem \(b), ratio \(b/a)")
+
+print()
+print(renderTable(rows))
+print()
+let targets = rows.compactMap(\.passed)
+print("targets: \(targets.count { $0 }) met, \(targets.count { !$0 }) MISSED (reported, not enforced)")
+for failure in failures { print("FAILED \(failure)") }
+if let path = options.jsonPath {
+  do {
+    try writeJSON(rows, to: path)
+    print("results written to \(path)")
+  } catch {
+    failures.append("writing \(path): \(error)")
+    print("FAILED writing \(path): \(error)")
+  }
 }
+print(
+  "checksum \(checksumSink.load(ordering: .relaxed)); "
+    + "total \(format(start.duration(to: clock.now).nanoseconds / 1e9, decimals: 1)) s"
+)
+exit(failures.isEmpty ? 0 : 1)

@@ -19,6 +19,11 @@ public import AsyncCache
 /// }
 /// ```
 ///
+/// Releasing acts on the fetches held *at that moment*: a fetch that arrives later is held
+/// until the next release. So await ``waitForFetches(_:for:)`` before releasing. Knowing that
+/// requests wait for a load (`LoadingCache`) is not enough: the load may not have reached the
+/// origin yet. Use ``open()`` to let every fetch through, present and future.
+///
 /// It counts calls per key, counts fetches that saw their task cancelled (a cancelled fetch
 /// throws `CancellationError` at once), and records the priority each fetch ran at when it was
 /// released. Safe from any context.

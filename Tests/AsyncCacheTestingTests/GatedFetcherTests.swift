@@ -6,6 +6,7 @@ import Testing
   @Test func fetchesWaitUntilReleasedAndAreCounted() async throws {
     let origin = GatedFetcher<String, Int> { $0.count }
     let a = Task { try await origin.fetch("abc") }
+    await origin.waitForFetches(1)
     let b = Task { try await origin.fetch("de") }
     await origin.waitForFetches(2)
     #expect(origin.heldKeys == ["abc", "de"])

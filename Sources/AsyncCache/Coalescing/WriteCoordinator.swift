@@ -1,7 +1,14 @@
 /// A read registered with a ``WriteCoordinator``: it learns whether a write overtook it.
+@usableFromInline
 struct ReadToken<Key: Hashable & Sendable>: Sendable {
-  let key: Key
-  let id: UInt64
+  @usableFromInline let key: Key
+  @usableFromInline let id: UInt64
+
+  @usableFromInline
+  init(key: Key, id: UInt64) {
+    self.key = key
+    self.id = id
+  }
 }
 
 /// Orders the writes of a ``CacheChain`` per key and tells reads whether a write overtook them;

@@ -1,4 +1,4 @@
-import Synchronization  // Atomic
+public import Synchronization  // Atomic
 
 /// A cache that always answers: a ``CacheChain`` in front of an origin.
 ///
@@ -39,8 +39,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// The memory layer that answers hits synchronously, if the chain has one on top.
   @usableFromInline let front: MemoryLayer<Key, Value>?
 
-  let inFlight = Locked(InFlightLoadsStateMachine<Key, UnsafeContinuation<Value, any Error>>())
-  let nextWaiterID = Atomic<UInt64>(0)
+  @usableFromInline let inFlight = Locked(InFlightLoadsStateMachine<Key, UnsafeContinuation<Value, any Error>>())
+  @usableFromInline let nextWaiterID = Atomic<UInt64>(0)
 
   /// Creates a loading cache.
   ///
@@ -84,7 +84,9 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   ///   task is cancelled (the shared load goes on for the other requests).
   @inlinable
   public nonisolated(nonsending) func value(for key: Key) async throws -> Value {
-    if let front, let value = front.value(for: key) { return value }
+    // Optional chaining, not `if let front`: binding the reference would retain and release it
+    // on every hit, and a reference count shared by all callers bounces between cores.
+    if let value = front?.value(for: key) { return value }
     return try await load(key)
   }
 
@@ -152,7 +154,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         cancelledRequests: state.counters.cancelledWaiters,
         cancelledLoads: state.counters.cancelledLoads,
         loadsInFlight: state.loads.count,
-        requestsWaiting: state.waiterLoads.count
+        requestsWaiting: state.waiterCount
       )
     }
   }
@@ -174,8 +176,13 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   // MARK: Loading
 
+  // The path of a request that misses is inlinable, like the hit path, so that it is specialized
+  // for the caller's key and value types: unspecialized generic code costs metadata lookups and
+  // value-witness calls per request, which dominate when thousands of requests join one load.
+  // The work done once per load (`startLoad`, `run`) stays out of line.
+
   /// Joins the load of `key` in flight or starts one, and waits for it.
-  @usableFromInline
+  @inlinable
   nonisolated(nonsending) func load(_ key: Key) async throws -> Value {
     let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
     if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
@@ -183,7 +190,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       return try await withTaskPriorityEscalationHandler {
         try await self.wait(for: key, as: waiter)
       } onPriorityEscalated: { _, newPriority in
-        if let task = self.inFlight.withLock({ $0.escalate(waiter: waiter, to: newPriority) }) {
+        if let task = self.inFlight.withLock({ $0.escalate(waiter: waiter, key: key, to: newPriority) }) {
           Self.escalate(task, to: newPriority)
         }
       }
@@ -192,7 +199,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     }
   }
 
-  private nonisolated(nonsending) func wait(for key: Key, as waiter: UInt64) async throws -> Value {
+  @inlinable
+  nonisolated(nonsending) func wait(for key: Key, as waiter: UInt64) async throws -> Value {
     try await withTaskCancellationHandler {
       try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, any Error>) in
         // Decided under the lock: the cancellation flag is set before `onCancel` runs, so
@@ -206,11 +214,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
           case .joined(let task):
             return (false, task, priority)
           case .started(let id):
-            let token = chain.coordinator.beginRead(key)
-            // An unstructured task: it is shared, so it must not be cancelled with the request that
-            // started it, but it inherits that request's task-local values (tracing context, the
-            // current test), as single-flight loads conventionally run in the first caller's context.
-            let task = Task(priority: priority) { await self.run(id, key: key, token: token) }
+            let (task, token) = startLoad(id, key: key, priority: priority)
             state.attach(task, token: token, to: id)
             return (false, nil, priority)
           }
@@ -223,15 +227,33 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       }
     } onCancel: {
       let (continuation, abandoned) = inFlight.withLock { state in
-        let (continuation, abandoned) = state.cancel(waiter: waiter)
+        let (continuation, abandoned) = state.cancel(waiter: waiter, key: key)
         // A late value of an abandoned load must not be stored: a fresh load may follow. Marked
         // under the lock, so no later request can start that fresh load before it is marked.
-        if let token = abandoned?.token { chain.coordinator.overtake(token) }
+        if let token = abandoned?.token { overtake(token) }
         return (continuation, abandoned)
       }
       continuation?.resume(throwing: CancellationError())
       abandoned?.task?.cancel()
     }
+  }
+
+  /// Starts load `id` of `key`: registers its read with the chain and runs it in a task.
+  ///
+  /// An unstructured task: it is shared, so it must not be cancelled with the request that
+  /// started it, but it inherits that request's task-local values (tracing context, the current
+  /// test), as single-flight loads conventionally run in the first caller's context.
+  @usableFromInline
+  func startLoad(_ id: UInt64, key: Key, priority: TaskPriority) -> (Task<Void, Never>, ReadToken<Key>) {
+    let token = chain.coordinator.beginRead(key)
+    let task = Task(priority: priority) { await self.run(id, key: key, token: token) }
+    return (task, token)
+  }
+
+  /// Marks the read of an abandoned load as overtaken, so that a late value is not stored.
+  @usableFromInline
+  func overtake(_ token: ReadToken<Key>) {
+    chain.coordinator.overtake(token)
   }
 
   /// The body of load `id`: the layers below, then the origin; then answers the waiters.
@@ -272,7 +294,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     return configuration.clock.now.advanced(by: timeToLive)
   }
 
-  private static func escalate(_ task: Task<Void, Never>, to priority: TaskPriority) {
+  @usableFromInline
+  static func escalate(_ task: Task<Void, Never>, to priority: TaskPriority) {
     if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
       task.escalatePriority(to: priority)
     } else {

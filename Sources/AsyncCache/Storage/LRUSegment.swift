@@ -42,17 +42,19 @@ struct LRUSegment<Key: Hashable, Value>: ~Copyable {
   /// The absent link.
   @usableFromInline static var none: UInt32 { .max }
 
-  @usableFromInline var nodes: UnsafeMutablePointer<Node>
-  @usableFromInline var capacity: Int
-  @usableFromInline var count: Int
-  @usableFromInline var buckets: UnsafeMutablePointer<UInt64>
-  @usableFromInline var bucketMask: Int
+  // Field order is layout order: a hit writes `head` and `hits` and reads `nodes`, `buckets`
+  // and `bucketMask`, so these come first, on the cache line of the segment's lock.
   /// The most recently used node.
   @usableFromInline var head: UInt32
   /// The least recently used node.
   @usableFromInline var tail: UInt32
-  @usableFromInline var totalCost: Int
   @usableFromInline var hits: Int
+  @usableFromInline var nodes: UnsafeMutablePointer<Node>
+  @usableFromInline var buckets: UnsafeMutablePointer<UInt64>
+  @usableFromInline var bucketMask: Int
+  @usableFromInline var capacity: Int
+  @usableFromInline var count: Int
+  @usableFromInline var totalCost: Int
   @usableFromInline var misses: Int
   @usableFromInline var evictions: EvictionCounts
 

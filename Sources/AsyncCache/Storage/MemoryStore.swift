@@ -1,8 +1,8 @@
 public import Synchronization  // Atomic
 
-/// Segments laid out inline in one allocation: for each, its lock, then (on the next cache
-/// line) its ``LRUSegment``, padded so that no two segments share a cache line (or an
-/// adjacent-line prefetch pair).
+/// Segments laid out inline in one allocation: for each, its lock, then its ``LRUSegment``
+/// (whose hot fields share the lock's cache line), padded so that no two segments share a
+/// cache line (or an adjacent-line prefetch pair).
 ///
 /// Segments are reached through a raw pointer rather than an array of objects so that a
 /// lookup retains nothing: a reference count written by every hit would make cores fight over
@@ -19,8 +19,12 @@ final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable 
   @usableFromInline let count: Int
   @usableFromInline let stride: Int
 
-  /// Where a segment's state starts: the cache line after its lock.
-  @usableFromInline static var stateOffset: Int { (MemoryLayout<LockPrimitive>.size + 63) & ~63 }
+  /// Where a segment's state starts: right after its lock, so that the lock and the fields a hit
+  /// touches share a cache line (a hit from another core then moves one line, not two).
+  @usableFromInline static var stateOffset: Int {
+    let alignment = MemoryLayout<Segment>.alignment
+    return (MemoryLayout<LockPrimitive>.size + alignment - 1) & ~(alignment - 1)
+  }
 
   init(count: Int) {
     self.count = count

@@ -77,6 +77,7 @@ import Testing
     async let a = cache.value(for: "k")
     async let b = cache.value(for: "k")
     await cache.waitForWaiters(2, for: "k")
+    await origin.waitForFetches(1, for: "k")
     origin.release("k")
     #expect(try await [a, b] == [1, 1])
     #expect(origin.callCount == 1)
@@ -92,6 +93,7 @@ import Testing
     let cache = try cache(origin: origin)
     let requests = (0..<100).map { _ in Task { try await cache.value(for: "k") } }
     await cache.waitForWaiters(100, for: "k")
+    await origin.waitForFetches(1, for: "k")
     #expect(origin.callCount == 1)
     origin.release("k")
     for request in requests { #expect(try await request.value == 7) }
@@ -194,6 +196,7 @@ import Testing
     let cache = try cache(origin: origin)
     let waiters = (0..<3).map { _ in Task { try await cache.value(for: "k") } }
     await cache.waitForWaiters(3, for: "k")
+    await origin.waitForFetches(1, for: "k")
     origin.release("k", throwing: TestError("offline"))
     for waiter in waiters {
       let result = await waiter.result

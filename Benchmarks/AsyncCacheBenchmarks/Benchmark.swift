@@ -1,0 +1,23 @@
+/// Every benchmark, in the order a run performs them.
+enum Benchmark: String, CaseIterable {
+  case memoryHitOneTask = "memory.hit.1task"
+  case memoryHitTwoTasks = "memory.hit.2tasks"
+  case memoryZipfMixed = "memory.zipf.mixed"
+  case memoryScale = "memory.scale"
+  case memoryBytesPerEntry = "memory.bytesPerEntry"
+  case coalescingFanIn = "coalescing.fanIn"
+
+  /// Runs the benchmark and returns its rows, the project's first.
+  ///
+  /// - Throws: ``BenchmarkFailure`` when the benchmark's own correctness check fails.
+  func run(_ configuration: RunConfiguration) async throws -> [ResultRow] {
+    switch self {
+    case .memoryHitOneTask: try await MemoryBenchmarks.hitOneTask(configuration)
+    case .memoryHitTwoTasks: try await MemoryBenchmarks.hitTwoTasks(configuration)
+    case .memoryZipfMixed: try await MemoryBenchmarks.zipfMixed(configuration)
+    case .memoryScale: try await MemoryBenchmarks.scale(configuration)
+    case .memoryBytesPerEntry: try FootprintBenchmark.bytesPerEntry(configuration)
+    case .coalescingFanIn: try await CoalescingBenchmarks.fanIn(configuration)
+    }
+  }
+}

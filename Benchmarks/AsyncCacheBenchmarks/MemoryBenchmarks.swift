@@ -1,0 +1,445 @@
+import AsyncCache
+
+/// The hit, mixed-workload and scaling benchmarks of the memory layer, against the baselines.
+enum MemoryBenchmarks {
+  // MARK: memory.hit
+
+  /// `memory.hit.1task`: one task, every lookup a hit; through `LoadingCache.value(for:)`, whose
+  /// hit path is the memory layer's synchronous lookup.
+  static func hitOneTask(_ run: RunConfiguration) async throws -> [ResultRow] {
+    let fixture = try HitFixture(run)
+    let contenders = [
+      fixture.oneTask("LoadingCache") { [cache = fixture.cache] in try await sumOfValues(in: cache, for: $0) },
+      fixture.oneTask("MemoryLayer (direct)") { [memory = fixture.memory] in await sumOfValues(in: memory, for: $0) },
+      fixture.oneTask("Mutex-Dictionary") { [dictionary = fixture.mutexDictionary] in
+        await sumOfValues(in: dictionary, for: $0)
+      },
+      fixture.oneTask("actor-Dictionary") { [dictionary = fixture.actorDictionary] in
+        await sumOfValues(in: dictionary, for: $0)
+      },
+      fixture.oneTask("NSCache") { [nsCache = fixture.nsCache] in await sumOfValues(in: nsCache, for: $0) },
+    ]
+    let measurements = try await measureInterleaved(contenders, repetitions: run.repetitions)
+    try fixture.checkEveryLookupHit()
+    var rows = ResultRow.rows(
+      benchmark: Benchmark.memoryHitOneTask.rawValue,
+      measurements: measurements,
+      baseline: "Mutex-Dictionary",
+      target: .ratioAtMost(2),
+      notes: ["\(abbreviated(fixture.keys.count)) hits over \(abbreviated(run.hitKeyCount)) keys"]
+    )
+    rows.annotate("MemoryLayer (direct)", with: HitFixture.directNote)
+    return rows
+  }
+
+  /// `memory.hit.2tasks`: two tasks hit the same cache at once, each on its own rotation of the key
+  /// order; the figure is wall time over both tasks' lookups (aggregate throughput).
+  static func hitTwoTasks(_ run: RunConfiguration) async throws -> [ResultRow] {
+    let fixture = try HitFixture(run)
+    let overlaps = OverlapLog()
+    let contenders = [
+      fixture.twoTasks("LoadingCache", overlaps: overlaps) { [cache = fixture.cache] in
+        try await sumOfValues(in: cache, for: $0)
+      },
+      fixture.twoTasks("MemoryLayer (direct)", overlaps: overlaps) { [memory = fixture.memory] in
+        await sumOfValues(in: memory, for: $0)
+      },
+      fixture.twoTasks("Mutex-Dictionary", overlaps: overlaps) { [dictionary = fixture.mutexDictionary] in
+        await sumOfValues(in: dictionary, for: $0)
+      },
+      fixture.twoTasks("actor-Dictionary", overlaps: overlaps) { [dictionary = fixture.actorDictionary] in
+        await sumOfValues(in: dictionary, for: $0)
+      },
+    ]
+    let measurements = try await measureInterleaved(contenders, repetitions: run.repetitions)
+    try fixture.checkEveryLookupHit()
+    var rows = ResultRow.rows(
+      benchmark: Benchmark.memoryHitTwoTasks.rawValue,
+      measurements: measurements,
+      baseline: "Mutex-Dictionary",
+      target: .ratioAtMost(1),
+      notes: [
+        "2 tasks x \(abbreviated(fixture.keys.count)) hits; wall time / \(abbreviated(2 * fixture.keys.count))",
+        "tasks overlapped in >= \(format((overlaps.fractions.min() ?? 0) * 100, decimals: 0))% of each run",
+      ]
+    )
+    rows.annotate("MemoryLayer (direct)", with: HitFixture.directNote)
+    return rows
+  }
+
+  /// Runs `lookups` on `first` and on `second` in two concurrent child tasks. Returns the sum of
+  /// their results and the fraction of the wall time during which both ran.
+  private static func inTwoTasks(
+    _ first: [Int],
+    _ second: [Int],
+    _ lookups: @escaping @Sendable ([Int]) async throws -> Int
+  ) async throws -> (sum: Int, overlap: Double) {
+    typealias Span = (sum: Int, start: ContinuousClock.Instant, end: ContinuousClock.Instant)
+    let clock = ContinuousClock()
+    let spans = try await withThrowingTaskGroup(of: Span.self) { group in
+      for keys in [first, second] {
+        group.addTask {
+          let start = clock.now
+          let sum = try await lookups(keys)
+          return (sum, start, clock.now)
+        }
+      }
+      return try await group.reduce(into: [Span]()) { $0.append($1) }
+    }
+    let (one, other) = (spans[0], spans[1])
+    // Negative when the tasks ran one after the other.
+    let together = min(one.end, other.end) - max(one.start, other.start)
+    let span = max(one.end, other.end) - min(one.start, other.start)
+    return (one.sum &+ other.sum, span > .zero ? max(0, together / span) : 1)
+  }
+
+  /// The fraction of each two-task run during which both tasks ran. Two tasks do not always get
+  /// two threads at once; when they run one after the other, the run measures no contention.
+  private final class OverlapLog {
+    var fractions: [Double] = []
+  }
+
+  /// Caches holding the keys `0..<hitKeyCount` (value = key), and a pseudo-random lookup order.
+  private struct HitFixture {
+    static let directNote = "informational: the loading cache's layer, called directly"
+
+    /// The timed lookup order.
+    let keys: [Int]
+    /// The same order started half-way, for the second of two concurrent tasks.
+    let rotatedKeys: [Int]
+    /// Every key once: looked up untimed before each run (see ``Contender/prepare``).
+    let everyKey: [Int]
+    /// The sum of ``keys``: what one task's lookups must add up to.
+    let expectedSum: Int
+    /// The loading cache's only layer, also measured on its own to isolate the cache's overhead.
+    let memory: MemoryLayer<Int, Int>
+    let cache: LoadingCache<Int, Int>
+    let originCalls: CallCounter
+    let mutexDictionary = MutexDictionary()
+    let actorDictionary: ActorDictionary
+    let nsCache: BoxedNSCache
+
+    init(_ run: RunConfiguration) throws {
+      var generator = SplitMix64(seed: 1)
+      everyKey = Array(0..<run.hitKeyCount)
+      keys = .uniformDraws(from: everyKey, count: run.hitOperations, using: &generator)
+      rotatedKeys = keys.rotated(by: keys.count / 2)
+      expectedSum = keys.reduce(0, &+)
+      let memory = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 2 * run.hitKeyCount))
+      self.memory = memory
+      let originCalls = CallCounter()
+      self.originCalls = originCalls
+      cache = try LoadingCache(
+        layers: [memory],
+        origin: ClosureFetcher { (key: Int) async throws -> Int in
+          originCalls.record()
+          return key
+        }
+      )
+      nsCache = BoxedNSCache(keySpace: run.hitKeyCount)
+      var contents: [Int: Int] = [:]
+      for key in everyKey {
+        try memory.insert(key, for: key)
+        mutexDictionary.insert(key, for: key)
+        nsCache.insertKey(key)
+        contents[key] = key
+      }
+      actorDictionary = ActorDictionary(contents)
+    }
+
+    /// A contender that times `lookups` (which sums the values of the keys it is given) over
+    /// ``keys`` in the current task.
+    func oneTask(_ name: String, lookups: @escaping ([Int]) async throws -> Int) -> Contender {
+      let (keys, everyKey, expected) = (keys, everyKey, expectedSum)
+      return Contender(
+        name: name,
+        operations: keys.count,
+        prepare: { checksumSink.wrappingAdd(try await lookups(everyKey), ordering: .relaxed) },
+        run: { try await timed(expecting: expected) { try await lookups(keys) } }
+      )
+    }
+
+    /// A contender that times `lookups` over ``keys`` and ``rotatedKeys`` in two concurrent tasks,
+    /// recording in `overlaps` how much of each run the two tasks spent running together.
+    func twoTasks(
+      _ name: String,
+      overlaps: OverlapLog,
+      lookups: @escaping @Sendable ([Int]) async throws -> Int
+    ) -> Contender {
+      let (first, second, everyKey, expected) = (keys, rotatedKeys, everyKey, expectedSum &* 2)
+      return Contender(
+        name: name,
+        operations: first.count + second.count,
+        prepare: { checksumSink.wrappingAdd(try await lookups(everyKey), ordering: .relaxed) },
+        run: {
+          var overlap = 0.0
+          let elapsed = try await timed(expecting: expected) {
+            let (sum, fraction) = try await inTwoTasks(first, second, lookups)
+            overlap = fraction
+            return sum
+          }
+          overlaps.fractions.append(overlap)
+          return elapsed
+        }
+      )
+    }
+
+    /// Fails unless every lookup of the loading cache was a memory hit: a load would make the
+    /// benchmark measure the origin instead.
+    func checkEveryLookupHit() throws {
+      let loads = cache.statistics.loads
+      guard loads == 0, originCalls.count == 0 else {
+        throw BenchmarkFailure(
+          "the hit benchmark loaded \(loads) times and called the origin \(originCalls.count) times"
+        )
+      }
+    }
+  }
+
+  // MARK: memory.zipf.mixed
+
+  /// `memory.zipf.mixed`: 90% lookups and 10% inserts of keys drawn from Zipf(0.99), against
+  /// caches bounded to a tenth of the keys (and an unbounded dictionary, for throughput only).
+  ///
+  /// A lookup that misses counts as a miss and loads nothing. Every repetition replays the same
+  /// operations on the cache the previous one left, so after the warm-up the hit ratio is the
+  /// steady state's; the one reported is the last repetition's.
+  static func zipfMixed(_ run: RunConfiguration) async throws -> [ResultRow] {
+    let operations = mixedOperations(run)
+    let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: run.zipfCountLimit))
+    let nsCache = BoxedNSCache(keySpace: run.zipfKeyCount, countLimit: run.zipfCountLimit)
+    let mutexDictionary = MutexDictionary()
+    var tallies: [String: MixedTally] = [:]
+    var evictionsPerRun = 0
+    let contenders = [
+      Contender(name: "MemoryLayer", operations: operations.count) {
+        let evictionsBefore = layer.statistics.evictions.total
+        let elapsed = try await timed {
+          let tally = try runMixed(operations, on: layer)
+          tallies["MemoryLayer"] = tally
+          return tally.checksum
+        }
+        evictionsPerRun = layer.statistics.evictions.total - evictionsBefore
+        return elapsed
+      },
+      Contender(name: "NSCache", operations: operations.count) {
+        try await timed {
+          let tally = runMixed(operations, on: nsCache)
+          tallies["NSCache"] = tally
+          return tally.checksum
+        }
+      },
+      Contender(name: "Mutex-Dictionary", operations: operations.count) {
+        try await timed {
+          let tally = runMixed(operations, on: mutexDictionary)
+          tallies["Mutex-Dictionary"] = tally
+          return tally.checksum
+        }
+      },
+    ]
+    let measurements = try await measureInterleaved(contenders, repetitions: run.repetitions)
+    guard layer.count <= run.zipfCountLimit else {
+      throw BenchmarkFailure("the memory layer holds \(layer.count) entries over a limit of \(run.zipfCountLimit)")
+    }
+    guard let tally = tallies["MemoryLayer"], tally.hits > 0, evictionsPerRun > 0 else {
+      // A mix that never fills the cache would measure an unbounded map, not a bounded cache.
+      throw BenchmarkFailure("the Zipf mix never hit or never evicted: it does not exercise a bounded cache")
+    }
+    var rows = ResultRow.rows(
+      benchmark: Benchmark.memoryZipfMixed.rawValue,
+      measurements: measurements,
+      baseline: "Mutex-Dictionary",
+      target: nil
+    )
+    for index in rows.indices {
+      rows[index].hitRatio = tallies[rows[index].implementation]?.hitRatio
+    }
+    rows.annotate(
+      "MemoryLayer",
+      with: "90% get/10% set, Zipf(0.99) over \(abbreviated(run.zipfKeyCount)) keys",
+      "countLimit \(abbreviated(run.zipfCountLimit)), \(evictionsPerRun) evictions/run"
+    )
+    rows.annotate("NSCache", with: "countLimit \(abbreviated(run.zipfCountLimit)), as MemoryLayer")
+    rows.annotate("Mutex-Dictionary", with: "unbounded: throughput reference")
+    return rows
+  }
+
+  /// One operation of the mixed workload.
+  private struct MixedOperation {
+    var key: Int
+    var isInsert: Bool
+  }
+
+  /// What a mixed run saw.
+  private struct MixedTally {
+    var lookups = 0
+    var hits = 0
+    var checksum = 0
+
+    var hitRatio: Double { lookups == 0 ? 0 : Double(hits) / Double(lookups) }
+
+    mutating func record(_ value: Int?) {
+      lookups &+= 1
+      if let value {
+        hits &+= 1
+        checksum &+= value
+      }
+    }
+  }
+
+  private static func mixedOperations(_ run: RunConfiguration) -> [MixedOperation] {
+    var generator = SplitMix64(seed: 3)
+    let zipf = ZipfDistribution(count: run.zipfKeyCount, exponent: 0.99, using: &generator)
+    return (0..<run.zipfOperations).map { _ in
+      MixedOperation(key: zipf.next(using: &generator), isInsert: Int.random(in: 0..<10, using: &generator) == 0)
+    }
+  }
+
+  @inline(never)
+  private static func runMixed(_ operations: [MixedOperation], on layer: MemoryLayer<Int, Int>) throws -> MixedTally {
+    var tally = MixedTally()
+    for operation in operations {
+      if operation.isInsert {
+        try layer.insert(operation.key, for: operation.key)
+      } else {
+        tally.record(layer.value(for: operation.key))
+      }
+    }
+    return tally
+  }
+
+  @inline(never)
+  private static func runMixed(_ operations: [MixedOperation], on cache: BoxedNSCache) -> MixedTally {
+    var tally = MixedTally()
+    for operation in operations {
+      if operation.isInsert {
+        cache.insertKey(operation.key)
+      } else {
+        tally.record(cache.value(for: operation.key))
+      }
+    }
+    return tally
+  }
+
+  @inline(never)
+  private static func runMixed(_ operations: [MixedOperation], on dictionary: MutexDictionary) -> MixedTally {
+    var tally = MixedTally()
+    for operation in operations {
+      if operation.isInsert {
+        dictionary.insert(operation.key, for: operation.key)
+      } else {
+        tally.record(dictionary.value(for: operation.key))
+      }
+    }
+    return tally
+  }
+
+  // MARK: memory.scale
+
+  /// `memory.scale`: the cost of a hit in a layer of many entries relative to one of few, with
+  /// the same hot keys looked up in both, so that the ratio shows how the structure scales and
+  /// not how a bigger working set fits the CPU caches.
+  ///
+  /// Both layers have the same configuration (hence the same number of segments); only their
+  /// contents differ.
+  static func scale(_ run: RunConfiguration) async throws -> [ResultRow] {
+    var generator = SplitMix64(seed: 4)
+    let hotKeys = Array(Array(0..<run.scaleEntryCount).shuffled(using: &generator).prefix(run.scaleHotKeyCount))
+    let keys = [Int].uniformDraws(from: hotKeys, count: run.scaleOperations, using: &generator)
+    let expected = keys.reduce(0, &+)
+
+    let configuration = MemoryLayer<Int, Int>.Configuration(countLimit: run.scaleEntryCount)
+    let largeLayer = try MemoryLayer<Int, Int>(configuration: configuration)
+    let smallLayer = try MemoryLayer<Int, Int>(configuration: configuration)
+    let largeDictionary = MutexDictionary()
+    let smallDictionary = MutexDictionary()
+    for key in 0..<run.scaleEntryCount {
+      try largeLayer.insert(key, for: key)
+      largeDictionary.insert(key, for: key)
+    }
+    for key in hotKeys {
+      try smallLayer.insert(key, for: key)
+      smallDictionary.insert(key, for: key)
+    }
+
+    let large = abbreviated(run.scaleEntryCount)
+    let small = abbreviated(run.scaleHotKeyCount)
+    let names = (
+      largeLayer: "MemoryLayer (\(large) entries)",
+      smallLayer: "MemoryLayer (\(small) entries)",
+      largeDictionary: "Mutex-Dictionary (\(large) entries)",
+      smallDictionary: "Mutex-Dictionary (\(small) entries)"
+    )
+    let contenders = [
+      Contender(name: names.largeLayer, operations: keys.count) {
+        try await timed(expecting: expected) { await sumOfValues(in: largeLayer, for: keys) }
+      },
+      Contender(name: names.smallLayer, operations: keys.count) {
+        try await timed(expecting: expected) { await sumOfValues(in: smallLayer, for: keys) }
+      },
+      Contender(name: names.largeDictionary, operations: keys.count) {
+        try await timed(expecting: expected) { await sumOfValues(in: largeDictionary, for: keys) }
+      },
+      Contender(name: names.smallDictionary, operations: keys.count) {
+        try await timed(expecting: expected) { await sumOfValues(in: smallDictionary, for: keys) }
+      },
+    ]
+    let measurements = try await measureInterleaved(contenders, repetitions: run.repetitions)
+    let benchmark = Benchmark.memoryScale.rawValue
+    let note = "\(abbreviated(keys.count)) hits on the same \(small) hot keys"
+    return ResultRow.rows(
+      benchmark: benchmark,
+      measurements: Array(measurements[0..<2]),
+      baseline: names.smallLayer,
+      target: .ratioAtMost(1.5),
+      notes: [note]
+    )
+      + ResultRow.rows(
+        benchmark: benchmark,
+        measurements: Array(measurements[2..<4]),
+        baseline: names.smallDictionary,
+        target: nil,
+        notes: ["informational: the limit's own scaling"]
+      )
+  }
+}
+
+// MARK: Timed loops
+
+// One concrete loop per implementation, kept out of line so that every contender runs the same
+// shape of code: an async function summing the values of precomputed keys in order.
+
+@inline(never)
+private func sumOfValues(in cache: LoadingCache<Int, Int>, for keys: [Int]) async throws -> Int {
+  var sum = 0
+  for key in keys { sum &+= try await cache.value(for: key) }
+  return sum
+}
+
+@inline(never)
+private func sumOfValues(in layer: MemoryLayer<Int, Int>, for keys: [Int]) async -> Int {
+  var sum = 0
+  for key in keys { sum &+= layer.value(for: key) ?? 0 }
+  return sum
+}
+
+@inline(never)
+private func sumOfValues(in dictionary: MutexDictionary, for keys: [Int]) async -> Int {
+  var sum = 0
+  for key in keys { sum &+= dictionary.value(for: key) ?? 0 }
+  return sum
+}
+
+@inline(never)
+private func sumOfValues(in dictionary: ActorDictionary, for keys: [Int]) async -> Int {
+  var sum = 0
+  for key in keys { sum &+= await dictionary.value(for: key) ?? 0 }
+  return sum
+}
+
+@inline(never)
+private func sumOfValues(in cache: BoxedNSCache, for keys: [Int]) async -> Int {
+  var sum = 0
+  for key in keys { sum &+= cache.value(for: key) ?? 0 }
+  return sum
+}

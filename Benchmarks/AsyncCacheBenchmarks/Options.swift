@@ -1,0 +1,107 @@
+/// The command line, parsed.
+struct Options {
+  /// Small sizes and few repetitions: a smoke run for CI.
+  var isQuick = false
+  /// Where to write the results as JSON, if anywhere.
+  var jsonPath: String?
+  /// Runs only the benchmarks whose name contains this.
+  var filter: String?
+  /// Print the usage and exit.
+  var showsHelp = false
+
+  static let usage = """
+    usage: AsyncCacheBenchmarks [--quick] [--json PATH] [--filter SUBSTRING]
+
+      --quick             small sizes and 3 repetitions (a smoke run, seconds)
+      --json PATH         also write the results to PATH as a JSON array
+      --filter SUBSTRING  run only the benchmarks whose name contains SUBSTRING
+
+    Build with optimizations: swift build -c release --product AsyncCacheBenchmarks
+    """
+
+  /// Parses the arguments after the program name.
+  static func parse(_ arguments: [String]) throws(UsageError) -> Options {
+    var options = Options()
+    var remaining = arguments[...]
+    while let argument = remaining.popFirst() {
+      switch argument {
+      case "--quick":
+        options.isQuick = true
+      case "--json":
+        guard let path = remaining.popFirst() else { throw UsageError("--json needs a path") }
+        options.jsonPath = path
+      case "--filter":
+        guard let filter = remaining.popFirst() else { throw UsageError("--filter needs a substring") }
+        options.filter = filter
+      case "--help", "-h":
+        options.showsHelp = true
+      default:
+        throw UsageError("unknown argument '\(argument)'")
+      }
+    }
+    return options
+  }
+}
+
+/// A command line that does not parse.
+struct UsageError: Error, CustomStringConvertible {
+  var description: String
+
+  init(_ description: String) {
+    self.description = description
+  }
+}
+
+/// The sizes of a run. The full run follows the benchmark specification; the quick one keeps
+/// the shapes (key spaces, cache limits, waiter count) and shrinks the work.
+struct RunConfiguration {
+  var isQuick: Bool
+  /// Timed repetitions per measurement; the report gives their median.
+  var repetitions: Int
+  /// Keys held by the caches of the hit benchmarks.
+  var hitKeyCount = 100_000
+  /// Lookups per task and repetition in the hit benchmarks.
+  var hitOperations: Int
+  /// Operations per repetition of the Zipf mix.
+  var zipfOperations: Int
+  /// Keys the Zipf mix draws from.
+  var zipfKeyCount = 100_000
+  /// The count limit of the bounded caches in the Zipf mix.
+  var zipfCountLimit = 10_000
+  /// Entries of the big layer in the scaling benchmark.
+  var scaleEntryCount: Int
+  /// Entries of the small layer, which are also the hot keys of both.
+  var scaleHotKeyCount = 1_000
+  /// Lookups per repetition in the scaling benchmark.
+  var scaleOperations: Int
+  /// Entries each child process inserts in the footprint benchmark.
+  var footprintEntryCount: Int
+  /// Child processes per implementation in the footprint benchmark.
+  var footprintRepetitions: Int
+  /// Concurrent requests for one key in the fan-in benchmark.
+  var fanInWaiters = 10_000
+
+  static let full = RunConfiguration(
+    isQuick: false,
+    repetitions: 7,
+    hitOperations: 1_000_000,
+    zipfOperations: 1_000_000,
+    scaleEntryCount: 1_000_000,
+    scaleOperations: 1_000_000,
+    footprintEntryCount: 1_000_000,
+    footprintRepetitions: 3
+  )
+
+  static let quick = RunConfiguration(
+    isQuick: true,
+    repetitions: 3,
+    hitOperations: 200_000,
+    // Fewer would insert fewer distinct keys than the count limit, and nothing would be evicted.
+    zipfOperations: 1_000_000,
+    scaleEntryCount: 1_000_000,
+    scaleOperations: 200_000,
+    // The target is set at 1M entries; fewer would round the power-of-two tables differently.
+    footprintEntryCount: 1_000_000,
+    footprintRepetitions: 1
+  )
+}

@@ -1,0 +1,176 @@
+import Foundation
+
+/// What a row's value counts.
+enum Unit: String {
+  case nanosecondsPerOperation = "ns/op"
+  case bytesPerEntry = "B/entry"
+}
+
+/// The goal a row is held to. Missing it is reported, not fatal: the numbers depend on the machine.
+enum Target {
+  /// The row's ratio to its baseline must not exceed the bound.
+  case ratioAtMost(Double)
+  /// The row's value must not exceed the bound, in the row's unit.
+  case valueAtMost(Double)
+
+  /// The target as printed, e.g. `<= 2.00x`.
+  func description(unit: Unit) -> String {
+    switch self {
+    case .ratioAtMost(let bound): "<= \(format(bound, decimals: 2))x"
+    case .valueAtMost(let bound): "<= \(format(bound, decimals: 0)) \(unit.rawValue)"
+    }
+  }
+}
+
+/// One line of the report: an implementation's result in one benchmark.
+struct ResultRow {
+  var benchmark: String
+  var implementation: String
+  /// The median per operation (or per entry), in ``unit``.
+  var value: Double
+  var unit: Unit = .nanosecondsPerOperation
+  /// The implementation the ratio compares with; `nil` when the row has no ratio.
+  var baseline: String?
+  /// `value / baseline's value`.
+  var ratio: Double?
+  var target: Target?
+  /// Hits per lookup, for benchmarks whose caches can miss.
+  var hitRatio: Double?
+  /// Every repetition's value, in ``unit``, in the order they ran.
+  var samples: [Double] = []
+  /// Context for the reader: sizes, caveats.
+  var notes: [String] = []
+
+  /// How far apart the repetitions were: (slowest - fastest) / median. A large spread means a
+  /// noisy machine, and a ratio to read with care.
+  var spread: Double? {
+    guard let fastest = samples.min(), let slowest = samples.max(), samples.count > 1, value > 0 else { return nil }
+    return (slowest - fastest) / value
+  }
+
+  /// Whether the row meets its target; `nil` without one.
+  var passed: Bool? {
+    switch target {
+    case nil: nil
+    case .ratioAtMost(let bound): ratio.map { $0 <= bound }
+    case .valueAtMost(let bound): value <= bound
+    }
+  }
+
+  /// Rows for `measurements`, each with its ratio to the one named `baseline`; `target` applies
+  /// to the first row, which is the project's.
+  static func rows(
+    benchmark: String,
+    measurements: [Measurement],
+    baseline: String,
+    target: Target?,
+    unit: Unit = .nanosecondsPerOperation,
+    notes: [String] = []
+  ) -> [ResultRow] {
+    let reference = measurements.first { $0.name == baseline }?.median
+    return measurements.enumerated().map { index, measurement in
+      ResultRow(
+        benchmark: benchmark,
+        implementation: measurement.name,
+        value: measurement.median,
+        unit: unit,
+        baseline: reference == nil ? nil : baseline,
+        ratio: reference.flatMap { $0 > 0 ? measurement.median / $0 : nil },
+        target: index == 0 ? target : nil,
+        samples: measurement.samples,
+        notes: index == 0 ? notes : []
+      )
+    }
+  }
+}
+
+extension [ResultRow] {
+  /// Sets the notes of the row of `implementation`.
+  mutating func annotate(_ implementation: String, with notes: String...) {
+    for index in indices where self[index].implementation == implementation {
+      self[index].notes = notes
+    }
+  }
+}
+
+/// Renders rows as an aligned plain-text table (ASCII only, so CI logs keep it intact).
+func renderTable(_ rows: [ResultRow]) -> String {
+  let header = ["benchmark", "implementation", "median", "spread", "ratio", "baseline", "target", "result", "notes"]
+  let rightAligned: Set = [2, 3, 4]
+  var lines = [header]
+  for row in rows {
+    var notes = row.notes
+    if let hitRatio = row.hitRatio { notes.insert("hit ratio \(format(hitRatio * 100, decimals: 1))%", at: 0) }
+    lines.append([
+      row.benchmark,
+      row.implementation,
+      "\(format(row.value, decimals: 1)) \(row.unit.rawValue)",
+      row.spread.map { "\(format($0 * 100, decimals: 0))%" } ?? "",
+      row.ratio.map { "\(format($0, decimals: 2))x" } ?? "",
+      row.baseline.map { "vs \($0)" } ?? "",
+      row.target?.description(unit: row.unit) ?? "",
+      row.passed.map { $0 ? "PASS" : "MISSED" } ?? "",
+      notes.joined(separator: "; "),
+    ])
+  }
+  let widths = header.indices.map { column in lines.map { $0[column].count }.max() ?? 0 }
+  let rendered = lines.map { cells in
+    cells.enumerated().map { column, cell in
+      let padding = String(repeating: " ", count: widths[column] - cell.count)
+      return rightAligned.contains(column) ? padding + cell : cell + padding
+    }
+    .joined(separator: "  ")
+    .trimmingTrailingSpaces()
+  }
+  let rule = String(repeating: "-", count: rendered.map(\.count).max() ?? 0)
+  return ([rendered[0], rule] + rendered.dropFirst()).joined(separator: "\n")
+}
+
+/// Writes rows as a JSON array, one object per row, to `path`.
+func writeJSON(_ rows: [ResultRow], to path: String) throws {
+  let encoder = JSONEncoder()
+  encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+  let data = try encoder.encode(rows.map(JSONRow.init))
+  try data.write(to: URL(fileURLWithPath: path), options: .atomic)
+}
+
+/// The JSON form of a row. Hand-written so that absent values are written as `null` (synthesized
+/// conformances omit them).
+private struct JSONRow: Encodable {
+  var row: ResultRow
+
+  enum CodingKeys: String, CodingKey {
+    case name, implementation, medianNanosecondsPerOperation, baseline, ratio, target, passed
+    case unit, samples, hitRatio, bytesPerEntry, notes
+  }
+
+  func encode(to encoder: any Encoder) throws {
+    var container = encoder.container(keyedBy: CodingKeys.self)
+    let isTime = row.unit == .nanosecondsPerOperation
+    try container.encode(row.benchmark, forKey: .name)
+    try container.encode(row.implementation, forKey: .implementation)
+    try container.encode(isTime ? row.value : nil, forKey: .medianNanosecondsPerOperation)
+    try container.encode(row.baseline, forKey: .baseline)
+    try container.encode(row.ratio, forKey: .ratio)
+    try container.encode(row.target?.description(unit: row.unit), forKey: .target)
+    try container.encode(row.passed, forKey: .passed)
+    try container.encode(row.unit.rawValue, forKey: .unit)
+    try container.encode(row.samples, forKey: .samples)
+    try container.encodeIfPresent(row.hitRatio, forKey: .hitRatio)
+    try container.encodeIfPresent(isTime ? nil : row.value, forKey: .bytesPerEntry)
+    if !row.notes.isEmpty { try container.encode(row.notes, forKey: .notes) }
+  }
+}
+
+/// `value` with a fixed number of decimals.
+func format(_ value: Double, decimals: Int) -> String {
+  String(format: "%.\(decimals)f", value)
+}
+
+extension String {
+  fileprivate func trimmingTrailingSpaces() -> String {
+    var trimmed = self
+    while trimmed.last == " " { trimmed.removeLast() }
+    return trimmed
+  }
+}
