@@ -165,8 +165,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   }
 
   /// Returns once at least `count` requests wait for a load of `key` (for tests: it replaces
-  /// polling).
-  func waitForWaiters(_ count: Int, for key: Key) async {
+  /// polling; `AsyncCacheTesting` offers it as `waitForRequests(_:for:)`).
+  package func waitForWaiters(_ count: Int, for key: Key) async {
     await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
       if !inFlight.withLock({ $0.watch(key, count: count, continuation: continuation) }) {
         continuation.resume()

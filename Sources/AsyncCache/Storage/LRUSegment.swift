@@ -354,11 +354,12 @@ extension LRUSegment {
 }
 
 /// The storage of a segment that was emptied, released when the last reference goes away.
+// SAFETY: sole owner of pointers a segment replaced under its lock; touched only in deinit.
 @usableFromInline
 final class DetachedNodes<Key, Value>: @unchecked Sendable {
-  // SAFETY: created under a segment's lock from pointers the segment has just replaced, so this
-  // object is their only owner; it never reads or writes them except to release them in deinit.
-  // The nodes hold only Sendable keys and values when they come from a MemoryStore.
+  // Created under a segment's lock from the pointers the segment has just replaced, so this
+  // object is their only owner; it never reads or writes them except to release them in deinit,
+  // and the nodes hold only Sendable keys and values (a MemoryStore's).
   private let nodes: UnsafeMutablePointer<LRUNode<Key, Value>>
   private let count: Int
   private let buckets: UnsafeMutablePointer<UInt64>

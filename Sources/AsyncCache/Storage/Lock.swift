@@ -78,11 +78,12 @@ extension UnsafeMutablePointer where Pointee == LockPrimitive {
 
 /// A value protected by a lock; the lock is never held across a suspension (`withLock` takes a
 /// synchronous closure).
+// SAFETY: `state` is only touched inside `withLock`, under the lock; `State` is Sendable.
 @usableFromInline
 package final class Locked<State: Sendable>: @unchecked Sendable {
-  // SAFETY: `state` is only read or written inside `withLock`, between `lock()` and `unlock()`
-  // of `primitive`, which is allocated once and never moves. `State` is `Sendable`, so values
-  // moved in or out of the closure may cross threads.
+  // `state` is only read or written inside `withLock`, between `lock()` and `unlock()` of
+  // `primitive`, which is allocated once and never moves. `State` is `Sendable`, so values moved
+  // in or out of the closure may cross threads.
   @usableFromInline let primitive: UnsafeMutablePointer<LockPrimitive>
   @usableFromInline var state: State
 

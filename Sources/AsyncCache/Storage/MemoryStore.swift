@@ -11,10 +11,11 @@ public import Synchronization  // Atomic
 final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline typealias Segment = LRUSegment<Key, Value>
 
-  // SAFETY: the pointer is written once in `init` and only read afterwards. Each segment's state
-  // is only reached through `withLock`, between `lock()` and `unlock()` of that segment's lock.
-  // The allocation never moves, and is deinitialized only in `deinit`, when no other reference
+  // The pointer is written once in `init` and only read afterwards. Each segment's state is only
+  // reached through `withLock`, between `lock()` and `unlock()` of that segment's lock. The
+  // allocation never moves, and is deinitialized only in `deinit`, when no other reference
   // exists. Keys and values are Sendable, so what `withLock` hands out may cross threads.
+  // SAFETY: immutable pointer; what it points to is only reached under the segment locks.
   @usableFromInline nonisolated(unsafe) let base: UnsafeMutableRawPointer
   @usableFromInline let count: Int
   @usableFromInline let stride: Int
