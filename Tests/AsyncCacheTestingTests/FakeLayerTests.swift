@@ -2,7 +2,7 @@ import AsyncCache
 import AsyncCacheTesting
 import Testing
 
-@Suite struct FakeLayerTests {
+@Suite(.timeLimit(.minutes(1))) struct FakeLayerTests {
   struct Broken: Error, Equatable {}
 
   @Test func itStoresEntriesAndExpiresThemByItsClock() async throws {

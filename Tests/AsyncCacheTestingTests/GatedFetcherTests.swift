@@ -2,7 +2,7 @@ import AsyncCache
 import AsyncCacheTesting
 import Testing
 
-@Suite struct GatedFetcherTests {
+@Suite(.timeLimit(.minutes(1))) struct GatedFetcherTests {
   @Test func fetchesWaitUntilReleasedAndAreCounted() async throws {
     let origin = GatedFetcher<String, Int> { $0.count }
     let a = Task { try await origin.fetch("abc") }
@@ -63,8 +63,7 @@ import Testing
 
   /// Regression: a fetch that had seen the gate closed but not yet registered as held stayed
   /// held forever when `open()` ran in between.
-  @Test(.timeLimit(.minutes(1)))
-  func openingTheGateReleasesEveryFetchWhateverTheTiming() async throws {
+  @Test func openingTheGateReleasesEveryFetchWhateverTheTiming() async throws {
     for _ in 0..<300 {
       let origin = GatedFetcher<Int, Int> { $0 }
       try await withThrowingTaskGroup(of: Void.self) { group in

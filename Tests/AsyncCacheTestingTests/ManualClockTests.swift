@@ -2,7 +2,7 @@ import AsyncCache
 import AsyncCacheTesting
 import Testing
 
-@Suite struct ManualClockTests {
+@Suite(.timeLimit(.minutes(1))) struct ManualClockTests {
   @Test func timeMovesOnlyWhenAdvanced() {
     let clock = ManualClock()
     let start = clock.now

@@ -150,7 +150,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     let ticket = try await coordinator.acquireWrite(key)
     defer { coordinator.releaseWrite(ticket) }
-    try await write(entry, for: key, to: tiers.indices, operation: .insert)
+    if let error = await write(entry, for: key, to: tiers.indices, operation: .insert, propagating: true) {
+      throw error
+    }
   }
 
   /// Removes `key` from every layer, even when one fails.
@@ -239,37 +241,38 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   ) async -> Bool {
     guard let ticket = await coordinator.acquireCommit(token) else { return false }
     defer { coordinator.releaseWrite(ticket) }
-    do {
-      try await write(entry, for: key, to: range, operation: operation, alwaysSkip: true)
-    } catch {
-      // Unreachable with `alwaysSkip`; a commit never fails its read.
-    }
+    // A commit never fails the read it writes back: its failures are recorded, not thrown.
+    _ = await write(entry, for: key, to: range, operation: operation, propagating: false)
     return true
   }
 
   // MARK: Private
 
+  /// Writes `entry` to the layers in `range`, top-down. A layer that fails is recorded and the
+  /// key is removed from it, so it cannot serve an older value later. If its failures propagate
+  /// (and `propagating` is set) the key is removed from every layer instead, and the error to
+  /// throw is returned.
   private nonisolated func write(
     _ entry: CacheEntry<Value>,
     for key: Key,
     to range: Range<Int>,
     operation: LayerFailure.Operation,
-    alwaysSkip: Bool = false
-  ) async throws {
+    propagating: Bool
+  ) async -> (any Error)? {
     for index in range {
       do {
         try await tiers[index].layer.insert(entry, for: key)
       } catch {
-        let propagate = !alwaysSkip && (tiers[index].failurePolicy == .propagate || error is CancellationError)
         record(LayerFailure(tierIndex: index, layerName: tiers[index].name, operation: operation, error: error))
-        if propagate {
+        if propagating, tiers[index].failurePolicy == .propagate || error is CancellationError {
           // Leave no layer with a value the others do not have.
           for other in tiers.indices { try? await tiers[other].layer.removeValue(for: key) }
-          throw wrap(error, tier: index, operation: operation, key: key)
+          return wrap(error, tier: index, operation: operation, key: key)
         }
         try? await tiers[index].layer.removeValue(for: key)
       }
     }
+    return nil
   }
 
   private nonisolated func removeEverywhere(

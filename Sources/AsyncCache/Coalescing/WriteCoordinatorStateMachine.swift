@@ -188,7 +188,7 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
       granted.append(continuation)
     }
     store(state, for: key)
-    if let global = grantGlobalIfReady() { granted.append(global) }
+    if let global = grantGlobalIfReady().continuation { granted.append(global) }
     return granted
   }
 
@@ -230,7 +230,7 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
   mutating func cancelGlobal(writer: UInt64) -> (cancelled: Continuation?, granted: [Continuation]) {
     if let index = globalQueue.firstIndex(where: { $0.id == writer }) {
       let waiter = globalQueue.remove(at: index)
-      return (waiter.continuation, globalWritePending ? [] : grantKeyWriters())
+      return (waiter.continuation, grantKeyWriters())
     }
     guard globalOwner == writer, !globalOwnerProceeded else { return (nil, []) }
     return (nil, releaseGlobalWrite(writer: writer))
@@ -240,7 +240,10 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
     precondition(globalOwner == writer, "releaseGlobalWrite() by a writer that does not hold the global lock")
     globalOwner = nil
     globalOwnerProceeded = false
-    if let next = grantGlobalIfReady() { return [next] }
+    let next = grantGlobalIfReady()
+    // The next global writer may hold the lock without a continuation yet (it has not attached):
+    // the key writers must keep waiting all the same.
+    if next.granted { return next.continuation.map { [$0] } ?? [] }
     return grantKeyWriters()
   }
 
@@ -257,15 +260,20 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
     return next.continuation
   }
 
-  private mutating func grantGlobalIfReady() -> Continuation? {
-    guard globalOwner == nil, activeKeyWriters == 0, !globalQueue.isEmpty else { return nil }
+  /// Hands the global lock to the first queued global writer if nothing else holds a lock.
+  /// `granted` tells whether it did; `continuation` is `nil` when that writer has not attached
+  /// yet (it learns on attaching).
+  private mutating func grantGlobalIfReady() -> (granted: Bool, continuation: Continuation?) {
+    guard globalOwner == nil, activeKeyWriters == 0, !globalQueue.isEmpty else { return (false, nil) }
     let next = globalQueue.removeFirst()
     globalOwner = next.id
     globalOwnerProceeded = next.continuation != nil
-    return next.continuation
+    return (true, next.continuation)
   }
 
+  /// Hands each free key to its first queued writer; nothing while a global write is pending.
   private mutating func grantKeyWriters() -> [Continuation] {
+    guard !globalWritePending else { return [] }
     var granted: [Continuation] = []
     for (key, var state) in keys where state.owner == nil && !state.queue.isEmpty {
       if let continuation = grantNext(&state) { granted.append(continuation) }

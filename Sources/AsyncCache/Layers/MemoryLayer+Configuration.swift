@@ -20,8 +20,8 @@ extension MemoryLayer {
     /// to on ``MemoryPressureLevel/warning``, in `0...1`. Default `0.5`.
     public var warningTrimFraction: Double
 
-    /// The number of lock-striped segments, a power of two; `nil` (the default) picks one from
-    /// the processor count and the count limit.
+    /// The number of lock-striped segments, a power of two up to 256; `nil` (the default) picks
+    /// one from the processor count and the count limit.
     ///
     /// More segments let more threads hit the layer at once. Eviction is least-recently-used
     /// within a segment, so `1` gives exact LRU order at the price of one lock for all callers.
@@ -64,9 +64,9 @@ extension MemoryLayer {
           "MemoryLayer warningTrimFraction is \(warningTrimFraction); it must be in 0...1"
         )
       }
-      if let segmentCount, segmentCount < 1 || segmentCount > 1024 || segmentCount & (segmentCount - 1) != 0 {
+      if let segmentCount, segmentCount < 1 || segmentCount > 256 || segmentCount & (segmentCount - 1) != 0 {
         throw AsyncCacheError.invalidConfiguration(
-          "MemoryLayer segmentCount is \(segmentCount); it must be a power of two in 1...1024"
+          "MemoryLayer segmentCount is \(segmentCount); it must be a power of two in 1...256"
         )
       }
     }

@@ -32,7 +32,7 @@ final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable 
     self.stride = (Self.stateOffset + MemoryLayout<Segment>.size + 127) & ~127
     base = .allocate(byteCount: stride * count, alignment: 128)
     for index in 0..<count {
-      lock(index).initializeLock()
+      (base + index * stride).bindMemory(to: LockPrimitive.self, capacity: 1).initializeLock()
       (base + index * stride + Self.stateOffset).initializeMemory(as: Segment.self, to: Segment())
     }
   }

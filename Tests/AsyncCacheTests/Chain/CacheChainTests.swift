@@ -3,7 +3,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite struct CacheChainTests {
+@Suite(.timeLimit(.minutes(1))) struct CacheChainTests {
   let clock = ManualClock()
 
   func memory(timeToLive: Duration? = nil) throws -> MemoryLayer<String, Int> {

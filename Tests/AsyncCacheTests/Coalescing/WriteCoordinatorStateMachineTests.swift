@@ -157,6 +157,42 @@ import Testing
     #expect(machine.isIdle)
   }
 
+  /// Regression: a global writer handed the lock before it attached its continuation was taken
+  /// for no global writer at all, so the key writers it held back ran alongside `removeAll`.
+  @Test func aGlobalWriterHandedTheLockBeforeAttachingStillExcludesKeyWriters() {
+    var machine = Machine()
+    let a = machine.requestWrite("a")
+    let first = machine.requestGlobalWrite()
+    #expect(machine.attachGlobal(writer: writer(first), continuation: 1) == .wait)
+    let second = machine.requestGlobalWrite()  // queued, not attached yet
+    let b = machine.requestWrite("b")
+    #expect(machine.attach("b", writer: writer(b), continuation: 2) == .wait)
+    #expect(machine.releaseWrite("a", writer: writer(a)) == [1])
+    let granted = machine.releaseGlobalWrite(writer: writer(first))
+    #expect(granted == [], "the second global writer holds the lock")
+    #expect(machine.activeKeyWriters == 0)
+    #expect(machine.attachGlobal(writer: writer(second), continuation: 3) == .proceed)
+    #expect(machine.releaseGlobalWrite(writer: writer(second)) == [2])
+    _ = machine.releaseWrite("b", writer: writer(b))
+    #expect(machine.isIdle)
+  }
+
+  @Test func cancellingAnUnattachedGlobalOwnerDoesNotLetKeyWritersIn() {
+    var machine = Machine()
+    let a = machine.requestWrite("a")
+    let first = machine.requestGlobalWrite()
+    let second = machine.requestGlobalWrite()
+    let b = machine.requestWrite("b")
+    #expect(machine.attach("b", writer: writer(b), continuation: 2) == .wait)
+    #expect(machine.releaseWrite("a", writer: writer(a)) == [], "the first global writer holds it, unattached")
+    let cancelled = machine.cancelGlobal(writer: writer(first))
+    #expect(cancelled.granted == [], "the second global writer is next")
+    #expect(machine.attachGlobal(writer: writer(second), continuation: 3) == .proceed)
+    #expect(machine.releaseGlobalWrite(writer: writer(second)) == [2])
+    _ = machine.releaseWrite("b", writer: writer(b))
+    #expect(machine.isIdle)
+  }
+
   /// Regression: a load overtaken by a removal, finishing after a fresh load of the same key
   /// started, overtook the fresh load's read, so the fresh value was never stored.
   @Test func anOvertakenReadsCommitIsRefusedWithoutOvertakingOthers() {

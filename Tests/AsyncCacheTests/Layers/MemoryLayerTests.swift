@@ -108,6 +108,7 @@ import Testing
     ("timeToLive", MemoryLayer<Int, Int>.Configuration(timeToLive: .zero)),
     ("warningTrimFraction", MemoryLayer<Int, Int>.Configuration(warningTrimFraction: 1.5)),
     ("segmentCount", MemoryLayer<Int, Int>.Configuration(segmentCount: 3)),
+    ("segmentCount", MemoryLayer<Int, Int>.Configuration(segmentCount: 512)),
   ])
   func invalidConfigurationIsATypedErrorNamingTheValue(
     field: String, configuration: MemoryLayer<Int, Int>.Configuration

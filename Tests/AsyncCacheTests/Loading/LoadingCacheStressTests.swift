@@ -12,7 +12,7 @@ import Testing
 /// - any read returns the origin's value or a value the key's owner wrote;
 /// - afterwards the in-flight table and the write coordinator are empty and the memory layer's
 ///   storage is sound (no unbounded growth, no leaked waiter).
-@Suite struct LoadingCacheStressTests {
+@Suite(.timeLimit(.minutes(2))) struct LoadingCacheStressTests {
   static let taskCount = 8
   static let keyCount = 96
   static let operationsPerTask = 1200
@@ -106,6 +106,53 @@ import Testing
         case .failure(let error):
           #expect(error is CancellationError || error is TestError, "unexpected \(error)")
         }
+      }
+    }
+  }
+
+  /// Many writers per key, `removeAll`, and cancelled writes and reads. Afterwards nothing is
+  /// registered anywhere, and memory and the layer below agree on every key memory holds.
+  @Test(arguments: [1, 2, 3] as [UInt64])
+  func competingWritersRemoveAllAndCancellationLeaveTheLayersInAgreement(seed: UInt64) async throws {
+    let memory = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 20, segmentCount: 4))
+    let disk = FakeLayer<Int, Int>()
+    let origin = ClosureFetcher<Int, Int> { key in
+      await Task.yield()
+      return key
+    }
+    let cache = try LoadingCache(layers: [memory, disk], origin: origin)
+    await withTaskGroup(of: Void.self) { group in
+      for task in 0..<8 {
+        group.addTask {
+          var random = SeededGenerator(seed: seed &* 1000 &+ UInt64(task))
+          for _ in 0..<800 {
+            let key = Int.random(in: 0..<6, using: &random)
+            let kind = Int.random(in: 0..<100, using: &random)
+            let cancel = Int.random(in: 0..<5, using: &random) == 0
+            let yields = Int.random(in: 0..<3, using: &random)
+            let work = Task {
+              switch kind {
+              case 0..<5: try? await cache.removeAll()
+              case 5..<25: try? await cache.insert(key + 1000 * (task + 1), for: key)
+              case 25..<35: try? await cache.removeValue(for: key)
+              default: _ = try? await cache.value(for: key)
+              }
+            }
+            if cancel {
+              for _ in 0..<yields { await Task.yield() }
+              work.cancel()
+            }
+            await work.value
+          }
+        }
+      }
+    }
+    #expect(cache.inFlight.withLock { $0.isEmpty })
+    #expect(cache.chain.coordinator.isIdle)
+    #expect(memory.invariantViolations.isEmpty)
+    for key in 0..<6 {
+      if let value = memory.value(for: key) {
+        #expect(disk.storedEntries[key]?.value == value, "key \(key): memory and disk disagree")
       }
     }
   }

@@ -4,7 +4,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite struct LoadingCacheTests {
+@Suite(.timeLimit(.minutes(1))) struct LoadingCacheTests {
   let clock = ManualClock()
   let memory: MemoryLayer<String, Int>
 
@@ -188,6 +188,19 @@ import Testing
     origin.finish(call: 2, with: 2)
     #expect(try await fresh.value == 2)
     #expect(memory.value(for: "k") == 2)
+  }
+
+  @Test func aCancelledWaiterOfADetachedLoadLeavesAndAbandonsIt() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 1 }
+    let cache = try cache(origin: origin)
+    let request = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    try await cache.insert(5, for: "k")  // detaches the load
+    request.cancel()
+    #expect(await request.result.isCancellation)
+    #expect(origin.wasCancelled("k"), "its last waiter left, so the load was cancelled")
+    #expect(cache.inFlight.withLock { $0.isEmpty })
+    #expect(memory.value(for: "k") == 5)
   }
 
   /// Row 3: the origin throws.

@@ -1,0 +1,87 @@
+import Testing
+
+@testable import AsyncCache
+
+/// The coordinator driven by real tasks: key writers, commits and global writers, cancelled at
+/// random points; mutual exclusion must hold, nothing may hang, and nothing may be left behind.
+@Suite(.timeLimit(.minutes(1))) struct WriteCoordinatorTests {
+  /// Who is writing now; counts every moment two writers overlapped when they must not.
+  final class Occupancy: Sendable {
+    private let state = Locked((perKey: [Int: Int](), global: 0, violations: [String]()))
+
+    func enterKey(_ key: Int) {
+      state.withLock { state in
+        if state.global > 0 || state.perKey[key, default: 0] > 0 {
+          state.violations.append("key \(key) while global=\(state.global) key=\(state.perKey[key, default: 0])")
+        }
+        state.perKey[key, default: 0] += 1
+      }
+    }
+
+    func leaveKey(_ key: Int) { state.withLock { $0.perKey[key]! -= 1 } }
+
+    func enterGlobal() {
+      state.withLock { state in
+        if state.global > 0 || state.perKey.values.contains(where: { $0 > 0 }) {
+          state.violations.append("global while global=\(state.global) keys=\(state.perKey)")
+        }
+        state.global += 1
+      }
+    }
+
+    func leaveGlobal() { state.withLock { $0.global -= 1 } }
+
+    var violations: [String] { state.withLock { $0.violations } }
+  }
+
+  @Test(arguments: [1, 2, 3, 4] as [UInt64])
+  func keyWritersCommitsAndGlobalWritersExcludeEachOther(seed: UInt64) async throws {
+    let coordinator = WriteCoordinator<Int>()
+    let occupancy = Occupancy()
+    await withTaskGroup(of: Void.self) { group in
+      for task in 0..<8 {
+        group.addTask {
+          var random = SeededGenerator(seed: seed &* 100 &+ UInt64(task))
+          for _ in 0..<1500 {
+            let key = Int.random(in: 0..<3, using: &random)
+            let kind = Int.random(in: 0..<100, using: &random)
+            let cancel = Int.random(in: 0..<4, using: &random) == 0
+            let yields = Int.random(in: 0..<3, using: &random)
+            let work = Task {
+              if kind < 10 {
+                guard let ticket = try? await coordinator.acquireGlobalWrite() else { return }
+                occupancy.enterGlobal()
+                await Task.yield()
+                occupancy.leaveGlobal()
+                coordinator.releaseGlobalWrite(ticket)
+              } else if kind < 40 {
+                let token = coordinator.beginRead(key)
+                await Task.yield()
+                if let ticket = await coordinator.acquireCommit(token) {
+                  occupancy.enterKey(key)
+                  await Task.yield()
+                  occupancy.leaveKey(key)
+                  coordinator.releaseWrite(ticket)
+                }
+                coordinator.endRead(token)
+              } else {
+                guard let ticket = try? await coordinator.acquireWrite(key) else { return }
+                occupancy.enterKey(key)
+                await Task.yield()
+                occupancy.leaveKey(key)
+                coordinator.releaseWrite(ticket)
+              }
+            }
+            if cancel {
+              for _ in 0..<yields { await Task.yield() }
+              work.cancel()
+            }
+            await work.value
+          }
+        }
+      }
+    }
+    #expect(occupancy.violations.isEmpty, "\(occupancy.violations.prefix(5))")
+    #expect(coordinator.isIdle)
+  }
+}
