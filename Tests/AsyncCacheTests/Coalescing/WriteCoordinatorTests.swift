@@ -45,9 +45,8 @@ import Testing
           for _ in 0..<1500 {
             let key = Int.random(in: 0..<3, using: &random)
             let kind = Int.random(in: 0..<100, using: &random)
-            let cancel = Int.random(in: 0..<4, using: &random) == 0
-            let yields = Int.random(in: 0..<3, using: &random)
-            let work = Task {
+            let cancelAfter = Int.random(in: 0..<4, using: &random) == 0 ? Int.random(in: 0..<3, using: &random) : nil
+            _ = await runInTask(cancellingAfter: cancelAfter) {
               if kind < 10 {
                 guard let ticket = try? await coordinator.acquireGlobalWrite() else { return }
                 occupancy.enterGlobal()
@@ -72,11 +71,6 @@ import Testing
                 coordinator.releaseWrite(ticket)
               }
             }
-            if cancel {
-              for _ in 0..<yields { await Task.yield() }
-              work.cancel()
-            }
-            await work.value
           }
         }
       }

@@ -84,15 +84,9 @@ import Testing
         }
       default:
         let key = Int.random(in: 0..<keyCount, using: &random)
-        let cancel = Int.random(in: 0..<10, using: &random) == 0
-        let yields = Int.random(in: 0..<4, using: &random)
-        let read = Task { try await cache.value(for: key) }
-        if cancel {
-          // Cancel at varying points: before the request starts, while it waits, after it ends.
-          for _ in 0..<yields { await Task.yield() }
-          read.cancel()
-        }
-        switch await read.result {
+        // Some reads are cancelled at varying points: before they start, while they wait, after.
+        let cancelAfter = Int.random(in: 0..<10, using: &random) == 0 ? Int.random(in: 0..<4, using: &random) : nil
+        switch await runInTask(cancellingAfter: cancelAfter, { try await cache.value(for: key) }) {
         case .success(let value):
           let (valueKey, valueVersion) = decode(value)
           #expect(valueKey == key, "task \(task) step \(step): key \(key) returned key \(valueKey)'s value")
@@ -128,9 +122,8 @@ import Testing
           for _ in 0..<800 {
             let key = Int.random(in: 0..<6, using: &random)
             let kind = Int.random(in: 0..<100, using: &random)
-            let cancel = Int.random(in: 0..<5, using: &random) == 0
-            let yields = Int.random(in: 0..<3, using: &random)
-            let work = Task {
+            let cancelAfter = Int.random(in: 0..<5, using: &random) == 0 ? Int.random(in: 0..<3, using: &random) : nil
+            _ = await runInTask(cancellingAfter: cancelAfter) {
               switch kind {
               case 0..<5: try? await cache.removeAll()
               case 5..<25: try? await cache.insert(key + 1000 * (task + 1), for: key)
@@ -138,11 +131,6 @@ import Testing
               default: _ = try? await cache.value(for: key)
               }
             }
-            if cancel {
-              for _ in 0..<yields { await Task.yield() }
-              work.cancel()
-            }
-            await work.value
           }
         }
       }
