@@ -57,6 +57,24 @@ import Testing
     #expect(layer.storedEntries["a"] == CacheEntry(1))
   }
 
+  @Test func releaseOneLetsTheOldestHeldCallGoAndKeepsHolding() async throws {
+    let layer = FakeLayer<String, Int>()
+    layer.hold(.insert)
+    let first = Task { try await layer.insert(CacheEntry(1), for: "a") }
+    await layer.waitForHeld(1, .insert)
+    let second = Task { try await layer.insert(CacheEntry(2), for: "b") }
+    await layer.waitForHeld(2, .insert)
+    layer.releaseOne(.insert)
+    try await first.value
+    #expect(layer.storedEntries == ["a": CacheEntry(1)], "the second insert is still held")
+    let third = Task { try await layer.insert(CacheEntry(3), for: "c") }
+    await layer.waitForHeld(2, .insert)  // later calls are still held
+    layer.release(.insert)
+    try await second.value
+    try await third.value
+    #expect(layer.storedEntries.count == 3)
+  }
+
   @Test func aLookupHeldAfterApplyingReturnsWhatItRead() async throws {
     let layer = FakeLayer<String, Int>()
     layer.seed(CacheEntry(1), for: "a")

@@ -282,10 +282,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       result = .failure(error)
     }
     if !tokenHandedOff { chain.coordinator.endRead(token) }
-    let waiters = inFlight.withLock {
-      if case .failure = result { return $0.finish(id, failed: true) }
-      return $0.finish(id, failed: false)
-    }
+    let failed = if case .failure = result { true } else { false }
+    let waiters = inFlight.withLock { $0.finish(id, failed: failed) }
     for continuation in waiters { continuation.resume(with: result) }
   }
 

@@ -195,14 +195,11 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   ///   cost; the cache is unchanged then.
   func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
     let entryCost = try self.cost(of: entry.value, for: key)
-    var expiry = entry.expiresAt?.nanosecondsSince1970 ?? .max
-    var now: Int64?
-    if let timeToLive {
-      let current = clock.now
-      now = current.nanosecondsSince1970
-      expiry = Swift.min(expiry, current.advanced(by: timeToLive).nanosecondsSince1970)
-    }
-    if expiry != .max, expiry <= (now ?? clock.now.nanosecondsSince1970) {
+    // The clock is read only when something can expire.
+    let now = timeToLive != nil || entry.expiresAt != nil ? clock.now : nil
+    let capped = entry.expiring(noLaterThan: timeToLive.flatMap { ttl in now?.advanced(by: ttl) })
+    let expiry = capped.expiresAt?.nanosecondsSince1970 ?? .max
+    if let now, capped.isExpired(at: now) {
       // Already expired: storing it would only serve a stale value; drop the old one too.
       removeValue(for: key)
       return
