@@ -13,6 +13,7 @@ let package = Package(
   platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
   products: [
     .library(name: "AsyncCache", targets: ["AsyncCache"]),
+    .library(name: "AsyncCacheSQLite", targets: ["AsyncCacheSQLite"]),
     .library(name: "AsyncCacheTesting", targets: ["AsyncCacheTesting"]),
     .executable(name: "AsyncCacheDemo", targets: ["AsyncCacheDemo"]),
     .executable(name: "AsyncCacheBenchmarks", targets: ["AsyncCacheBenchmarks"]),
@@ -20,17 +21,43 @@ let package = Package(
   // No package dependencies, now or later: the toolchain and the system only.
   targets: [
     .target(name: "AsyncCache", swiftSettings: strict),
+    // The system's libsqlite3 (Debian: libsqlite3-dev), linked only by users of AsyncCacheSQLite.
+    .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
+    .target(name: "AsyncCacheSQLite", dependencies: ["AsyncCache", "CSQLite"], swiftSettings: strict),
     .target(name: "AsyncCacheTesting", dependencies: ["AsyncCache"], swiftSettings: strict),
-    .executableTarget(name: "AsyncCacheDemo", dependencies: ["AsyncCache"], swiftSettings: strict),
+    .executableTarget(
+      name: "AsyncCacheDemo", dependencies: ["AsyncCache", "AsyncCacheSQLite"], swiftSettings: strict),
     .executableTarget(
       name: "AsyncCacheBenchmarks",
-      dependencies: ["AsyncCache"],
+      dependencies: ["AsyncCache", "AsyncCacheSQLite", "CSQLite"],
       path: "Benchmarks/AsyncCacheBenchmarks",
+      swiftSettings: strict
+    ),
+    // A child process that tests start, block and kill to fault persistent layers for real.
+    .executableTarget(
+      name: "PersistenceProbe",
+      dependencies: ["AsyncCache", "AsyncCacheSQLite", "CSQLite"],
+      path: "Tests/PersistenceProbe",
+      swiftSettings: strict
+    ),
+    // Fixtures shared by the persistence tests: temporary directories, tmpfs mounts, probes.
+    .target(
+      name: "PersistenceTestSupport",
+      dependencies: ["AsyncCache"],
+      path: "Tests/PersistenceTestSupport",
       swiftSettings: strict
     ),
     .testTarget(
       name: "AsyncCacheTests",
-      dependencies: ["AsyncCache", "AsyncCacheTesting"],
+      dependencies: ["AsyncCache", "AsyncCacheTesting", "PersistenceTestSupport", "PersistenceProbe"],
+      swiftSettings: strict
+    ),
+    .testTarget(
+      name: "AsyncCacheSQLiteTests",
+      dependencies: [
+        "AsyncCache", "AsyncCacheSQLite", "AsyncCacheTesting", "CSQLite", "PersistenceTestSupport",
+        "PersistenceProbe",
+      ],
       swiftSettings: strict
     ),
     .testTarget(

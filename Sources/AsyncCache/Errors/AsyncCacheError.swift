@@ -56,7 +56,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
 }
 
 extension AsyncCacheError {
-  static func invalidConfiguration(_ message: String) -> AsyncCacheError {
+  package static func invalidConfiguration(_ message: String) -> AsyncCacheError {
     AsyncCacheError(code: .invalidConfiguration, message: message)
   }
 }

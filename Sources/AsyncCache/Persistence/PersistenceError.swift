@@ -1,0 +1,95 @@
+/// An error from a persistent layer: storage that failed, input it refused, data it could not
+/// read back.
+///
+/// Damaged data is never an error on read (it is a miss that is cleaned up and counted); these
+/// errors report what the caller can act on. Match on ``code``; ``message`` names the key, file
+/// or limit involved.
+public struct PersistenceError: Error, Sendable, CustomStringConvertible {
+  /// What went wrong, stable across releases.
+  public struct Code: Hashable, Sendable, CustomStringConvertible {
+    private enum Base: Hashable, Sendable {
+      case valueTooLarge
+      case encodingFailed
+      case decodingFailed
+      case noSpace
+      case readOnly
+      case busy
+      case corrupted
+      case ioFailure
+      case closed
+    }
+
+    private let base: Base
+
+    private init(_ base: Base) { self.base = base }
+
+    /// A value (or key) is larger than the layer accepts; nothing was written.
+    public static let valueTooLarge = Code(.valueTooLarge)
+    /// A key or value could not be encoded; nothing was written.
+    public static let encodingFailed = Code(.encodingFailed)
+    /// Stored bytes could not be decoded, for example a stored key while enumerating keys.
+    public static let decodingFailed = Code(.decodingFailed)
+    /// The storage is full (`ENOSPC`, `SQLITE_FULL`).
+    public static let noSpace = Code(.noSpace)
+    /// The storage is read-only (`EROFS`, `EACCES`, `SQLITE_READONLY`).
+    public static let readOnly = Code(.readOnly)
+    /// Another connection or process held a lock longer than the busy timeout.
+    public static let busy = Code(.busy)
+    /// The storage is damaged beyond what the layer repairs on its own.
+    public static let corrupted = Code(.corrupted)
+    /// Any other failure of the file system or database; see ``PersistenceError/underlying``.
+    public static let ioFailure = Code(.ioFailure)
+    /// The layer was closed.
+    public static let closed = Code(.closed)
+
+    public var description: String {
+      switch base {
+      case .valueTooLarge: "valueTooLarge"
+      case .encodingFailed: "encodingFailed"
+      case .decodingFailed: "decodingFailed"
+      case .noSpace: "noSpace"
+      case .readOnly: "readOnly"
+      case .busy: "busy"
+      case .corrupted: "corrupted"
+      case .ioFailure: "ioFailure"
+      case .closed: "closed"
+      }
+    }
+  }
+
+  /// What went wrong.
+  public let code: Code
+  /// A sentence naming the key, file or limit involved.
+  public let message: String
+  /// The error reported by the system, the database or a coder, if any.
+  public let underlying: (any Error)?
+
+  /// Creates an error.
+  public init(code: Code, message: String, underlying: (any Error)? = nil) {
+    self.code = code
+    self.message = message
+    self.underlying = underlying
+  }
+
+  public var description: String {
+    if let underlying {
+      return "PersistenceError.\(code): \(message) (underlying: \(underlying))"
+    }
+    return "PersistenceError.\(code): \(message)"
+  }
+}
+
+extension PersistenceError {
+  package static func undecodableKey(_ string: String, underlying: (any Error)? = nil) -> PersistenceError {
+    PersistenceError(
+      code: .decodingFailed, message: "the stored key \(string.debugDescription) does not decode to a key",
+      underlying: underlying)
+  }
+
+  package static func valueTooLarge(key: String, size: Int, limit: Int, layer: String) -> PersistenceError {
+    PersistenceError(
+      code: .valueTooLarge,
+      message: "\(layer) refused the value for key \(key.prefix(200).debugDescription): \(size) bytes, above its "
+        + "per-entry limit of \(limit) bytes")
+  }
+}

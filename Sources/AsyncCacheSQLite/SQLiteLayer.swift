@@ -1,0 +1,2 @@
+import AsyncCache
+import CSQLite

@@ -1,0 +1,5 @@
+// The system's SQLite: libsqlite3-dev on Debian and Ubuntu, the SDK's on Apple platforms.
+#include <sqlite3.h>
+
+// SQLITE_TRANSIENT is a macro that casts -1 to a function pointer, which Swift cannot import.
+static inline sqlite3_destructor_type csqlite_transient(void) { return SQLITE_TRANSIENT; }
