@@ -36,7 +36,7 @@ let package = Package(
     // A child process that tests start, block and kill to fault persistent layers for real.
     .executableTarget(
       name: "PersistenceProbe",
-      dependencies: ["AsyncCache", "AsyncCacheSQLite", "CSQLite"],
+      dependencies: ["AsyncCache", "AsyncCacheSQLite", "CSQLite", "PersistenceTestSupport"],
       path: "Tests/PersistenceProbe",
       swiftSettings: strict
     ),

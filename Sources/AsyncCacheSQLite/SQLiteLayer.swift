@@ -1,2 +1,607 @@
-import AsyncCache
+public import AsyncCache
 import CSQLite
+public import Foundation
+
+/// A persistent cache layer in a SQLite database: the framework's embedded default store.
+///
+/// ```swift
+/// let disk = try await SQLiteLayer<String, Data>(url: folder.appending(path: "cache.sqlite"))
+/// let cache = CacheChain(MemoryLayer<String, Data>(), disk)
+/// ```
+///
+/// - **Keys** are stored as strings through a ``CacheKeyEncoding`` (collision-free for the
+///   built-in encodings); **values** as `Data` stored raw, or any `Codable` value through a
+///   ``CacheValueCoder`` (JSON by default).
+/// - **Namespaces**: several layers, in one process or several, share one file without seeing
+///   each other's keys. Each layer opens its own connection.
+/// - **Expiry** is stored as wall-clock time; expired rows are misses, purged lazily and by
+///   ``removeExpired()``.
+/// - **Size limit**: a hard limit in bytes (and optionally rows) per namespace, enforced in the
+///   transaction that writes, by evicting expired and then least recently accessed rows.
+/// - **Write-behind**: ``insert(_:for:)`` returns once the value is readable from this layer;
+///   the row is written in the background, batched with other writes in one transaction.
+///   ``flush()`` waits until everything written so far is on disk.
+/// - **Damage**: every row carries a header with a checksum. A damaged row is a miss that is
+///   deleted and counted; a database SQLite reports as corrupt is moved aside and replaced,
+///   with a ``SQLiteLayerEvent``.
+/// - **Threads**: the layer runs on its own thread (a custom executor), so no SQLite call
+///   ever blocks the cooperative thread pool. The database runs in WAL mode with a busy
+///   timeout; a lock held past it is a ``PersistenceError/Code/busy`` error, never a hang.
+public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
+  /// The database file.
+  public nonisolated let url: URL
+  /// The namespace this layer reads and writes.
+  public nonisolated let namespace: String
+  /// The layer's limits, timing and clock.
+  public nonisolated let configuration: Configuration
+  /// How keys become stored strings.
+  public nonisolated let keyEncoding: CacheKeyEncoding<Key>
+  /// How values become stored bytes.
+  public nonisolated let valueCoder: CacheValueCoder<Value>
+
+  private nonisolated let thread: ConnectionThread
+  private nonisolated let pending: Locked<PendingWrites<Value>>
+  private nonisolated let entryLimit: Int
+
+  private var store: SQLiteStore?
+  private var isClosed = false
+  private var touches: [[UInt8]: Int64] = [:]
+  private var damaged: [([UInt8], Data)] = []
+  private var expired: [[UInt8]] = []
+  private var counters = Statistics()
+  private var events: [SQLiteLayerEvent] = []
+
+  /// The layer runs on its own thread, where SQLite may block.
+  public nonisolated var unownedExecutor: UnownedSerialExecutor {
+    thread.asUnownedSerialExecutor()
+  }
+
+  /// Opens (creating if needed, with its folder) the database at `url` and the layer for
+  /// `namespace` in it.
+  ///
+  /// A database that SQLite reports as corrupt or not a database is moved aside and replaced
+  /// (see ``SQLiteLayerEvent/databaseReplaced(reason:movedTo:)``); an older schema is migrated,
+  /// a newer one reset.
+  ///
+  /// - Parameters:
+  ///   - url: The database file. Its folder is created if missing.
+  ///   - namespace: The namespace of this layer's keys; not empty. Default `"default"`.
+  ///   - configuration: Limits, timing and clock.
+  ///   - keyEncoding: How keys become stored strings; must be injective.
+  ///   - valueCoder: How values become stored bytes.
+  /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` for an empty namespace or invalid
+  ///   limits; ``PersistenceError`` when the database cannot be opened (for example
+  ///   ``PersistenceError/Code/readOnly``, ``PersistenceError/Code/busy``).
+  public init(
+    url: URL,
+    namespace: String = "default",
+    configuration: Configuration = Configuration(),
+    keyEncoding: CacheKeyEncoding<Key>,
+    valueCoder: CacheValueCoder<Value>
+  ) async throws {
+    guard !namespace.isEmpty, !namespace.utf8.contains(0) else {
+      throw AsyncCacheError.invalidConfiguration(
+        "SQLiteLayer: the namespace must be non-empty and free of NUL bytes, got \(namespace.debugDescription)")
+    }
+    // SQLite's compiled-in default for SQLITE_MAX_LENGTH; the open connection's limit is
+    // checked again in `open()`.
+    try configuration.validate(sqliteMaximumLength: 1_000_000_000)
+    self.url = url
+    self.namespace = namespace
+    self.configuration = configuration
+    self.keyEncoding = keyEncoding
+    self.valueCoder = valueCoder
+    self.entryLimit = configuration.effectiveMaximumEntrySize
+    self.thread = ConnectionThread(name: "AsyncCache.SQLite")
+    self.pending = Locked(PendingWrites())
+    try open()
+  }
+
+  deinit {
+    thread.shutdown()
+  }
+
+  // MARK: Reading
+
+  /// The entry stored for `key`, or `nil` when there is none, it expired, or its row was
+  /// damaged (then the row is deleted and counted).
+  ///
+  /// Runs on the layer's thread: one indexed `SELECT`, a checksum over the value, and decoding.
+  ///
+  /// - Throws: ``PersistenceError`` when the key cannot be encoded or SQLite fails (a corrupt
+  ///   database is replaced and reads as a miss instead).
+  public func entry(for key: Key) throws -> CacheEntry<Value>? {
+    let encoded = try encode(key)
+    let now = configuration.clock.now.nanosecondsSince1970
+    let (local, stamp) = pending.withLock { state in
+      (state.writes[encoded].map(Local.write) ?? (state.clearAll ? .cleared : .none), state.stamp(now: now))
+    }
+    switch local {
+    case .write(.upsert(let value, _, _, let expiresAt, _)):
+      if let expiresAt, expiresAt <= now {
+        counters.misses += 1
+        return nil
+      }
+      counters.hits += 1
+      return CacheEntry(value, expiresAt: expiresAt.map(CacheInstant.init(nanosecondsSince1970:)))
+    case .write(.delete), .cleared:
+      counters.misses += 1
+      return nil
+    case .none:
+      break
+    }
+    let keyBytes = Array(encoded.utf8)
+    let lookup: SQLiteStore.Lookup
+    do {
+      lookup = try openStore().lookup(keyBytes, now: now)
+    } catch let error as SQLiteError {
+      if try replaceIfCorrupt(error) {
+        counters.misses += 1
+        return nil
+      }
+      throw PersistenceError.sqlite(error, while: "reading the key \(encoded.prefix(200).debugDescription)")
+    }
+    switch lookup {
+    case .miss:
+      counters.misses += 1
+      return nil
+    case .expired:
+      counters.misses += 1
+      expired.append(keyBytes)
+      scheduleFlush()
+      return nil
+    case .damaged(let damage, let blob):
+      discard(keyBytes, blob: blob, key: encoded, reason: "\(damage)")
+      return nil
+    case .hit(let payload, let expiresAt):
+      let value: Value
+      do {
+        value = try valueCoder.decode(payload)
+      } catch {
+        let blob = SQLiteRecord.encode(key: keyBytes, expiresAt: expiresAt, payload: payload)
+        discard(keyBytes, blob: blob, key: encoded, reason: "the value does not decode: \(error)")
+        return nil
+      }
+      counters.hits += 1
+      touches[keyBytes] = stamp
+      if touches.count >= configuration.maximumPendingTouches { scheduleFlush() }
+      return CacheEntry(value, expiresAt: expiresAt.map(CacheInstant.init(nanosecondsSince1970:)))
+    }
+  }
+
+  /// The value stored for `key`, or `nil`. See ``entry(for:)``.
+  public func value(for key: Key) throws -> Value? {
+    try entry(for: key)?.value
+  }
+
+  /// Every key stored in this namespace that has not expired, including writes still pending.
+  /// Keys that no longer decode (say, written by an older key type) are left out.
+  ///
+  /// Runs on the layer's thread. O(n) in the namespace's rows.
+  public var keys: [Key] {
+    get throws {
+      let now = configuration.clock.now.nanosecondsSince1970
+      let (clearAll, writes) = pending.withLock { ($0.clearAll, $0.writes) }
+      var encodedKeys = Set<String>()
+      if !clearAll {
+        let stored: [[UInt8]]
+        do {
+          stored = try openStore().keys(now: now)
+        } catch let error as SQLiteError {
+          throw PersistenceError.sqlite(error, while: "listing keys")
+        }
+        for bytes in stored { encodedKeys.insert(String(decoding: bytes, as: UTF8.self)) }
+      }
+      for (key, write) in writes {
+        switch write {
+        case .upsert(_, _, _, let expiresAt, _):
+          if let expiresAt, expiresAt <= now { encodedKeys.remove(key) } else { encodedKeys.insert(key) }
+        case .delete:
+          encodedKeys.remove(key)
+        }
+      }
+      return encodedKeys.compactMap { try? keyEncoding.decode($0) }
+    }
+  }
+
+  // MARK: Writing
+
+  /// Stores `entry` for `key`: readable from this layer at once, written to the database in the
+  /// background, batched with other writes in one transaction.
+  ///
+  /// The entry expires at the earlier of `entry.expiresAt` and the configured time to live. An
+  /// already expired entry is not stored (and removes the previous one). Safe from any context;
+  /// runs on the caller's thread (encoding and a checksum) and suspends only when more than
+  /// ``Configuration-swift.struct/maximumPendingBytes`` wait to be written.
+  ///
+  /// - Throws: ``PersistenceError/Code/valueTooLarge`` (naming the key and sizes) when the
+  ///   encoded value is over ``Configuration-swift.struct/maximumEntrySize`` or the size limit;
+  ///   ``PersistenceError/Code/encodingFailed`` when the key or value does not encode. Nothing
+  ///   is written then. When writes wait on a database that keeps failing, the error of the
+  ///   failed write (for example ``PersistenceError/Code/noSpace``).
+  public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
+    let encoded = try encode(key)
+    let payload: Data
+    do {
+      payload = try valueCoder.encode(entry.value)
+    } catch {
+      throw PersistenceError(
+        code: .encodingFailed, message: "cannot encode the value for key \(encoded.prefix(200).debugDescription)",
+        underlying: error)
+    }
+    let keyBytes = Array(encoded.utf8)
+    let size = keyBytes.count + SQLiteRecord.headerSize + payload.count
+    guard payload.count <= entryLimit, size <= configuration.sizeLimit else {
+      throw PersistenceError.valueTooLarge(
+        key: encoded, size: payload.count, limit: Swift.min(entryLimit, configuration.sizeLimit), layer: "SQLiteLayer")
+    }
+    let now = configuration.clock.now
+    let expiresAt = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) }).expiresAt
+    let write: PendingWrites<Value>.Write
+    if let expiresAt, expiresAt <= now {
+      write = .delete
+    } else {
+      let expiry = expiresAt?.nanosecondsSince1970
+      let blob = SQLiteRecord.encode(key: keyBytes, expiresAt: expiry, payload: payload)
+      write = .upsert(entry.value, blob: blob, size: size, expiresAt: expiry, stamp: 0)
+    }
+    let (schedule, overBudget) = try pending.withLock { state in
+      guard !state.isClosed else { throw closedError }
+      var write = write
+      if case .upsert(let value, let blob, let size, let expiry, _) = write {
+        write = .upsert(
+          value, blob: blob, size: size, expiresAt: expiry, stamp: state.stamp(now: now.nanosecondsSince1970))
+      }
+      state.put(write, for: encoded)
+      return (state.markFlushScheduled(), state.bytes > configuration.maximumPendingBytes)
+    }
+    if schedule { scheduleFlush() }
+    if overBudget { try await flush() }
+  }
+
+  /// Stores `value` for `key`, expiring after `timeToLive` (or per the configuration when
+  /// `nil`). See ``insert(_:for:)``.
+  public nonisolated func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) async throws {
+    let expiresAt = timeToLive.map { configuration.clock.now.advanced(by: $0) }
+    try await insert(CacheEntry(value, expiresAt: expiresAt), for: key)
+  }
+
+  /// Removes the entry for `key`: at once for readers of this layer, from the database with the
+  /// next batch. Safe from any context; never suspends on I/O.
+  ///
+  /// - Throws: ``PersistenceError/Code/encodingFailed`` when the key does not encode.
+  public nonisolated func removeValue(for key: Key) async throws {
+    let encoded = try encode(key)
+    let schedule = try pending.withLock { state in
+      guard !state.isClosed else { throw closedError }
+      state.put(.delete, for: encoded)
+      return state.markFlushScheduled()
+    }
+    if schedule { scheduleFlush() }
+  }
+
+  /// Removes every entry of this namespace (other namespaces in the file are untouched): at
+  /// once for readers of this layer, from the database with the next batch.
+  ///
+  /// - Throws: ``PersistenceError/Code/closed`` after ``close()``.
+  public nonisolated func removeAll() async throws {
+    let schedule = try pending.withLock { state in
+      guard !state.isClosed else { throw closedError }
+      state.removeAll()
+      return state.markFlushScheduled()
+    }
+    if schedule { scheduleFlush() }
+  }
+
+  /// Deletes the namespace's expired rows now; returns how many were deleted.
+  ///
+  /// Runs on the layer's thread, in one statement.
+  ///
+  /// - Throws: ``PersistenceError`` when SQLite fails, for example ``PersistenceError/Code/busy``.
+  @discardableResult
+  public func removeExpired() throws -> Int {
+    let now = configuration.clock.now.nanosecondsSince1970
+    pending.withLock { state in
+      for (key, write) in state.writes {
+        if case .upsert(_, _, _, let expiresAt?, _) = write, expiresAt <= now { state.put(.delete, for: key) }
+      }
+    }
+    do {
+      let removed = try openStore().deleteExpired(now: now)
+      counters.expiredRemoved += removed
+      return removed
+    } catch let error as SQLiteError {
+      throw PersistenceError.sqlite(error, while: "removing expired rows")
+    }
+  }
+
+  /// Waits until every write made before this call is committed to disk.
+  ///
+  /// Runs the pending batch now, in one transaction, on the layer's thread.
+  ///
+  /// - Throws: ``PersistenceError`` when the transaction fails, for example
+  ///   ``PersistenceError/Code/busy`` when another process holds the write lock past the busy
+  ///   timeout, or ``PersistenceError/Code/noSpace``. The writes stay pending (and readable) and
+  ///   are retried by the next write or flush.
+  public func flush() throws {
+    try writePending()
+  }
+
+  /// Writes what is pending and closes the database. Later calls throw
+  /// ``PersistenceError/Code/closed``.
+  ///
+  /// - Throws: the error of the final write, if it failed; the database is closed regardless.
+  public func close() throws {
+    pending.withLock { $0.isClosed = true }
+    defer {
+      store?.connection.close()
+      store = nil
+      isClosed = true
+    }
+    try writePending()
+  }
+
+  /// On `.critical` pressure, writes pending values so that their memory is released.
+  public func handleMemoryPressure(_ level: MemoryPressureLevel) {
+    if level == .critical { try? writePending() }
+  }
+
+  // MARK: Insight
+
+  /// Counters since the layer was opened.
+  public struct Statistics: Sendable, Hashable {
+    /// Reads that found a value.
+    public var hits = 0
+    /// Reads that found nothing, an expired row, or a damaged one.
+    public var misses = 0
+    /// Rows written (inserted, replaced or deleted) by committed transactions.
+    public var rowsWritten = 0
+    /// Committed transactions.
+    public var transactions = 0
+    /// Rows evicted to stay within the size or count limit.
+    public var evictions = 0
+    /// Expired rows deleted, lazily or by ``SQLiteLayer/removeExpired()``.
+    public var expiredRemoved = 0
+    /// Rows that failed their header or checksum check, or did not decode.
+    public var damagedRows = 0
+    /// Transactions that failed (their writes stayed pending).
+    public var failedWrites = 0
+    /// Databases moved aside and replaced because SQLite reported them corrupt.
+    public var databaseReplacements = 0
+    /// Writes waiting for their transaction.
+    public var pendingWrites = 0
+  }
+
+  /// Counters since the layer was opened.
+  public var statistics: Statistics {
+    var snapshot = counters
+    snapshot.pendingWrites = pending.withLock { $0.writes.count }
+    return snapshot
+  }
+
+  /// The bytes and rows the namespace holds on disk (pending writes not included).
+  public struct Usage: Sendable, Hashable {
+    /// Bytes of keys, headers and values.
+    public var bytes: Int
+    /// Rows.
+    public var count: Int
+
+    /// Creates a usage figure.
+    public init(bytes: Int, count: Int) {
+      self.bytes = bytes
+      self.count = count
+    }
+  }
+
+  /// The bytes and rows the namespace holds on disk, from the running totals kept with every
+  /// write. O(1).
+  public var usage: Usage {
+    get throws {
+      do {
+        let (bytes, count) = try openStore().usage()
+        return Usage(bytes: bytes, count: count)
+      } catch let error as SQLiteError {
+        throw PersistenceError.sqlite(error, while: "reading the namespace's size")
+      }
+    }
+  }
+
+  /// The events recorded since the layer was opened (at most the last 100), oldest first.
+  public var recentEvents: [SQLiteLayerEvent] { events }
+
+  // MARK: Internals
+
+  private enum Local {
+    case write(PendingWrites<Value>.Write)
+    case cleared
+    case none
+  }
+
+  private nonisolated func encode(_ key: Key) throws -> String {
+    do {
+      return try keyEncoding.encode(key)
+    } catch let error as PersistenceError {
+      throw error
+    } catch {
+      throw PersistenceError(code: .encodingFailed, message: "cannot encode the key \(key)", underlying: error)
+    }
+  }
+
+  private nonisolated func scheduleFlush() {
+    Task { await self.writeInBackground() }
+  }
+
+  private func writeInBackground() {
+    do {
+      try writePending()
+    } catch {
+      // Recorded by writePending; the writes stay pending for the next attempt.
+    }
+  }
+
+  private func openStore() throws -> SQLiteStore {
+    assert(thread.isCurrent, "SQLite must only be used on the layer's connection thread")
+    guard let store else { throw closedError }
+    return store
+  }
+
+  private nonisolated var closedError: PersistenceError {
+    PersistenceError(code: .closed, message: "the SQLiteLayer for \(url.path) is closed")
+  }
+
+  private func record(_ event: SQLiteLayerEvent) {
+    events.append(event)
+    if events.count > 100 { events.removeFirst(events.count - 100) }
+    configuration.eventHandler?(event)
+  }
+
+  private func discard(_ keyBytes: [UInt8], blob: Data, key: String, reason: String) {
+    counters.misses += 1
+    counters.damagedRows += 1
+    damaged.append((keyBytes, blob))
+    record(.rowDiscarded(key: key, reason: reason))
+    scheduleFlush()
+  }
+
+  /// Applies everything pending in one transaction.
+  private func writePending() throws {
+    let (clearAll, writes) = pending.withLock { state in
+      state.isFlushScheduled = false
+      return state.take()
+    }
+    guard !isClosed else {
+      if clearAll || !writes.isEmpty { throw closedError }
+      return
+    }
+    var batch = SQLiteStore.Batch()
+    batch.clearAll = clearAll
+    batch.operations.reserveCapacity(writes.count)
+    for (key, write) in writes {
+      switch write {
+      case .upsert(_, let blob, let size, let expiresAt, let stamp):
+        batch.operations.append(
+          (Array(key.utf8), .upsert(blob: blob, size: size, expiresAt: expiresAt, accessedAt: stamp)))
+      case .delete:
+        batch.operations.append((Array(key.utf8), .delete))
+      }
+    }
+    batch.touches = touches.map { ($0.key, $0.value) }
+    batch.damaged = damaged
+    batch.expired = expired
+    guard !batch.isEmpty else { return }
+    touches.removeAll(keepingCapacity: true)
+    damaged.removeAll()
+    expired.removeAll()
+    let now = configuration.clock.now.nanosecondsSince1970
+    do {
+      let report: SQLiteStore.Report
+      do {
+        report = try openStore().apply(
+          batch, sizeLimit: configuration.sizeLimit, countLimit: configuration.countLimit, now: now)
+      } catch let error as SQLiteError where Self.isCorruption(error) {
+        // The old rows are gone with the damaged file; this batch goes into the new one.
+        try replaceDatabase(reason: error)
+        report = try openStore().apply(
+          batch, sizeLimit: configuration.sizeLimit, countLimit: configuration.countLimit, now: now)
+      }
+      counters.transactions += 1
+      counters.rowsWritten += batch.operations.count
+      counters.evictions += report.evicted
+      counters.expiredRemoved += report.expiredRemoved
+    } catch {
+      pending.withLock { $0.restore(clearAll: clearAll, writes: writes) }
+      for (key, stamp) in batch.touches where touches[key] == nil { touches[key] = stamp }
+      counters.failedWrites += 1
+      let failure =
+        (error as? SQLiteError).map { PersistenceError.sqlite($0, while: "writing \(batch.operations.count) rows") }
+        ?? (error as? PersistenceError)
+        ?? PersistenceError(code: .ioFailure, message: "writing failed", underlying: error)
+      record(.writeFailed(failure))
+      throw failure
+    }
+  }
+
+  /// Opens the database, replacing it if SQLite reports it corrupt.
+  private func open() throws {
+    let directory = url.deletingLastPathComponent()
+    do {
+      try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    } catch {
+      throw PersistenceError(
+        code: .ioFailure, message: "cannot create the folder \(directory.path) for the database", underlying: error)
+    }
+    do {
+      try connect()
+    } catch let error as SQLiteError where Self.isCorruption(error) {
+      try replaceDatabase(reason: error)
+    } catch let error as SQLiteError {
+      throw PersistenceError.sqlite(error, while: "opening \(url.path)")
+    }
+  }
+
+  private func connect() throws {
+    assert(thread.isCurrent, "SQLite must only be used on the layer's connection thread")
+    let (connection, outcome) = try SQLiteStore.open(path: url.path, busyTimeout: configuration.busyTimeout)
+    guard connection.maximumLength - SQLiteRecord.headerSize >= entryLimit else {
+      connection.close()
+      throw AsyncCacheError.invalidConfiguration(
+        "SQLiteLayer: maximumEntrySize \(entryLimit) exceeds this SQLite's limit of \(connection.maximumLength) bytes")
+    }
+    store = SQLiteStore(connection: connection, namespace: namespace)
+    switch outcome {
+    case .current: break
+    case .migrated(let from) where from > 0:
+      record(.schemaMigrated(from: Int(from), to: Int(SQLiteSchema.currentVersion)))
+    case .migrated: break
+    case .reset(let found): record(.schemaReset(foundVersion: Int(found)))
+    }
+  }
+
+  private static func isCorruption(_ error: SQLiteError) -> Bool {
+    error.primaryResultCode == SQLITE_CORRUPT || error.primaryResultCode == SQLITE_NOTADB
+  }
+
+  /// When `error` says the database is corrupt, replaces it and returns `true`.
+  private func replaceIfCorrupt(_ error: SQLiteError) throws -> Bool {
+    guard Self.isCorruption(error) else { return false }
+    try replaceDatabase(reason: error)
+    return true
+  }
+
+  /// Moves the damaged file and its WAL and shared-memory files aside and opens a new, empty
+  /// database in its place.
+  private func replaceDatabase(reason: SQLiteError) throws {
+    store?.connection.close()
+    store = nil
+    let stamp = configuration.clock.now.nanosecondsSince1970
+    let aside = url.deletingLastPathComponent().appendingPathComponent("\(url.lastPathComponent).corrupt-\(stamp)")
+    let manager = FileManager.default
+    for suffix in ["", "-wal", "-shm"] {
+      let source = URL(fileURLWithPath: url.path + suffix)
+      guard manager.fileExists(atPath: source.path) else { continue }
+      let target = URL(fileURLWithPath: aside.path + suffix)
+      do {
+        try manager.moveItem(at: source, to: target)
+      } catch {
+        throw PersistenceError(
+          code: .corrupted, message: "\(url.path) is corrupt and could not be moved aside", underlying: error)
+      }
+    }
+    do {
+      try connect()
+    } catch let error as SQLiteError {
+      throw PersistenceError.sqlite(error, while: "recreating \(url.path)")
+    }
+    counters.databaseReplacements += 1
+    record(.databaseReplaced(reason: .sqlite(reason, while: "opening \(url.path)"), movedTo: aside))
+  }
+}
+
+extension PendingWrites {
+  /// Marks a background write as scheduled; `true` when the caller must schedule it.
+  mutating func markFlushScheduled() -> Bool {
+    guard !isFlushScheduled else { return false }
+    isFlushScheduled = true
+    return true
+  }
+}

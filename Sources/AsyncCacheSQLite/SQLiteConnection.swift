@@ -1,0 +1,179 @@
+import AsyncCache
+import CSQLite
+import Foundation
+
+/// One SQLite connection and its prepared statements.
+///
+/// Not thread-safe: it belongs to one `SQLiteLayer` and is only used on that layer's
+/// ``ConnectionThread``. Statements are prepared once (`SQLITE_PREPARE_PERSISTENT`) and reused.
+final class SQLiteConnection {
+  let handle: OpaquePointer
+  let path: String
+  private var statements: [String: SQLiteStatement] = [:]
+
+  /// Opens (creating if needed) the database at `path`.
+  init(path: String, busyTimeout: Duration) throws(SQLiteError) {
+    var handle: OpaquePointer?
+    let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+    let result = sqlite3_open_v2(path, &handle, flags, nil)
+    guard result == SQLITE_OK, let handle else {
+      let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(result))
+      sqlite3_close_v2(handle)
+      throw SQLiteError(resultCode: result, message: message)
+    }
+    self.handle = handle
+    self.path = path
+    let milliseconds =
+      busyTimeout.components.seconds * 1000 + busyTimeout.components.attoseconds / 1_000_000_000_000_000
+    sqlite3_busy_timeout(handle, Int32(clamping: milliseconds))
+  }
+
+  deinit {
+    close()
+  }
+
+  private var isClosed = false
+
+  /// Finalizes every statement and closes the connection.
+  func close() {
+    guard !isClosed else { return }
+    isClosed = true
+    for statement in statements.values { statement.finalize() }
+    statements.removeAll()
+    sqlite3_close_v2(handle)
+  }
+
+  /// Runs one or more statements that return no rows.
+  func execute(_ sql: String) throws(SQLiteError) {
+    var message: UnsafeMutablePointer<CChar>?
+    let result = sqlite3_exec(handle, sql, nil, nil, &message)
+    guard result == SQLITE_OK else {
+      let text = message.map { String(cString: $0) } ?? lastErrorMessage
+      sqlite3_free(message)
+      throw SQLiteError(resultCode: sqlite3_extended_errcode(handle), message: text)
+    }
+  }
+
+  /// The cached prepared statement for `sql`, reset and with its bindings cleared.
+  func statement(_ sql: String) throws(SQLiteError) -> SQLiteStatement {
+    if let statement = statements[sql] { return statement }
+    var pointer: OpaquePointer?
+    let result = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &pointer, nil)
+    guard result == SQLITE_OK, let pointer else { throw error(result) }
+    let statement = SQLiteStatement(pointer, connection: self)
+    statements[sql] = statement
+    return statement
+  }
+
+  /// Runs a statement for its side effects.
+  func run(_ sql: String, _ bind: (SQLiteStatement) -> Void = { _ in }) throws(SQLiteError) {
+    let statement = try statement(sql)
+    defer { statement.reset() }
+    bind(statement)
+    while try statement.step() {}
+  }
+
+  /// The first column of the first row of `sql` as an integer, or `nil` when there is no row.
+  func integer(_ sql: String, _ bind: (SQLiteStatement) -> Void = { _ in }) throws(SQLiteError) -> Int64? {
+    let statement = try statement(sql)
+    defer { statement.reset() }
+    bind(statement)
+    guard try statement.step(), !statement.isNull(0) else { return nil }
+    return statement.int64(0)
+  }
+
+  /// Rows changed by the last statement.
+  var changes: Int { Int(sqlite3_changes(handle)) }
+
+  var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
+
+  func error(_ result: Int32) -> SQLiteError {
+    let code = sqlite3_extended_errcode(handle)
+    return SQLiteError(resultCode: code == SQLITE_OK ? result : code, message: lastErrorMessage)
+  }
+
+  /// The largest string or blob this connection accepts (`SQLITE_LIMIT_LENGTH`).
+  var maximumLength: Int { Int(sqlite3_limit(handle, SQLITE_LIMIT_LENGTH, -1)) }
+}
+
+/// A prepared statement. Bind, step, read columns, reset.
+final class SQLiteStatement {
+  let pointer: OpaquePointer
+  unowned let connection: SQLiteConnection
+
+  init(_ pointer: OpaquePointer, connection: SQLiteConnection) {
+    self.pointer = pointer
+    self.connection = connection
+  }
+
+  func finalize() { sqlite3_finalize(pointer) }
+
+  /// Clears the bindings and resets the statement so that it can run again.
+  func reset() {
+    sqlite3_reset(pointer)
+    sqlite3_clear_bindings(pointer)
+  }
+
+  /// Steps once; `true` when a row is available.
+  func step() throws(SQLiteError) -> Bool {
+    switch sqlite3_step(pointer) {
+    case SQLITE_ROW: return true
+    case SQLITE_DONE: return false
+    case let result: throw connection.error(result)
+    }
+  }
+
+  func bind(_ value: Int64, at index: Int32) {
+    sqlite3_bind_int64(pointer, index, value)
+  }
+
+  func bind(_ value: Int64?, at index: Int32) {
+    if let value { sqlite3_bind_int64(pointer, index, value) } else { sqlite3_bind_null(pointer, index) }
+  }
+
+  func bind(_ text: String, at index: Int32) {
+    var text = text
+    text.withUTF8 { bytes in
+      _ = sqlite3_bind_text(
+        pointer, index, UnsafeRawPointer(bytes.baseAddress).map { $0.assumingMemoryBound(to: CChar.self) },
+        Int32(bytes.count), csqlite_transient())
+    }
+  }
+
+  /// Binds bytes as a blob (SQLite copies them).
+  func bind(blob bytes: UnsafeRawBufferPointer, at index: Int32) {
+    // A zero-length blob needs a non-nil pointer, or SQLite binds NULL.
+    if bytes.isEmpty {
+      sqlite3_bind_zeroblob(pointer, index, 0)
+    } else {
+      sqlite3_bind_blob64(pointer, index, bytes.baseAddress, sqlite3_uint64(bytes.count), csqlite_transient())
+    }
+  }
+
+  func bind(blob data: Data, at index: Int32) {
+    data.withUnsafeBytes { bind(blob: $0, at: index) }
+  }
+
+  func bind(blob bytes: [UInt8], at index: Int32) {
+    bytes.withUnsafeBytes { bind(blob: $0, at: index) }
+  }
+
+  func isNull(_ column: Int32) -> Bool { sqlite3_column_type(pointer, column) == SQLITE_NULL }
+
+  func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(pointer, column) }
+
+  func optionalInt64(_ column: Int32) -> Int64? { isNull(column) ? nil : int64(column) }
+
+  /// The bytes of a blob column, valid until the next step or reset.
+  func blob(_ column: Int32) -> UnsafeRawBufferPointer {
+    let base = sqlite3_column_blob(pointer, column)
+    let count = Int(sqlite3_column_bytes(pointer, column))
+    guard let base, count > 0 else { return UnsafeRawBufferPointer(start: nil, count: 0) }
+    return UnsafeRawBufferPointer(start: base, count: count)
+  }
+
+  func text(_ column: Int32) -> String {
+    let bytes = blob(column)
+    return String(decoding: bytes, as: UTF8.self)
+  }
+}

@@ -1,0 +1,90 @@
+public import AsyncCache
+
+extension SQLiteLayer {
+  /// The limits, timing and clock of a ``SQLiteLayer``.
+  public struct Configuration: Sendable {
+    /// The most bytes of keys and values the namespace may hold: a hard limit, enforced in the
+    /// transaction that writes, by evicting expired and then least recently accessed rows.
+    /// Default 100 MiB. The file is larger than this by SQLite's page and index overhead.
+    public var sizeLimit: Int
+
+    /// The most rows the namespace may hold, or `nil` for no count limit (the default).
+    public var countLimit: Int?
+
+    /// The largest encoded value the layer accepts; larger ones are refused with
+    /// ``PersistenceError/Code/valueTooLarge`` before they reach SQLite. Default: the smaller of
+    /// ``sizeLimit`` and 64 MiB.
+    public var maximumEntrySize: Int?
+
+    /// The lifetime of entries inserted without an expiry, or `nil` (the default) for none.
+    public var timeToLive: Duration?
+
+    /// How long a write waits for a lock held by another connection or process before it fails
+    /// with ``PersistenceError/Code/busy``. Default 5 seconds.
+    public var busyTimeout: Duration
+
+    /// How many bytes of written values may wait for their transaction before `insert` waits
+    /// for them to be written. Default 32 MiB.
+    public var maximumPendingBytes: Int
+
+    /// How many reads may wait to record their access time before the layer writes them.
+    /// Default 1,024.
+    public var maximumPendingTouches: Int
+
+    /// The clock that expiry and access times are read from. Default ``WallClock``.
+    public var clock: any CacheClock
+
+    /// Called with every ``SQLiteLayerEvent``, on the layer's connection thread: keep it short.
+    public var eventHandler: (@Sendable (SQLiteLayerEvent) -> Void)?
+
+    /// Creates a configuration.
+    public init(
+      sizeLimit: Int = 100 << 20,
+      countLimit: Int? = nil,
+      maximumEntrySize: Int? = nil,
+      timeToLive: Duration? = nil,
+      busyTimeout: Duration = .seconds(5),
+      maximumPendingBytes: Int = 32 << 20,
+      maximumPendingTouches: Int = 1024,
+      clock: any CacheClock = WallClock(),
+      eventHandler: (@Sendable (SQLiteLayerEvent) -> Void)? = nil
+    ) {
+      self.sizeLimit = sizeLimit
+      self.countLimit = countLimit
+      self.maximumEntrySize = maximumEntrySize
+      self.timeToLive = timeToLive
+      self.busyTimeout = busyTimeout
+      self.maximumPendingBytes = maximumPendingBytes
+      self.maximumPendingTouches = maximumPendingTouches
+      self.clock = clock
+      self.eventHandler = eventHandler
+    }
+
+    /// The per-entry limit in effect.
+    var effectiveMaximumEntrySize: Int {
+      maximumEntrySize ?? Swift.min(sizeLimit, 64 << 20)
+    }
+
+    func validate(sqliteMaximumLength: Int) throws {
+      func invalid(_ message: String) -> AsyncCacheError { .invalidConfiguration("SQLiteLayer: \(message)") }
+      guard sizeLimit > 0 else { throw invalid("sizeLimit must be positive, got \(sizeLimit)") }
+      if let countLimit, countLimit <= 0 { throw invalid("countLimit must be positive, got \(countLimit)") }
+      let entryLimit = effectiveMaximumEntrySize
+      guard entryLimit > 0 else { throw invalid("maximumEntrySize must be positive, got \(entryLimit)") }
+      let ceiling = sqliteMaximumLength - SQLiteRecord.headerSize
+      guard entryLimit <= ceiling else {
+        throw invalid("maximumEntrySize \(entryLimit) exceeds SQLite's limit of \(ceiling) bytes per value")
+      }
+      if let timeToLive, timeToLive <= .zero {
+        throw invalid("timeToLive must be positive, got \(timeToLive)")
+      }
+      guard busyTimeout >= .zero else { throw invalid("busyTimeout must not be negative, got \(busyTimeout)") }
+      guard maximumPendingBytes > 0 else {
+        throw invalid("maximumPendingBytes must be positive, got \(maximumPendingBytes)")
+      }
+      guard maximumPendingTouches > 0 else {
+        throw invalid("maximumPendingTouches must be positive, got \(maximumPendingTouches)")
+      }
+    }
+  }
+}

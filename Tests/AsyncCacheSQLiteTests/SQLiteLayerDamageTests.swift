@@ -1,0 +1,236 @@
+import AsyncCache
+import AsyncCacheSQLite
+import AsyncCacheTesting
+import Foundation
+import PersistenceTestSupport
+import Testing
+
+/// RELIABILITY rows 7 and 8: damaged rows and files, older and newer schemas.
+@Suite("SQLiteLayer with damaged data", .timeLimit(.minutes(2)))
+struct SQLiteLayerDamageTests {
+  /// Ways to damage a stored row behind the layer's back.
+  enum Damage: String, CaseIterable, Sendable {
+    case flippedPayloadBit, flippedHeaderBit, truncated, zeroedHeader, empty, extended, changedExpiry, swappedKey
+  }
+
+  @Test("a damaged row is a miss that is deleted, counted and reported", arguments: Damage.allCases)
+  func damagedRow(damage: Damage) async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    let layer = try await SQLiteLayer<String, Data>(url: url)
+    try await layer.insert(Data(repeating: 0xAB, count: 300), for: "victim")
+    try await layer.insert(Data(repeating: 0xCD, count: 300), for: "bystander")
+    try await layer.flush()
+
+    let raw = try RawDatabase(url)
+    var blob = try #require(try raw.blob(key: "victim"))
+    switch damage {
+    case .flippedPayloadBit: blob[200] ^= 0x04
+    case .flippedHeaderBit: blob[9] ^= 0x01
+    case .truncated: blob = blob.prefix(150)
+    case .zeroedHeader: blob.replaceSubrange(0..<24, with: Data(count: 24))
+    case .empty: blob = Data()
+    case .extended: blob.append(0)
+    case .changedExpiry:
+      try raw.execute("UPDATE entries SET expires_at = 9000000000000000000 WHERE key = x'76696374696d'")
+    case .swappedKey: try raw.execute("UPDATE entries SET key = CAST('moved' AS BLOB) WHERE key = x'76696374696d'")
+    }
+    if damage != .changedExpiry && damage != .swappedKey { try raw.setBlob(blob, key: "victim") }
+    let probeKey = damage == .swappedKey ? "moved" : "victim"
+
+    #expect(try await layer.value(for: probeKey) == nil)
+    #expect(try await layer.value(for: "bystander") == Data(repeating: 0xCD, count: 300))
+    let statistics = await layer.statistics
+    #expect(statistics.damagedRows == 1)
+    #expect(await layer.recentEvents.contains { if case .rowDiscarded(probeKey, _) = $0 { true } else { false } })
+    try await layer.flush()
+    #expect(try raw.rowCount() == 1, "the damaged row is deleted with the next batch")
+  }
+
+  @Test("a row damaged and then rewritten is not deleted by the clean-up of the damaged bytes")
+  func rewrittenAfterDamage() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    let layer = try await SQLiteLayer<String, Data>(url: url)
+    try await layer.insert(Data([1, 2, 3]), for: "k")
+    try await layer.flush()
+    try RawDatabase(url).setBlob(Data([9, 9, 9]), key: "k")
+    #expect(try await layer.value(for: "k") == nil)
+    let other = try await SQLiteLayer<String, Data>(url: url)
+    try await other.insert(Data([4, 5, 6]), for: "k")
+    try await other.flush()
+    try await layer.flush()
+    #expect(try await layer.value(for: "k") == Data([4, 5, 6]))
+  }
+
+  struct Old: Codable, Sendable { var name: String }
+  struct New: Codable, Sendable { var identifier: Int }
+
+  @Test("a value that no longer decodes is a miss that is deleted and counted")
+  func undecodable() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    let old = try await SQLiteLayer<String, Old>(url: url)
+    try await old.insert(Old(name: "x"), for: "k")
+    try await old.close()
+    let new = try await SQLiteLayer<String, New>(url: url)
+    #expect(try await new.value(for: "k") == nil)
+    #expect(await new.statistics.damagedRows == 1)
+    try await new.flush()
+    #expect(try RawDatabase(url).rowCount() == 0)
+  }
+
+  /// Ways to damage a whole database file.
+  enum FileDamage: String, CaseIterable, Sendable {
+    case notADatabase, zeroedHeader, truncatedToHalfAPage
+  }
+
+  @Test(
+    "a file SQLite reports as corrupt or not a database is moved aside and replaced", arguments: FileDamage.allCases)
+  func damagedFile(damage: FileDamage) async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    do {
+      let layer = try await SQLiteLayer<String, String>(url: url)
+      try await layer.insert("1", for: "a")
+      try await layer.close()
+    }
+    switch damage {
+    case .notADatabase:
+      try Data("this is not a database, it is a shopping list: eggs, milk, flour".utf8).write(to: url)
+    case .zeroedHeader:
+      let handle = try FileHandle(forUpdating: url)
+      try handle.write(contentsOf: Data(count: 100))
+      try handle.close()
+    case .truncatedToHalfAPage:
+      let handle = try FileHandle(forUpdating: url)
+      try handle.truncate(atOffset: 2048)
+      try handle.close()
+    }
+    let events = EventLog()
+    let layer = try await SQLiteLayer<String, String>(
+      url: url, configuration: .init(eventHandler: { events.append($0) }))
+    #expect(try await layer.value(for: "a") == nil)
+    try await layer.insert("2", for: "b")
+    try await layer.flush()
+    #expect(try await layer.value(for: "b") == "2")
+    #expect(await layer.statistics.databaseReplacements == 1)
+    let movedTo = try #require(
+      events.all.compactMap { event -> URL? in
+        if case .databaseReplaced(let reason, let movedTo) = event, reason.code == .corrupted { movedTo } else { nil }
+      }.first)
+    #expect(FileManager.default.fileExists(atPath: movedTo.path))
+    #expect(movedTo.deletingLastPathComponent().standardizedFileURL == folder.url.standardizedFileURL)
+  }
+
+  @Test("pages damaged inside a table are found on read: the file is replaced and the read is a miss")
+  func damagedPages() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    do {
+      let layer = try await SQLiteLayer<String, Data>(url: url)
+      for index in 0..<200 { try await layer.insert(Data(repeating: UInt8(index), count: 2000), for: "k\(index)") }
+      try await layer.close()
+      try RawDatabase(url).execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+    // Overwrite every page after the schema page with garbage, keeping the file header.
+    let size = try #require(try FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int)
+    let handle = try FileHandle(forUpdating: url)
+    try handle.seek(toOffset: 4096)
+    var generator = SplitMix(seed: 7)
+    try handle.write(contentsOf: Data((4096..<size).map { _ in UInt8(truncatingIfNeeded: generator.next()) }))
+    try handle.close()
+
+    let layer = try await SQLiteLayer<String, Data>(url: url)
+    #expect(try await layer.value(for: "k5") == nil)
+    try await layer.insert(Data([1]), for: "fresh")
+    try await layer.flush()
+    #expect(try await layer.value(for: "fresh") == Data([1]))
+    #expect(await layer.statistics.databaseReplacements == 1)
+  }
+
+  @Test("a database with the previous schema version is migrated forward and keeps its rows")
+  func olderSchema() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    do {
+      let layer = try await SQLiteLayer<String, String>(url: url)
+      try await layer.insert("one", for: "a")
+      try await layer.insert("two", for: "b")
+      try await layer.close()
+    }
+    // Turn it into a version-1 database: no per-namespace totals, no triggers.
+    let raw = try RawDatabase(url)
+    try raw.execute(
+      """
+      DROP TRIGGER entries_insert; DROP TRIGGER entries_delete; DROP TRIGGER entries_update;
+      DROP TABLE namespaces; PRAGMA user_version = 1;
+      """)
+    let events = EventLog()
+    let layer = try await SQLiteLayer<String, String>(
+      url: url, configuration: .init(eventHandler: { events.append($0) }))
+    #expect(try await layer.value(for: "a") == "one")
+    #expect(try raw.integer("PRAGMA user_version") == 2)
+    let usage = try await layer.usage
+    #expect(usage.count == 2)
+    #expect(usage.bytes == Int(try raw.integer("SELECT sum(size) FROM entries") ?? -1))
+    try await layer.insert("three", for: "c")
+    try await layer.flush()
+    #expect(try await layer.usage.count == 3, "the migrated triggers keep the totals")
+    #expect(events.all.contains { if case .schemaMigrated(1, 2) = $0 { true } else { false } })
+  }
+
+  @Test("a database from a newer version is reset cleanly, then works")
+  func newerSchema() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    do {
+      let raw = try RawDatabase(url)
+      try raw.execute(
+        """
+        CREATE TABLE entries (id INTEGER PRIMARY KEY, payload TEXT, shard INTEGER);
+        CREATE TABLE future_feature (x);
+        CREATE VIEW future_view AS SELECT * FROM future_feature;
+        INSERT INTO entries (payload, shard) VALUES ('from the future', 1);
+        PRAGMA user_version = 7;
+        """)
+    }
+    let events = EventLog()
+    let layer = try await SQLiteLayer<String, String>(
+      url: url, configuration: .init(eventHandler: { events.append($0) }))
+    #expect(try await layer.keys.isEmpty)
+    try await layer.insert("now", for: "k")
+    try await layer.flush()
+    #expect(try await layer.value(for: "k") == "now")
+    #expect(try RawDatabase(url).integer("PRAGMA user_version") == 2)
+    #expect(try RawDatabase(url).integer("SELECT count(*) FROM sqlite_master WHERE name LIKE 'future%'") == 0)
+    #expect(events.all.contains { if case .schemaReset(7) = $0 { true } else { false } })
+  }
+}
+
+/// Collects events from a handler that runs on another thread.
+final class EventLog: Sendable {
+  private let events = Locked<[SQLiteLayerEvent]>([])
+  func append(_ event: SQLiteLayerEvent) { events.withLock { $0.append(event) } }
+  var all: [SQLiteLayerEvent] { events.withLock { $0 } }
+}
+
+/// A small seeded generator for test data.
+struct SplitMix: RandomNumberGenerator {
+  var state: UInt64
+  init(seed: UInt64) { state = seed }
+  mutating func next() -> UInt64 {
+    state &+= 0x9E37_79B9_7F4A_7C15
+    var z = state
+    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+    return z ^ (z >> 31)
+  }
+}
