@@ -6,6 +6,9 @@ enum Benchmark: String, CaseIterable {
   case memoryScale = "memory.scale"
   case memoryBytesPerEntry = "memory.bytesPerEntry"
   case coalescingFanIn = "coalescing.fanIn"
+  case sqliteReadHit = "sqlite.read.hit"
+  case sqliteWrite = "sqlite.write"
+  case chainColdStart = "chain.coldStart"
 
   /// Runs the benchmark and returns its rows, the project's first.
   ///
@@ -18,6 +21,9 @@ enum Benchmark: String, CaseIterable {
     case .memoryScale: try await MemoryBenchmarks.scale(configuration)
     case .memoryBytesPerEntry: try FootprintBenchmark.bytesPerEntry(configuration)
     case .coalescingFanIn: try await CoalescingBenchmarks.fanIn(configuration)
+    case .sqliteReadHit: try await SQLiteBenchmarks.readHit(configuration)
+    case .sqliteWrite: try await SQLiteBenchmarks.write(configuration)
+    case .chainColdStart: try await SQLiteBenchmarks.coldStart(configuration)
     }
   }
 }

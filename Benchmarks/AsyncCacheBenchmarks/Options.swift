@@ -80,6 +80,12 @@ struct RunConfiguration {
   var footprintRepetitions: Int
   /// Concurrent requests for one key in the fan-in benchmark.
   var fanInWaiters = 10_000
+  /// Rows in the database of the SQLite read benchmark, all read once per repetition.
+  var sqliteReadRows = 10_000
+  /// Rows written per repetition of the SQLite write benchmark.
+  var sqliteWriteRows = 2_000
+  /// Rows in the database the cold-start benchmark reopens.
+  var coldStartRows = 100_000
 
   static let full = RunConfiguration(
     isQuick: false,
@@ -102,6 +108,9 @@ struct RunConfiguration {
     scaleOperations: 200_000,
     // The target is set at 1M entries; fewer would round the power-of-two tables differently.
     footprintEntryCount: 1_000_000,
-    footprintRepetitions: 1
+    footprintRepetitions: 1,
+    sqliteReadRows: 2_000,
+    sqliteWriteRows: 500,
+    coldStartRows: 20_000
   )
 }

@@ -1,4 +1,6 @@
 import AsyncCache
+import AsyncCacheSQLite
+import Foundation
 import Synchronization
 
 /// A slow catalogue service: the origin the demo caches.
@@ -28,26 +30,56 @@ struct Demo {
   static func main() async throws {
     let service = CatalogueService(latency: .milliseconds(150))
     let memory = try MemoryLayer<Int, String>(configuration: .init(countLimit: 1_000))
-    let catalogue = try LoadingCache(layers: [memory], origin: service)
+    // The embedded default store: SQLite in a local folder, behind the memory layer.
+    let folder = URL(fileURLWithPath: FileManager.default.currentDirectoryPath).appendingPathComponent("demo-cache")
+    let disk = try await SQLiteLayer<Int, String>(
+      url: folder.appendingPathComponent("catalogue.sqlite"), namespace: "products",
+      configuration: .init(sizeLimit: 10 << 20), keyEncoding: .description, valueCoder: .utf8)
+    let catalogue = try LoadingCache(layers: [memory, disk], origin: service)
     let clock = ContinuousClock()
 
-    print("swift-async-cache demo: a memory layer in front of an origin that takes 150 ms per call\n")
+    print(
+      """
+      swift-async-cache demo: memory → SQLite (demo-cache/catalogue.sqlite) in front of an origin \
+      that takes 150 ms per call
 
-    // 1. Coalescing: many concurrent requests for one key, one origin call.
+      """)
+
+    // 0. Persistence: the catalogue's first page survives a restart of the process.
+    let firstPage = Array(1...20)
+    let storedBefore = try await disk.usage.count
     var elapsed = try await clock.measure {
       try await withThrowingTaskGroup(of: String.self) { group in
-        for _ in 0..<100 { group.addTask { try await catalogue.value(for: 7) } }
+        for id in firstPage { group.addTask { try await catalogue.value(for: id) } }
         try await group.waitForAll()
       }
     }
-    report("100 concurrent requests for product 7", elapsed, calls: service.callCount)
+    try await disk.flush()
+    if service.callCount == 0 {
+      report("launch: the first page (20 products) came from disk, written by an earlier run", elapsed, calls: 0)
+    } else {
+      report(
+        "launch: the first page (20 products) came from the origin and is now on disk; run the demo again "
+          + "to see it served from there", elapsed, calls: service.callCount)
+    }
+    print("  (\(storedBefore) rows were on disk at launch)")
 
-    // 2. Hits: served from memory, synchronously, without the origin.
+    // 1. Coalescing: many concurrent requests for one key, one origin call.
     var before = service.callCount
     elapsed = try await clock.measure {
-      for _ in 0..<100_000 { _ = try await catalogue.value(for: 7) }
+      try await withThrowingTaskGroup(of: String.self) { group in
+        for _ in 0..<100 { group.addTask { try await catalogue.value(for: 500) } }
+        try await group.waitForAll()
+      }
     }
-    report("100,000 more requests for product 7", elapsed, calls: service.callCount - before)
+    report("100 concurrent requests for product 500", elapsed, calls: service.callCount - before)
+
+    // 2. Hits: served from memory, synchronously, without the origin.
+    before = service.callCount
+    elapsed = try await clock.measure {
+      for _ in 0..<100_000 { _ = try await catalogue.value(for: 500) }
+    }
+    report("100,000 more requests for product 500", elapsed, calls: service.callCount - before)
 
     // 3. Many tasks, many keys: one load per key, more keys than the memory layer holds.
     before = service.callCount
@@ -55,7 +87,7 @@ struct Demo {
       try await withThrowingTaskGroup(of: Void.self) { group in
         for task in 0..<8 {
           group.addTask {
-            for request in 0..<125 { _ = try await catalogue.value(for: 100 + (task * 7 + request) % 50) }
+            for request in 0..<125 { _ = try await catalogue.value(for: 1_000 + (task * 7 + request) % 50) }
           }
         }
         try await group.waitForAll()
@@ -65,7 +97,7 @@ struct Demo {
 
     // 4. Cancellation: the cancelled request leaves at once and alone.
     before = service.callCount
-    let requests = (0..<3).map { _ in Task { try await catalogue.value(for: 99) } }
+    let requests = (0..<3).map { _ in Task { try await catalogue.value(for: 999) } }
     try await Task.sleep(for: .milliseconds(20))  // let them join the load
     let cancelledAt = clock.now
     requests[0].cancel()
@@ -73,7 +105,7 @@ struct Demo {
     let cancelledAfter = cancelledAt.duration(to: clock.now)
     let others = try await [requests[1].value, requests[2].value]
     print(
-      "  3 requests for product 99, the first cancelled: it ended after \(format(cancelledAfter)) with "
+      "  3 requests for product 999, the first cancelled: it ended after \(format(cancelledAfter)) with "
         + "\(cancelled.errorDescription); the others got \"\(others[0])\"; origin calls: \(service.callCount - before)"
     )
 
@@ -91,8 +123,13 @@ struct Demo {
         + "a later request failed again: \(retried); origin calls: \(service.callCount - before)"
     )
 
+    // The scratch products of sections 1 to 5 leave the cache, so that every run shows the same.
+    for id in [500, 999] + Array(1_000..<1_050) { try await catalogue.removeValue(for: id) }
+    try await disk.close()
+
     let layer = memory.statistics
     let loads = catalogue.statistics
+    let stored = await disk.statistics
     print(
       """
 
@@ -101,6 +138,8 @@ struct Demo {
       \(layer.evictions.total) evictions
         loads: \(loads.loads) started, \(loads.coalescedRequests) requests joined one in flight, \
       \(loads.loadFailures) failed, \(loads.cancelledRequests) requests cancelled
+        SQLite layer: \(stored.hits) hits, \(stored.misses) misses, \(stored.rowsWritten) rows written in \
+      \(stored.transactions) transactions
         origin calls in all: \(service.callCount)
       """
     )

@@ -1,3 +1,4 @@
+import AsyncCache
 import Foundation
 
 /// Writes that callers made and no transaction has committed yet (write-behind).
@@ -21,6 +22,13 @@ struct PendingWrites<Value: Sendable>: Sendable {
   var lastStamp: Int64 = .min
   /// Set by `close()`: later writes are refused.
   var isClosed = false
+  /// Set when the database could only be opened read-only: writes are refused.
+  var readOnlyReason: String?
+
+  func checkWritable(closed: @autoclosure () -> PersistenceError) throws(PersistenceError) {
+    guard !isClosed else { throw closed() }
+    if let readOnlyReason { throw PersistenceError(code: .readOnly, message: "cannot write: \(readOnlyReason)") }
+  }
 
   var isEmpty: Bool { writes.isEmpty && !clearAll }
 

@@ -11,11 +11,20 @@ final class SQLiteConnection {
   let path: String
   private var statements: [String: SQLiteStatement] = [:]
 
-  /// Opens (creating if needed) the database at `path`.
-  init(path: String, busyTimeout: Duration) throws(SQLiteError) {
+  /// Opens (creating if needed) the database at `path`; with `immutable`, opens an existing
+  /// file read-only without locks (for read-only media, where WAL's shared memory file cannot
+  /// be created).
+  init(path: String, busyTimeout: Duration, immutable: Bool = false) throws(SQLiteError) {
     var handle: OpaquePointer?
-    let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
-    let result = sqlite3_open_v2(path, &handle, flags, nil)
+    let result: Int32
+    if immutable {
+      let flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+      let uri = "file:\(Self.percentEncoded(path))?immutable=1"
+      result = sqlite3_open_v2(uri, &handle, flags, nil)
+    } else {
+      let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+      result = sqlite3_open_v2(path, &handle, flags, nil)
+    }
     guard result == SQLITE_OK, let handle else {
       let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(result))
       sqlite3_close_v2(handle)
@@ -30,6 +39,24 @@ final class SQLiteConnection {
 
   deinit {
     close()
+  }
+
+  /// `path` with the characters that are special in a URI (and anything not printable ASCII)
+  /// percent-encoded.
+  static func percentEncoded(_ path: String) -> String {
+    var result = ""
+    for byte in path.utf8 {
+      switch byte {
+      case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+        UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "/"), UInt8(ascii: "-"), UInt8(ascii: "_"),
+        UInt8(ascii: "."), UInt8(ascii: "~"):
+        result.unicodeScalars.append(Unicode.Scalar(byte))
+      default:
+        let hex = String(byte, radix: 16, uppercase: true)
+        result += "%" + (hex.count == 1 ? "0" + hex : hex)
+      }
+    }
+    return result
   }
 
   private var isClosed = false

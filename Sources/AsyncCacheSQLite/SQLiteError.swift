@@ -1,7 +1,7 @@
 import AsyncCache
 import CSQLite
 
-/// A failure reported by SQLite itself: the ``PersistenceError/underlying`` error of errors
+/// A failure reported by SQLite itself: the `PersistenceError.underlying` error of errors
 /// from ``SQLiteLayer``.
 public struct SQLiteError: Error, Sendable, Hashable, CustomStringConvertible {
   /// SQLite's extended result code (for example 5 for `SQLITE_BUSY`, 13 for `SQLITE_FULL`).

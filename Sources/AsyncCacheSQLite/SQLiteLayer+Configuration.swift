@@ -12,7 +12,7 @@ extension SQLiteLayer {
     public var countLimit: Int?
 
     /// The largest encoded value the layer accepts; larger ones are refused with
-    /// ``PersistenceError/Code/valueTooLarge`` before they reach SQLite. Default: the smaller of
+    /// `PersistenceError.Code.valueTooLarge` before they reach SQLite. Default: the smaller of
     /// ``sizeLimit`` and 64 MiB.
     public var maximumEntrySize: Int?
 
@@ -20,7 +20,7 @@ extension SQLiteLayer {
     public var timeToLive: Duration?
 
     /// How long a write waits for a lock held by another connection or process before it fails
-    /// with ``PersistenceError/Code/busy``. Default 5 seconds.
+    /// with `PersistenceError.Code.busy`. Default 5 seconds.
     public var busyTimeout: Duration
 
     /// How many bytes of written values may wait for their transaction before `insert` waits
@@ -31,7 +31,7 @@ extension SQLiteLayer {
     /// Default 1,024.
     public var maximumPendingTouches: Int
 
-    /// The clock that expiry and access times are read from. Default ``WallClock``.
+    /// The clock that expiry and access times are read from. Default `WallClock`.
     public var clock: any CacheClock
 
     /// Called with every ``SQLiteLayerEvent``, on the layer's connection thread: keep it short.

@@ -9,9 +9,9 @@ public import Foundation
 /// let cache = CacheChain(MemoryLayer<String, Data>(), disk)
 /// ```
 ///
-/// - **Keys** are stored as strings through a ``CacheKeyEncoding`` (collision-free for the
+/// - **Keys** are stored as strings through a `CacheKeyEncoding` (collision-free for the
 ///   built-in encodings); **values** as `Data` stored raw, or any `Codable` value through a
-///   ``CacheValueCoder`` (JSON by default).
+///   `CacheValueCoder` (JSON by default).
 /// - **Namespaces**: several layers, in one process or several, share one file without seeing
 ///   each other's keys. Each layer opens its own connection.
 /// - **Expiry** is stored as wall-clock time; expired rows are misses, purged lazily and by
@@ -26,7 +26,7 @@ public import Foundation
 ///   with a ``SQLiteLayerEvent``.
 /// - **Threads**: the layer runs on its own thread (a custom executor), so no SQLite call
 ///   ever blocks the cooperative thread pool. The database runs in WAL mode with a busy
-///   timeout; a lock held past it is a ``PersistenceError/Code/busy`` error, never a hang.
+///   timeout; a lock held past it is a `PersistenceError.Code.busy` error, never a hang.
 public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
   /// The database file.
   public nonisolated let url: URL
@@ -69,9 +69,9 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   ///   - configuration: Limits, timing and clock.
   ///   - keyEncoding: How keys become stored strings; must be injective.
   ///   - valueCoder: How values become stored bytes.
-  /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` for an empty namespace or invalid
-  ///   limits; ``PersistenceError`` when the database cannot be opened (for example
-  ///   ``PersistenceError/Code/readOnly``, ``PersistenceError/Code/busy``).
+  /// - Throws: `AsyncCacheError.Code.invalidConfiguration` for an empty namespace or invalid
+  ///   limits; `PersistenceError` when the database cannot be opened (for example
+  ///   `PersistenceError.Code.readOnly`, `PersistenceError.Code.busy`).
   public init(
     url: URL,
     namespace: String = "default",
@@ -108,7 +108,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   ///
   /// Runs on the layer's thread: one indexed `SELECT`, a checksum over the value, and decoding.
   ///
-  /// - Throws: ``PersistenceError`` when the key cannot be encoded or SQLite fails (a corrupt
+  /// - Throws: `PersistenceError` when the key cannot be encoded or SQLite fails (a corrupt
   ///   database is replaced and reads as a miss instead).
   public func entry(for key: Key) throws -> CacheEntry<Value>? {
     let encoded = try encode(key)
@@ -214,11 +214,11 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// runs on the caller's thread (encoding and a checksum) and suspends only when more than
   /// ``Configuration-swift.struct/maximumPendingBytes`` wait to be written.
   ///
-  /// - Throws: ``PersistenceError/Code/valueTooLarge`` (naming the key and sizes) when the
+  /// - Throws: `PersistenceError.Code.valueTooLarge` (naming the key and sizes) when the
   ///   encoded value is over ``Configuration-swift.struct/maximumEntrySize`` or the size limit;
-  ///   ``PersistenceError/Code/encodingFailed`` when the key or value does not encode. Nothing
+  ///   `PersistenceError.Code.encodingFailed` when the key or value does not encode. Nothing
   ///   is written then. When writes wait on a database that keeps failing, the error of the
-  ///   failed write (for example ``PersistenceError/Code/noSpace``).
+  ///   failed write (for example `PersistenceError.Code.noSpace`).
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     let encoded = try encode(key)
     let payload: Data
@@ -246,7 +246,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       write = .upsert(entry.value, blob: blob, size: size, expiresAt: expiry, stamp: 0)
     }
     let (schedule, overBudget) = try pending.withLock { state in
-      guard !state.isClosed else { throw closedError }
+      try state.checkWritable(closed: closedError)
       var write = write
       if case .upsert(let value, let blob, let size, let expiry, _) = write {
         write = .upsert(
@@ -269,11 +269,11 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// Removes the entry for `key`: at once for readers of this layer, from the database with the
   /// next batch. Safe from any context; never suspends on I/O.
   ///
-  /// - Throws: ``PersistenceError/Code/encodingFailed`` when the key does not encode.
+  /// - Throws: `PersistenceError.Code.encodingFailed` when the key does not encode.
   public nonisolated func removeValue(for key: Key) async throws {
     let encoded = try encode(key)
     let schedule = try pending.withLock { state in
-      guard !state.isClosed else { throw closedError }
+      try state.checkWritable(closed: closedError)
       state.put(.delete, for: encoded)
       return state.markFlushScheduled()
     }
@@ -283,10 +283,10 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// Removes every entry of this namespace (other namespaces in the file are untouched): at
   /// once for readers of this layer, from the database with the next batch.
   ///
-  /// - Throws: ``PersistenceError/Code/closed`` after ``close()``.
+  /// - Throws: `PersistenceError.Code.closed` after ``close()``.
   public nonisolated func removeAll() async throws {
     let schedule = try pending.withLock { state in
-      guard !state.isClosed else { throw closedError }
+      try state.checkWritable(closed: closedError)
       state.removeAll()
       return state.markFlushScheduled()
     }
@@ -297,7 +297,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   ///
   /// Runs on the layer's thread, in one statement.
   ///
-  /// - Throws: ``PersistenceError`` when SQLite fails, for example ``PersistenceError/Code/busy``.
+  /// - Throws: `PersistenceError` when SQLite fails, for example `PersistenceError.Code.busy`.
   @discardableResult
   public func removeExpired() throws -> Int {
     let now = configuration.clock.now.nanosecondsSince1970
@@ -319,16 +319,16 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   ///
   /// Runs the pending batch now, in one transaction, on the layer's thread.
   ///
-  /// - Throws: ``PersistenceError`` when the transaction fails, for example
-  ///   ``PersistenceError/Code/busy`` when another process holds the write lock past the busy
-  ///   timeout, or ``PersistenceError/Code/noSpace``. The writes stay pending (and readable) and
+  /// - Throws: `PersistenceError` when the transaction fails, for example
+  ///   `PersistenceError.Code.busy` when another process holds the write lock past the busy
+  ///   timeout, or `PersistenceError.Code.noSpace`. The writes stay pending (and readable) and
   ///   are retried by the next write or flush.
   public func flush() throws {
     try writePending()
   }
 
   /// Writes what is pending and closes the database. Later calls throw
-  /// ``PersistenceError/Code/closed``.
+  /// `PersistenceError.Code.closed`.
   ///
   /// - Throws: the error of the final write, if it failed; the database is closed regardless.
   public func close() throws {
@@ -535,8 +535,29 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     } catch let error as SQLiteError where Self.isCorruption(error) {
       try replaceDatabase(reason: error)
     } catch let error as SQLiteError {
-      throw PersistenceError.sqlite(error, while: "opening \(url.path)")
+      guard Self.isReadOnlyFileSystem(directory) else {
+        throw PersistenceError.sqlite(error, while: "opening \(url.path)")
+      }
+      // Read-only media: serve what the file holds, refuse writes.
+      guard FileManager.default.fileExists(atPath: url.path) else {
+        throw PersistenceError(
+          code: .readOnly, message: "cannot create \(url.path): its file system is read-only", underlying: error)
+      }
+      do {
+        store = SQLiteStore(connection: try SQLiteStore.openImmutable(path: url.path), namespace: namespace)
+      } catch let error {
+        throw PersistenceError(
+          code: .readOnly, message: "cannot open \(url.path) on its read-only file system", underlying: error)
+      }
+      pending.withLock { $0.readOnlyReason = "\(url.path) is on a read-only file system" }
     }
+  }
+
+  /// Whether `directory` cannot be written because its file system is read-only or access is
+  /// denied.
+  private static func isReadOnlyFileSystem(_ directory: URL) -> Bool {
+    guard access(directory.path, W_OK) != 0 else { return false }
+    return errno == EROFS || errno == EACCES || errno == EPERM
   }
 
   private func connect() throws {

@@ -27,7 +27,8 @@ enum SQLiteSchema {
 
   /// Version 2: a running total of bytes and rows per namespace, kept by triggers inside the
   /// writing transaction, so that the size limit is checked in O(1) and stays exact when
-  /// several processes write.
+  /// several processes write. A namespace's row is created by `SQLiteStore.ensureNamespace()`
+  /// before its first write, so that the insert trigger is a single UPDATE.
   static let version2 = """
     CREATE TABLE namespaces (
       namespace TEXT PRIMARY KEY,
@@ -37,7 +38,6 @@ enum SQLiteSchema {
     INSERT INTO namespaces (namespace, bytes, count)
       SELECT namespace, sum(size), count(*) FROM entries GROUP BY namespace;
     CREATE TRIGGER entries_insert AFTER INSERT ON entries BEGIN
-      INSERT OR IGNORE INTO namespaces (namespace, bytes, count) VALUES (new.namespace, 0, 0);
       UPDATE namespaces SET bytes = bytes + new.size, count = count + 1 WHERE namespace = new.namespace;
     END;
     CREATE TRIGGER entries_delete AFTER DELETE ON entries BEGIN

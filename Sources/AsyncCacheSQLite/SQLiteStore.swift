@@ -33,6 +33,19 @@ final class SQLiteStore {
     return (connection, outcome)
   }
 
+  /// Opens an existing database on read-only media: no locks, no writes, no migration.
+  static func openImmutable(path: String) throws(SQLiteError) -> SQLiteConnection {
+    let connection = try SQLiteConnection(path: path, busyTimeout: .zero, immutable: true)
+    let version = try SQLiteSchema.version(of: connection)
+    guard version == SQLiteSchema.currentVersion else {
+      throw SQLiteError(
+        resultCode: SQLITE_READONLY,
+        message: "the database has schema version \(version), and read-only media cannot be migrated to "
+          + "version \(SQLiteSchema.currentVersion)")
+    }
+    return connection
+  }
+
   // MARK: Reads
 
   enum Lookup {
@@ -111,12 +124,21 @@ final class SQLiteStore {
     var expiredRemoved = 0
   }
 
+  /// Creates the namespace's row of running totals if it is missing (the insert trigger only
+  /// updates it). Runs inside the caller's transaction.
+  func ensureNamespace() throws(SQLiteError) {
+    try connection.run("INSERT OR IGNORE INTO namespaces (namespace, bytes, count) VALUES (?1, 0, 0)") {
+      $0.bind(namespace, at: 1)
+    }
+  }
+
   /// Applies `batch` in one `BEGIN IMMEDIATE` transaction, then evicts expired and least
   /// recently accessed rows until the namespace is within `sizeLimit` bytes and `countLimit`
   /// rows. Either all of it commits or none of it does.
   func apply(_ batch: Batch, sizeLimit: Int, countLimit: Int?, now: Int64) throws(SQLiteError) -> Report {
     try connection.execute("BEGIN IMMEDIATE")
     do {
+      try ensureNamespace()
       if batch.clearAll {
         try connection.run("DELETE FROM entries WHERE namespace = ?1") { $0.bind(namespace, at: 1) }
       }

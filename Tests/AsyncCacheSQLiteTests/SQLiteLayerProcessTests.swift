@@ -1,0 +1,95 @@
+import AsyncCache
+import AsyncCacheSQLite
+import Foundation
+import PersistenceTestSupport
+import Testing
+
+/// RELIABILITY rows 9 and 10: other processes holding locks, writing, and dying mid-write.
+@Suite("SQLiteLayer with other processes", .timeLimit(.minutes(3)))
+struct SQLiteLayerProcessTests {
+  @Test("a write lock held by another process past the busy timeout is a typed busy error, not a hang")
+  func busy() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    let layer = try await SQLiteLayer<String, String>(url: url, configuration: .init(busyTimeout: .milliseconds(200)))
+    try await layer.insert("before", for: "a")
+    try await layer.flush()
+
+    let holder = try Probe(["sqlite-hold-write-lock", url.path])
+    #expect(await holder.line(startingWith: "locked") != nil)
+    try await layer.insert("during", for: "b")
+    await #expect {
+      try await layer.flush()
+    } throws: { error in
+      let error = error as? PersistenceError
+      return error?.code == .busy && (error?.underlying as? SQLiteError)?.primaryResultCode == 5
+    }
+    #expect(try await layer.value(for: "a") == "before", "reads go on while another process writes (WAL)")
+    #expect(try await layer.value(for: "b") == "during", "the failed write stays pending and readable")
+    #expect(await layer.statistics.failedWrites >= 1)
+
+    holder.closeInput()
+    #expect(await holder.line(startingWith: "released") != nil)
+    #expect(holder.waitForExit() == 0)
+    try await layer.flush()
+    #expect(try RawDatabase(url).rowCount() == 2)
+  }
+
+  @Test("two processes writing the same file read each other's writes")
+  func twoWriters() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    let child = try Probe(["sqlite-write", url.path, "default", "child", "200"])
+    let layer = try await SQLiteLayer<String, String>(url: url)
+    for index in 0..<200 { try await layer.insert("parent \(index)", for: "parent\(index)") }
+    try await layer.flush()
+    #expect(await child.line(startingWith: "flushed") != nil)
+
+    for index in [0, 99, 199] {
+      #expect(try await layer.value(for: "child\(index)") == "child \(index)")
+      child.send("parent\(index)")
+      #expect(await child.line(startingWith: "value") == "value parent\(index) parent \(index)")
+    }
+    child.closeInput()
+    #expect(child.waitForExit() == 0)
+    #expect(try await layer.usage.count == 400, "the totals stay exact with two writers")
+    #expect(try Set(await layer.keys).count == 400)
+  }
+
+  @Test(
+    "a process killed mid-write leaves only whole values behind",
+    arguments: [UInt64(1), 2, 3, 4, 5])
+  func killedMidWrite(seed: UInt64) async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    var generator = SplitMix(seed: seed)
+    for round in 0..<3 {
+      let writer = try Probe(["sqlite-write-loop", url.path, "\(seed &* 31 &+ UInt64(round))"])
+      // Kill it at a seeded step: right after a commit, while the next large value is being
+      // encoded, bound or committed.
+      let steps = Int(generator.next() % 12) + 1
+      for _ in 0..<steps { #expect(await writer.line(startingWith: "wrote") != nil) }
+      writer.kill()
+    }
+    let layer = try await SQLiteLayer<String, Data>(url: url, configuration: .init(sizeLimit: 256 << 20))
+    let keys = try await layer.keys
+    #expect(!keys.isEmpty)
+    for key in keys {
+      let value = try #require(try await layer.value(for: key))
+      #expect(ProbeValue.version(of: value, key: key) != nil, "\(key) holds a torn value")
+    }
+    #expect(await layer.statistics.damagedRows == 0)
+  }
+}
+
+extension Probe {
+  /// Waits, off the cooperative pool, for a line starting with `prefix`.
+  func line(startingWith prefix: String) async -> String? {
+    await withCheckedContinuation { continuation in
+      Thread.detachNewThread { continuation.resume(returning: self.waitForLine(startingWith: prefix)) }
+    }
+  }
+}
