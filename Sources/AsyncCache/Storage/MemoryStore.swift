@@ -416,6 +416,24 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     }
   }
 
+  /// The entries unexpired at `now` (nanoseconds since 1970), per segment, from least to most
+  /// recently used; each segment is copied under its lock, without changing recency or
+  /// statistics. O(n). For snapshots.
+  func entriesByRecency(unexpiredAt now: Int64) -> [[(key: Key, entry: CacheEntry<Value>)]] {
+    (0..<segments.count).map { index in
+      segments.withLock(index) { segment in
+        var entries: [(key: Key, entry: CacheEntry<Value>)] = []
+        entries.reserveCapacity(segment.count)
+        segment.forEachFromLeastRecent { node in
+          guard node.expiry > now else { return }
+          let expiresAt = node.expiry == .max ? nil : CacheInstant(nanosecondsSince1970: node.expiry)
+          entries.append((node.key, CacheEntry(node.value, expiresAt: expiresAt)))
+        }
+        return entries
+      }
+    }
+  }
+
   /// Structural violations in every segment plus mismatches between the segments and the
   /// global totals (empty when sound). Call when no other thread uses the store. For tests.
   func invariantViolations() -> [String] {

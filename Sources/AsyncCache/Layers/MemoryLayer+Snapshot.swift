@@ -1,0 +1,205 @@
+public import Foundation
+
+extension MemoryLayer {
+  /// What ``MemoryLayer/restoreSnapshot(from:)`` put back into a layer.
+  public struct SnapshotRestoreResult: Sendable, Hashable {
+    /// The entries inserted into the layer.
+    ///
+    /// The layer's limits apply as to any insert, so when the snapshot holds more than the layer
+    /// can, the least recently used of these were evicted again (and counted in
+    /// ``MemoryLayer/statistics``).
+    public var restored: Int
+    /// The entries of the snapshot that had expired by the layer's clock, and were left out.
+    public var skippedExpired: Int
+    /// When the snapshot was written, by the clock of the layer that wrote it.
+    public var writtenAt: CacheInstant
+
+    /// Creates a result.
+    public init(restored: Int, skippedExpired: Int, writtenAt: CacheInstant) {
+      self.restored = restored
+      self.skippedExpired = skippedExpired
+      self.writtenAt = writtenAt
+    }
+  }
+}
+
+extension MemoryLayer where Key: Codable, Value: Codable {
+  /// Writes every unexpired entry, with its expiry and in recency order, to a snapshot file at
+  /// `url`, replacing any file there atomically.
+  ///
+  /// The file is written next to `url` under a temporary name, flushed to disk, renamed over
+  /// `url` and the directory flushed: a crash or a failure at any point leaves the previous
+  /// snapshot (or no file) in place, never a partial one. The file is readable by its owner only
+  /// (mode `0600`), since cached values may be private. Temporary files that killed writes left
+  /// behind for more than ten minutes are removed. The entries are copied one lock segment at a
+  /// time, so the snapshot reflects each segment at one instant while other tasks keep using the
+  /// layer; it does not change recency or statistics.
+  ///
+  /// Safe from any context. Encoding and file I/O run on a dispatch queue of their own, not on
+  /// the cooperative thread pool; the whole payload is built in memory first. Not cancellable:
+  /// once started, the write completes.
+  ///
+  /// - Parameter url: A file URL in an existing directory; the file is created or replaced.
+  /// - Returns: The number of entries written.
+  /// - Throws: ``PersistenceError`` naming the file: ``PersistenceError/Code/encodingFailed``
+  ///   when a key or value fails to encode, ``PersistenceError/Code/noSpace``,
+  ///   ``PersistenceError/Code/readOnly`` or ``PersistenceError/Code/ioFailure`` when the file
+  ///   cannot be written. The previous file at `url` is intact then.
+  @discardableResult
+  public nonisolated func writeSnapshot(to url: URL) async throws -> Int {
+    try await writeSnapshot(to: url, beforeRename: nil)
+  }
+
+  /// ``writeSnapshot(to:)`` with a seam that fails the write just before its rename.
+  nonisolated func writeSnapshot(to url: URL, beforeRename: (@Sendable () throws -> Void)?) async throws -> Int {
+    let store = self.store
+    let clock = configuration.clock
+    return try await SnapshotFile.perform {
+      let now = clock.now
+      let entries = Self.leastRecentFirst(store.entriesByRecency(unexpiredAt: now.nanosecondsSince1970))
+      let records = entries.map {
+        SnapshotRecord(key: $0.key, value: $0.entry.value, expiry: $0.entry.expiresAt?.nanosecondsSince1970 ?? .max)
+      }
+      let payload: Data
+      do {
+        let encoder = PropertyListEncoder()
+        encoder.outputFormat = .binary
+        payload = try encoder.encode(records)
+      } catch {
+        throw PersistenceError(
+          code: .encodingFailed,
+          message: "cannot encode the entries for the snapshot \(url.path) as a property list; nothing was written",
+          underlying: error)
+      }
+      try SnapshotFile.writeSnapshot(
+        payload: payload, entryCount: records.count, writtenAt: now, to: url, beforeRename: beforeRename)
+      return records.count
+    }
+  }
+
+  /// Inserts the unexpired entries of the snapshot file at `url`, keeping their expiries and
+  /// their recency order; returns `nil` when there is no file at `url`.
+  ///
+  /// Call it at launch, before the layer is used. The entries are inserted as by
+  /// ``insert(_:for:)``, from the least to the most recently used, so they replace entries with
+  /// the same keys, count as more recently used than the entries already held, expire no later
+  /// than ``Configuration-swift.struct/timeToLive`` from now, and obey the count and cost limits:
+  /// a layer smaller than the snapshot keeps the most recently used entries. Entries that have
+  /// expired by the layer's clock are skipped.
+  ///
+  /// A damaged snapshot is reported, never trusted and never a crash: the file is checked whole
+  /// (header, length and checksums) and decoded before anything is inserted, and on any error the
+  /// layer is left exactly as it was. The file is not deleted; the next
+  /// ``writeSnapshot(to:)`` replaces it.
+  ///
+  /// ```swift
+  /// do {
+  ///     try await memory.restoreSnapshot(from: snapshotURL)
+  /// } catch {
+  ///     logger.warning("starting with an empty cache: \(error)")
+  /// }
+  /// ```
+  ///
+  /// Safe from any context. Reading, decoding and inserting run on a dispatch queue of their
+  /// own, not on the cooperative thread pool. O(n) in the entries of the snapshot. Not
+  /// cancellable: once started, the restore completes.
+  ///
+  /// - Parameter url: The file URL of a snapshot written by ``writeSnapshot(to:)``.
+  /// - Returns: What was restored and skipped, or `nil` when no file exists at `url` (a first
+  ///   launch): a missing snapshot is nothing to restore, not an error.
+  /// - Throws: ``PersistenceError`` naming the file: ``PersistenceError/Code/corrupted`` when it
+  ///   is empty, truncated, damaged or not a snapshot at all;
+  ///   ``PersistenceError/Code/decodingFailed`` when it was written by a newer format version or
+  ///   its entries do not decode as `Key` and `Value` (the types changed);
+  ///   ``PersistenceError/Code/readOnly`` or ``PersistenceError/Code/ioFailure`` when it cannot be
+  ///   read. ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative cost
+  ///   for a restored value. The layer is unchanged in every case.
+  @discardableResult
+  public nonisolated func restoreSnapshot(from url: URL) async throws -> SnapshotRestoreResult? {
+    let store = self.store
+    let clock = configuration.clock
+    return try await SnapshotFile.perform { () -> SnapshotRestoreResult? in
+      guard let (header, payload) = try SnapshotFile.readSnapshot(from: url) else { return nil }
+      let records: [SnapshotRecord<Key, Value>]
+      do {
+        records = try PropertyListDecoder().decode([SnapshotRecord<Key, Value>].self, from: payload)
+      } catch {
+        throw PersistenceError(
+          code: .decodingFailed,
+          message: "the entries of the snapshot \(url.path) do not decode as \(Key.self) keys and \(Value.self) values",
+          underlying: error)
+      }
+      guard UInt64(records.count) == header.entryCount else {
+        throw SnapshotFile.corrupted(url, "holds \(records.count) entries but its header says \(header.entryCount)")
+      }
+      let now = clock.now.nanosecondsSince1970
+      let live = records.filter { $0.expiry > now }
+      // Every cost is checked before the first insert, so that a refused value leaves the layer
+      // unchanged.
+      for record in live { _ = try store.cost(of: record.value, for: record.key) }
+      for record in live {
+        let expiresAt = record.expiry == .max ? nil : CacheInstant(nanosecondsSince1970: record.expiry)
+        try store.insert(CacheEntry(record.value, expiresAt: expiresAt), for: record.key)
+      }
+      return SnapshotRestoreResult(
+        restored: live.count,
+        skippedExpired: records.count - live.count,
+        writtenAt: CacheInstant(nanosecondsSince1970: header.writtenAt)
+      )
+    }
+  }
+}
+
+extension MemoryLayer {
+  /// Merges per-segment recency lists (each least recently used first) into one list, least
+  /// recently used first.
+  ///
+  /// With one segment the order is exact. Segments do not share a clock of use, so each entry is
+  /// placed by its relative position within its own segment: the oldest entries of every segment
+  /// come first and the newest last, and each segment's order is kept. After a restore, where
+  /// keys land in other segments (hash seeds change between launches), eviction then takes the
+  /// entries that were least recently used in their segments first.
+  static func leastRecentFirst<Element>(_ segments: [[Element]]) -> [Element] {
+    guard segments.count > 1 else { return segments.first ?? [] }
+    var ranked: [(rank: Double, segment: Int, index: Int)] = []
+    ranked.reserveCapacity(segments.reduce(0) { $0 + $1.count })
+    for (segment, elements) in segments.enumerated() {
+      for index in elements.indices {
+        ranked.append(((Double(index) + 0.5) / Double(elements.count), segment, index))
+      }
+    }
+    ranked.sort { ($0.rank, $0.segment, $0.index) < ($1.rank, $1.segment, $1.index) }
+    return ranked.map { segments[$0.segment][$0.index] }
+  }
+}
+
+/// One entry of a snapshot's payload, encoded as `[key, value, expiry]`.
+struct SnapshotRecord<Key: Codable & Sendable, Value: Codable & Sendable>: Codable, Sendable {
+  var key: Key
+  var value: Value
+  /// Nanoseconds since 1970; `Int64.max` for never.
+  var expiry: Int64
+
+  init(key: Key, value: Value, expiry: Int64) {
+    self.key = key
+    self.value = value
+    self.expiry = expiry
+  }
+
+  init(from decoder: any Decoder) throws {
+    var container = try decoder.unkeyedContainer()
+    key = try container.decode(Key.self)
+    value = try container.decode(Value.self)
+    expiry = try container.decode(Int64.self)
+    guard container.isAtEnd else {
+      throw DecodingError.dataCorruptedError(in: container, debugDescription: "a snapshot entry has extra fields")
+    }
+  }
+
+  func encode(to encoder: any Encoder) throws {
+    var container = encoder.unkeyedContainer()
+    try container.encode(key)
+    try container.encode(value)
+    try container.encode(expiry)
+  }
+}

@@ -1,0 +1,53 @@
+extension UserDefaultsLayer {
+  /// The namespace, size limit, expiry and clock of a ``UserDefaultsLayer``.
+  public struct Configuration: Sendable {
+    /// The part of the suite this layer owns: its entries are stored under defaults keys that
+    /// start with `asynccache.<namespace>.`, and ``UserDefaultsLayer/removeAll()`` removes only
+    /// those. Give two layers that share a suite different namespaces. Not empty, no `.`.
+    /// Default `"default"`.
+    public var namespace: String
+
+    /// The most bytes one entry may take, counting its encoded key and its encoded value.
+    /// Default 64 KiB: UserDefaults loads a whole suite into memory and rewrites it on change, so
+    /// it suits small values only.
+    public var maxEntrySize: Int
+
+    /// The longest an entry lives in this layer; `nil` (the default) for no limit.
+    ///
+    /// An entry that arrives with an earlier ``CacheEntry/expiresAt`` keeps it.
+    public var timeToLive: Duration?
+
+    /// The clock that expiry is read from. Default ``WallClock``: stored expiries are wall-clock
+    /// instants, meaningful across launches.
+    public var clock: any CacheClock
+
+    /// Creates a configuration.
+    public init(
+      namespace: String = "default",
+      maxEntrySize: Int = 64 * 1024,
+      timeToLive: Duration? = nil,
+      clock: any CacheClock = WallClock()
+    ) {
+      self.namespace = namespace
+      self.maxEntrySize = maxEntrySize
+      self.timeToLive = timeToLive
+      self.clock = clock
+    }
+
+    func validate() throws {
+      guard !namespace.isEmpty, !namespace.contains("."), !namespace.contains("\0") else {
+        throw AsyncCacheError.invalidConfiguration(
+          "UserDefaultsLayer namespace is \(namespace.debugDescription); it must be non-empty and contain no "
+            + "\".\" or NUL")
+      }
+      guard maxEntrySize > 0 else {
+        throw AsyncCacheError.invalidConfiguration(
+          "UserDefaultsLayer maxEntrySize is \(maxEntrySize); it must be positive")
+      }
+      if let timeToLive, timeToLive <= .zero {
+        throw AsyncCacheError.invalidConfiguration(
+          "UserDefaultsLayer timeToLive is \(timeToLive); it must be positive")
+      }
+    }
+  }
+}

@@ -1,0 +1,441 @@
+import Dispatch
+public import Foundation
+
+/// A layer that keeps small values in a named `UserDefaults` suite, clearable without touching
+/// anything else stored there.
+///
+/// Each entry is one defaults key, `asynccache.<namespace>.<encoded key>`, holding the encoded
+/// value behind a small header (magic, format version, expiry and an XXH64 checksum seeded with
+/// the defaults key). A stored value that is damaged, foreign (put there by other code), of
+/// another format version, or no longer decodes is a miss: it is removed and counted in
+/// ``statistics``, never returned and never a crash. ``removeAll()`` removes this layer's keys and
+/// nothing else: not the suite's other keys, not other suites.
+///
+/// ```swift
+/// let settings = try UserDefaultsLayer<String, Preferences>(
+///     suiteName: "group.com.example.app",
+///     configuration: .init(timeToLive: .seconds(86_400)))
+/// try await settings.insert(CacheEntry(preferences), for: "current")
+/// let cached = try await settings.value(for: "current")
+/// ```
+///
+/// UserDefaults holds a whole suite in memory and rewrites it on change, so it suits small
+/// values: ``Configuration-swift.struct/maxEntrySize`` (64 KiB by default) refuses bigger ones.
+/// Use a disk or SQLite layer for anything large or numerous.
+///
+/// The layer is an actor that runs on a dispatch queue of its own, not on the cooperative thread
+/// pool, because UserDefaults may block on file I/O. On Linux, where swift-corelibs-foundation
+/// writes a suite to disk (`$XDG_CONFIG_HOME` or `~/.config`, `<suite>.plist`) only when it is
+/// synchronized, the layer synchronizes after every change; on Apple platforms the system
+/// persists changes on its own.
+///
+/// Expiry: an entry expires at the earlier of its own ``CacheEntry/expiresAt`` and
+/// ``Configuration-swift.struct/timeToLive`` after it was inserted, read from the injected
+/// ``Configuration-swift.struct/clock``. Expired entries are misses, removed when found or by
+/// ``removeExpired()``.
+public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
+  /// The name of the `UserDefaults` suite the layer stores its entries in.
+  public nonisolated let suiteName: String
+
+  /// The configuration the layer was created with.
+  public nonisolated let configuration: Configuration
+
+  private nonisolated let keyEncoding: CacheKeyEncoding<Key>
+  private nonisolated let valueCoder: CacheValueCoder<Value>
+  /// `asynccache.<namespace>.`: the start of every defaults key of this layer.
+  private nonisolated let prefix: String
+  private nonisolated let executor: UserDefaultsLayerExecutor
+  /// Created here and never handed out: `UserDefaults` is not `Sendable` everywhere, and only
+  /// this actor's jobs use it.
+  private let defaults: UserDefaults
+  private var counters = Statistics()
+
+  /// The executor of the layer: a serial dispatch queue of its own, so that UserDefaults' file
+  /// I/O never blocks the cooperative thread pool.
+  public nonisolated var unownedExecutor: UnownedSerialExecutor {
+    executor.asUnownedSerialExecutor()
+  }
+
+  /// Creates a layer that stores entries in the `UserDefaults` suite `suiteName`.
+  ///
+  /// Layers of one suite and namespace share their entries. Safe from any context; UserDefaults
+  /// may read the suite from disk when it is first used.
+  ///
+  /// - Parameters:
+  ///   - suiteName: The suite, an identifier such as `com.example.app.cache` or an app group.
+  ///   - keyEncoding: How keys become the strings in defaults keys, and back (for ``keys``).
+  ///   - valueCoder: How values become the stored bytes, and back.
+  ///   - configuration: The namespace, size limit, expiry and clock.
+  /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` naming the bad input when the suite
+  ///   name is empty, is `NSGlobalDomain` or the app's bundle identifier (which UserDefaults
+  ///   rejects as suites), looks like a path (`/`, `.`, `..`, NUL), is longer than 200 bytes or
+  ///   is refused by UserDefaults, or when a configuration value is out of range.
+  public init(
+    suiteName: String,
+    keyEncoding: CacheKeyEncoding<Key>,
+    valueCoder: CacheValueCoder<Value>,
+    configuration: Configuration = Configuration()
+  ) throws {
+    try configuration.validate()
+    try Self.validate(suiteName: suiteName)
+    guard let defaults = UserDefaults(suiteName: suiteName) else {
+      throw AsyncCacheError.invalidConfiguration(
+        "UserDefaultsLayer suite name \(suiteName.debugDescription) is refused by UserDefaults")
+    }
+    self.suiteName = suiteName
+    self.configuration = configuration
+    self.keyEncoding = keyEncoding
+    self.valueCoder = valueCoder
+    self.prefix = "asynccache.\(configuration.namespace)."
+    self.executor = UserDefaultsLayerExecutor(label: "AsyncCache.UserDefaultsLayer(\(suiteName))")
+    self.defaults = defaults
+  }
+
+  static func validate(suiteName: String) throws {
+    let problem: String?
+    if suiteName.isEmpty {
+      problem = "is empty"
+    } else if suiteName == "NSGlobalDomain" {
+      problem = "is the global domain, which UserDefaults does not accept as a suite"
+    } else if suiteName == Bundle.main.bundleIdentifier {
+      problem = "is the app's bundle identifier, which UserDefaults does not accept as a suite"
+    } else if suiteName.contains("/") || suiteName.contains("\0") || suiteName == "." || suiteName == ".." {
+      problem = "looks like a path; a suite name is an identifier such as com.example.app.cache"
+    } else if suiteName.utf8.count > 200 {
+      problem = "is \(suiteName.utf8.count) bytes long; it must be at most 200"
+    } else {
+      problem = nil
+    }
+    if let problem {
+      throw AsyncCacheError.invalidConfiguration(
+        "UserDefaultsLayer suite name \(String(suiteName.prefix(300)).debugDescription) \(problem)")
+    }
+  }
+
+  // MARK: Reading
+
+  /// Returns the unexpired entry for `key`, or `nil`; an expired, damaged or undecodable stored
+  /// value is a miss that is removed and counted.
+  ///
+  /// Safe from any context; runs on the layer's queue. Costs a dictionary lookup, a checksum of
+  /// the value and its decoding; removing a bad value also writes the suite (on Linux).
+  ///
+  /// - Throws: ``PersistenceError/Code/encodingFailed`` when the key cannot be encoded.
+  public func entry(for key: Key) throws -> CacheEntry<Value>? {
+    let defaultsKey = try self.defaultsKey(for: key)
+    guard let object = defaults.object(forKey: defaultsKey) else {
+      counters.misses += 1
+      return nil
+    }
+    guard let (expiry, payload) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey) else {
+      discard(defaultsKey, countingAs: \.damaged)
+      return nil
+    }
+    guard expiry > configuration.clock.now.nanosecondsSince1970 else {
+      discard(defaultsKey, countingAs: \.expired)
+      return nil
+    }
+    guard let value = try? valueCoder.decode(payload) else {
+      discard(defaultsKey, countingAs: \.damaged)
+      return nil
+    }
+    counters.hits += 1
+    return CacheEntry(value, expiresAt: expiry == .max ? nil : CacheInstant(nanosecondsSince1970: expiry))
+  }
+
+  /// Returns the unexpired value for `key`, or `nil`, like ``entry(for:)``.
+  ///
+  /// - Throws: ``PersistenceError/Code/encodingFailed`` when the key cannot be encoded.
+  public func value(for key: Key) throws -> Value? {
+    try entry(for: key)?.value
+  }
+
+  // MARK: Writing
+
+  /// Stores `entry` for `key`, replacing any previous entry.
+  ///
+  /// The entry expires at the earlier of `entry.expiresAt` and
+  /// ``Configuration-swift.struct/timeToLive`` from now; an already expired entry is not stored
+  /// (and removes the previous one). Safe from any context; runs on the layer's queue. Costs the
+  /// value's encoding and a checksum, plus a write of the suite on Linux.
+  ///
+  /// - Throws: ``PersistenceError`` naming the key: ``PersistenceError/Code/valueTooLarge`` when
+  ///   the encoded key and value take more than ``Configuration-swift.struct/maxEntrySize``
+  ///   bytes, ``PersistenceError/Code/encodingFailed`` when the key or value cannot be encoded
+  ///   (in both cases the previous entry is removed, so the layer never serves a value older than
+  ///   the one it refused), ``PersistenceError/Code/ioFailure`` when the suite cannot be written
+  ///   to disk (Linux; the entry stays readable in this process).
+  public func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
+    let defaultsKey = try self.defaultsKey(for: key)
+    let now = configuration.clock.now
+    let capped = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) })
+    guard !capped.isExpired(at: now) else {
+      try removeStored(defaultsKey)
+      return
+    }
+    let encodedKey = defaultsKey.dropFirst(prefix.count)
+    let payload: Data
+    do {
+      payload = try valueCoder.encode(capped.value)
+    } catch {
+      try? removeStored(defaultsKey)
+      throw PersistenceError(
+        code: .encodingFailed,
+        message: "UserDefaultsLayer(\(suiteName)) cannot encode the value for key "
+          + "\(String(encodedKey.prefix(200)).debugDescription); the previous entry was removed",
+        underlying: error)
+    }
+    let size = encodedKey.utf8.count + payload.count
+    guard size <= configuration.maxEntrySize else {
+      try? removeStored(defaultsKey)
+      throw PersistenceError.valueTooLarge(
+        key: String(encodedKey), size: size, limit: configuration.maxEntrySize,
+        layer: "UserDefaultsLayer(\(suiteName))")
+    }
+    let expiry = capped.expiresAt?.nanosecondsSince1970 ?? .max
+    defaults.set(
+      UserDefaultsRecord.make(payload: payload, expiry: expiry, defaultsKey: defaultsKey), forKey: defaultsKey)
+    try persist()
+  }
+
+  /// Stores `value` for `key`, expiring after `timeToLive` (or per the configuration when `nil`).
+  ///
+  /// - Throws: As ``insert(_:for:)``.
+  public func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) throws {
+    let expiresAt = timeToLive.map { configuration.clock.now.advanced(by: $0) }
+    try insert(CacheEntry(value, expiresAt: expiresAt), for: key)
+  }
+
+  /// Removes the entry for `key`, if any. Safe from any context; runs on the layer's queue.
+  ///
+  /// - Throws: ``PersistenceError/Code/encodingFailed`` when the key cannot be encoded,
+  ///   ``PersistenceError/Code/ioFailure`` when the suite cannot be written to disk (Linux).
+  public func removeValue(for key: Key) throws {
+    try removeStored(defaultsKey(for: key))
+  }
+
+  /// Removes every entry of this layer: the suite's keys that start with
+  /// `asynccache.<namespace>.`, and nothing else (no other key of the suite, no other suite).
+  ///
+  /// Safe from any context; runs on the layer's queue. O(n) in the suite's keys.
+  ///
+  /// - Throws: ``PersistenceError/Code/ioFailure`` when the suite cannot be written to disk
+  ///   (Linux).
+  public func removeAll() throws {
+    for (defaultsKey, _) in ownedEntries() { defaults.removeObject(forKey: defaultsKey) }
+    try persist()
+  }
+
+  /// Removes every expired entry, and every damaged one, and returns how many it removed.
+  ///
+  /// Expired entries are also removed when a lookup finds them; call this to reclaim their space
+  /// sooner. Safe from any context; runs on the layer's queue. O(n) in the suite's keys and
+  /// the size of this layer's values (each header and checksum is checked; values are not
+  /// decoded).
+  ///
+  /// - Throws: ``PersistenceError/Code/ioFailure`` when the suite cannot be written to disk
+  ///   (Linux).
+  @discardableResult
+  public func removeExpired() throws -> Int {
+    let now = configuration.clock.now.nanosecondsSince1970
+    var removed = 0
+    for (defaultsKey, object) in ownedEntries() {
+      if let (expiry, _) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey) {
+        guard expiry <= now else { continue }
+        counters.expired += 1
+      } else {
+        counters.damaged += 1
+      }
+      defaults.removeObject(forKey: defaultsKey)
+      removed += 1
+    }
+    if removed > 0 { try persist() }
+    return removed
+  }
+
+  // MARK: Introspection
+
+  /// The keys of the unexpired entries, in no particular order.
+  ///
+  /// Stored values that are damaged, and defaults keys that do not decode with the layer's
+  /// ``CacheKeyEncoding``, are left out (a lookup or ``removeExpired()`` removes the damaged
+  /// ones). Safe from any context; runs on the layer's queue. O(n) in the suite's keys and the
+  /// size of this layer's values.
+  public var keys: [Key] {
+    let now = configuration.clock.now.nanosecondsSince1970
+    return ownedEntries().compactMap { defaultsKey, object in
+      guard let (expiry, _) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey), expiry > now else {
+        return nil
+      }
+      return try? keyEncoding.decode(String(defaultsKey.dropFirst(prefix.count)))
+    }
+  }
+
+  /// Lookups and removals since the layer was created. Safe from any context. O(1).
+  public var statistics: Statistics { counters }
+
+  // MARK: Storage
+
+  private func defaultsKey(for key: Key) throws -> String {
+    do {
+      return prefix + (try keyEncoding.encode(key))
+    } catch let error as PersistenceError {
+      throw error
+    } catch {
+      throw PersistenceError(
+        code: .encodingFailed, message: "UserDefaultsLayer(\(suiteName)) cannot encode the key \(key)",
+        underlying: error)
+    }
+  }
+
+  /// This layer's defaults keys in the suite (only the suite's own domain: no global, argument
+  /// or registration defaults), with their stored objects.
+  private func ownedEntries() -> [(String, Any)] {
+    guard let domain = defaults.persistentDomain(forName: suiteName) else { return [] }
+    return domain.filter { $0.key.hasPrefix(prefix) }.map { ($0.key, $0.value) }
+  }
+
+  private func removeStored(_ defaultsKey: String) throws {
+    guard defaults.object(forKey: defaultsKey) != nil else { return }
+    defaults.removeObject(forKey: defaultsKey)
+    try persist()
+  }
+
+  /// Removes a stored value that a lookup cannot use, and counts it and the miss. A failure to
+  /// write the suite is not the caller's problem here: the value is gone from this process.
+  private func discard(_ defaultsKey: String, countingAs counter: WritableKeyPath<Statistics, Int>) {
+    counters.misses += 1
+    counters[keyPath: counter] += 1
+    defaults.removeObject(forKey: defaultsKey)
+    try? persist()
+  }
+
+  /// Writes the suite to disk where the platform does not on its own.
+  private func persist() throws {
+    #if !canImport(Darwin)
+      guard defaults.synchronize() else {
+        throw PersistenceError(
+          code: .ioFailure,
+          message: "UserDefaults could not write the suite \(suiteName.debugDescription) to disk; the change is "
+            + "visible in this process only")
+      }
+    #endif
+  }
+}
+
+extension UserDefaultsLayer where Key == String {
+  /// Creates a layer with `String` keys, stored as they are, and values stored with
+  /// `valueCoder`.
+  ///
+  /// - Throws: As ``init(suiteName:keyEncoding:valueCoder:configuration:)``.
+  public init(
+    suiteName: String,
+    valueCoder: CacheValueCoder<Value>,
+    configuration: Configuration = Configuration()
+  ) throws {
+    try self.init(suiteName: suiteName, keyEncoding: .string, valueCoder: valueCoder, configuration: configuration)
+  }
+}
+
+extension UserDefaultsLayer where Key == String, Value == Data {
+  /// Creates a layer with `String` keys and `Data` values, both stored as they are.
+  ///
+  /// - Throws: As ``init(suiteName:keyEncoding:valueCoder:configuration:)``.
+  public init(suiteName: String, configuration: Configuration = Configuration()) throws {
+    try self.init(suiteName: suiteName, keyEncoding: .string, valueCoder: .data, configuration: configuration)
+  }
+}
+
+extension UserDefaultsLayer where Key == String, Value: Codable {
+  /// Creates a layer with `String` keys, stored as they are, and `Codable` values, stored as
+  /// JSON.
+  ///
+  /// - Throws: As ``init(suiteName:keyEncoding:valueCoder:configuration:)``.
+  public init(suiteName: String, configuration: Configuration = Configuration()) throws {
+    try self.init(suiteName: suiteName, keyEncoding: .string, valueCoder: .json, configuration: configuration)
+  }
+}
+
+extension UserDefaultsLayer {
+  /// A snapshot of a UserDefaults layer's counters.
+  public struct Statistics: Sendable, Hashable {
+    /// Lookups that found an unexpired, intact entry.
+    public var hits = 0
+    /// Lookups that found nothing, or a stored value that was expired or damaged.
+    public var misses = 0
+    /// Expired entries removed, by lookups and by ``UserDefaultsLayer/removeExpired()``.
+    public var expired = 0
+    /// Stored values removed because they were damaged, foreign, of another format version or
+    /// did not decode.
+    public var damaged = 0
+  }
+}
+
+/// The bytes a ``UserDefaultsLayer`` stores for an entry: a 24-byte header, then the encoded
+/// value. Integers are little-endian.
+///
+/// | Offset | Size | Field |
+/// |---|---|---|
+/// | 0 | 4 | magic `ACUD` |
+/// | 4 | 1 | format version (`1`) |
+/// | 5 | 3 | zero |
+/// | 8 | 8 | expiry, nanoseconds since 1970 (`Int64.max` for never) |
+/// | 16 | 8 | XXH64 of bytes 0..<16 then of the value, seeded with the XXH64 of the defaults key |
+///
+/// Seeding with the defaults key means a value copied to another key does not verify.
+enum UserDefaultsRecord {
+  static let magic: [UInt8] = [0x41, 0x43, 0x55, 0x44]
+  static let formatVersion: UInt8 = 1
+  static let headerSize = 24
+
+  static func make(payload: Data, expiry: Int64, defaultsKey: String) -> Data {
+    var bytes = magic + [formatVersion, 0, 0, 0]
+    withUnsafeBytes(of: expiry.littleEndian) { bytes.append(contentsOf: $0) }
+    let checksum = self.checksum(header: bytes, payload: payload, defaultsKey: defaultsKey)
+    withUnsafeBytes(of: checksum.littleEndian) { bytes.append(contentsOf: $0) }
+    var record = Data(bytes)
+    record.append(payload)
+    return record
+  }
+
+  /// The expiry and value bytes of a stored object, or `nil` when it is not an intact record of
+  /// this format for `defaultsKey`.
+  static func parse(_ object: Any, defaultsKey: String) -> (expiry: Int64, payload: Data)? {
+    guard let data = object as? Data, data.count >= headerSize else { return nil }
+    let bytes = [UInt8](data.prefix(headerSize))
+    guard Array(bytes[0..<8]) == magic + [formatVersion, 0, 0, 0] else { return nil }
+    let payload = data.dropFirst(headerSize)
+    guard load(bytes, at: 16) == checksum(header: bytes[0..<16], payload: payload, defaultsKey: defaultsKey) else {
+      return nil
+    }
+    return (Int64(bitPattern: load(bytes, at: 8)), Data(payload))
+  }
+
+  private static func checksum(header: some Collection<UInt8>, payload: Data, defaultsKey: String) -> UInt64 {
+    let seed = XXH64.hash(Array(defaultsKey.utf8))
+    let headerDigest = XXH64.hash(Array(header), seed: seed)
+    return payload.withUnsafeBytes { XXH64.hash($0, seed: headerDigest) }
+  }
+
+  private static func load(_ bytes: [UInt8], at offset: Int) -> UInt64 {
+    var value: UInt64 = 0
+    for index in (offset..<offset + 8).reversed() { value = value << 8 | UInt64(bytes[index]) }
+    return value
+  }
+}
+
+/// Runs a ``UserDefaultsLayer``'s jobs on a serial dispatch queue of its own, so that blocking
+/// UserDefaults calls never occupy a thread of the cooperative pool.
+private final class UserDefaultsLayerExecutor: SerialExecutor {
+  private let queue: DispatchQueue
+
+  init(label: String) {
+    queue = DispatchQueue(label: label, autoreleaseFrequency: .workItem)
+  }
+
+  func enqueue(_ job: consuming ExecutorJob) {
+    let job = UnownedJob(job)
+    // `self` is captured so that the executor outlives every job it accepted.
+    queue.async { job.runSynchronously(on: self.asUnownedSerialExecutor()) }
+  }
+}
