@@ -1,0 +1,68 @@
+extension DiskLayer {
+  /// The limits, expiry and clock of a ``DiskLayer``.
+  ///
+  /// Sizes count the bytes of the entry files: a 40-byte header, the encoded key and the encoded
+  /// value. The file system's rounding up to whole blocks is not counted.
+  public struct Configuration: Sendable {
+    /// The most bytes the entry files may sum to; a hard limit. Default 256 MiB.
+    ///
+    /// Before a write, least recently used entries are deleted until the new entry fits, so the
+    /// stored entries never sum to more. While a write is under way its temporary file may add up
+    /// to one entry's size.
+    public var sizeLimit: Int
+
+    /// The most entries the layer holds; `nil` (the default) for no limit.
+    public var countLimit: Int?
+
+    /// The largest entry (header, key and value) the layer stores; larger ones are refused with
+    /// ``PersistenceError/Code/valueTooLarge``. `nil` (the default) means the smaller of
+    /// ``sizeLimit`` and 64 MiB.
+    public var maxEntrySize: Int?
+
+    /// The longest an entry lives in this layer; `nil` for no limit.
+    ///
+    /// An entry that arrives with an earlier ``CacheEntry/expiresAt`` keeps it.
+    public var timeToLive: Duration?
+
+    /// The clock that expiry is read from. Default ``WallClock``.
+    ///
+    /// Expiry instants are stored in the files as wall-clock time, so they keep their meaning
+    /// across restarts. Least-recently-used order across restarts comes from the files'
+    /// modification times, which are always real time.
+    public var clock: any CacheClock
+
+    /// Creates a configuration.
+    public init(
+      sizeLimit: Int = 256 << 20,
+      countLimit: Int? = nil,
+      maxEntrySize: Int? = nil,
+      timeToLive: Duration? = nil,
+      clock: any CacheClock = WallClock()
+    ) {
+      self.sizeLimit = sizeLimit
+      self.countLimit = countLimit
+      self.maxEntrySize = maxEntrySize
+      self.timeToLive = timeToLive
+      self.clock = clock
+    }
+
+    /// The per-entry limit in effect.
+    var resolvedMaxEntrySize: Int { maxEntrySize ?? Swift.min(sizeLimit, 64 << 20) }
+
+    func validate() throws {
+      guard sizeLimit > 0 else {
+        throw AsyncCacheError.invalidConfiguration("DiskLayer sizeLimit is \(sizeLimit); it must be 1 or more")
+      }
+      if let countLimit, countLimit < 1 {
+        throw AsyncCacheError.invalidConfiguration("DiskLayer countLimit is \(countLimit); it must be 1 or more")
+      }
+      if let maxEntrySize, !(1...sizeLimit).contains(maxEntrySize) {
+        throw AsyncCacheError.invalidConfiguration(
+          "DiskLayer maxEntrySize is \(maxEntrySize); it must be in 1...sizeLimit (\(sizeLimit))")
+      }
+      if let timeToLive, timeToLive <= .zero {
+        throw AsyncCacheError.invalidConfiguration("DiskLayer timeToLive is \(timeToLive); it must be positive")
+      }
+    }
+  }
+}

@@ -1,0 +1,177 @@
+#if canImport(Darwin)
+  import Darwin
+#elseif canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#elseif canImport(Android)
+  import Android
+#endif
+
+/// The live ``DiskFileSystem``: POSIX calls, retried on `EINTR`.
+struct POSIXDiskFileSystem: DiskFileSystem {
+  func openForReading(_ path: String) throws(DiskSystemError) -> Int32 {
+    try retrying("open", path) { Int(open(path, O_RDONLY | O_CLOEXEC)) }.descriptor
+  }
+
+  func createExclusively(_ path: String) throws(DiskSystemError) -> Int32 {
+    try retrying("open", path) { Int(open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)) }.descriptor
+  }
+
+  func read(_ descriptor: Int32, into buffer: UnsafeMutableRawBufferPointer) throws(DiskSystemError) -> Int {
+    guard let base = buffer.baseAddress, !buffer.isEmpty else { return 0 }
+    return try retrying("read", "fd \(descriptor)") { systemRead(descriptor, base, buffer.count) }
+  }
+
+  func write(_ descriptor: Int32, from buffer: UnsafeRawBufferPointer) throws(DiskSystemError) -> Int {
+    guard let base = buffer.baseAddress, !buffer.isEmpty else { return 0 }
+    return try retrying("write", "fd \(descriptor)") { systemWrite(descriptor, base, buffer.count) }
+  }
+
+  func status(_ descriptor: Int32) throws(DiskSystemError) -> DiskFileStatus {
+    var info = stat()
+    guard fstat(descriptor, &info) == 0 else {
+      throw DiskSystemError(code: errno, operation: "fstat", path: "fd \(descriptor)")
+    }
+    #if canImport(Darwin)
+      let time = info.st_mtimespec
+    #else
+      let time = info.st_mtim
+    #endif
+    return DiskFileStatus(
+      size: Int(info.st_size),
+      modificationTime: Int64(time.tv_sec) &* 1_000_000_000 &+ Int64(time.tv_nsec))
+  }
+
+  func synchronize(_ descriptor: Int32) throws(DiskSystemError) {
+    _ = try retrying("fsync", "fd \(descriptor)") { Int(fsync(descriptor)) }
+  }
+
+  func close(_ descriptor: Int32) throws(DiskSystemError) {
+    // Not retried on EINTR: the descriptor is released whatever `close` returns (Linux, and
+    // POSIX 2024), so a retry could close a descriptor another thread has just opened.
+    let result: Int32
+    #if canImport(Darwin)
+      result = Darwin.close(descriptor)
+    #elseif canImport(Glibc)
+      result = Glibc.close(descriptor)
+    #elseif canImport(Musl)
+      result = Musl.close(descriptor)
+    #else
+      result = Android.close(descriptor)
+    #endif
+    if result != 0, errno != EINTR {
+      throw DiskSystemError(code: errno, operation: "close", path: "fd \(descriptor)")
+    }
+  }
+
+  func touch(_ descriptor: Int32) -> Bool {
+    futimens(descriptor, nil) == 0
+  }
+
+  func rename(_ source: String, to destination: String) throws(DiskSystemError) {
+    _ = try retrying("rename", source) {
+      #if canImport(Darwin)
+        Int(Darwin.rename(source, destination))
+      #elseif canImport(Glibc)
+        Int(Glibc.rename(source, destination))
+      #elseif canImport(Musl)
+        Int(Musl.rename(source, destination))
+      #else
+        Int(Android.rename(source, destination))
+      #endif
+    }
+  }
+
+  func removeFile(_ path: String) throws(DiskSystemError) {
+    _ = try retrying("unlink", path) { Int(unlink(path)) }
+  }
+
+  func synchronizeDirectory(_ path: String) throws(DiskSystemError) {
+    let descriptor = try retrying("open", path) { Int(open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) }.descriptor
+    defer { try? close(descriptor) }
+    try synchronize(descriptor)
+  }
+
+  func createDirectory(_ path: String) throws(DiskSystemError) {
+    if mkdir(path, 0o755) == 0 { return }
+    let code = errno
+    switch code {
+    case EEXIST:
+      var info = stat()
+      guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+        throw DiskSystemError(code: ENOTDIR, operation: "mkdir", path: path)
+      }
+    case ENOENT:
+      let parent = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
+      guard !parent.isEmpty, parent != path else { throw DiskSystemError(code: code, operation: "mkdir", path: path) }
+      try createDirectory(parent)
+      guard mkdir(path, 0o755) == 0 || errno == EEXIST else {
+        throw DiskSystemError(code: errno, operation: "mkdir", path: path)
+      }
+    default:
+      throw DiskSystemError(code: code, operation: "mkdir", path: path)
+    }
+  }
+
+  func contentsOfDirectory(_ path: String) throws(DiskSystemError) -> [String] {
+    guard let directory = opendir(path) else {
+      throw DiskSystemError(code: errno, operation: "opendir", path: path)
+    }
+    defer { closedir(directory) }
+    var names: [String] = []
+    while true {
+      errno = 0
+      guard let entry = readdir(directory) else {
+        if errno != 0 { throw DiskSystemError(code: errno, operation: "readdir", path: path) }
+        return names
+      }
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { bytes in
+        String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
+      }
+      if name != "." && name != ".." { names.append(name) }
+    }
+  }
+
+  /// Runs a system call until it does not fail with `EINTR`; throws for any other failure.
+  private func retrying(
+    _ operation: String, _ path: @autoclosure () -> String, _ call: () -> Int
+  ) throws(DiskSystemError) -> Int {
+    while true {
+      let result = call()
+      if result >= 0 { return result }
+      let code = errno
+      if code != EINTR { throw DiskSystemError(code: code, operation: operation, path: path()) }
+    }
+  }
+}
+
+extension Int {
+  /// The value as a file descriptor (the system calls that return one return an `Int32`).
+  fileprivate var descriptor: Int32 { Int32(truncatingIfNeeded: self) }
+}
+
+// `read` and `write` are shadowed by the protocol's methods inside the conforming type.
+private func systemRead(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> Int {
+  #if canImport(Darwin)
+    Darwin.read(descriptor, buffer, count)
+  #elseif canImport(Glibc)
+    Glibc.read(descriptor, buffer, count)
+  #elseif canImport(Musl)
+    Musl.read(descriptor, buffer, count)
+  #else
+    Android.read(descriptor, buffer, count)
+  #endif
+}
+
+private func systemWrite(_ descriptor: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int {
+  #if canImport(Darwin)
+    Darwin.write(descriptor, buffer, count)
+  #elseif canImport(Glibc)
+    Glibc.write(descriptor, buffer, count)
+  #elseif canImport(Musl)
+    Musl.write(descriptor, buffer, count)
+  #else
+    Android.write(descriptor, buffer, count)
+  #endif
+}

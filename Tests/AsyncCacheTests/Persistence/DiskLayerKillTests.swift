@@ -1,0 +1,103 @@
+import Dispatch
+import Foundation
+import PersistenceTestSupport
+import Testing
+
+@testable import AsyncCache
+
+extension Probe {
+  /// The next line the probe printed, read on a Dispatch thread so that no cooperative thread
+  /// blocks on the pipe.
+  fileprivate func line() async -> String? {
+    await withCheckedContinuation { continuation in
+      DispatchQueue.global().async { continuation.resume(returning: self.nextLine()) }
+    }
+  }
+
+  /// Kills the probe with `SIGKILL` after `delay` microseconds and waits for it to exit, off
+  /// the cooperative pool.
+  ///
+  /// The delay is not a wait for something to happen: it picks the moment of the kill, so that
+  /// over the rounds kills land at different steps of a write. The assertions hold whenever the
+  /// kill lands.
+  fileprivate func killed(afterMicroseconds delay: Int) async {
+    await withCheckedContinuation { continuation in
+      DispatchQueue.global().async {
+        if delay > 0 { usleep(UInt32(delay)) }
+        self.kill()
+        continuation.resume()
+      }
+    }
+  }
+}
+
+/// Row 10, for real: a child process writing large values is killed with `SIGKILL` mid-write.
+@Suite("DiskLayer process kill", .timeLimit(.minutes(2)))
+struct DiskLayerKillTests {
+  /// Each round starts `disk-write-loop` with its own seed, has it complete a seeded random
+  /// number of writes, then starts one more and kills the probe a seeded random moment (up to
+  /// 2 ms) after it announced that write, so the kill lands while the value is being written.
+  /// After every round a fresh layer must find each key's last completed version or the
+  /// interrupted one, whole; no damaged file and no temporary file.
+  @Test func everyReadableValueIsOneWholeVersionAfterAKill() async throws {
+    let fixture = try DiskFixture()
+    defer { fixture.remove() }
+    let keys = (0..<4).map { "key-\($0)" }
+    var candidates: [String: Set<Int>] = [:]  // the versions each key may hold
+    var committed: Set<String> = []  // keys that must be readable
+    var roundsKilledMidWrite = 0
+    for seed in 1...8 as ClosedRange<UInt64> {
+      var generator = SeededGenerator(seed: seed)
+      let writesBeforeKill = Int.random(in: 0...3, using: &generator)
+      let killDelay = Int.random(in: 0...2000, using: &generator)
+      let probe = try Probe(["disk-write-loop", fixture.directory.path, "\(seed)"])
+      #expect(await probe.line() == "ready")
+      var interrupted: (key: String, version: Int)?
+      for step in 0...writesBeforeKill {
+        probe.send("next")
+        let writing = await probe.line()
+        let (key, version) = try #require(
+          Self.parse(writing, "writing"), "round \(seed): \(String(describing: writing))")
+        if step == writesBeforeKill {
+          interrupted = (key, version)
+          await probe.killed(afterMicroseconds: killDelay)
+          break
+        }
+        let wrote = await probe.line()
+        #expect(wrote == "wrote \(step) \(key) \(version)", "round \(seed)")
+        candidates[key] = [version]
+        committed.insert(key)
+      }
+      let (key, version) = try #require(interrupted)
+      candidates[key, default: []].insert(version)
+      if !fixture.temporaryNames.isEmpty { roundsKilledMidWrite += 1 }
+
+      let layer = try await fixture.open(.init(sizeLimit: 64 << 20))
+      #expect(fixture.temporaryNames.isEmpty, "round \(seed): temporary files survived opening")
+      #expect(await layer.statistics.corruptEntries == 0, "round \(seed): a kill left a damaged entry")
+      for key in keys {
+        guard let value = try await layer.value(for: key) else {
+          #expect(!committed.contains(key), "round \(seed): \(key) lost its completed write")
+          continue
+        }
+        let version = ProbeValue.version(of: value, key: key)
+        #expect(version != nil, "round \(seed): \(key) holds a torn or mixed value of \(value.count) bytes")
+        if let version {
+          #expect(candidates[key, default: []].contains(version), "round \(seed): \(key) holds version \(version)")
+          candidates[key] = [version]
+          committed.insert(key)
+        }
+      }
+    }
+    // The test is only worth something if kills did land mid-write.
+    #expect(roundsKilledMidWrite > 0)
+  }
+
+  /// The key and version of a probe line `<event> <step> <key> <version>`.
+  static func parse(_ line: String?, _ event: String) -> (String, Int)? {
+    guard let fields = line?.split(separator: " "), fields.count == 4, fields[0] == event,
+      let version = Int(fields[3])
+    else { return nil }
+    return (String(fields[2]), version)
+  }
+}
