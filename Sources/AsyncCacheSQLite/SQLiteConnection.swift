@@ -5,7 +5,7 @@ import Foundation
 /// One SQLite connection and its prepared statements.
 ///
 /// Not thread-safe: it belongs to one `SQLiteLayer` and is only used on that layer's
-/// ``ConnectionThread``. Statements are prepared once (`SQLITE_PREPARE_PERSISTENT`) and reused.
+/// executor thread (a `BlockingExecutor`). Statements are prepared once (`SQLITE_PREPARE_PERSISTENT`) and reused.
 final class SQLiteConnection {
   let handle: OpaquePointer
   let path: String
@@ -32,9 +32,7 @@ final class SQLiteConnection {
     }
     self.handle = handle
     self.path = path
-    let milliseconds =
-      busyTimeout.components.seconds * 1000 + busyTimeout.components.attoseconds / 1_000_000_000_000_000
-    sqlite3_busy_timeout(handle, Int32(clamping: milliseconds))
+    sqlite3_busy_timeout(handle, Int32(clamping: busyTimeout.clampedNanoseconds / 1_000_000))
   }
 
   deinit {

@@ -27,9 +27,15 @@ extension SQLiteLayer {
     /// for them to be written. Default 32 MiB.
     public var maximumPendingBytes: Int
 
-    /// How many reads may wait to record their access time before the layer writes them.
-    /// Default 1,024.
+    /// How many reads may wait to record their access time before the layer writes them in a
+    /// transaction of their own. Default 10,000. Otherwise they ride with the next write, whose
+    /// evictions they inform.
     public var maximumPendingTouches: Int
+
+    /// The resolution of the least-recently-used order: a read records its access time only
+    /// when the row's recorded one is older than this. Default 60 seconds, so that rows read
+    /// over and over cost one write a minute, not one per read; `.zero` makes the order exact.
+    public var accessTimeResolution: Duration
 
     /// The clock that expiry and access times are read from. Default `WallClock`.
     public var clock: any CacheClock
@@ -45,7 +51,8 @@ extension SQLiteLayer {
       timeToLive: Duration? = nil,
       busyTimeout: Duration = .seconds(5),
       maximumPendingBytes: Int = 32 << 20,
-      maximumPendingTouches: Int = 1024,
+      maximumPendingTouches: Int = 10_000,
+      accessTimeResolution: Duration = .seconds(60),
       clock: any CacheClock = WallClock(),
       eventHandler: (@Sendable (SQLiteLayerEvent) -> Void)? = nil
     ) {
@@ -56,6 +63,7 @@ extension SQLiteLayer {
       self.busyTimeout = busyTimeout
       self.maximumPendingBytes = maximumPendingBytes
       self.maximumPendingTouches = maximumPendingTouches
+      self.accessTimeResolution = accessTimeResolution
       self.clock = clock
       self.eventHandler = eventHandler
     }
@@ -81,6 +89,9 @@ extension SQLiteLayer {
       guard busyTimeout >= .zero else { throw invalid("busyTimeout must not be negative, got \(busyTimeout)") }
       guard maximumPendingBytes > 0 else {
         throw invalid("maximumPendingBytes must be positive, got \(maximumPendingBytes)")
+      }
+      guard accessTimeResolution >= .zero else {
+        throw invalid("accessTimeResolution must not be negative, got \(accessTimeResolution)")
       }
       guard maximumPendingTouches > 0 else {
         throw invalid("maximumPendingTouches must be positive, got \(maximumPendingTouches)")

@@ -39,9 +39,10 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// How values become stored bytes.
   public nonisolated let valueCoder: CacheValueCoder<Value>
 
-  private nonisolated let thread: ConnectionThread
+  private nonisolated let executor: BlockingExecutor
   private nonisolated let pending: Locked<PendingWrites<Value>>
   private nonisolated let entryLimit: Int
+  private nonisolated let accessResolution: Int64
 
   private var store: SQLiteStore?
   private var isClosed = false
@@ -53,7 +54,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
 
   /// The layer runs on its own thread, where SQLite may block.
   public nonisolated var unownedExecutor: UnownedSerialExecutor {
-    thread.asUnownedSerialExecutor()
+    executor.asUnownedSerialExecutor()
   }
 
   /// Opens (creating if needed, with its folder) the database at `url` and the layer for
@@ -92,13 +93,10 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     self.keyEncoding = keyEncoding
     self.valueCoder = valueCoder
     self.entryLimit = configuration.effectiveMaximumEntrySize
-    self.thread = ConnectionThread(name: "AsyncCache.SQLite")
+    self.accessResolution = configuration.accessTimeResolution.clampedNanoseconds
+    self.executor = BlockingExecutor(label: "AsyncCache.SQLite")
     self.pending = Locked(PendingWrites())
     try open()
-  }
-
-  deinit {
-    thread.shutdown()
   }
 
   // MARK: Reading
@@ -153,7 +151,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     case .damaged(let damage, let blob):
       discard(keyBytes, blob: blob, key: encoded, reason: "\(damage)")
       return nil
-    case .hit(let payload, let expiresAt):
+    case .hit(let payload, let expiresAt, let accessedAt):
       let value: Value
       do {
         value = try valueCoder.decode(payload)
@@ -163,8 +161,10 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
         return nil
       }
       counters.hits += 1
-      touches[keyBytes] = stamp
-      if touches.count >= configuration.maximumPendingTouches { scheduleFlush() }
+      if stamp.subtractingReportingOverflow(accessedAt).partialValue >= accessResolution {
+        touches[keyBytes] = stamp
+        if touches.count >= configuration.maximumPendingTouches { scheduleFlush() }
+      }
       return CacheEntry(value, expiresAt: expiresAt.map(CacheInstant.init(nanosecondsSince1970:)))
     }
   }
@@ -440,7 +440,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   }
 
   private func openStore() throws -> SQLiteStore {
-    assert(thread.isCurrent, "SQLite must only be used on the layer's connection thread")
+    assert(executor.isCurrentThread, "SQLite must only be used on the layer's connection thread")
     guard let store else { throw closedError }
     return store
   }
@@ -561,7 +561,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   }
 
   private func connect() throws {
-    assert(thread.isCurrent, "SQLite must only be used on the layer's connection thread")
+    assert(executor.isCurrentThread, "SQLite must only be used on the layer's connection thread")
     let (connection, outcome) = try SQLiteStore.open(path: url.path, busyTimeout: configuration.busyTimeout)
     guard connection.maximumLength - SQLiteRecord.headerSize >= entryLimit else {
       connection.close()
@@ -624,5 +624,17 @@ extension PendingWrites {
     guard !isFlushScheduled else { return false }
     isFlushScheduled = true
     return true
+  }
+}
+
+extension Duration {
+  /// The duration in whole nanoseconds, clamped to the range of `Int64`.
+  var clampedNanoseconds: Int64 {
+    let (seconds, attoseconds) = components
+    let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+    guard !overflow else { return seconds < 0 ? .min : .max }
+    let (total, overflow2) = whole.addingReportingOverflow(attoseconds / 1_000_000_000)
+    guard !overflow2 else { return whole < 0 ? .min : .max }
+    return total
   }
 }

@@ -5,7 +5,7 @@ import Foundation
 /// The SQL side of `SQLiteLayer`, in terms of bytes: look rows up, apply a batch of writes in
 /// one transaction, enforce the size limit, enumerate keys.
 ///
-/// Not thread-safe; used only on its layer's ``ConnectionThread``. Keys are the UTF-8 bytes of
+/// Not thread-safe; used only on its layer's executor thread (a `BlockingExecutor`). Keys are the UTF-8 bytes of
 /// encoded keys, stored as blobs so that any byte (NUL included) compares exactly.
 final class SQLiteStore {
   let connection: SQLiteConnection
@@ -50,7 +50,7 @@ final class SQLiteStore {
 
   enum Lookup {
     case miss
-    case hit(payload: Data, expiresAt: Int64?)
+    case hit(payload: Data, expiresAt: Int64?, accessedAt: Int64)
     case expired
     case damaged(SQLiteRecord.Damage, blob: Data)
   }
@@ -58,7 +58,7 @@ final class SQLiteStore {
   /// Looks `key` up, checking the row's header and checksum.
   func lookup(_ key: [UInt8], now: Int64) throws(SQLiteError) -> Lookup {
     let statement = try connection.statement(
-      "SELECT value, expires_at FROM entries WHERE namespace = ?1 AND key = ?2")
+      "SELECT value, expires_at, accessed_at FROM entries WHERE namespace = ?1 AND key = ?2")
     defer { statement.reset() }
     statement.bind(namespace, at: 1)
     statement.bind(blob: key, at: 2)
@@ -68,7 +68,8 @@ final class SQLiteStore {
     let blob = statement.blob(0)
     let checked = key.withUnsafeBytes { SQLiteRecord.payload(of: blob, key: $0, expiresAt: expiresAt) }
     switch checked {
-    case .success(let payload): return .hit(payload: Data(payload), expiresAt: expiresAt)
+    case .success(let payload):
+      return .hit(payload: Data(payload), expiresAt: expiresAt, accessedAt: statement.int64(2))
     case .failure(let error): return .damaged(error.damage, blob: Data(blob))
     }
   }
@@ -116,6 +117,10 @@ final class SQLiteStore {
     var isEmpty: Bool {
       !clearAll && operations.isEmpty && touches.isEmpty && damaged.isEmpty && expired.isEmpty
     }
+
+    /// Whether the batch only does housekeeping (access times, clean-ups) that may be lost in
+    /// a power failure without harm, so its commit need not wait for the disk.
+    var isHousekeeping: Bool { !clearAll && operations.isEmpty }
   }
 
   /// What applying a batch removed to stay within the limits.
@@ -136,6 +141,8 @@ final class SQLiteStore {
   /// recently accessed rows until the namespace is within `sizeLimit` bytes and `countLimit`
   /// rows. Either all of it commits or none of it does.
   func apply(_ batch: Batch, sizeLimit: Int, countLimit: Int?, now: Int64) throws(SQLiteError) -> Report {
+    if batch.isHousekeeping { try connection.execute("PRAGMA synchronous = NORMAL") }
+    defer { if batch.isHousekeeping { try? connection.execute("PRAGMA synchronous = FULL") } }
     try connection.execute("BEGIN IMMEDIATE")
     do {
       try ensureNamespace()

@@ -120,7 +120,8 @@ struct SQLiteLayerTests {
     let url = folder.appending("cache.sqlite")
     let value = Data(repeating: 7, count: 1000)
     let rowSize = 1 + 24 + 1000
-    let layer = try await SQLiteLayer<String, Data>(url: url, configuration: .init(sizeLimit: rowSize * 5))
+    let layer = try await SQLiteLayer<String, Data>(
+      url: url, configuration: .init(sizeLimit: rowSize * 5, accessTimeResolution: .zero))
     for index in 0..<5 {
       try await layer.insert(value, for: "\(index)")
       try await layer.flush()
@@ -136,6 +137,37 @@ struct SQLiteLayerTests {
     #expect(await layer.statistics.evictions == 3)
     #expect(
       try RawDatabase(url).integer("SELECT sum(length(key)) + sum(length(value)) FROM entries") == Int64(rowSize * 5))
+  }
+
+  @Test("reads record their access time at most once per resolution, and eviction follows it")
+  func accessTimeResolution() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    let clock = ManualClock()
+    let rowSize = 1 + 24 + 100
+    let layer = try await SQLiteLayer<String, Data>(
+      url: url,
+      configuration: .init(sizeLimit: rowSize * 3, accessTimeResolution: .seconds(60), clock: clock))
+    for key in ["a", "b", "c"] {
+      try await layer.insert(Data(count: 100), for: key)
+      try await layer.flush()
+    }
+    let raw = try RawDatabase(url)
+    let accessed = "SELECT accessed_at FROM entries WHERE key = CAST('a' AS BLOB)"
+    let written = try #require(try raw.integer(accessed))
+
+    clock.advance(by: .seconds(59))
+    _ = try await layer.value(for: "a")
+    try await layer.flush()
+    #expect(try raw.integer(accessed) == written, "a read within the resolution records nothing")
+
+    clock.advance(by: .seconds(2))
+    _ = try await layer.value(for: "a")
+    try await layer.insert(Data(count: 100), for: "d")
+    try await layer.flush()
+    #expect(try raw.integer(accessed) == written + 61_000_000_000)
+    #expect(try Set(await layer.keys) == ["a", "c", "d"], "the least recently read row, b, was evicted")
   }
 
   @Test("one batch larger than the limit commits within it")

@@ -1,10 +1,18 @@
-import Dispatch
+import Synchronization
 
-/// A serial executor whose jobs run on a dispatch queue of their own, off Swift's cooperative
-/// thread pool, so that they may block on file or database I/O.
+#if canImport(Darwin)
+  import Darwin
+#elseif canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// A serial executor with a thread of its own, off Swift's cooperative thread pool, so that its
+/// jobs may block on file or database I/O.
 ///
-/// Give an actor that does blocking I/O one of these as its executor; its methods then run here
-/// and may call POSIX or SQLite synchronously, without starving the cooperative pool:
+/// Give an actor that does blocking I/O one of these as its executor; its methods then run on
+/// the thread and may call POSIX or SQLite synchronously, without starving the cooperative pool:
 ///
 /// ```swift
 /// actor Store {
@@ -13,45 +21,209 @@ import Dispatch
 /// }
 /// ```
 ///
-/// The queue is a private serial `DispatchQueue`, which targets Dispatch's overcommitting root
-/// queue: a job that blocks makes Dispatch bring up another thread rather than stall other work.
-/// A call into such an actor from a task on the cooperative pool costs two thread hand-offs
-/// (there and back), some microseconds each, so batch small operations where latency matters.
+/// A call into such an actor from a task on the cooperative pool costs two thread hand-offs,
+/// there and back. Parking and waking a thread costs a system call on each side, several
+/// microseconds, so the thread spins for up to ``spinDuration`` after its queue runs dry before
+/// it parks: a caller that sends its next request within that time (a loop, the next lookup of
+/// a chain) finds it awake. The thread exits when the executor is deinitialized, after the jobs
+/// already queued.
 package final class BlockingExecutor: SerialExecutor {
-  private let queue: DispatchQueue
+  /// How long the thread spins for more work before it parks.
+  package static let spinDuration = Duration.microseconds(50)
 
-  /// Creates an executor with its own serial queue named `label`.
+  private let core: Core
+
+  /// Starts an executor whose thread is named `label`.
   package init(label: String) {
-    queue = DispatchQueue(label: label)
-    queue.setSpecific(key: BlockingExecutorMarker.key, value: true)
+    core = Core()
+    let core = self.core
+    let thread = Thread(label: label) { core.run() }
+    thread.start()
+  }
+
+  deinit {
+    core.shutDown()
   }
 
   package func enqueue(_ job: consuming ExecutorJob) {
     let job = UnownedJob(job)
-    queue.async { job.runSynchronously(on: self.asUnownedSerialExecutor()) }
+    let executor = asUnownedSerialExecutor()
+    core.enqueue { job.runSynchronously(on: executor) }
   }
 
-  /// Stops the process unless the caller runs on this executor's queue.
+  package func asUnownedSerialExecutor() -> UnownedSerialExecutor {
+    UnownedSerialExecutor(ordinary: self)
+  }
+
+  /// Whether the caller runs on this executor's thread.
+  package var isCurrentThread: Bool { core.isCurrentThread }
+
+  /// Stops the process unless the caller runs on this executor's thread.
   package func checkIsolated() {
-    dispatchPrecondition(condition: .onQueue(queue))
+    precondition(core.isCurrentThread, "expected to run on the executor's thread")
   }
 
-  /// Runs `body` on this executor's queue and returns its result, for code that is not an actor
-  /// on this executor. The caller suspends; no thread of the cooperative pool waits.
+  /// Runs `body` on this executor's thread and returns its result, for code that is not an
+  /// actor on this executor. The caller suspends; no thread of the cooperative pool waits.
   package func run<Result: Sendable>(_ body: @escaping @Sendable () throws -> Result) async throws -> Result {
     try await withCheckedThrowingContinuation { continuation in
-      queue.async { continuation.resume(with: Swift.Result(catching: body)) }
+      core.enqueue { continuation.resume(with: Swift.Result(catching: body)) }
     }
   }
 
-  /// Whether the calling thread is running a job of some `BlockingExecutor` (tests assert that
+  /// Whether the calling thread is the thread of some `BlockingExecutor` (tests assert that
   /// blocking I/O happens only there).
   package static var isCurrent: Bool {
-    DispatchQueue.getSpecific(key: BlockingExecutorMarker.key) ?? false
+    pthread_getspecific(Core.marker) != nil
   }
 }
 
-private enum BlockingExecutorMarker {
-  /// Marks the queues of all blocking executors.
-  static let key = DispatchSpecificKey<Bool>()
+extension BlockingExecutor {
+  /// The queue and the thread's loop. The thread keeps the core, not the executor, alive, so
+  /// that dropping the executor ends the thread.
+  // SAFETY: `jobs`, `isShutDown`, `isWaiting` and `threadID` are only touched with `mutex`
+  // held, and `condition` is only waited on with it held; `queued` is an atomic. The pointers
+  // are allocated in `init` and freed in `deinit`, after the thread (which retains the core)
+  // has returned from `run()`.
+  fileprivate final class Core: @unchecked Sendable {
+    /// A key whose value is non-nil on the threads of blocking executors.
+    static let marker: pthread_key_t = {
+      var key = pthread_key_t()
+      let result = pthread_key_create(&key, nil)
+      precondition(result == 0, "pthread_key_create failed with \(result)")
+      return key
+    }()
+
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private let condition: UnsafeMutablePointer<pthread_cond_t>
+    private var jobs: [() -> Void] = []
+    private var isWaiting = false
+    private var isShutDown = false
+    private var threadID: pthread_t?
+    /// Jobs enqueued and not yet taken; read without the lock while spinning.
+    private let queued = Atomic<Int>(0)
+
+    init() {
+      mutex = .allocate(capacity: 1)
+      mutex.initialize(to: pthread_mutex_t())
+      pthread_mutex_init(mutex, nil)
+      condition = .allocate(capacity: 1)
+      condition.initialize(to: pthread_cond_t())
+      pthread_cond_init(condition, nil)
+    }
+
+    deinit {
+      pthread_cond_destroy(condition)
+      condition.deinitialize(count: 1)
+      condition.deallocate()
+      pthread_mutex_destroy(mutex)
+      mutex.deinitialize(count: 1)
+      mutex.deallocate()
+    }
+
+    func enqueue(_ job: @escaping () -> Void) {
+      pthread_mutex_lock(mutex)
+      jobs.append(job)
+      queued.add(1, ordering: .releasing)
+      let wake = isWaiting
+      pthread_mutex_unlock(mutex)
+      if wake { pthread_cond_signal(condition) }
+    }
+
+    func shutDown() {
+      pthread_mutex_lock(mutex)
+      isShutDown = true
+      let wake = isWaiting
+      pthread_mutex_unlock(mutex)
+      if wake { pthread_cond_signal(condition) }
+    }
+
+    var isCurrentThread: Bool {
+      pthread_mutex_lock(mutex)
+      defer { pthread_mutex_unlock(mutex) }
+      guard let threadID else { return false }
+      return pthread_equal(threadID, pthread_self()) != 0
+    }
+
+    func run() {
+      pthread_setspecific(Self.marker, UnsafeRawPointer(bitPattern: 1))
+      pthread_mutex_lock(mutex)
+      threadID = pthread_self()
+      pthread_mutex_unlock(mutex)
+      var batch: [() -> Void] = []
+      while true {
+        spinForWork()
+        pthread_mutex_lock(mutex)
+        while jobs.isEmpty && !isShutDown {
+          isWaiting = true
+          pthread_cond_wait(condition, mutex)
+          isWaiting = false
+        }
+        if jobs.isEmpty && isShutDown {
+          pthread_mutex_unlock(mutex)
+          return
+        }
+        swap(&batch, &jobs)
+        queued.subtract(batch.count, ordering: .relaxed)
+        pthread_mutex_unlock(mutex)
+        for job in batch { job() }
+        batch.removeAll(keepingCapacity: true)
+      }
+    }
+
+    /// Spins for up to ``BlockingExecutor/spinDuration`` while no job is queued.
+    private func spinForWork() {
+      let clock = ContinuousClock()
+      let deadline = clock.now.advanced(by: BlockingExecutor.spinDuration)
+      var checks = 0
+      while queued.load(ordering: .acquiring) == 0 {
+        checks &+= 1
+        if checks & 63 == 0, clock.now >= deadline { return }
+      }
+    }
+  }
+}
+
+/// A detached POSIX thread running one closure.
+private struct Thread {
+  private let label: String
+  private let body: @Sendable () -> Void
+
+  init(label: String, body: @escaping @Sendable () -> Void) {
+    self.label = label
+    self.body = body
+  }
+
+  func start() {
+    final class Box: Sendable {
+      let label: String
+      let body: @Sendable () -> Void
+      init(_ label: String, _ body: @escaping @Sendable () -> Void) {
+        self.label = label
+        self.body = body
+      }
+    }
+    let box = Unmanaged.passRetained(Box(label, body)).toOpaque()
+    var attributes = pthread_attr_t()
+    pthread_attr_init(&attributes)
+    defer { pthread_attr_destroy(&attributes) }
+    pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+    pthread_attr_setstacksize(&attributes, 1 << 20)
+    #if canImport(Darwin)
+      var thread: pthread_t?
+    #else
+      var thread = pthread_t()
+    #endif
+    let result = pthread_create(
+      &thread, &attributes,
+      { argument in
+        let box = Unmanaged<Box>.fromOpaque(argument!).takeRetainedValue()
+        #if canImport(Darwin)
+          pthread_setname_np(String(box.label.prefix(63)))
+        #endif
+        box.body()
+        return nil
+      }, box)
+    precondition(result == 0, "pthread_create failed with \(result)")
+  }
 }

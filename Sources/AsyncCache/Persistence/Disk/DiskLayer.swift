@@ -40,9 +40,9 @@ public import Foundation
 /// cost no I/O. Recency order survives a restart through the files' modification times: a hit
 /// refreshes its file's time, at most once a minute per entry.
 ///
-/// **Threads.** All file I/O runs on the layer's own serial executor, a dispatch queue outside
-/// Swift's cooperative thread pool, so blocking system calls never starve other tasks. Each
-/// call therefore costs a hop to that queue and back. Use one layer per directory: a second
+/// **Threads.** All file I/O runs on the layer's own serial executor, a thread outside Swift's
+/// cooperative thread pool, so blocking system calls never starve other tasks. Each call
+/// therefore costs a hop to that thread and back. Use one layer per directory: a second
 /// layer (or process) writing to the same directory is not seen by this one's index.
 ///
 /// Removals and evictions are not flushed to the storage device (except by ``removeValue(for:)``
@@ -72,8 +72,8 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   var evictions = EvictionCounts()
   var corruptEntries = 0
 
-  /// The executor the layer's methods run on: a serial queue of its own, off the cooperative
-  /// thread pool, where blocking file I/O is allowed.
+  /// The executor the layer's methods run on: a thread of its own, off the cooperative thread
+  /// pool, where blocking file I/O is allowed.
   public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
   /// Opens (creating it if needed) the directory `directory` as a disk layer.
