@@ -9,6 +9,7 @@ enum Benchmark: String, CaseIterable {
   case sqliteReadHit = "sqlite.read.hit"
   case sqliteWrite = "sqlite.write"
   case chainColdStart = "chain.coldStart"
+  case diskReadHit = "disk.read.hit"
 
   /// Runs the benchmark and returns its rows, the project's first.
   ///
@@ -24,6 +25,7 @@ enum Benchmark: String, CaseIterable {
     case .sqliteReadHit: try await SQLiteBenchmarks.readHit(configuration)
     case .sqliteWrite: try await SQLiteBenchmarks.write(configuration)
     case .chainColdStart: try await SQLiteBenchmarks.coldStart(configuration)
+    case .diskReadHit: try await DiskBenchmarks.readHit(configuration)
     }
   }
 }

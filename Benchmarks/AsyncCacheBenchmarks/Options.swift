@@ -86,6 +86,8 @@ struct RunConfiguration {
   var sqliteWriteRows = 2_000
   /// Rows in the database the cold-start benchmark reopens.
   var coldStartRows = 100_000
+  /// Files in the directory of the disk read benchmark, all read once per repetition.
+  var diskReadFiles = 2_000
 
   static let full = RunConfiguration(
     isQuick: false,
@@ -111,6 +113,7 @@ struct RunConfiguration {
     footprintRepetitions: 1,
     sqliteReadRows: 2_000,
     sqliteWriteRows: 500,
-    coldStartRows: 20_000
+    coldStartRows: 20_000,
+    diskReadFiles: 500
   )
 }

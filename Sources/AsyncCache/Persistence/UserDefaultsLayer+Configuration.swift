@@ -10,7 +10,7 @@ extension UserDefaultsLayer {
     /// The most bytes one entry may take, counting its encoded key and its encoded value.
     /// Default 64 KiB: UserDefaults loads a whole suite into memory and rewrites it on change, so
     /// it suits small values only.
-    public var maxEntrySize: Int
+    public var maximumEntrySize: Int
 
     /// The longest an entry lives in this layer; `nil` (the default) for no limit.
     ///
@@ -24,12 +24,12 @@ extension UserDefaultsLayer {
     /// Creates a configuration.
     public init(
       namespace: String = "default",
-      maxEntrySize: Int = 64 * 1024,
+      maximumEntrySize: Int = 64 * 1024,
       timeToLive: Duration? = nil,
       clock: any CacheClock = WallClock()
     ) {
       self.namespace = namespace
-      self.maxEntrySize = maxEntrySize
+      self.maximumEntrySize = maximumEntrySize
       self.timeToLive = timeToLive
       self.clock = clock
     }
@@ -40,9 +40,9 @@ extension UserDefaultsLayer {
           "UserDefaultsLayer namespace is \(namespace.debugDescription); it must be non-empty and contain no "
             + "\".\" or NUL")
       }
-      guard maxEntrySize > 0 else {
+      guard maximumEntrySize > 0 else {
         throw AsyncCacheError.invalidConfiguration(
-          "UserDefaultsLayer maxEntrySize is \(maxEntrySize); it must be positive")
+          "UserDefaultsLayer maximumEntrySize is \(maximumEntrySize); it must be positive")
       }
       if let timeToLive, timeToLive <= .zero {
         throw AsyncCacheError.invalidConfiguration(

@@ -20,7 +20,7 @@ public import Foundation
 /// ```
 ///
 /// UserDefaults holds a whole suite in memory and rewrites it on change, so it suits small
-/// values: ``Configuration-swift.struct/maxEntrySize`` (64 KiB by default) refuses bigger ones.
+/// values: ``Configuration-swift.struct/maximumEntrySize`` (64 KiB by default) refuses bigger ones.
 /// Use a disk or SQLite layer for anything large or numerous.
 ///
 /// The layer is an actor that runs on a dispatch queue of its own, not on the cooperative thread
@@ -160,7 +160,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   /// value's encoding and a checksum, plus a write of the suite on Linux.
   ///
   /// - Throws: ``PersistenceError`` naming the key: ``PersistenceError/Code/valueTooLarge`` when
-  ///   the encoded key and value take more than ``Configuration-swift.struct/maxEntrySize``
+  ///   the encoded key and value take more than ``Configuration-swift.struct/maximumEntrySize``
   ///   bytes, ``PersistenceError/Code/encodingFailed`` when the key or value cannot be encoded
   ///   (in both cases the previous entry is removed, so the layer never serves a value older than
   ///   the one it refused), ``PersistenceError/Code/ioFailure`` when the suite cannot be written
@@ -186,10 +186,10 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
         underlying: error)
     }
     let size = encodedKey.utf8.count + payload.count
-    guard size <= configuration.maxEntrySize else {
+    guard size <= configuration.maximumEntrySize else {
       try? removeStored(defaultsKey)
       throw PersistenceError.valueTooLarge(
-        key: String(encodedKey), size: size, limit: configuration.maxEntrySize,
+        key: String(encodedKey), size: size, limit: configuration.maximumEntrySize,
         layer: "UserDefaultsLayer(\(suiteName))")
     }
     let expiry = capped.expiresAt?.nanosecondsSince1970 ?? .max

@@ -424,7 +424,7 @@ struct DiskLayerTests {
   @Test func theCapCountsHeaderKeyAndValue() async throws {
     let fixture = try DiskFixture()
     defer { fixture.remove() }
-    let layer = try await fixture.open(.init(sizeLimit: 1000, maxEntrySize: 200))
+    let layer = try await fixture.open(.init(sizeLimit: 1000, maximumEntrySize: 200))
     try await layer.insert(diskBytes(200 - 40 - 1), for: "k")
     #expect(try await layer.value(for: "k") == diskBytes(159))
     await #expect {
@@ -440,8 +440,8 @@ struct DiskLayerTests {
     arguments: [
       (DiskLayer<String, Data>.Configuration(sizeLimit: 0), "sizeLimit"),
       (.init(countLimit: 0), "countLimit"),
-      (.init(sizeLimit: 100, maxEntrySize: 101), "maxEntrySize"),
-      (.init(maxEntrySize: 0), "maxEntrySize"),
+      (.init(sizeLimit: 100, maximumEntrySize: 101), "maximumEntrySize"),
+      (.init(maximumEntrySize: 0), "maximumEntrySize"),
       (.init(timeToLive: .zero), "timeToLive"),
     ])
   func invalidConfiguration(configuration: DiskLayer<String, Data>.Configuration, name: String) async throws {

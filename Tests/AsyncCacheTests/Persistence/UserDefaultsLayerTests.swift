@@ -252,7 +252,7 @@ struct UserDefaultsLayerTests {
   func valueTooLarge() async throws {
     let suite = TestSuite()
     defer { suite.remove() }
-    let layer = try UserDefaultsLayer<String, Data>(suiteName: suite.name, configuration: .init(maxEntrySize: 100))
+    let layer = try UserDefaultsLayer<String, Data>(suiteName: suite.name, configuration: .init(maximumEntrySize: 100))
     try await layer.insert(Data(count: 95), for: "thumb")  // 5 + 95 bytes: at the limit
     #expect(try await layer.value(for: "thumb")?.count == 95)
 
@@ -269,7 +269,7 @@ struct UserDefaultsLayerTests {
     let suite = TestSuite()
     defer { suite.remove() }
     let layer = try UserDefaultsLayer<String, Data>(suiteName: suite.name)
-    #expect(layer.configuration.maxEntrySize == 64 * 1024)
+    #expect(layer.configuration.maximumEntrySize == 64 * 1024)
     await #expect { try await layer.insert(Data(count: 64 * 1024), for: "k") } throws: { error in
       (error as? PersistenceError)?.code == .valueTooLarge
     }
@@ -316,7 +316,7 @@ struct UserDefaultsLayerTests {
     arguments: [
       UserDefaultsLayer<String, Data>.Configuration(namespace: ""),
       .init(namespace: "a.b"),
-      .init(maxEntrySize: 0),
+      .init(maximumEntrySize: 0),
       .init(timeToLive: .zero),
     ])
   func invalidConfiguration(_ configuration: UserDefaultsLayer<String, Data>.Configuration) {

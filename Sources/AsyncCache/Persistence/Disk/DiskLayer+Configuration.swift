@@ -17,7 +17,7 @@ extension DiskLayer {
     /// The largest entry (header, key and value) the layer stores; larger ones are refused with
     /// ``PersistenceError/Code/valueTooLarge``. `nil` (the default) means the smaller of
     /// ``sizeLimit`` and 64 MiB.
-    public var maxEntrySize: Int?
+    public var maximumEntrySize: Int?
 
     /// The longest an entry lives in this layer; `nil` for no limit.
     ///
@@ -35,19 +35,19 @@ extension DiskLayer {
     public init(
       sizeLimit: Int = 256 << 20,
       countLimit: Int? = nil,
-      maxEntrySize: Int? = nil,
+      maximumEntrySize: Int? = nil,
       timeToLive: Duration? = nil,
       clock: any CacheClock = WallClock()
     ) {
       self.sizeLimit = sizeLimit
       self.countLimit = countLimit
-      self.maxEntrySize = maxEntrySize
+      self.maximumEntrySize = maximumEntrySize
       self.timeToLive = timeToLive
       self.clock = clock
     }
 
     /// The per-entry limit in effect.
-    var resolvedMaxEntrySize: Int { maxEntrySize ?? Swift.min(sizeLimit, 64 << 20) }
+    var resolvedMaxEntrySize: Int { maximumEntrySize ?? Swift.min(sizeLimit, 64 << 20) }
 
     func validate() throws {
       guard sizeLimit > 0 else {
@@ -56,9 +56,9 @@ extension DiskLayer {
       if let countLimit, countLimit < 1 {
         throw AsyncCacheError.invalidConfiguration("DiskLayer countLimit is \(countLimit); it must be 1 or more")
       }
-      if let maxEntrySize, !(1...sizeLimit).contains(maxEntrySize) {
+      if let maximumEntrySize, !(1...sizeLimit).contains(maximumEntrySize) {
         throw AsyncCacheError.invalidConfiguration(
-          "DiskLayer maxEntrySize is \(maxEntrySize); it must be in 1...sizeLimit (\(sizeLimit))")
+          "DiskLayer maximumEntrySize is \(maximumEntrySize); it must be in 1...sizeLimit (\(sizeLimit))")
       }
       if let timeToLive, timeToLive <= .zero {
         throw AsyncCacheError.invalidConfiguration("DiskLayer timeToLive is \(timeToLive); it must be positive")

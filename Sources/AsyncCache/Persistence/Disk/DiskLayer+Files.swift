@@ -206,7 +206,7 @@ extension DiskLayer {
     _ descriptor: Int32, expectedSize: Int
   ) throws(DiskSystemError) -> (UnsafeMutableRawBufferPointer, Int) {
     // A file larger than any entry may be is damage; reading one byte past the limit shows it.
-    let ceiling = Swift.max(maxEntrySize, expectedSize) + 1
+    let ceiling = Swift.max(maximumEntrySize, expectedSize) + 1
     var capacity = Swift.min(expectedSize + 1, ceiling)
     var buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
     var count = 0
@@ -265,7 +265,7 @@ extension DiskLayer {
       }
       var victim = index.oldest
       if victim == replaced { victim = index[victim].newer }
-      // Unreachable while maxEntrySize <= sizeLimit and countLimit >= 1, which `validate` checks.
+      // Unreachable while maximumEntrySize <= sizeLimit and countLimit >= 1, which `validate` checks.
       guard victim >= 0 else { return }
       try deleteFile(at: victim)
       evictions[reason] += 1

@@ -32,7 +32,7 @@ public import Foundation
 /// **Limits.** The entry files never sum to more than
 /// ``Configuration-swift.struct/sizeLimit`` bytes (nor number more than
 /// ``Configuration-swift.struct/countLimit``): a write first deletes the least recently used
-/// entries until it fits. An entry larger than ``Configuration-swift.struct/maxEntrySize`` is
+/// entries until it fits. An entry larger than ``Configuration-swift.struct/maximumEntrySize`` is
 /// refused before anything is written, with ``PersistenceError/Code/valueTooLarge``.
 ///
 /// **Index.** The layer keeps each file's key, size and expiry in memory, rebuilt from the
@@ -62,7 +62,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   nonisolated let executor: BlockingExecutor
   /// The directory's path, without a trailing slash.
   nonisolated let directoryPath: String
-  nonisolated let maxEntrySize: Int
+  nonisolated let maximumEntrySize: Int
 
   var index = DiskIndex()
   var hits = 0
@@ -125,7 +125,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
     self.fileNameHash = fileNameHash
     self.executor = BlockingExecutor(label: "AsyncCache.DiskLayer")
     self.directoryPath = path
-    self.maxEntrySize = configuration.resolvedMaxEntrySize
+    self.maximumEntrySize = configuration.resolvedMaxEntrySize
     // `self` is fully initialized, so the rest of this async initializer runs isolated to the
     // actor, on its executor (SE-0327): the directory scan blocks no cooperative thread.
     try openDirectory()
@@ -177,7 +177,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   /// file, two `fsync`s and a `rename`, plus the hop to the layer's executor.
   ///
   /// - Throws: ``PersistenceError/Code/valueTooLarge`` naming the key and the sizes when the
-  ///   entry is larger than ``Configuration-swift.struct/maxEntrySize`` (nothing is written, and
+  ///   entry is larger than ``Configuration-swift.struct/maximumEntrySize`` (nothing is written, and
   ///   a previous entry for `key` is removed); ``PersistenceError/Code/noSpace`` when the file
   ///   system is full and ``PersistenceError/Code/readOnly`` when it refuses writes (the
   ///   previous entry stays readable then); ``PersistenceError/Code/encodingFailed`` when the key
@@ -200,11 +200,11 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
         underlying: error)
     }
     let size = DiskEntryFormat.headerSize + encodedKey.utf8.count + payload.count
-    guard size <= maxEntrySize else {
+    guard size <= maximumEntrySize else {
       evictions[.oversized] += 1
       // The caller meant to replace the previous value; a stale one must not outlive that.
       try? removeEntry(named: name, key: encodedKey)
-      throw PersistenceError.valueTooLarge(key: encodedKey, size: size, limit: maxEntrySize, layer: "DiskLayer")
+      throw PersistenceError.valueTooLarge(key: encodedKey, size: size, limit: maximumEntrySize, layer: "DiskLayer")
     }
     do {
       try makeRoom(for: size, replacing: name)
