@@ -15,8 +15,12 @@ public import Foundation
 /// | ``json`` | `Codable` | JSON with sorted object keys, no whitespace |
 ///
 /// JSON is injective for any type whose `Codable` conformance is (two different values encode
-/// differently), which holds for synthesized conformances. `decode` makes stored keys
-/// enumerable; it throws for strings that no key encodes to.
+/// differently), which holds for synthesized conformances. It is also deterministic, with one
+/// exception to keep out of keys: a `Set`, or a `Dictionary` whose keys are not strings, encodes
+/// its elements in hash order, which changes from process to process, so an equal key would
+/// encode differently after a restart and miss. Likewise `description` encodes `0.0` and
+/// `-0.0`, which are equal, differently. `decode` makes stored keys enumerable; it throws for
+/// strings that no key encodes to.
 public struct CacheKeyEncoding<Key: Sendable>: Sendable {
   /// Encodes a key. Throws when the key cannot be represented.
   public let encode: @Sendable (Key) throws -> String
@@ -80,8 +84,9 @@ extension CacheKeyEncoding where Key == UUID {
 }
 
 extension CacheKeyEncoding where Key: Codable {
-  /// Keys stored as compact JSON with sorted object keys, so that equal keys always encode to
-  /// the same string.
+  /// Keys stored as compact JSON with sorted object keys, so that equal keys encode to the same
+  /// string (keys holding a `Set` or a non-string-keyed `Dictionary` excepted; see the type's
+  /// documentation).
   public static var json: CacheKeyEncoding<Key> {
     CacheKeyEncoding(
       encode: { key in

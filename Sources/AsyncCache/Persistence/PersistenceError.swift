@@ -86,10 +86,12 @@ extension PersistenceError {
       underlying: underlying)
   }
 
-  package static func valueTooLarge(key: String, size: Int, limit: Int, layer: String) -> PersistenceError {
+  package static func valueTooLarge(
+    key: String, size: Int, limit: Int, layer: String, limitName: String = "per-entry limit (maximumEntrySize)"
+  ) -> PersistenceError {
     PersistenceError(
       code: .valueTooLarge,
       message: "\(layer) refused the value for key \(key.prefix(200).debugDescription): \(size) bytes, above its "
-        + "per-entry limit of \(limit) bytes")
+        + "\(limitName) of \(limit) bytes")
   }
 }

@@ -7,7 +7,8 @@ extension UserDefaultsLayer {
     /// Default `"default"`.
     public var namespace: String
 
-    /// The most bytes one entry may take, counting its encoded key and its encoded value.
+    /// The largest encoded value one entry may hold; larger ones are refused with
+    /// ``PersistenceError/Code/valueTooLarge``.
     /// Default 64 KiB: UserDefaults loads a whole suite into memory and rewrites it on change, so
     /// it suits small values only.
     public var maximumEntrySize: Int

@@ -63,18 +63,18 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   ///
   /// - Parameters:
   ///   - suiteName: The suite, an identifier such as `com.example.app.cache` or an app group.
+  ///   - configuration: The namespace, size limit, expiry and clock.
   ///   - keyEncoding: How keys become the strings in defaults keys, and back (for ``keys``).
   ///   - valueCoder: How values become the stored bytes, and back.
-  ///   - configuration: The namespace, size limit, expiry and clock.
   /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` naming the bad input when the suite
   ///   name is empty, is `NSGlobalDomain` or the app's bundle identifier (which UserDefaults
   ///   rejects as suites), looks like a path (`/`, `.`, `..`, NUL), is longer than 200 bytes or
   ///   is refused by UserDefaults, or when a configuration value is out of range.
   public init(
     suiteName: String,
+    configuration: Configuration = Configuration(),
     keyEncoding: CacheKeyEncoding<Key>,
-    valueCoder: CacheValueCoder<Value>,
-    configuration: Configuration = Configuration()
+    valueCoder: CacheValueCoder<Value>
   ) throws {
     try configuration.validate()
     try Self.validate(suiteName: suiteName)
@@ -160,7 +160,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   /// value's encoding and a checksum, plus a write of the suite on Linux.
   ///
   /// - Throws: ``PersistenceError`` naming the key: ``PersistenceError/Code/valueTooLarge`` when
-  ///   the encoded key and value take more than ``Configuration-swift.struct/maximumEntrySize``
+  ///   the encoded value takes more than ``Configuration-swift.struct/maximumEntrySize``
   ///   bytes, ``PersistenceError/Code/encodingFailed`` when the key or value cannot be encoded
   ///   (in both cases the previous entry is removed, so the layer never serves a value older than
   ///   the one it refused), ``PersistenceError/Code/ioFailure`` when the suite cannot be written
@@ -185,7 +185,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
           + "\(String(encodedKey.prefix(200)).debugDescription); the previous entry was removed",
         underlying: error)
     }
-    let size = encodedKey.utf8.count + payload.count
+    let size = payload.count
     guard size <= configuration.maximumEntrySize else {
       try? removeStored(defaultsKey)
       throw PersistenceError.valueTooLarge(
@@ -327,22 +327,22 @@ extension UserDefaultsLayer where Key == String {
   /// Creates a layer with `String` keys, stored as they are, and values stored with
   /// `valueCoder`.
   ///
-  /// - Throws: As ``init(suiteName:keyEncoding:valueCoder:configuration:)``.
+  /// - Throws: As ``init(suiteName:configuration:keyEncoding:valueCoder:)``.
   public init(
     suiteName: String,
-    valueCoder: CacheValueCoder<Value>,
-    configuration: Configuration = Configuration()
+    configuration: Configuration = Configuration(),
+    valueCoder: CacheValueCoder<Value>
   ) throws {
-    try self.init(suiteName: suiteName, keyEncoding: .string, valueCoder: valueCoder, configuration: configuration)
+    try self.init(suiteName: suiteName, configuration: configuration, keyEncoding: .string, valueCoder: valueCoder)
   }
 }
 
 extension UserDefaultsLayer where Key == String, Value == Data {
   /// Creates a layer with `String` keys and `Data` values, both stored as they are.
   ///
-  /// - Throws: As ``init(suiteName:keyEncoding:valueCoder:configuration:)``.
+  /// - Throws: As ``init(suiteName:configuration:keyEncoding:valueCoder:)``.
   public init(suiteName: String, configuration: Configuration = Configuration()) throws {
-    try self.init(suiteName: suiteName, keyEncoding: .string, valueCoder: .data, configuration: configuration)
+    try self.init(suiteName: suiteName, configuration: configuration, keyEncoding: .string, valueCoder: .data)
   }
 }
 
@@ -350,9 +350,9 @@ extension UserDefaultsLayer where Key == String, Value: Codable {
   /// Creates a layer with `String` keys, stored as they are, and `Codable` values, stored as
   /// JSON.
   ///
-  /// - Throws: As ``init(suiteName:keyEncoding:valueCoder:configuration:)``.
+  /// - Throws: As ``init(suiteName:configuration:keyEncoding:valueCoder:)``.
   public init(suiteName: String, configuration: Configuration = Configuration()) throws {
-    try self.init(suiteName: suiteName, keyEncoding: .string, valueCoder: .json, configuration: configuration)
+    try self.init(suiteName: suiteName, configuration: configuration, keyEncoding: .string, valueCoder: .json)
   }
 }
 

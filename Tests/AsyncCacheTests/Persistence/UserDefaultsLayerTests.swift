@@ -74,8 +74,8 @@ struct UserDefaultsLayerTests {
     #expect(try await preferences.value(for: "me") == Preferences(theme: "dark", fontSize: 14))
 
     let byID = try UserDefaultsLayer<Int, String>(
-      suiteName: suite.name, keyEncoding: .description, valueCoder: .utf8,
-      configuration: .init(namespace: "byID"))
+      suiteName: suite.name, configuration: .init(namespace: "byID"), keyEncoding: .description,
+      valueCoder: .utf8)
     try await byID.insert("forty-two", for: 42)
     #expect(try await byID.value(for: 42) == "forty-two")
     #expect(await byID.keys == [42])
@@ -88,11 +88,11 @@ struct UserDefaultsLayerTests {
     let clock = ManualClock()
     let expiresAt = clock.now.advanced(by: .seconds(3_600))
     let first = try UserDefaultsLayer<String, String>(
-      suiteName: suite.name, valueCoder: .utf8, configuration: .init(clock: clock))
+      suiteName: suite.name, configuration: .init(clock: clock), valueCoder: .utf8)
     try await first.insert(CacheEntry("kept", expiresAt: expiresAt), for: "a")
 
     let second = try UserDefaultsLayer<String, String>(
-      suiteName: suite.name, valueCoder: .utf8, configuration: .init(clock: clock))
+      suiteName: suite.name, configuration: .init(clock: clock), valueCoder: .utf8)
     #expect(try await second.entry(for: "a") == CacheEntry("kept", expiresAt: expiresAt))
     #if !canImport(Darwin)
       // swift-corelibs-foundation writes only when synchronized; the layer does it on every change.
@@ -253,10 +253,10 @@ struct UserDefaultsLayerTests {
     let suite = TestSuite()
     defer { suite.remove() }
     let layer = try UserDefaultsLayer<String, Data>(suiteName: suite.name, configuration: .init(maximumEntrySize: 100))
-    try await layer.insert(Data(count: 95), for: "thumb")  // 5 + 95 bytes: at the limit
-    #expect(try await layer.value(for: "thumb")?.count == 95)
+    try await layer.insert(Data(count: 100), for: "thumb")  // at the limit
+    #expect(try await layer.value(for: "thumb")?.count == 100)
 
-    await #expect { try await layer.insert(Data(count: 96), for: "thumb") } throws: { error in
+    await #expect { try await layer.insert(Data(count: 101), for: "thumb") } throws: { error in
       guard let error = error as? PersistenceError else { return false }
       return error.code == .valueTooLarge && error.message.contains("\"thumb\"") && error.message.contains("101")
     }
@@ -270,7 +270,8 @@ struct UserDefaultsLayerTests {
     defer { suite.remove() }
     let layer = try UserDefaultsLayer<String, Data>(suiteName: suite.name)
     #expect(layer.configuration.maximumEntrySize == 64 * 1024)
-    await #expect { try await layer.insert(Data(count: 64 * 1024), for: "k") } throws: { error in
+    try await layer.insert(Data(count: 64 * 1024), for: "k")
+    await #expect { try await layer.insert(Data(count: 64 * 1024 + 1), for: "k") } throws: { error in
       (error as? PersistenceError)?.code == .valueTooLarge
     }
   }
@@ -335,7 +336,7 @@ struct UserDefaultsLayerTests {
     defer { suite.remove() }
     let clock = ManualClock()
     let layer = try UserDefaultsLayer<Int, String>(
-      suiteName: suite.name, keyEncoding: .description, valueCoder: .utf8, configuration: .init(clock: clock))
+      suiteName: suite.name, configuration: .init(clock: clock), keyEncoding: .description, valueCoder: .utf8)
     for key in [1, 2, 3] { try await layer.insert("\(key)", for: key) }
     try await layer.insert("gone soon", for: 4, timeToLive: .seconds(1))
     let defaults = suite.defaults

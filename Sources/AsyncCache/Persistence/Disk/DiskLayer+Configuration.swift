@@ -14,8 +14,9 @@ extension DiskLayer {
     /// The most entries the layer holds; `nil` (the default) for no limit.
     public var countLimit: Int?
 
-    /// The largest entry (header, key and value) the layer stores; larger ones are refused with
-    /// ``PersistenceError/Code/valueTooLarge``. `nil` (the default) means the smaller of
+    /// The largest encoded value the layer stores; larger ones are refused with
+    /// ``PersistenceError/Code/valueTooLarge`` before anything is written (as is an entry whose
+    /// header, key and value exceed ``sizeLimit``). `nil` (the default) means the smaller of
     /// ``sizeLimit`` and 64 MiB.
     public var maximumEntrySize: Int?
 

@@ -252,6 +252,7 @@ extension DiskLayer {
   /// Deletes least recently used entries (never the file `name`, which is being replaced) until
   /// an entry of `size` bytes fits the limits.
   func makeRoom(for size: Int, replacing name: SHA256.Digest) throws {
+    var expiredRemoved = false
     while true {
       let replaced = index.slot(of: name)
       let replacedSize = replaced.map { index[$0].size } ?? 0
@@ -262,6 +263,11 @@ extension DiskLayer {
         reason = .countLimit
       } else {
         return
+      }
+      // Expired entries make room first: they are misses already.
+      if !expiredRemoved {
+        expiredRemoved = true
+        if try removeExpiredEntries(sparing: replaced) > 0 { continue }
       }
       var victim = index.oldest
       if victim == replaced { victim = index[victim].newer }
@@ -358,6 +364,21 @@ extension DiskLayer {
         throw failure(error, doing: "flush the directory after removing key \(Self.describe(key))", writing: true)
       }
     }
+  }
+
+  /// Deletes every expired entry except the one at `spared` (the file being replaced); returns
+  /// how many were deleted. O(n) in the entries held.
+  func removeExpiredEntries(sparing spared: Int?) throws -> Int {
+    let now = configuration.clock.now.nanosecondsSince1970
+    let expired = index.records.filter { $0.expiresAt <= now }.map(\.name)
+    var removed = 0
+    for name in expired {
+      guard let slot = index.slot(of: name), slot != spared else { continue }
+      try deleteFile(at: slot)
+      evictions[.expired] += 1
+      removed += 1
+    }
+    return removed
   }
 
   /// Deletes the file of the record at `slot` and removes the record; a file that is already

@@ -200,11 +200,17 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
         underlying: error)
     }
     let size = DiskEntryFormat.headerSize + encodedKey.utf8.count + payload.count
-    guard size <= maximumEntrySize else {
+    guard payload.count <= maximumEntrySize, size <= configuration.sizeLimit else {
       evictions[.oversized] += 1
       // The caller meant to replace the previous value; a stale one must not outlive that.
       try? removeEntry(named: name, key: encodedKey)
-      throw PersistenceError.valueTooLarge(key: encodedKey, size: size, limit: maximumEntrySize, layer: "DiskLayer")
+      if payload.count > maximumEntrySize {
+        throw PersistenceError.valueTooLarge(
+          key: encodedKey, size: payload.count, limit: maximumEntrySize, layer: "DiskLayer")
+      }
+      throw PersistenceError.valueTooLarge(
+        key: encodedKey, size: size, limit: configuration.sizeLimit, layer: "DiskLayer",
+        limitName: "size limit (sizeLimit, counting the header and key)")
     }
     do {
       try makeRoom(for: size, replacing: name)
@@ -278,22 +284,14 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   ///
   /// O(n) in the entries held; no I/O (the keys are in the index).
   ///
-  /// - Throws: ``PersistenceError/Code/decodingFailed`` naming a stored key that the layer's key
-  ///   encoding does not decode (say, the key type changed since it was written).
+  /// Keys that the layer's key encoding no longer decodes (say, the key type changed since they
+  /// were written) are left out, as the other persistent layers do.
   public var keys: [Key] {
-    get throws {
-      let now = configuration.clock.now.nanosecondsSince1970
-      return try index.slotsByRecency.compactMap { slot -> Key? in
-        let record = index[slot]
-        guard record.expiresAt > now else { return nil }
-        do {
-          return try keyEncoding.decode(record.key)
-        } catch let error as PersistenceError {
-          throw error
-        } catch {
-          throw PersistenceError.undecodableKey(record.key, underlying: error)
-        }
-      }
+    let now = configuration.clock.now.nanosecondsSince1970
+    return index.slotsByRecency.compactMap { slot -> Key? in
+      let record = index[slot]
+      guard record.expiresAt > now else { return nil }
+      return try? keyEncoding.decode(record.key)
     }
   }
 
