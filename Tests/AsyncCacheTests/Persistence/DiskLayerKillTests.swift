@@ -20,6 +20,24 @@ extension Probe {
   /// The delay is not a wait for something to happen: it picks the moment of the kill, so that
   /// over the rounds kills land at different steps of a write. The assertions hold whenever the
   /// kill lands.
+  /// Kills the probe with `SIGKILL` as soon as a temporary file shows up in `directory` (the
+  /// write is under way: its value is being written or synced, not yet renamed), or after two
+  /// seconds. Polls the directory from a Dispatch thread; the kill is the point, not a wait.
+  fileprivate func killedOnceWriting(in directory: URL) async {
+    await withCheckedContinuation { continuation in
+      DispatchQueue.global().async {
+        let clock = ContinuousClock()
+        let deadline = clock.now.advanced(by: .seconds(2))
+        while clock.now < deadline {
+          let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+          if names.contains(where: { $0.contains(".tmp-") }) { break }
+        }
+        self.kill()
+        continuation.resume()
+      }
+    }
+  }
+
   fileprivate func killed(afterMicroseconds delay: Int) async {
     await withCheckedContinuation { continuation in
       DispatchQueue.global().async {
@@ -35,8 +53,9 @@ extension Probe {
 @Suite("DiskLayer process kill", .timeLimit(.minutes(2)))
 struct DiskLayerKillTests {
   /// Each round starts `disk-write-loop` with its own seed, has it complete a seeded random
-  /// number of writes, then starts one more and kills the probe a seeded random moment (up to
-  /// 2 ms) after it announced that write, so the kill lands while the value is being written.
+  /// number of writes, then starts one more and kills the probe while it writes: at a seeded
+  /// random moment (up to 2 ms) after it announced that write, or, every other round, as soon
+  /// as the write's temporary file exists.
   /// After every round a fresh layer must find each key's last completed version or the
   /// interrupted one, whole; no damaged file and no temporary file.
   @Test func everyReadableValueIsOneWholeVersionAfterAKill() async throws {
@@ -60,7 +79,13 @@ struct DiskLayerKillTests {
           Self.parse(writing, "writing"), "round \(seed): \(String(describing: writing))")
         if step == writesBeforeKill {
           interrupted = (key, version)
-          await probe.killed(afterMicroseconds: killDelay)
+          // Odd rounds kill at a seeded moment; even rounds once the temporary file exists, so
+          // that some kills surely land inside a write.
+          if seed.isMultiple(of: 2) {
+            await probe.killedOnceWriting(in: fixture.directory)
+          } else {
+            await probe.killed(afterMicroseconds: killDelay)
+          }
           break
         }
         let wrote = await probe.line()
