@@ -1,71 +1,105 @@
 import AsyncCache
 import Foundation
+import Synchronization
 
 /// Writes that callers made and no transaction has committed yet (write-behind).
 ///
 /// Reads consult this first, so a value inserted is readable at once. The last write for a key
-/// wins; ``clearAll`` records a `removeAll()` that comes before every write in ``writes``.
+/// wins; ``clearStamp`` records a `removeAll()` that comes before every write in ``writes``.
+///
+/// Every write carries a stamp from ``WriteStamps``. The database keeps the stamp of the write
+/// that produced each row, and a write only replaces or deletes rows with older stamps, so a
+/// batch that is retried after other connections wrote can never bring back an older value.
 struct PendingWrites<Value: Sendable>: Sendable {
   enum Write: Sendable {
-    case upsert(Value, blob: Data, size: Int, expiresAt: Int64?, stamp: Int64)
-    case delete
+    /// `stamp` orders the write (``WriteStamps``); `accessedAt` is its time on the layer's
+    /// clock, for the least-recently-used order.
+    case upsert(Value, blob: Data, size: Int, expiresAt: Int64?, stamp: Int64, accessedAt: Int64)
+    case delete(stamp: Int64)
   }
 
   var writes: [String: Write] = [:]
-  var clearAll = false
+  /// The stamp of a pending `removeAll()`, or `nil`.
+  var clearStamp: Int64?
   /// Bytes of blobs waiting to be written.
   var bytes = 0
-  /// Whether a background write is already on its way.
+  /// Whether a background write (or a retry of a failed one) is already on its way.
   var isFlushScheduled = false
-  /// The last access stamp handed out: access times are nanoseconds, made strictly increasing
-  /// so that the LRU order is exact even when the clock stands still.
-  var lastStamp: Int64 = .min
   /// Set by `close()`: later writes are refused.
   var isClosed = false
   /// Set when the database could only be opened read-only: writes are refused.
   var readOnlyReason: String?
+  /// The last access time handed out on the layer's clock, made strictly increasing so that
+  /// the least-recently-used order is exact even while a manual clock stands still.
+  var lastAccess: Int64 = .min
+
+  mutating func accessTime(now: Int64) -> Int64 {
+    lastAccess = lastAccess == .max ? .max : Swift.max(now, lastAccess + 1)
+    return lastAccess
+  }
 
   func checkWritable(closed: @autoclosure () -> PersistenceError) throws(PersistenceError) {
     guard !isClosed else { throw closed() }
     if let readOnlyReason { throw PersistenceError(code: .readOnly, message: "cannot write: \(readOnlyReason)") }
   }
 
-  var isEmpty: Bool { writes.isEmpty && !clearAll }
-
-  mutating func stamp(now: Int64) -> Int64 {
-    lastStamp = lastStamp == .max ? .max : Swift.max(now, lastStamp + 1)
-    return lastStamp
-  }
+  var isEmpty: Bool { writes.isEmpty && clearStamp == nil }
 
   mutating func put(_ write: Write, for key: String) {
-    if case .upsert(_, let blob, _, _, _) = writes[key] { bytes -= blob.count }
-    if case .upsert(_, let blob, _, _, _) = write { bytes += blob.count }
+    if case .upsert(_, let blob, _, _, _, _) = writes[key] { bytes -= blob.count }
+    if case .upsert(_, let blob, _, _, _, _) = write { bytes += blob.count }
     writes[key] = write
   }
 
-  mutating func removeAll() {
+  mutating func removeAll(stamp: Int64) {
     writes.removeAll()
     bytes = 0
-    clearAll = true
+    clearStamp = stamp
+  }
+
+  /// Marks a background write as scheduled; `true` when the caller must schedule it.
+  mutating func markFlushScheduled() -> Bool {
+    guard !isFlushScheduled else { return false }
+    isFlushScheduled = true
+    return true
   }
 
   /// Takes everything pending, for one transaction.
-  mutating func take() -> (clearAll: Bool, writes: [String: Write]) {
+  mutating func take() -> (clearStamp: Int64?, writes: [String: Write]) {
     defer {
       writes = [:]
-      clearAll = false
+      clearStamp = nil
       bytes = 0
     }
-    return (clearAll, writes)
+    return (clearStamp, writes)
   }
 
   /// Puts back writes whose transaction failed, under any newer ones.
-  mutating func restore(clearAll restoredClear: Bool, writes restored: [String: Write]) {
+  mutating func restore(clearStamp restoredClear: Int64?, writes restored: [String: Write]) {
     // A newer removeAll() supersedes everything restored.
-    guard !clearAll else { return }
-    clearAll = restoredClear
+    guard clearStamp == nil else { return }
+    clearStamp = restoredClear
     for (key, write) in restored where writes[key] == nil {
       put(write, for: key)
+    }
+  }
+}
+
+/// Stamps for writes and reads: nanoseconds of the layer's clock, made strictly increasing
+/// across every layer of the process, so that two writes are never stamped alike, even while a
+/// manual clock stands still. Processes sharing a file compare stamps by wall-clock time.
+enum WriteStamps {
+  private static let last = Atomic<Int64>(.min)
+
+  /// A stamp later than every stamp handed out before, and no earlier than `now`.
+  static func next(now: Int64) -> Int64 {
+    var previous = last.load(ordering: .relaxed)
+    while true {
+      let stamp = previous == .max ? .max : Swift.max(now, previous + 1)
+      let (exchanged, original) = last.compareExchange(
+        expected: previous, desired: stamp, ordering: .relaxed)
+      if exchanged { return stamp }
+      previous = original
     }
   }
 }

@@ -32,7 +32,7 @@ final class SQLiteConnection {
     }
     self.handle = handle
     self.path = path
-    sqlite3_busy_timeout(handle, Int32(clamping: busyTimeout.clampedNanoseconds / 1_000_000))
+    setBusyTimeout(busyTimeout)
   }
 
   deinit {
@@ -105,6 +105,19 @@ final class SQLiteConnection {
     bind(statement)
     guard try statement.step(), !statement.isNull(0) else { return nil }
     return statement.int64(0)
+  }
+
+  /// How long a statement waits for a lock held by another connection before it fails with
+  /// `SQLITE_BUSY`.
+  func setBusyTimeout(_ timeout: Duration) {
+    sqlite3_busy_timeout(handle, Int32(clamping: timeout.clampedNanoseconds / 1_000_000))
+  }
+
+  /// Empties the database in place, even a corrupt one; every connection to the file sees the
+  /// empty database.
+  func resetDatabase() throws(SQLiteError) {
+    let result = csqlite_reset_database(handle)
+    guard result == SQLITE_OK else { throw error(result) }
   }
 
   /// Rows changed by the last statement.

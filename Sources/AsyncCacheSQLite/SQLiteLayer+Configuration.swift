@@ -19,8 +19,9 @@ extension SQLiteLayer {
     /// The lifetime of entries inserted without an expiry, or `nil` (the default) for none.
     public var timeToLive: Duration?
 
-    /// How long a write waits for a lock held by another connection or process before it fails
-    /// with `PersistenceError.Code.busy`. Default 5 seconds.
+    /// How long `flush()` and `close()` wait for a lock held by another connection or process
+    /// before they fail with `PersistenceError.Code.busy`. Default 5 seconds. Background writes
+    /// wait at most 100 ms (reads share the layer's thread), then retry later.
     public var busyTimeout: Duration
 
     /// How many bytes of written values may wait for their transaction before `insert` waits

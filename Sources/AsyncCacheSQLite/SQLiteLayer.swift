@@ -22,7 +22,7 @@ public import Foundation
 ///   the row is written in the background, batched with other writes in one transaction.
 ///   ``flush()`` waits until everything written so far is on disk.
 /// - **Damage**: every row carries a header with a checksum. A damaged row is a miss that is
-///   deleted and counted; a database SQLite reports as corrupt is moved aside and replaced,
+///   deleted and counted; a database SQLite reports as corrupt is emptied in place (a copy is kept),
 ///   with a ``SQLiteLayerEvent``.
 /// - **Threads**: the layer runs on its own thread (a custom executor), so no SQLite call
 ///   ever blocks the cooperative thread pool. The database runs in WAL mode with a busy
@@ -46,6 +46,10 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
 
   private var store: SQLiteStore?
   private var isClosed = false
+  /// Set when the file is on read-only media: reads record nothing for later writes.
+  private var isReadOnly = false
+  /// The delay before retrying a background write that failed; doubles up to a cap.
+  private var retryDelay: Duration?
   private var touches: [[UInt8]: Int64] = [:]
   private var damaged: [([UInt8], Data)] = []
   private var expired: [[UInt8]] = []
@@ -60,9 +64,9 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// Opens (creating if needed, with its folder) the database at `url` and the layer for
   /// `namespace` in it.
   ///
-  /// A database that SQLite reports as corrupt or not a database is moved aside and replaced
-  /// (see ``SQLiteLayerEvent/databaseReplaced(reason:movedTo:)``); an older schema is migrated,
-  /// a newer one reset.
+  /// A database that SQLite reports as corrupt or not a database is emptied in place after a
+  /// copy is saved (see ``SQLiteLayerEvent/databaseReplaced(reason:copiedTo:)``); an older
+  /// schema is migrated, a newer one reset.
   ///
   /// - Parameters:
   ///   - url: The database file. Its folder is created if missing.
@@ -94,7 +98,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     self.valueCoder = valueCoder
     self.entryLimit = configuration.effectiveMaximumEntrySize
     self.accessResolution = configuration.accessTimeResolution.clampedNanoseconds
-    self.executor = BlockingExecutor(label: "AsyncCache.SQLite")
+    self.executor = try BlockingExecutor(label: "AsyncCache.SQLite")
     self.pending = Locked(PendingWrites())
     try open()
   }
@@ -109,13 +113,14 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// - Throws: `PersistenceError` when the key cannot be encoded or SQLite fails (a corrupt
   ///   database is replaced and reads as a miss instead).
   public func entry(for key: Key) throws -> CacheEntry<Value>? {
+    guard !isClosed else { throw closedError }
     let encoded = try encode(key)
     let now = configuration.clock.now.nanosecondsSince1970
-    let (local, stamp) = pending.withLock { state in
-      (state.writes[encoded].map(Local.write) ?? (state.clearAll ? .cleared : .none), state.stamp(now: now))
+    let local = pending.withLock { state in
+      state.writes[encoded].map(Local.write) ?? (state.clearStamp != nil ? .cleared : .none)
     }
     switch local {
-    case .write(.upsert(let value, _, _, let expiresAt, _)):
+    case .write(.upsert(let value, _, _, let expiresAt, _, _)):
       if let expiresAt, expiresAt <= now {
         counters.misses += 1
         return nil
@@ -145,8 +150,9 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       return nil
     case .expired:
       counters.misses += 1
+      guard !isReadOnly else { return nil }
       expired.append(keyBytes)
-      scheduleFlush()
+      requestFlush()
       return nil
     case .damaged(let damage, let blob):
       discard(keyBytes, blob: blob, key: encoded, reason: "\(damage)")
@@ -161,9 +167,9 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
         return nil
       }
       counters.hits += 1
-      if stamp.subtractingReportingOverflow(accessedAt).partialValue >= accessResolution {
-        touches[keyBytes] = stamp
-        if touches.count >= configuration.maximumPendingTouches { scheduleFlush() }
+      if !isReadOnly, now.subtractingReportingOverflow(accessedAt).partialValue >= accessResolution {
+        touches[keyBytes] = pending.withLock { $0.accessTime(now: now) }
+        if touches.count >= configuration.maximumPendingTouches { requestFlush() }
       }
       return CacheEntry(value, expiresAt: expiresAt.map(CacheInstant.init(nanosecondsSince1970:)))
     }
@@ -181,9 +187,9 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   public var keys: [Key] {
     get throws {
       let now = configuration.clock.now.nanosecondsSince1970
-      let (clearAll, writes) = pending.withLock { ($0.clearAll, $0.writes) }
+      let (clearStamp, writes) = pending.withLock { ($0.clearStamp, $0.writes) }
       var encodedKeys = Set<String>()
-      if !clearAll {
+      if clearStamp == nil {
         let stored: [[UInt8]]
         do {
           stored = try openStore().keys(now: now)
@@ -194,7 +200,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       }
       for (key, write) in writes {
         switch write {
-        case .upsert(_, _, _, let expiresAt, _):
+        case .upsert(_, _, _, let expiresAt, _, _):
           if let expiresAt, expiresAt <= now { encodedKeys.remove(key) } else { encodedKeys.insert(key) }
         case .delete:
           encodedKeys.remove(key)
@@ -239,20 +245,25 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     let expiresAt = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) }).expiresAt
     let write: PendingWrites<Value>.Write
     if let expiresAt, expiresAt <= now {
-      write = .delete
+      write = .delete(stamp: 0)
     } else {
       let expiry = expiresAt?.nanosecondsSince1970
       let blob = SQLiteRecord.encode(key: keyBytes, expiresAt: expiry, payload: payload)
-      write = .upsert(entry.value, blob: blob, size: size, expiresAt: expiry, stamp: 0)
+      write = .upsert(entry.value, blob: blob, size: size, expiresAt: expiry, stamp: 0, accessedAt: 0)
     }
     let (schedule, overBudget) = try pending.withLock { state in
       try state.checkWritable(closed: closedError)
-      var write = write
-      if case .upsert(let value, let blob, let size, let expiry, _) = write {
-        write = .upsert(
-          value, blob: blob, size: size, expiresAt: expiry, stamp: state.stamp(now: now.nanosecondsSince1970))
+      // Stamped under the lock, so that the order of stamps is the order of the writes.
+      let stamp = WriteStamps.next(now: now.nanosecondsSince1970)
+      switch write {
+      case .upsert(let value, let blob, let size, let expiry, _, _):
+        let accessedAt = state.accessTime(now: now.nanosecondsSince1970)
+        state.put(
+          .upsert(value, blob: blob, size: size, expiresAt: expiry, stamp: stamp, accessedAt: accessedAt),
+          for: encoded)
+      case .delete:
+        state.put(.delete(stamp: stamp), for: encoded)
       }
-      state.put(write, for: encoded)
       return (state.markFlushScheduled(), state.bytes > configuration.maximumPendingBytes)
     }
     if schedule { scheduleFlush() }
@@ -274,7 +285,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     let encoded = try encode(key)
     let schedule = try pending.withLock { state in
       try state.checkWritable(closed: closedError)
-      state.put(.delete, for: encoded)
+      state.put(.delete(stamp: WriteStamps.next(now: configuration.clock.now.nanosecondsSince1970)), for: encoded)
       return state.markFlushScheduled()
     }
     if schedule { scheduleFlush() }
@@ -287,7 +298,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   public nonisolated func removeAll() async throws {
     let schedule = try pending.withLock { state in
       try state.checkWritable(closed: closedError)
-      state.removeAll()
+      state.removeAll(stamp: WriteStamps.next(now: configuration.clock.now.nanosecondsSince1970))
       return state.markFlushScheduled()
     }
     if schedule { scheduleFlush() }
@@ -303,7 +314,9 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     let now = configuration.clock.now.nanosecondsSince1970
     pending.withLock { state in
       for (key, write) in state.writes {
-        if case .upsert(_, _, _, let expiresAt?, _) = write, expiresAt <= now { state.put(.delete, for: key) }
+        if case .upsert(_, _, _, let expiresAt?, let stamp, _) = write, expiresAt <= now {
+          state.put(.delete(stamp: stamp), for: key)
+        }
       }
     }
     do {
@@ -324,7 +337,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   ///   timeout, or `PersistenceError.Code.noSpace`. The writes stay pending (and readable) and
   ///   are retried by the next write or flush.
   public func flush() throws {
-    try writePending()
+    guard !isClosed else { throw closedError }
+    try writePending(background: false)
   }
 
   /// Writes what is pending and closes the database. Later calls throw
@@ -338,12 +352,12 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       store = nil
       isClosed = true
     }
-    try writePending()
+    try writePending(background: false)
   }
 
   /// On `.critical` pressure, writes pending values so that their memory is released.
   public func handleMemoryPressure(_ level: MemoryPressureLevel) {
-    if level == .critical { try? writePending() }
+    if level == .critical, !isClosed { try? writePending(background: false) }
   }
 
   // MARK: Insight
@@ -366,7 +380,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     public var damagedRows = 0
     /// Transactions that failed (their writes stayed pending).
     public var failedWrites = 0
-    /// Databases moved aside and replaced because SQLite reported them corrupt.
+    /// Databases emptied in place because SQLite reported them corrupt.
     public var databaseReplacements = 0
     /// Writes waiting for their transaction.
     public var pendingWrites = 0
@@ -431,16 +445,46 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     Task { await self.writeInBackground() }
   }
 
+  /// Schedules a background write unless one is on its way (for work found by reads).
+  private func requestFlush() {
+    if pending.withLock({ $0.markFlushScheduled() }) { scheduleFlush() }
+  }
+
+  /// The busy timeout of background writes. Reads share the layer's thread and connection, so a
+  /// background write that waited the full timeout on another process's lock would hold every
+  /// read for as long; it gives up sooner and retries later instead.
+  private static var backgroundBusyTimeout: Duration { .milliseconds(100) }
+
   private func writeInBackground() {
+    guard !isClosed else { return }
     do {
-      try writePending()
+      try writePending(background: true)
+      retryDelay = nil
     } catch {
-      // Recorded by writePending; the writes stay pending for the next attempt.
+      // Recorded by writePending; the writes stay pending. Retry later, backing off, so that
+      // they are written even if nothing else is ever written or flushed.
+      guard !isClosed, !pending.withLock({ $0.isEmpty }) || !touches.isEmpty else { return }
+      let delay = retryDelay.map { Swift.min($0 * 2, .seconds(5)) } ?? .milliseconds(100)
+      retryDelay = delay
+      guard pending.withLock({ $0.markFlushScheduled() }) else { return }
+      scheduleRetry(after: delay)
+    }
+  }
+
+  private nonisolated func scheduleRetry(after delay: Duration) {
+    let clock = configuration.clock
+    Task {
+      try? await clock.sleep(until: clock.now.advanced(by: delay), tolerance: nil)
+      await self.writeInBackground()
     }
   }
 
   private func openStore() throws -> SQLiteStore {
     assert(executor.isCurrentThread, "SQLite must only be used on the layer's connection thread")
+    if let store { return store }
+    guard !isClosed else { throw closedError }
+    // An earlier recovery from a damaged file failed; try again.
+    try open()
     guard let store else { throw closedError }
     return store
   }
@@ -458,37 +502,42 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   private func discard(_ keyBytes: [UInt8], blob: Data, key: String, reason: String) {
     counters.misses += 1
     counters.damagedRows += 1
-    damaged.append((keyBytes, blob))
     record(.rowDiscarded(key: key, reason: reason))
-    scheduleFlush()
+    guard !isReadOnly else { return }
+    damaged.append((keyBytes, blob))
+    requestFlush()
   }
 
   /// Applies everything pending in one transaction.
-  private func writePending() throws {
-    let (clearAll, writes) = pending.withLock { state in
+  private func writePending(background: Bool) throws {
+    let (clearStamp, writes) = pending.withLock { state in
       state.isFlushScheduled = false
       return state.take()
     }
     guard !isClosed else {
-      if clearAll || !writes.isEmpty { throw closedError }
+      if clearStamp != nil || !writes.isEmpty { throw closedError }
       return
     }
     var batch = SQLiteStore.Batch()
-    batch.clearAll = clearAll
+    batch.clearStamp = clearStamp
     batch.operations.reserveCapacity(writes.count)
     for (key, write) in writes {
       switch write {
-      case .upsert(_, let blob, let size, let expiresAt, let stamp):
+      case .upsert(_, let blob, let size, let expiresAt, let stamp, let accessedAt):
         batch.operations.append(
-          (Array(key.utf8), .upsert(blob: blob, size: size, expiresAt: expiresAt, accessedAt: stamp)))
-      case .delete:
-        batch.operations.append((Array(key.utf8), .delete))
+          (Array(key.utf8), .upsert(blob: blob, size: size, expiresAt: expiresAt, stamp: stamp, accessedAt: accessedAt))
+        )
+      case .delete(let stamp):
+        batch.operations.append((Array(key.utf8), .delete(stamp: stamp)))
       }
     }
     batch.touches = touches.map { ($0.key, $0.value) }
     batch.damaged = damaged
     batch.expired = expired
     guard !batch.isEmpty else { return }
+    let store = try openStore()
+    if background { store.connection.setBusyTimeout(Swift.min(configuration.busyTimeout, Self.backgroundBusyTimeout)) }
+    defer { if background { store.connection.setBusyTimeout(configuration.busyTimeout) } }
     touches.removeAll(keepingCapacity: true)
     damaged.removeAll()
     expired.removeAll()
@@ -509,7 +558,9 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       counters.evictions += report.evicted
       counters.expiredRemoved += report.expiredRemoved
     } catch {
-      pending.withLock { $0.restore(clearAll: clearAll, writes: writes) }
+      pending.withLock { $0.restore(clearStamp: clearStamp, writes: writes) }
+      for (key, blob) in batch.damaged { damaged.append((key, blob)) }
+      expired += batch.expired
       for (key, stamp) in batch.touches where touches[key] == nil { touches[key] = stamp }
       counters.failedWrites += 1
       let failure =
@@ -532,8 +583,6 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     }
     do {
       try connect()
-    } catch let error as SQLiteError where Self.isCorruption(error) {
-      try replaceDatabase(reason: error)
     } catch let error as SQLiteError {
       guard Self.isReadOnlyFileSystem(directory) else {
         throw PersistenceError.sqlite(error, while: "opening \(url.path)")
@@ -550,6 +599,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
           code: .readOnly, message: "cannot open \(url.path) on its read-only file system", underlying: error)
       }
       pending.withLock { $0.readOnlyReason = "\(url.path) is on a read-only file system" }
+      isReadOnly = true
     }
   }
 
@@ -562,7 +612,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
 
   private func connect() throws {
     assert(executor.isCurrentThread, "SQLite must only be used on the layer's connection thread")
-    let (connection, outcome) = try SQLiteStore.open(path: url.path, busyTimeout: configuration.busyTimeout)
+    let connection = try SQLiteConnection(path: url.path, busyTimeout: configuration.busyTimeout)
+    let outcome = try configureRecovering(connection)
     guard connection.maximumLength - SQLiteRecord.headerSize >= entryLimit else {
       connection.close()
       throw AsyncCacheError.invalidConfiguration(
@@ -578,6 +629,16 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     }
   }
 
+  /// Configures a new connection; a file that turns out damaged is emptied in place first.
+  private func configureRecovering(_ connection: SQLiteConnection) throws -> SQLiteSchema.Outcome {
+    do {
+      return try SQLiteStore.configure(connection)
+    } catch  where Self.isCorruption(error) {
+      try reset(connection, reason: error)
+      return try SQLiteStore.configure(connection)
+    }
+  }
+
   private static func isCorruption(_ error: SQLiteError) -> Bool {
     error.primaryResultCode == SQLITE_CORRUPT || error.primaryResultCode == SQLITE_NOTADB
   }
@@ -589,41 +650,37 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     return true
   }
 
-  /// Moves the damaged file and its WAL and shared-memory files aside and opens a new, empty
-  /// database in its place.
+  /// Empties the damaged database in place, after copying it aside for inspection.
+  ///
+  /// Every connection to the file, in this process (other namespaces) and in others, goes on
+  /// with the same file, now empty and sound; a file moved aside would leave them writing into
+  /// a database that nobody opens again.
   private func replaceDatabase(reason: SQLiteError) throws {
-    store?.connection.close()
-    store = nil
-    let stamp = configuration.clock.now.nanosecondsSince1970
-    let aside = url.deletingLastPathComponent().appendingPathComponent("\(url.lastPathComponent).corrupt-\(stamp)")
-    let manager = FileManager.default
-    for suffix in ["", "-wal", "-shm"] {
-      let source = URL(fileURLWithPath: url.path + suffix)
-      guard manager.fileExists(atPath: source.path) else { continue }
-      let target = URL(fileURLWithPath: aside.path + suffix)
-      do {
-        try manager.moveItem(at: source, to: target)
-      } catch {
-        throw PersistenceError(
-          code: .corrupted, message: "\(url.path) is corrupt and could not be moved aside", underlying: error)
-      }
-    }
+    let connection = try openStore().connection
     do {
-      try connect()
-    } catch let error as SQLiteError {
-      throw PersistenceError.sqlite(error, while: "recreating \(url.path)")
+      try reset(connection, reason: reason)
+      _ = try SQLiteStore.configure(connection)
+    } catch {
+      // Leave the layer to reconnect (and try again) on its next call.
+      store?.connection.close()
+      store = nil
+      throw PersistenceError(
+        code: .corrupted, message: "\(url.path) is damaged and could not be reset", underlying: error)
     }
-    counters.databaseReplacements += 1
-    record(.databaseReplaced(reason: .sqlite(reason, while: "opening \(url.path)"), movedTo: aside))
   }
-}
 
-extension PendingWrites {
-  /// Marks a background write as scheduled; `true` when the caller must schedule it.
-  mutating func markFlushScheduled() -> Bool {
-    guard !isFlushScheduled else { return false }
-    isFlushScheduled = true
-    return true
+  /// Copies the damaged file aside (best effort), then empties it in place on `connection`.
+  private func reset(_ connection: SQLiteConnection, reason: SQLiteError) throws {
+    let aside = url.deletingLastPathComponent().appendingPathComponent(
+      "\(url.lastPathComponent).corrupt-\(UUID().uuidString)")
+    let manager = FileManager.default
+    var copied = false
+    for suffix in ["", "-wal"] where manager.fileExists(atPath: url.path + suffix) {
+      if (try? manager.copyItem(atPath: url.path + suffix, toPath: aside.path + suffix)) != nil { copied = true }
+    }
+    try connection.resetDatabase()
+    counters.databaseReplacements += 1
+    record(.databaseReplaced(reason: .sqlite(reason, while: "using \(url.path)"), copiedTo: copied ? aside : nil))
   }
 }
 

@@ -3,9 +3,10 @@ public import Foundation
 
 /// Something a ``SQLiteLayer`` did on its own that its owner may want to log.
 public enum SQLiteLayerEvent: Sendable, CustomStringConvertible {
-  /// SQLite reported the database as corrupt or not a database. The file (and its `-wal` and
-  /// `-shm` companions) was moved to `movedTo`, and an empty database created in its place.
-  case databaseReplaced(reason: PersistenceError, movedTo: URL)
+  /// SQLite reported the database as corrupt or not a database. The file was emptied in place
+  /// (so that every connection to it goes on with the same file), after a copy of it (and of
+  /// its `-wal` file) was saved at `copiedTo` for inspection, when copying was possible.
+  case databaseReplaced(reason: PersistenceError, copiedTo: URL?)
   /// The database had an older schema and was migrated to the current one.
   case schemaMigrated(from: Int, to: Int)
   /// The database came from a newer version of this library; its tables were dropped and
@@ -18,10 +19,12 @@ public enum SQLiteLayerEvent: Sendable, CustomStringConvertible {
   /// ``SQLiteLayer/flush()``.
   case writeFailed(PersistenceError)
 
+  /// A sentence describing the event, for logs.
   public var description: String {
     switch self {
-    case .databaseReplaced(let reason, let movedTo):
-      "database replaced (\(reason.message)); the damaged file was moved to \(movedTo.path)"
+    case .databaseReplaced(let reason, let copiedTo):
+      "database emptied (\(reason.message))"
+        + (copiedTo.map { "; a copy of the damaged file is at \($0.path)" } ?? "")
     case .schemaMigrated(let from, let to): "schema migrated from version \(from) to \(to)"
     case .schemaReset(let found): "schema version \(found) is newer than this library's; the cache was reset"
     case .rowDiscarded(let key, let reason): "row for key \(key.debugDescription) discarded: \(reason)"

@@ -25,11 +25,13 @@ enum SQLiteSchema {
     CREATE INDEX entries_expiry ON entries(namespace, expires_at) WHERE expires_at IS NOT NULL;
     """
 
-  /// Version 2: a running total of bytes and rows per namespace, kept by triggers inside the
+  /// Version 2: the stamp of the write that produced each row (`written_at`), so that a retried
+  /// batch never replaces a newer row; and a running total of bytes and rows per namespace, kept by triggers inside the
   /// writing transaction, so that the size limit is checked in O(1) and stays exact when
   /// several processes write. A namespace's row is created by `SQLiteStore.ensureNamespace()`
   /// before its first write, so that the insert trigger is a single UPDATE.
   static let version2 = """
+    ALTER TABLE entries ADD COLUMN written_at INTEGER NOT NULL DEFAULT 0;
     CREATE TABLE namespaces (
       namespace TEXT PRIMARY KEY,
       bytes INTEGER NOT NULL,

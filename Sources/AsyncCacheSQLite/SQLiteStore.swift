@@ -22,6 +22,11 @@ final class SQLiteStore {
     SQLiteConnection, SQLiteSchema.Outcome
   ) {
     let connection = try SQLiteConnection(path: path, busyTimeout: busyTimeout)
+    return (connection, try configure(connection))
+  }
+
+  /// Sets the journal mode and durability, and brings the schema up to date.
+  static func configure(_ connection: SQLiteConnection) throws(SQLiteError) -> SQLiteSchema.Outcome {
     // WAL: readers never block the writer and one writer never blocks readers, in this process
     // or in others. FULL: a commit is on disk when it returns, which is what `flush()` promises.
     let mode = try connection.statement("PRAGMA journal_mode = WAL")
@@ -29,8 +34,7 @@ final class SQLiteStore {
     _ = try mode.step()
     mode.reset()
     try connection.execute("PRAGMA synchronous = FULL")
-    let outcome = try SQLiteSchema.prepare(connection)
-    return (connection, outcome)
+    return try SQLiteSchema.prepare(connection)
   }
 
   /// Opens an existing database on read-only media: no locks, no writes, no migration.
@@ -99,13 +103,16 @@ final class SQLiteStore {
 
   /// One write in a batch.
   enum Operation {
-    case upsert(blob: Data, size: Int, expiresAt: Int64?, accessedAt: Int64)
-    case delete
+    /// Inserts or replaces the row, unless the stored row was written later than `stamp`.
+    case upsert(blob: Data, size: Int, expiresAt: Int64?, stamp: Int64, accessedAt: Int64)
+    /// Deletes the row, unless it was written later than `stamp`.
+    case delete(stamp: Int64)
   }
 
   /// Everything one transaction applies, in order: clear, writes, touches, clean-ups.
   struct Batch {
-    var clearAll = false
+    /// The stamp of a `removeAll()`: rows written before it are deleted.
+    var clearStamp: Int64?
     var operations: [([UInt8], Operation)] = []
     /// Access times to record for keys read since the last batch (for LRU order).
     var touches: [([UInt8], Int64)] = []
@@ -115,12 +122,12 @@ final class SQLiteStore {
     var expired: [[UInt8]] = []
 
     var isEmpty: Bool {
-      !clearAll && operations.isEmpty && touches.isEmpty && damaged.isEmpty && expired.isEmpty
+      clearStamp == nil && operations.isEmpty && touches.isEmpty && damaged.isEmpty && expired.isEmpty
     }
 
     /// Whether the batch only does housekeeping (access times, clean-ups) that may be lost in
     /// a power failure without harm, so its commit need not wait for the disk.
-    var isHousekeeping: Bool { !clearAll && operations.isEmpty }
+    var isHousekeeping: Bool { clearStamp == nil && operations.isEmpty }
   }
 
   /// What applying a batch removed to stay within the limits.
@@ -146,19 +153,25 @@ final class SQLiteStore {
     try connection.execute("BEGIN IMMEDIATE")
     do {
       try ensureNamespace()
-      if batch.clearAll {
-        try connection.run("DELETE FROM entries WHERE namespace = ?1") { $0.bind(namespace, at: 1) }
+      if let clearStamp = batch.clearStamp {
+        try connection.run("DELETE FROM entries WHERE namespace = ?1 AND written_at <= ?2") { statement in
+          statement.bind(namespace, at: 1)
+          statement.bind(clearStamp, at: 2)
+        }
       }
       for (key, operation) in batch.operations {
         switch operation {
-        case .upsert(let blob, let size, let expiresAt, let accessedAt):
+        case .upsert(let blob, let size, let expiresAt, let stamp, let accessedAt):
+          // A row written later (by another connection, while this batch waited or failed)
+          // keeps its newer value.
           try connection.run(
             """
-            INSERT INTO entries (namespace, key, value, size, expires_at, accessed_at)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            INSERT INTO entries (namespace, key, value, size, expires_at, accessed_at, written_at)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?7, ?6)
             ON CONFLICT (namespace, key) DO UPDATE SET
-              value = excluded.value, size = excluded.size,
-              expires_at = excluded.expires_at, accessed_at = excluded.accessed_at
+              value = excluded.value, size = excluded.size, expires_at = excluded.expires_at,
+              accessed_at = excluded.accessed_at, written_at = excluded.written_at
+            WHERE excluded.written_at >= entries.written_at
             """
           ) { statement in
             statement.bind(namespace, at: 1)
@@ -166,12 +179,16 @@ final class SQLiteStore {
             statement.bind(blob: blob, at: 3)
             statement.bind(Int64(size), at: 4)
             statement.bind(expiresAt, at: 5)
-            statement.bind(accessedAt, at: 6)
+            statement.bind(stamp, at: 6)
+            statement.bind(accessedAt, at: 7)
           }
-        case .delete:
-          try connection.run("DELETE FROM entries WHERE namespace = ?1 AND key = ?2") { statement in
+        case .delete(let stamp):
+          try connection.run(
+            "DELETE FROM entries WHERE namespace = ?1 AND key = ?2 AND written_at <= ?3"
+          ) { statement in
             statement.bind(namespace, at: 1)
             statement.bind(blob: key, at: 2)
+            statement.bind(stamp, at: 3)
           }
         }
       }

@@ -119,12 +119,54 @@ struct SQLiteLayerDamageTests {
     try await layer.flush()
     #expect(try await layer.value(for: "b") == "2")
     #expect(await layer.statistics.databaseReplacements == 1)
-    let movedTo = try #require(
+    let copy = try #require(
       events.all.compactMap { event -> URL? in
-        if case .databaseReplaced(let reason, let movedTo) = event, reason.code == .corrupted { movedTo } else { nil }
+        if case .databaseReplaced(let reason, let copiedTo) = event, reason.code == .corrupted { copiedTo } else { nil }
       }.first)
-    #expect(FileManager.default.fileExists(atPath: movedTo.path))
-    #expect(movedTo.deletingLastPathComponent().standardizedFileURL == folder.url.standardizedFileURL)
+    #expect(FileManager.default.fileExists(atPath: copy.path), "a copy of the damaged file is kept for inspection")
+    #expect(copy.deletingLastPathComponent().standardizedFileURL == folder.url.standardizedFileURL)
+  }
+
+  @Test("a damaged file shared by two namespaces is emptied in place, once, and both go on with it")
+  func damagedSharedFile() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    do {
+      let writer = try await SQLiteLayer<String, Data>(url: url, namespace: "a")
+      for index in 0..<200 { try await writer.insert(Data(repeating: UInt8(index), count: 2000), for: "k\(index)") }
+      try await writer.close()
+      try RawDatabase(url).execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+    let a = try await SQLiteLayer<String, Data>(url: url, namespace: "a")
+    let b = try await SQLiteLayer<String, Data>(url: url, namespace: "b")
+    try Self.overwritePages(of: url)
+
+    #expect(try await a.value(for: "k5") == nil)
+    try await a.insert(Data([1]), for: "fresh")
+    try await a.flush()
+    #expect(try await b.value(for: "k5") == nil)
+    try await b.insert(Data([2]), for: "other")
+    try await b.flush()
+    try await a.insert(Data([3]), for: "later")
+    try await a.flush()
+
+    let reopened = try await SQLiteLayer<String, Data>(url: url, namespace: "a")
+    #expect(try await reopened.value(for: "fresh") == Data([1]))
+    #expect(try await reopened.value(for: "later") == Data([3]), "a kept writing into the file everyone opens")
+    #expect(await a.statistics.databaseReplacements + b.statistics.databaseReplacements == 1)
+    let leftovers = folder.listing().filter { !$0.hasPrefix("cache.sqlite.corrupt-") }
+    #expect(Set(leftovers).isSubset(of: ["cache.sqlite", "cache.sqlite-wal", "cache.sqlite-shm"]))
+  }
+
+  /// Overwrites every page after the first with garbage, keeping the file header.
+  static func overwritePages(of url: URL) throws {
+    let size = try #require(try FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int)
+    let handle = try FileHandle(forUpdating: url)
+    try handle.seek(toOffset: 4096)
+    var generator = SplitMix(seed: 7)
+    try handle.write(contentsOf: Data((4096..<size).map { _ in UInt8(truncatingIfNeeded: generator.next()) }))
+    try handle.close()
   }
 
   @Test("pages damaged inside a table are found on read: the file is replaced and the read is a miss")
@@ -138,13 +180,7 @@ struct SQLiteLayerDamageTests {
       try await layer.close()
       try RawDatabase(url).execute("PRAGMA wal_checkpoint(TRUNCATE)")
     }
-    // Overwrite every page after the schema page with garbage, keeping the file header.
-    let size = try #require(try FileManager.default.attributesOfItem(atPath: url.path)[.size] as? Int)
-    let handle = try FileHandle(forUpdating: url)
-    try handle.seek(toOffset: 4096)
-    var generator = SplitMix(seed: 7)
-    try handle.write(contentsOf: Data((4096..<size).map { _ in UInt8(truncatingIfNeeded: generator.next()) }))
-    try handle.close()
+    try Self.overwritePages(of: url)
 
     let layer = try await SQLiteLayer<String, Data>(url: url)
     #expect(try await layer.value(for: "k5") == nil)
@@ -170,7 +206,7 @@ struct SQLiteLayerDamageTests {
     try raw.execute(
       """
       DROP TRIGGER entries_insert; DROP TRIGGER entries_delete; DROP TRIGGER entries_update;
-      DROP TABLE namespaces; PRAGMA user_version = 1;
+      DROP TABLE namespaces; ALTER TABLE entries DROP COLUMN written_at; PRAGMA user_version = 1;
       """)
     let events = EventLog()
     let layer = try await SQLiteLayer<String, String>(

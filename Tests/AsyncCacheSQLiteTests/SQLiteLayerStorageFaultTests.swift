@@ -1,5 +1,6 @@
 import AsyncCache
 import AsyncCacheSQLite
+import AsyncCacheTesting
 import Foundation
 import PersistenceTestSupport
 import Testing
@@ -53,12 +54,20 @@ struct SQLiteLayerStorageFaultTests {
     do {
       let layer = try await SQLiteLayer<String, String>(url: url)
       try await layer.insert("stored", for: "a")
+      try await layer.insert("expiring", for: "short", timeToLive: .seconds(1))
       try await layer.close()
     }
     try mount.remount(readOnly: true)
-    let layer = try await SQLiteLayer<String, String>(url: url)
+    let clock = ManualClock()
+    let layer = try await SQLiteLayer<String, String>(url: url, configuration: .init(clock: clock))
     #expect(try await layer.value(for: "a") == "stored")
-    #expect(try await layer.keys == ["a"])
+    #expect(try Set(await layer.keys) == ["a", "short"])
+    // Reads long after the row's access time, and of expired rows, record nothing to write.
+    clock.advance(by: .seconds(3600 * 24 * 400))
+    #expect(try await layer.value(for: "a") == "stored")
+    #expect(try await layer.value(for: "short") == nil)
+    try await layer.flush()
+    #expect(await layer.statistics.failedWrites == 0)
     await #expect { try await layer.insert("new", for: "b") } throws: { ($0 as? PersistenceError)?.code == .readOnly }
     await #expect { try await layer.removeValue(for: "a") } throws: { ($0 as? PersistenceError)?.code == .readOnly }
     #expect(try await layer.value(for: "b") == nil)

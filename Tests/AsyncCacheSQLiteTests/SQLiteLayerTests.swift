@@ -257,7 +257,7 @@ struct SQLiteLayerTests {
     await #expect { try await layer.value(for: "a") } throws: { ($0 as? PersistenceError)?.code == .closed }
     await #expect { try await layer.insert("2", for: "b") } throws: { ($0 as? PersistenceError)?.code == .closed }
     await #expect { try await layer.removeAll() } throws: { ($0 as? PersistenceError)?.code == .closed }
-    try await layer.flush()
+    await #expect { try await layer.flush() } throws: { ($0 as? PersistenceError)?.code == .closed }
     let reopened = try await SQLiteLayer<String, String>(url: folder.appending("cache.sqlite"))
     #expect(try await reopened.value(for: "a") == "1", "close() wrote what was pending")
   }

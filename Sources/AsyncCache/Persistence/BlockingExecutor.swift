@@ -16,8 +16,9 @@ import Synchronization
 ///
 /// ```swift
 /// actor Store {
-///   private let executor = BlockingExecutor(label: "Store")
+///   private let executor: BlockingExecutor
 ///   nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+///   init() throws { executor = try BlockingExecutor(label: "Store") }
 /// }
 /// ```
 ///
@@ -34,11 +35,17 @@ package final class BlockingExecutor: SerialExecutor {
   private let core: Core
 
   /// Starts an executor whose thread is named `label`.
-  package init(label: String) {
+  ///
+  /// - Throws: ``PersistenceError/Code/ioFailure`` when the system refuses another thread.
+  package init(label: String) throws {
     core = Core()
     let core = self.core
     let thread = Thread(label: label) { core.run() }
-    thread.start()
+    let result = thread.start()
+    guard result == 0 else {
+      throw PersistenceError(
+        code: .ioFailure, message: "cannot start the thread \(label): pthread_create failed with error \(result)")
+    }
   }
 
   deinit {
@@ -194,7 +201,8 @@ private struct Thread {
     self.body = body
   }
 
-  func start() {
+  /// Starts the thread; returns `pthread_create`'s result (0 on success).
+  func start() -> Int32 {
     final class Box: Sendable {
       let label: String
       let body: @Sendable () -> Void
@@ -224,6 +232,7 @@ private struct Thread {
         box.body()
         return nil
       }, box)
-    precondition(result == 0, "pthread_create failed with \(result)")
+    if result != 0 { Unmanaged<Box>.fromOpaque(box).release() }
+    return result
   }
 }

@@ -434,7 +434,7 @@ struct DiskLayerFaultTests {
   // MARK: The executor
 
   @Test func theBlockingExecutorRunsClosuresOnItsQueue() async throws {
-    let executor = BlockingExecutor(label: "test")
+    let executor = try BlockingExecutor(label: "test")
     #expect(!BlockingExecutor.isCurrent)
     #expect(try await executor.run { BlockingExecutor.isCurrent })
     await #expect(throws: TestError.self) { try await executor.run { throw TestError() } }

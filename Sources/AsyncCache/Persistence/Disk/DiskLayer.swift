@@ -123,7 +123,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
     self.valueCoder = valueCoder
     self.fileSystem = fileSystem
     self.fileNameHash = fileNameHash
-    self.executor = BlockingExecutor(label: "AsyncCache.DiskLayer")
+    self.executor = try BlockingExecutor(label: "AsyncCache.DiskLayer")
     self.directoryPath = path
     self.maximumEntrySize = configuration.resolvedMaxEntrySize
     // `self` is fully initialized, so the rest of this async initializer runs isolated to the
