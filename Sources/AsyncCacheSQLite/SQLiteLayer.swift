@@ -459,7 +459,10 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     guard !isClosed else { return }
     do {
       try writePending(background: true)
-      retryDelay = nil
+      if retryDelay != nil {
+        retryDelay = nil
+        record(.writesRecovered)
+      }
     } catch {
       // Recorded by writePending; the writes stay pending. Retry later, backing off, so that
       // they are written even if nothing else is ever written or flushed.

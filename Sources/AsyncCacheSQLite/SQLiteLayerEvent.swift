@@ -15,9 +15,11 @@ public enum SQLiteLayerEvent: Sendable, CustomStringConvertible {
   /// A row failed its header or checksum check (or did not decode); it was treated as a miss
   /// and deleted.
   case rowDiscarded(key: String, reason: String)
-  /// A background write failed; its rows stay pending and are retried by the next write or
-  /// ``SQLiteLayer/flush()``.
+  /// A background write failed; its rows stay pending (and readable) and are retried later,
+  /// with a growing delay, or by ``SQLiteLayer/flush()``.
   case writeFailed(PersistenceError)
+  /// A background retry committed the writes that had failed.
+  case writesRecovered
 
   /// A sentence describing the event, for logs.
   public var description: String {
@@ -29,6 +31,7 @@ public enum SQLiteLayerEvent: Sendable, CustomStringConvertible {
     case .schemaReset(let found): "schema version \(found) is newer than this library's; the cache was reset"
     case .rowDiscarded(let key, let reason): "row for key \(key.debugDescription) discarded: \(reason)"
     case .writeFailed(let error): "background write failed: \(error)"
+    case .writesRecovered: "background writes that had failed are committed"
     }
   }
 }

@@ -1,5 +1,6 @@
 import AsyncCache
 import AsyncCacheSQLite
+import AsyncCacheTesting
 import Foundation
 import PersistenceTestSupport
 import Testing
@@ -92,6 +93,39 @@ struct SQLiteLayerProcessTests {
     // busy timeout would take 30 s.
     #expect(start.duration(to: clock.now) < busyTimeout / 3)
     #expect(try await layer.value(for: "b") == "pending")
+  }
+
+  @Test("a background write that failed on a lock is retried on the layer's clock until it commits")
+  func backgroundRetry() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    let clock = ManualClock()
+    let (events, continuation) = AsyncStream.makeStream(of: SQLiteLayerEvent.self)
+    let layer = try await SQLiteLayer<String, String>(
+      url: url, configuration: .init(clock: clock, eventHandler: { continuation.yield($0) }))
+
+    let holder = try Probe(["sqlite-hold-write-lock", url.path])
+    #expect(await holder.line(startingWith: "locked") != nil)
+    try await layer.insert("v", for: "k")  // the background write fails after 100 ms
+    await clock.waitForSleepers(1)  // and a retry waits on the clock
+    clock.advance(by: .milliseconds(100))
+    await clock.waitForSleepers(1)  // the retry failed too: the next one waits 200 ms
+    holder.closeInput()
+    #expect(holder.waitForExit() == 0)
+    clock.advance(by: .milliseconds(200))
+
+    var failures = 0
+    for await event in events {
+      if case .writeFailed(let error) = event {
+        #expect(error.code == .busy)
+        failures += 1
+      }
+      if case .writesRecovered = event { break }
+    }
+    #expect(failures == 2)
+    #expect(try RawDatabase(url).rowCount() == 1, "the retry committed without any flush()")
+    #expect(clock.sleeperCount == 0)
   }
 
   @Test("two processes writing the same file read each other's writes")
