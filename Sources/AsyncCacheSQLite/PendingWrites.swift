@@ -10,11 +10,46 @@ import Synchronization
 /// Every write carries a stamp from ``WriteStamps``. The database keeps the stamp of the write
 /// that produced each row, and a write only replaces or deletes rows with older stamps, so a
 /// batch that is retried after other connections wrote can never bring back an older value.
-struct PendingWrites<Value: Sendable>: Sendable {
+///
+/// Not generic: the layer's values are kept type-erased in ``Row``, so that the hot paths (an
+/// insert under the lock, a batch taken by the writer) run specialized code that moves one
+/// reference per write, not generic copies of the value and its row.
+struct PendingWrites: Sendable {
+  /// A value waiting for its transaction, with what its row needs. Immutable, so one reference
+  /// is shared by the writer and by readers of pending values.
+  ///
+  /// It keeps the encoded value as encoded, not a copy of it behind its header: the writer
+  /// assembles the row's value column (see `SQLiteRecord`) in a buffer it reuses, so an insert
+  /// allocates no row of its own (for `Data` values, it copies no bytes at all).
+  final class Row: Sendable {
+    /// The value as inserted, for readers of the pending write (cast back to the layer's
+    /// `Value`, the only type a layer stores here).
+    let value: any Sendable
+    /// The encoded value.
+    let payload: Data
+    /// The checksum of the row (`SQLiteRecord.checksum`), computed by the inserting caller.
+    let checksum: UInt64
+    /// The bytes the row counts against the size limit.
+    let size: Int
+    /// Expiry, nanoseconds since 1970.
+    let expiresAt: Int64?
+
+    init(value: any Sendable, payload: Data, checksum: UInt64, size: Int, expiresAt: Int64?) {
+      self.value = value
+      self.payload = payload
+      self.checksum = checksum
+      self.size = size
+      self.expiresAt = expiresAt
+    }
+
+    /// The length of the row's value column: header and encoded value.
+    var count: Int { SQLiteRecord.headerSize + payload.count }
+  }
+
   enum Write: Sendable {
     /// `stamp` orders the write (``WriteStamps``); `accessedAt` is its time on the layer's
     /// clock, for the least-recently-used order.
-    case upsert(Value, blob: Data, size: Int, expiresAt: Int64?, stamp: Int64, accessedAt: Int64)
+    case upsert(Row, stamp: Int64, accessedAt: Int64)
     case delete(stamp: Int64)
   }
 
@@ -46,9 +81,8 @@ struct PendingWrites<Value: Sendable>: Sendable {
   var isEmpty: Bool { writes.isEmpty && clearStamp == nil }
 
   mutating func put(_ write: Write, for key: String) {
-    if case .upsert(_, let blob, _, _, _, _) = writes[key] { bytes -= blob.count }
-    if case .upsert(_, let blob, _, _, _, _) = write { bytes += blob.count }
-    writes[key] = write
+    if case .upsert(let row, _, _) = write { bytes += row.count }
+    if case .upsert(let replaced, _, _)? = writes.updateValue(write, forKey: key) { bytes -= replaced.count }
   }
 
   mutating func removeAll(stamp: Int64) {
@@ -66,12 +100,13 @@ struct PendingWrites<Value: Sendable>: Sendable {
 
   /// Takes everything pending, for one transaction.
   mutating func take() -> (clearStamp: Int64?, writes: [String: Write]) {
-    defer {
-      writes = [:]
-      clearStamp = nil
-      bytes = 0
-    }
-    return (clearStamp, writes)
+    let taken = (clearStamp, writes)
+    // The next batch is likely about as large: its table is reserved now, not grown (and
+    // rehashed) an insert at a time while writers hold the lock.
+    writes = Dictionary(minimumCapacity: Swift.min(taken.1.count, 1 << 14))
+    clearStamp = nil
+    bytes = 0
+    return taken
   }
 
   /// Puts back writes whose transaction failed, under any newer ones.

@@ -161,6 +161,29 @@ final class SQLiteStatement {
     }
   }
 
+  /// Runs a statement that returns no rows and resets it, keeping its bindings (a loop binds a
+  /// parameter that every run shares once). Returns the rows it changed.
+  @discardableResult
+  func run() throws(SQLiteError) -> Int {
+    let result = sqlite3_step(pointer)
+    guard result == SQLITE_DONE else {
+      let error = connection.error(result)
+      sqlite3_reset(pointer)
+      throw error
+    }
+    sqlite3_reset(pointer)
+    return connection.changes
+  }
+
+  /// Resets the statement and clears every binding but parameter `kept` (bound once for many
+  /// runs), so that no borrowed bytes stay bound.
+  func resetKeeping(boundAt kept: Int32) {
+    sqlite3_reset(pointer)
+    for index in 1...max(1, sqlite3_bind_parameter_count(pointer)) where index != kept {
+      sqlite3_bind_null(pointer, index)
+    }
+  }
+
   func bind(_ value: Int64, at index: Int32) {
     sqlite3_bind_int64(pointer, index, value)
   }
@@ -190,6 +213,18 @@ final class SQLiteStatement {
 
   func bind(blob data: Data, at index: Int32) {
     data.withUnsafeBytes { bind(blob: $0, at: index) }
+  }
+
+  /// Binds bytes as a blob without copying them (`SQLITE_STATIC`): they must stay valid and
+  /// unchanged until the statement has run, and be unbound (rebound, or cleared by ``reset()``
+  /// or ``resetKeeping(boundAt:)``) before they go away.
+  func bind(borrowing bytes: UnsafeRawBufferPointer, at index: Int32) {
+    // A zero-length blob needs a non-nil pointer, or SQLite binds NULL.
+    if bytes.isEmpty {
+      sqlite3_bind_zeroblob(pointer, index, 0)
+    } else {
+      sqlite3_bind_blob64(pointer, index, bytes.baseAddress, sqlite3_uint64(bytes.count), nil)
+    }
   }
 
   func bind(blob bytes: [UInt8], at index: Int32) {

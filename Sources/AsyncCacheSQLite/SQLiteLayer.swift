@@ -1,6 +1,7 @@
 public import AsyncCache
 import CSQLite
 public import Foundation
+import Synchronization
 
 /// A persistent cache layer in a SQLite database: the framework's embedded default store.
 ///
@@ -40,9 +41,11 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   public nonisolated let valueCoder: CacheValueCoder<Value>
 
   private nonisolated let executor: BlockingExecutor
-  private nonisolated let pending: Locked<PendingWrites<Value>>
+  private nonisolated let pending: Locked<PendingWrites>
   private nonisolated let entryLimit: Int
   private nonisolated let accessResolution: Int64
+  /// Hits and misses, counted on whichever thread answers a read.
+  private nonisolated let readCounts = ReadCounts()
 
   private var store: SQLiteStore?
   private var isClosed = false
@@ -108,76 +111,131 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// The entry stored for `key`, or `nil` when there is none, it expired, or its row was
   /// damaged (then the row is deleted and counted).
   ///
-  /// Runs on the layer's thread: one indexed `SELECT`, a checksum over the value, and decoding.
+  /// Safe from any context. A write still waiting for its transaction is answered on the
+  /// caller's thread. Otherwise the layer's thread runs one indexed `SELECT` and a checksum over
+  /// the value, and the caller decodes it. Reads queued together share one read transaction.
   ///
   /// - Throws: `PersistenceError` when the key cannot be encoded or SQLite fails (a corrupt
-  ///   database is replaced and reads as a miss instead).
-  public func entry(for key: Key) throws -> CacheEntry<Value>? {
-    guard !isClosed else { throw closedError }
+  ///   database is replaced and reads as a miss instead); `PersistenceError.Code.closed` after
+  ///   ``close()``.
+  public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     let encoded = try encode(key)
     let now = configuration.clock.now.nanosecondsSince1970
-    let local = pending.withLock { state in
-      state.writes[encoded].map(Local.write) ?? (state.clearStamp != nil ? .cleared : .none)
-    }
-    switch local {
-    case .write(.upsert(let value, _, _, let expiresAt, _, _)):
-      if let expiresAt, expiresAt <= now {
-        counters.misses += 1
+    var answer = Answer.local(try pendingAnswer(for: encoded))
+    if case .local(.none) = answer { answer = try await lookUp(encoded, now: now) }
+    switch answer {
+    case .local(.write(.upsert(let row, _, _))):
+      if let expiresAt = row.expiresAt, expiresAt <= now {
+        readCounts.misses.add(1, ordering: .relaxed)
         return nil
       }
-      counters.hits += 1
-      return CacheEntry(value, expiresAt: expiresAt.map(CacheInstant.init(nanosecondsSince1970:)))
-    case .write(.delete), .cleared:
-      counters.misses += 1
+      readCounts.hits.add(1, ordering: .relaxed)
+      return CacheEntry(pendingValue(row), expiresAt: row.expiresAt.map(CacheInstant.init(nanosecondsSince1970:)))
+    case .local, .stored(nil):
+      readCounts.misses.add(1, ordering: .relaxed)
       return nil
-    case .none:
-      break
-    }
-    let keyBytes = Array(encoded.utf8)
-    let lookup: SQLiteStore.Lookup
-    do {
-      lookup = try openStore().lookup(keyBytes, now: now)
-    } catch let error as SQLiteError {
-      if try replaceIfCorrupt(error) {
-        counters.misses += 1
-        return nil
-      }
-      throw PersistenceError.sqlite(error, while: "reading the key \(encoded.prefix(200).debugDescription)")
-    }
-    switch lookup {
-    case .miss:
-      counters.misses += 1
-      return nil
-    case .expired:
-      counters.misses += 1
-      guard !isReadOnly else { return nil }
-      expired.append(keyBytes)
-      requestFlush()
-      return nil
-    case .damaged(let damage, let blob):
-      discard(keyBytes, blob: blob, key: encoded, reason: "\(damage)")
-      return nil
-    case .hit(let payload, let expiresAt, let accessedAt):
+    case .stored(let found?):
       let value: Value
       do {
-        value = try valueCoder.decode(payload)
+        value = try valueCoder.decode(found.payload)
       } catch {
-        let blob = SQLiteRecord.encode(key: keyBytes, expiresAt: expiresAt, payload: payload)
-        discard(keyBytes, blob: blob, key: encoded, reason: "the value does not decode: \(error)")
+        await discardUndecodable(encoded, payload: found.payload, expiresAt: found.expiresAt, error: error)
         return nil
       }
-      counters.hits += 1
-      if !isReadOnly, now.subtractingReportingOverflow(accessedAt).partialValue >= accessResolution {
-        touches[keyBytes] = pending.withLock { $0.accessTime(now: now) }
-        if touches.count >= configuration.maximumPendingTouches { requestFlush() }
-      }
-      return CacheEntry(value, expiresAt: expiresAt.map(CacheInstant.init(nanosecondsSince1970:)))
+      readCounts.hits.add(1, ordering: .relaxed)
+      return CacheEntry(value, expiresAt: found.expiresAt.map(CacheInstant.init(nanosecondsSince1970:)))
     }
   }
 
   /// The value stored for `key`, or `nil`. See ``entry(for:)``.
-  public func value(for key: Key) throws -> Value? {
-    try entry(for: key)?.value
+  public nonisolated func value(for key: Key) async throws -> Value? {
+    try await entry(for: key)?.value
+  }
+
+  /// A row's payload, checked on the layer's thread.
+  private struct Found: Sendable {
+    var payload: Data
+    var expiresAt: Int64?
+  }
+
+  /// Where a read found its answer: in the pending writes, or in the database (`nil` for a
+  /// miss, an expired row or a damaged one).
+  private enum Answer: Sendable {
+    case local(Local)
+    case stored(Found?)
+  }
+
+  /// What the pending writes say about `encoded`.
+  ///
+  /// - Throws: `PersistenceError.Code.closed` after ``close()``.
+  private nonisolated func pendingAnswer(for encoded: String) throws -> Local {
+    try pending.withLock { state in
+      guard !state.isClosed else { throw closedError }
+      return state.writes[encoded].map(Local.write) ?? (state.clearStamp != nil ? .cleared : .none)
+    }
+  }
+
+  /// Looks `encoded` up in the database. Records the access time of a hit, and queues expired
+  /// and damaged rows for deletion with a later batch.
+  private func lookUp(_ encoded: String, now: Int64) throws -> Answer {
+    guard !isClosed else { throw closedError }
+    // Asked again on this thread: a batch taken after the caller looked, and then failed, has
+    // put its writes back, and they are newer than the database.
+    let local = try pendingAnswer(for: encoded)
+    if case .none = local {} else { return .local(local) }
+    var encoded = encoded
+    let lookup: SQLiteStore.Lookup
+    do {
+      let store = try openStore()
+      // Lookups queued together share a read transaction. It ends with a job queued before its
+      // snapshot is taken (by the first lookup), so it only serves reads requested before that
+      // snapshot: none of them can miss a write that finished before it was requested.
+      if executor.hasQueuedJobs, try store.beginReading() {
+        executor.execute { [self] in assumeIsolated { $0.store?.endReading() } }
+      }
+      do {
+        lookup = try encoded.withUTF8 { key throws(SQLiteError) in
+          try store.lookup(UnsafeRawBufferPointer(key), now: now)
+        }
+      } catch {
+        store.endReading()
+        throw error
+      }
+    } catch let error as SQLiteError {
+      if try replaceIfCorrupt(error) { return .stored(nil) }
+      throw PersistenceError.sqlite(error, while: "reading the key \(encoded.prefix(200).debugDescription)")
+    }
+    switch lookup {
+    case .miss:
+      return .stored(nil)
+    case .expired:
+      guard !isReadOnly else { return .stored(nil) }
+      expired.append(Array(encoded.utf8))
+      requestFlush()
+      return .stored(nil)
+    case .damaged(let damage, let blob):
+      discard(Array(encoded.utf8), blob: blob, key: encoded, reason: "\(damage)")
+      return .stored(nil)
+    case .hit(let payload, let expiresAt, let accessedAt):
+      if !isReadOnly, now.subtractingReportingOverflow(accessedAt).partialValue >= accessResolution {
+        touches[Array(encoded.utf8)] = pending.withLock { $0.accessTime(now: now) }
+        if touches.count >= configuration.maximumPendingTouches { requestFlush() }
+      }
+      return .stored(Found(payload: payload, expiresAt: expiresAt))
+    }
+  }
+
+  /// Records that the row read for `encoded` holds a value that does not decode, so that it is
+  /// deleted with a later batch.
+  private func discardUndecodable(_ encoded: String, payload: Data, expiresAt: Int64?, error: any Error) {
+    let keyBytes = Array(encoded.utf8)
+    let blob = SQLiteRecord.encode(key: keyBytes, expiresAt: expiresAt, payload: payload)
+    discard(keyBytes, blob: blob, key: encoded, reason: "the value does not decode: \(error)")
+  }
+
+  /// The value of a pending write: the layer's own `Value`, the only type it stores there.
+  private nonisolated func pendingValue(_ row: PendingWrites.Row) -> Value {
+    row.value as! Value
   }
 
   /// Every key stored in this namespace that has not expired, including writes still pending.
@@ -200,8 +258,12 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       }
       for (key, write) in writes {
         switch write {
-        case .upsert(_, _, _, let expiresAt, _, _):
-          if let expiresAt, expiresAt <= now { encodedKeys.remove(key) } else { encodedKeys.insert(key) }
+        case .upsert(let row, _, _):
+          if let expiresAt = row.expiresAt, expiresAt <= now {
+            encodedKeys.remove(key)
+          } else {
+            encodedKeys.insert(key)
+          }
         case .delete:
           encodedKeys.remove(key)
         }
@@ -226,7 +288,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   ///   is written then. When writes wait on a database that keeps failing, the error of the
   ///   failed write (for example `PersistenceError.Code.noSpace`).
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
-    let encoded = try encode(key)
+    var encoded = try encode(key)
     let payload: Data
     do {
       payload = try valueCoder.encode(entry.value)
@@ -235,33 +297,34 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
         code: .encodingFailed, message: "cannot encode the value for key \(encoded.prefix(200).debugDescription)",
         underlying: error)
     }
-    let keyBytes = Array(encoded.utf8)
-    let size = keyBytes.count + SQLiteRecord.headerSize + payload.count
+    let size = encoded.utf8.count + SQLiteRecord.headerSize + payload.count
     guard payload.count <= entryLimit, size <= configuration.sizeLimit else {
       throw PersistenceError.valueTooLarge(
         key: encoded, size: payload.count, limit: Swift.min(entryLimit, configuration.sizeLimit), layer: "SQLiteLayer")
     }
     let now = configuration.clock.now
     let expiresAt = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) }).expiresAt
-    let write: PendingWrites<Value>.Write
+    // The checksum is computed here, on the caller's thread, not on the layer's.
+    let row: PendingWrites.Row?
     if let expiresAt, expiresAt <= now {
-      write = .delete(stamp: 0)
+      row = nil
     } else {
       let expiry = expiresAt?.nanosecondsSince1970
-      let blob = SQLiteRecord.encode(key: keyBytes, expiresAt: expiry, payload: payload)
-      write = .upsert(entry.value, blob: blob, size: size, expiresAt: expiry, stamp: 0, accessedAt: 0)
+      let digest = encoded.withUTF8 { key in
+        payload.withUnsafeBytes {
+          SQLiteRecord.checksum(key: UnsafeRawBufferPointer(key), expiresAt: expiry, payload: $0)
+        }
+      }
+      row = PendingWrites.Row(value: entry.value, payload: payload, checksum: digest, size: size, expiresAt: expiry)
     }
+    let nanoseconds = now.nanosecondsSince1970
     let (schedule, overBudget) = try pending.withLock { state in
       try state.checkWritable(closed: closedError)
       // Stamped under the lock, so that the order of stamps is the order of the writes.
-      let stamp = WriteStamps.next(now: now.nanosecondsSince1970)
-      switch write {
-      case .upsert(let value, let blob, let size, let expiry, _, _):
-        let accessedAt = state.accessTime(now: now.nanosecondsSince1970)
-        state.put(
-          .upsert(value, blob: blob, size: size, expiresAt: expiry, stamp: stamp, accessedAt: accessedAt),
-          for: encoded)
-      case .delete:
+      let stamp = WriteStamps.next(now: nanoseconds)
+      if let row {
+        state.put(.upsert(row, stamp: stamp, accessedAt: state.accessTime(now: nanoseconds)), for: encoded)
+      } else {
         state.put(.delete(stamp: stamp), for: encoded)
       }
       return (state.markFlushScheduled(), state.bytes > configuration.maximumPendingBytes)
@@ -314,13 +377,15 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     let now = configuration.clock.now.nanosecondsSince1970
     pending.withLock { state in
       for (key, write) in state.writes {
-        if case .upsert(_, _, _, let expiresAt?, let stamp, _) = write, expiresAt <= now {
+        if case .upsert(let row, let stamp, _) = write, let expiresAt = row.expiresAt, expiresAt <= now {
           state.put(.delete(stamp: stamp), for: key)
         }
       }
     }
     do {
-      let removed = try openStore().deleteExpired(now: now)
+      let store = try openStore()
+      store.endReading()
+      let removed = try store.deleteExpired(now: now)
       counters.expiredRemoved += removed
       return removed
     } catch let error as SQLiteError {
@@ -348,6 +413,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   public func close() throws {
     pending.withLock { $0.isClosed = true }
     defer {
+      store?.endReading()
       store?.connection.close()
       store = nil
       isClosed = true
@@ -389,6 +455,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// Counters since the layer was opened.
   public var statistics: Statistics {
     var snapshot = counters
+    snapshot.hits = readCounts.hits.load(ordering: .relaxed)
+    snapshot.misses = readCounts.misses.load(ordering: .relaxed)
     snapshot.pendingWrites = pending.withLock { $0.writes.count }
     return snapshot
   }
@@ -425,8 +493,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
 
   // MARK: Internals
 
-  private enum Local {
-    case write(PendingWrites<Value>.Write)
+  private enum Local: Sendable {
+    case write(PendingWrites.Write)
     case cleared
     case none
   }
@@ -442,7 +510,9 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   }
 
   private nonisolated func scheduleFlush() {
-    Task { await self.writeInBackground() }
+    // Straight onto the layer's queue: a task would first wait for a thread of the cooperative
+    // pool, which the inserting callers may keep busy until they are done.
+    executor.execute { [self] in assumeIsolated { $0.writeInBackground() } }
   }
 
   /// Schedules a background write unless one is on its way (for work found by reads).
@@ -503,7 +573,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   }
 
   private func discard(_ keyBytes: [UInt8], blob: Data, key: String, reason: String) {
-    counters.misses += 1
+    readCounts.misses.add(1, ordering: .relaxed)
     counters.damagedRows += 1
     record(.rowDiscarded(key: key, reason: reason))
     guard !isReadOnly else { return }
@@ -523,17 +593,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     }
     var batch = SQLiteStore.Batch()
     batch.clearStamp = clearStamp
-    batch.operations.reserveCapacity(writes.count)
-    for (key, write) in writes {
-      switch write {
-      case .upsert(_, let blob, let size, let expiresAt, let stamp, let accessedAt):
-        batch.operations.append(
-          (Array(key.utf8), .upsert(blob: blob, size: size, expiresAt: expiresAt, stamp: stamp, accessedAt: accessedAt))
-        )
-      case .delete(let stamp):
-        batch.operations.append((Array(key.utf8), .delete(stamp: stamp)))
-      }
-    }
+    batch.operations = writes
     batch.touches = touches.map { ($0.key, $0.value) }
     batch.damaged = damaged
     batch.expired = expired
@@ -685,6 +745,12 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     counters.databaseReplacements += 1
     record(.databaseReplaced(reason: .sqlite(reason, while: "using \(url.path)"), copiedTo: copied ? aside : nil))
   }
+}
+
+/// The read counters of a layer, updated from any thread.
+private final class ReadCounts: Sendable {
+  let hits = Atomic<Int>(0)
+  let misses = Atomic<Int>(0)
 }
 
 extension Duration {

@@ -39,22 +39,42 @@ enum SQLiteRecord {
 
   /// The blob stored for `payload`.
   static func encode(key: [UInt8], expiresAt: Int64?, payload: Data) -> Data {
+    key.withUnsafeBytes { encode(key: $0, expiresAt: expiresAt, payload: payload) }
+  }
+
+  /// The blob stored for `payload` under the key whose bytes are `key`.
+  static func encode(key: UnsafeRawBufferPointer, expiresAt: Int64?, payload: Data) -> Data {
     var blob = Data(count: headerSize + payload.count)
-    blob.withUnsafeMutableBytes { buffer in
-      buffer[0] = magic.0
-      buffer[1] = magic.1
-      buffer[2] = magic.2
-      buffer[3] = magic.3
-      buffer[4] = formatVersion
-      buffer.storeBytes(of: UInt64(payload.count).littleEndian, toByteOffset: 8, as: UInt64.self)
-      let payloadArea = UnsafeMutableRawBufferPointer(rebasing: buffer[headerSize...])
-      payload.withUnsafeBytes { payloadArea.copyMemory(from: $0) }
-      let digest = key.withUnsafeBytes {
-        checksum(key: $0, expiresAt: expiresAt, payload: UnsafeRawBufferPointer(payloadArea))
-      }
-      buffer.storeBytes(of: digest.littleEndian, toByteOffset: 16, as: UInt64.self)
-    }
+    blob.withUnsafeMutableBytes { encode(into: $0, key: key, expiresAt: expiresAt, payload: payload) }
     return blob
+  }
+
+  /// Writes the header of a row whose encoded value has `count` bytes and checksum `digest`
+  /// (see ``checksum(key:expiresAt:payload:)``) into the first ``headerSize`` bytes of `buffer`.
+  static func writeHeader(into buffer: UnsafeMutableRawBufferPointer, count: Int, digest: UInt64) {
+    precondition(buffer.count >= headerSize, "the buffer does not fit the header")
+    buffer.storeBytes(of: magic.0, toByteOffset: 0, as: UInt8.self)
+    buffer.storeBytes(of: magic.1, toByteOffset: 1, as: UInt8.self)
+    buffer.storeBytes(of: magic.2, toByteOffset: 2, as: UInt8.self)
+    buffer.storeBytes(of: magic.3, toByteOffset: 3, as: UInt8.self)
+    buffer.storeBytes(of: formatVersion, toByteOffset: 4, as: UInt8.self)
+    // Reserved, zero.
+    buffer.storeBytes(of: 0, toByteOffset: 5, as: UInt8.self)
+    buffer.storeBytes(of: 0, toByteOffset: 6, as: UInt16.self)
+    buffer.storeBytes(of: UInt64(count).littleEndian, toByteOffset: 8, as: UInt64.self)
+    buffer.storeBytes(of: digest.littleEndian, toByteOffset: 16, as: UInt64.self)
+  }
+
+  /// Writes the blob for `payload` into `buffer`, which holds exactly `headerSize +
+  /// payload.count` bytes.
+  private static func encode(
+    into buffer: UnsafeMutableRawBufferPointer, key: UnsafeRawBufferPointer, expiresAt: Int64?, payload: Data
+  ) {
+    precondition(buffer.count == headerSize + payload.count, "the buffer does not fit the record")
+    let payloadArea = UnsafeMutableRawBufferPointer(rebasing: buffer[headerSize...])
+    payload.withUnsafeBytes { payloadArea.copyMemory(from: $0) }
+    let digest = checksum(key: key, expiresAt: expiresAt, payload: UnsafeRawBufferPointer(payloadArea))
+    writeHeader(into: buffer, count: payload.count, digest: digest)
   }
 
   /// The payload of a stored blob, or why the blob is damaged.

@@ -26,10 +26,12 @@ enum SQLiteSchema {
     """
 
   /// Version 2: the stamp of the write that produced each row (`written_at`), so that a retried
-  /// batch never replaces a newer row; and a running total of bytes and rows per namespace, kept by triggers inside the
-  /// writing transaction, so that the size limit is checked in O(1) and stays exact when
-  /// several processes write. A namespace's row is created by `SQLiteStore.ensureNamespace()`
-  /// before its first write, so that the insert trigger is a single UPDATE.
+  /// batch never replaces a newer row; and a running total of bytes and rows per namespace, kept
+  /// inside the writing transaction, so that the size limit is checked in O(1) and stays exact
+  /// when several processes write. Triggers keep the totals for deletes and for updates of a
+  /// row's size; rows inserted are added by the writer, `SQLiteStore.apply`, with one statement
+  /// per transaction (an insert trigger runs once per row). A namespace's row is created by
+  /// `SQLiteStore.ensureNamespace()` before its first write.
   static let version2 = """
     ALTER TABLE entries ADD COLUMN written_at INTEGER NOT NULL DEFAULT 0;
     CREATE TABLE namespaces (
@@ -39,9 +41,6 @@ enum SQLiteSchema {
     ) WITHOUT ROWID;
     INSERT INTO namespaces (namespace, bytes, count)
       SELECT namespace, sum(size), count(*) FROM entries GROUP BY namespace;
-    CREATE TRIGGER entries_insert AFTER INSERT ON entries BEGIN
-      UPDATE namespaces SET bytes = bytes + new.size, count = count + 1 WHERE namespace = new.namespace;
-    END;
     CREATE TRIGGER entries_delete AFTER DELETE ON entries BEGIN
       UPDATE namespaces SET bytes = bytes - old.size, count = count - 1 WHERE namespace = old.namespace;
     END;

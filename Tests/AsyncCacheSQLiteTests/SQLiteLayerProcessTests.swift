@@ -95,6 +95,41 @@ struct SQLiteLayerProcessTests {
     #expect(try await layer.value(for: "b") == "pending")
   }
 
+  @Test("a write that fails stays readable throughout, also to reads made while it was being tried")
+  func failingWriteStaysReadable() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    let layer = try await SQLiteLayer<String, String>(url: url, configuration: .init(busyTimeout: .milliseconds(300)))
+    try await layer.insert("old", for: "k")
+    try await layer.flush()
+
+    let holder = try Probe(["sqlite-hold-write-lock", url.path])
+    #expect(await holder.line(startingWith: "locked") != nil)
+    defer {
+      holder.closeInput()
+      holder.waitForExit()
+    }
+    try await layer.insert("new", for: "k")
+    // While a batch waits for the lock it is out of the pending writes; it is put back when it
+    // fails. Reads made meanwhile must still see it, never the older row.
+    let finished = Locked(false)
+    let flushing = Task {
+      defer { finished.withLock { $0 = true } }
+      try await layer.flush()
+    }
+    var reads = 0
+    var stale = 0
+    while !finished.withLock({ $0 }) {
+      if try await layer.value(for: "k") != "new" { stale += 1 }
+      reads += 1
+      await Task.yield()
+    }
+    await #expect(throws: PersistenceError.self) { try await flushing.value }
+    #expect(try await layer.value(for: "k") == "new")
+    #expect(stale == 0, "\(stale) of \(reads) reads returned the older row")
+  }
+
   @Test("a background write that failed on a lock is retried on the layer's clock until it commits")
   func backgroundRetry() async throws {
     let folder = try TemporaryDirectory()

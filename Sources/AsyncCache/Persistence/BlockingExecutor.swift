@@ -78,6 +78,19 @@ package final class BlockingExecutor: SerialExecutor {
     }
   }
 
+  /// Runs `body` on this executor's thread after the jobs already queued, without waiting for
+  /// it: no task is created and no thread of the cooperative pool is involved, so the work is
+  /// queued even while callers keep every thread of the pool busy. Safe from any context.
+  ///
+  /// An actor on this executor may run its isolated code from `body` with `assumeIsolated`.
+  package func execute(_ body: @escaping @Sendable () -> Void) {
+    core.enqueue(body)
+  }
+
+  /// Whether jobs are queued and not yet started. A hint (it may change at once) for work that
+  /// is cheaper when the jobs that follow share it.
+  package var hasQueuedJobs: Bool { core.hasQueuedJobs }
+
   /// Whether the calling thread is the thread of some `BlockingExecutor` (tests assert that
   /// blocking I/O happens only there).
   package static var isCurrent: Bool {
@@ -107,7 +120,7 @@ extension BlockingExecutor {
     private var isWaiting = false
     private var isShutDown = false
     private var threadID: pthread_t?
-    /// Jobs enqueued and not yet taken; read without the lock while spinning.
+    /// Jobs enqueued and not yet started; read without the lock.
     private let queued = Atomic<Int>(0)
 
     init() {
@@ -145,6 +158,8 @@ extension BlockingExecutor {
       if wake { pthread_cond_signal(condition) }
     }
 
+    var hasQueuedJobs: Bool { queued.load(ordering: .relaxed) > 0 }
+
     var isCurrentThread: Bool {
       pthread_mutex_lock(mutex)
       defer { pthread_mutex_unlock(mutex) }
@@ -171,9 +186,11 @@ extension BlockingExecutor {
           return
         }
         swap(&batch, &jobs)
-        queued.subtract(batch.count, ordering: .relaxed)
         pthread_mutex_unlock(mutex)
-        for job in batch { job() }
+        for job in batch {
+          queued.subtract(1, ordering: .relaxed)
+          job()
+        }
         batch.removeAll(keepingCapacity: true)
       }
     }
