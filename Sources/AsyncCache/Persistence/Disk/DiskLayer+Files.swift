@@ -445,7 +445,7 @@ extension DiskLayer {
   // MARK: Names and errors
 
   /// Encodes a key, wrapping a failure in ``PersistenceError/Code/encodingFailed``.
-  func encode(_ key: Key) throws -> String {
+  nonisolated func encode(_ key: Key) throws -> String {
     do {
       return try keyEncoding.encode(key)
     } catch let error as PersistenceError {
@@ -457,7 +457,7 @@ extension DiskLayer {
   }
 
   /// The name of the file of an encoded key.
-  func fileName(of encodedKey: inout String) -> SHA256.Digest {
+  nonisolated func fileName(of encodedKey: inout String) -> SHA256.Digest {
     encodedKey.withUTF8 { fileNameHash(UnsafeRawBufferPointer($0)) }
   }
 

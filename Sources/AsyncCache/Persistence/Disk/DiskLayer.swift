@@ -141,9 +141,16 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   ///
   /// - Throws: ``PersistenceError/Code/encodingFailed`` when the key cannot be encoded;
   ///   ``PersistenceError/Code/ioFailure`` when the file exists but cannot be read.
-  public func entry(for key: Key) throws -> CacheEntry<Value>? {
+  public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
+    // Encoding the key and hashing it are CPU work: done on the caller's thread, so that the
+    // layer's thread only does what needs it (the index and the file).
     var encodedKey = try encode(key)
     let name = fileName(of: &encodedKey)
+    return try await entry(named: name, key: encodedKey)
+  }
+
+  /// The entry in the file `name`, if it holds `encodedKey`'s unexpired value.
+  private func entry(named name: SHA256.Digest, key encodedKey: String) throws -> CacheEntry<Value>? {
     guard let slot = index.slot(of: name), Self.sameBytes(index[slot].key, encodedKey) else {
       misses += 1
       return nil
@@ -162,8 +169,8 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   /// Costs what ``entry(for:)`` costs.
   ///
   /// - Throws: What ``entry(for:)`` throws.
-  public func value(for key: Key) throws -> Value? {
-    try entry(for: key)?.value
+  public nonisolated func value(for key: Key) async throws -> Value? {
+    try await entry(for: key)?.value
   }
 
   // MARK: Writing
