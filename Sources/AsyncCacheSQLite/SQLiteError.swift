@@ -18,6 +18,7 @@ public struct SQLiteError: Error, Sendable, Hashable, CustomStringConvertible {
   /// The primary result code (the low byte of ``resultCode``).
   public var primaryResultCode: Int32 { resultCode & 0xFF }
 
+  /// A sentence describing the error, for logs.
   public var description: String {
     "SQLite error \(resultCode): \(message)"
   }

@@ -443,7 +443,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     /// Expired rows deleted, lazily or by ``SQLiteLayer/removeExpired()``.
     public var expiredRemoved = 0
     /// Rows that failed their header or checksum check, or did not decode.
-    public var damagedRows = 0
+    public var damagedEntries = 0
     /// Transactions that failed (their writes stayed pending).
     public var failedWrites = 0
     /// Databases emptied in place because SQLite reported them corrupt.
@@ -574,7 +574,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
 
   private func discard(_ keyBytes: [UInt8], blob: Data, key: String, reason: String) {
     readCounts.misses.add(1, ordering: .relaxed)
-    counters.damagedRows += 1
+    counters.damagedEntries += 1
     record(.rowDiscarded(key: key, reason: reason))
     guard !isReadOnly else { return }
     damaged.append((keyBytes, blob))

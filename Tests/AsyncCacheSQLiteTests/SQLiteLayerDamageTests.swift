@@ -42,7 +42,7 @@ struct SQLiteLayerDamageTests {
     #expect(try await layer.value(for: probeKey) == nil)
     #expect(try await layer.value(for: "bystander") == Data(repeating: 0xCD, count: 300))
     let statistics = await layer.statistics
-    #expect(statistics.damagedRows == 1)
+    #expect(statistics.damagedEntries == 1)
     #expect(await layer.recentEvents.contains { if case .rowDiscarded(probeKey, _) = $0 { true } else { false } })
     try await layer.flush()
     #expect(try raw.rowCount() == 1, "the damaged row is deleted with the next batch")
@@ -78,7 +78,7 @@ struct SQLiteLayerDamageTests {
     try await old.close()
     let new = try await SQLiteLayer<String, New>(url: url)
     #expect(try await new.value(for: "k") == nil)
-    #expect(await new.statistics.damagedRows == 1)
+    #expect(await new.statistics.damagedEntries == 1)
     try await new.flush()
     #expect(try RawDatabase(url).rowCount() == 0)
   }

@@ -208,7 +208,7 @@ struct SQLiteLayerProcessTests {
       let value = try #require(try await layer.value(for: key))
       #expect(ProbeValue.version(of: value, key: key) != nil, "\(key) holds a torn value")
     }
-    #expect(await layer.statistics.damagedRows == 0)
+    #expect(await layer.statistics.damagedEntries == 0)
   }
 }
 

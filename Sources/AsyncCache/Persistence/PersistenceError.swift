@@ -42,6 +42,7 @@ public struct PersistenceError: Error, Sendable, CustomStringConvertible {
     /// The layer was closed.
     public static let closed = Code(.closed)
 
+    /// The code's name, such as `noSpace`.
     public var description: String {
       switch base {
       case .valueTooLarge: "valueTooLarge"
@@ -71,6 +72,7 @@ public struct PersistenceError: Error, Sendable, CustomStringConvertible {
     self.underlying = underlying
   }
 
+  /// A sentence describing the error, for logs.
   public var description: String {
     if let underlying {
       return "PersistenceError.\(code): \(message) (underlying: \(underlying))"

@@ -128,7 +128,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
       return nil
     }
     guard let (expiry, payload) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey) else {
-      discard(defaultsKey, countingAs: \.damaged)
+      discard(defaultsKey, countingAs: \.damagedEntries)
       return nil
     }
     guard expiry > configuration.clock.now.nanosecondsSince1970 else {
@@ -136,7 +136,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
       return nil
     }
     guard let value = try? valueCoder.decode(payload) else {
-      discard(defaultsKey, countingAs: \.damaged)
+      discard(defaultsKey, countingAs: \.damagedEntries)
       return nil
     }
     counters.hits += 1
@@ -244,7 +244,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
         guard expiry <= now else { continue }
         counters.expired += 1
       } else {
-        counters.damaged += 1
+        counters.damagedEntries += 1
       }
       defaults.removeObject(forKey: defaultsKey)
       removed += 1
@@ -367,7 +367,7 @@ extension UserDefaultsLayer {
     public var expired = 0
     /// Stored values removed because they were damaged, foreign, of another format version or
     /// did not decode.
-    public var damaged = 0
+    public var damagedEntries = 0
   }
 }
 

@@ -75,7 +75,7 @@ struct DiskLayerDamageTests {
     #expect(try await layer.value(for: "victim") == nil)
     #expect(!FileManager.default.fileExists(atPath: fixture.file(for: "victim").path))
     let statistics = await layer.statistics
-    #expect(statistics.corruptEntries == 1)
+    #expect(statistics.damagedEntries == 1)
     #expect(statistics.count == 1 && statistics.totalBytes == diskEntrySize(key: "intact", valueCount: 1000))
     #expect(try await layer.value(for: "intact") == diskBytes(1000, seed: 5))
     #expect(await layer.keys == ["intact"])
@@ -91,7 +91,7 @@ struct DiskLayerDamageTests {
     try await fixture.open().insert(Data("not json".utf8), for: "p")
     let profiles = try await DiskLayer<String, Profile>(directory: fixture.directory)
     #expect(try await profiles.value(for: "p") == nil)
-    #expect(await profiles.statistics.corruptEntries == 1)
+    #expect(await profiles.statistics.damagedEntries == 1)
     #expect(fixture.names.isEmpty)
   }
 
@@ -105,13 +105,13 @@ struct DiskLayerDamageTests {
     try FileManager.default.removeItem(at: fixture.file(for: "b"))
     try FileManager.default.copyItem(at: fixture.file(for: "a"), to: fixture.file(for: "b"))
     #expect(try await layer.value(for: "b") == nil)
-    #expect(await layer.statistics.corruptEntries == 1)
+    #expect(await layer.statistics.damagedEntries == 1)
     #expect(!FileManager.default.fileExists(atPath: fixture.file(for: "b").path))
     try FileManager.default.copyItem(at: fixture.file(for: "a"), to: fixture.file(for: "b"))
     let reopened = try await fixture.open()
     #expect(try await reopened.value(for: "b") == nil)
     #expect(try await reopened.value(for: "a") == diskBytes(10))
-    #expect(await reopened.statistics.corruptEntries == 1)
+    #expect(await reopened.statistics.damagedEntries == 1)
   }
 
   // MARK: Collisions and long keys (row 12)
@@ -132,7 +132,7 @@ struct DiskLayerDamageTests {
     #expect(fixture.names.count == 1)
     #expect(await layer.keys == ["b"])
     let statistics = await layer.statistics
-    #expect(statistics.corruptEntries == 0 && statistics.count == 1)
+    #expect(statistics.damagedEntries == 0 && statistics.count == 1)
   }
 
   /// The index thinks the file holds `a`, but another layer replaced it with `b`'s: the stored
@@ -146,7 +146,7 @@ struct DiskLayerDamageTests {
     try await second.insert(Data("B".utf8), for: "b")
     #expect(try await first.value(for: "a") == nil)
     #expect(fixture.names.count == 1)
-    #expect(await first.statistics.corruptEntries == 0)
+    #expect(await first.statistics.damagedEntries == 0)
     #expect(await first.keys == ["b"])
     #expect(try await first.value(for: "b") == Data("B".utf8))
     let reopened = try await fixture.open(fileNameHash: Self.collidingHash)
@@ -180,7 +180,7 @@ struct DiskLayerDamageTests {
       #expect(try await reopened.value(for: key) == diskBytes(100, seed: UInt8(index)))
     }
     #expect(await Set(reopened.keys) == Set(keys))
-    #expect(await reopened.statistics.corruptEntries == 0)
+    #expect(await reopened.statistics.damagedEntries == 0)
   }
 
   // MARK: Path traversal (row 13)
@@ -232,7 +232,7 @@ struct DiskLayerDamageTests {
     let layer = try await fixture.open()
     #expect(fixture.names == (foreign + ["subdirectory"]).sorted())
     #expect(await layer.count == 0)
-    #expect(await layer.statistics.corruptEntries == 0)
+    #expect(await layer.statistics.damagedEntries == 0)
     try await layer.removeAll()
     #expect(fixture.names == (foreign + ["subdirectory"]).sorted())
   }
@@ -252,6 +252,6 @@ struct DiskLayerDamageTests {
     let reopened = try await fixture.open()
     #expect(fixture.temporaryNames.isEmpty)
     #expect(try await reopened.value(for: "a") == diskBytes(100))
-    #expect(await reopened.statistics.corruptEntries == 0)
+    #expect(await reopened.statistics.damagedEntries == 0)
   }
 }

@@ -209,7 +209,7 @@ struct DiskLayerFaultTests {
     for (index, key) in stored.enumerated() {
       #expect(try await layer.value(for: key) == diskBytes(6000, seed: UInt8(index)))
     }
-    #expect(await layer.statistics.writeFailures == 2)
+    #expect(await layer.statistics.failedWrites == 2)
     // Space freed by removals is usable again.
     for key in stored { try await layer.removeValue(for: key) }
     try await layer.insert(diskBytes(6000), for: "again")
@@ -234,7 +234,7 @@ struct DiskLayerFaultTests {
     #expect(try await layer.value(for: "a") == diskBytes(100))
     #expect(try await layer.value(for: "b") == nil)
     let statistics = await layer.statistics
-    #expect(statistics.writeFailures == 2 && statistics.writes == 1)
+    #expect(statistics.failedWrites == 2 && statistics.writes == 1)
     #expect(statistics.count == 1 && statistics.totalBytes == fixture.bytesOnDisk)
     fileSystem.heal()
     try await layer.insert(diskBytes(10_000, seed: 2), for: "a")
@@ -269,7 +269,7 @@ struct DiskLayerFaultTests {
     #expect(await Set(reopened.keys) == ["a", "b"])
     let names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
     #expect(names.count == 2)
-    #expect(await layer.statistics.writeFailures == 2)
+    #expect(await layer.statistics.failedWrites == 2)
   }
 
   /// Row 6 through the seam: the file system refuses writes.

@@ -99,7 +99,7 @@ struct DiskLayerKillTests {
 
       let layer = try await fixture.open(.init(sizeLimit: 64 << 20))
       #expect(fixture.temporaryNames.isEmpty, "round \(seed): temporary files survived opening")
-      #expect(await layer.statistics.corruptEntries == 0, "round \(seed): a kill left a damaged entry")
+      #expect(await layer.statistics.damagedEntries == 0, "round \(seed): a kill left a damaged entry")
       for key in keys {
         guard let value = try await layer.value(for: key) else {
           #expect(!committed.contains(key), "round \(seed): \(key) lost its completed write")

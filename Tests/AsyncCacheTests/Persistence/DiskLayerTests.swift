@@ -415,7 +415,7 @@ struct DiskLayerTests {
     #expect(try await layer.value(for: "huge") == nil)
     let statistics = await layer.statistics
     #expect(statistics.evictions[.oversized] == 1)
-    #expect(statistics.writes == 1 && statistics.writeFailures == 0)
+    #expect(statistics.writes == 1 && statistics.failedWrites == 0)
   }
 
   @Test func theCapCountsTheEncodedValueAndTheSizeLimitTheWholeFile() async throws {

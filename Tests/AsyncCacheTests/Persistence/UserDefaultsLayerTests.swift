@@ -155,7 +155,7 @@ struct UserDefaultsLayerTests {
     #expect(suite.defaults.string(forKey: "unrelated") == "not ours")
     let statistics = await layer.statistics
     #expect(statistics.expired == 2)
-    #expect(statistics.damaged == 1)
+    #expect(statistics.damagedEntries == 1)
   }
 
   // MARK: Clearing
@@ -241,7 +241,7 @@ struct UserDefaultsLayerTests {
     #expect(suite.defaults.object(forKey: "asynccache.default.a") == nil)
     #expect(try await layer.value(for: "b") == Preferences(theme: "light", fontSize: 12))
     let statistics = await layer.statistics
-    #expect(statistics.damaged == 1)
+    #expect(statistics.damagedEntries == 1)
     #expect(statistics.misses == 1)
     #expect(statistics.hits == 1)
   }

@@ -60,7 +60,7 @@ extension DiskLayer {
         found.append(record)
       case .damaged:
         try? fileSystem.removeFile(path(of: name))
-        corruptEntries += 1
+        damagedEntries += 1
       case .unreadable:
         continue
       }
@@ -76,6 +76,9 @@ extension DiskLayer {
       discard(index.oldest, reason: reason)
     }
   }
+
+  /// The longest encoded key the layer reads back from a file header: 16 MiB.
+  static var longestKey: Int { 16 << 20 }
 
   /// Reads the header and key of the entry file `name`, without reading its value.
   func inspectFile(named name: String, digest: SHA256.Digest) -> Inspection {
@@ -100,6 +103,8 @@ extension DiskLayer {
     guard header.fileSize == status.size else {
       return .damaged(.lengthMismatch(expected: header.fileSize, actual: status.size))
     }
+    // Keys may be long, but not this long: a header claiming more is damage, not an allocation.
+    guard header.keyLength <= Self.longestKey else { return .damaged(.misplacedKey) }
     var key = Array(head[DiskEntryFormat.headerSize..<Swift.min(headCount, header.fileSize)].prefix(header.keyLength))
     if key.count < header.keyLength {
       var rest = [UInt8](repeating: 0, count: header.keyLength - key.count)
@@ -165,7 +170,7 @@ extension DiskLayer {
       } else {
         // Not the file this name should hold (copied or moved here): damage after all.
         try? fileSystem.removeFile(path(of: record.name))
-        corruptEntries += 1
+        damagedEntries += 1
       }
       misses += 1
       return nil
@@ -406,7 +411,7 @@ extension DiskLayer {
   func discardDamaged(_ slot: Int) {
     try? fileSystem.removeFile(path(of: index[slot].name))
     index.remove(slot)
-    corruptEntries += 1
+    damagedEntries += 1
     misses += 1
   }
 

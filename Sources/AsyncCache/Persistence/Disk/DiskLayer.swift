@@ -16,7 +16,7 @@ public import Foundation
 /// hostile (`../../x`, `/abs`, a NUL byte, ten kilobytes), ever names a path outside the
 /// directory. The file holds a header (format version, expiry, lengths, an XXH64 checksum), the
 /// full key and the value's bytes. A file that is truncated, altered or unreadable is a miss; it
-/// is deleted and counted in ``Statistics-swift.struct/corruptEntries``. If two keys' names ever
+/// is deleted and counted in ``Statistics-swift.struct/damagedEntries``. If two keys' names ever
 /// collide, the stored key tells them apart: a lookup of one never returns the other's bytes.
 ///
 /// **Writes.** A write goes to a temporary file in the same directory, which is flushed with
@@ -68,9 +68,9 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   var hits = 0
   var misses = 0
   var writes = 0
-  var writeFailures = 0
+  var failedWrites = 0
   var evictions = EvictionCounts()
-  var corruptEntries = 0
+  var damagedEntries = 0
 
   /// The executor the layer's methods run on: a thread of its own, off the cooperative thread
   /// pool, where blocking file I/O is allowed.
@@ -225,7 +225,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
         named: name, key: &encodedKey, payload: payload,
         expiresAt: entry.expiresAt?.nanosecondsSince1970 ?? DiskEntryFormat.neverExpires)
     } catch {
-      writeFailures += 1
+      failedWrites += 1
       throw error
     }
   }
@@ -310,9 +310,9 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
       hits: hits,
       misses: misses,
       writes: writes,
-      writeFailures: writeFailures,
+      failedWrites: failedWrites,
       evictions: evictions,
-      corruptEntries: corruptEntries
+      damagedEntries: damagedEntries
     )
   }
 }
@@ -331,12 +331,12 @@ extension DiskLayer {
     /// Entries written.
     public var writes: Int
     /// Writes that failed with a system error (a full or read-only file system, say).
-    public var writeFailures: Int
+    public var failedWrites: Int
     /// Entries deleted to respect a limit, because they expired, or refused as too large, by
     /// reason. The size limit counts as ``EvictionReason/costLimit``.
     public var evictions: EvictionCounts
     /// Damaged files (truncated, altered, of an unknown format, or whose value no longer
     /// decodes) that were found and deleted.
-    public var corruptEntries: Int
+    public var damagedEntries: Int
   }
 }
