@@ -187,6 +187,9 @@ final class SQLiteStore {
   func apply(_ batch: Batch, sizeLimit: Int, countLimit: Int?, now: Int64) throws(SQLiteError) -> Report {
     endReading()
     if batch.isHousekeeping { try connection.execute("PRAGMA synchronous = NORMAL") }
+    // Setting `synchronous` only sets a flag of the connection (no I/O, no lock), so restoring
+    // it cannot fail on an open connection; were it to, the connection would report that on the
+    // next statement anyway.
     defer { if batch.isHousekeeping { try? connection.execute("PRAGMA synchronous = FULL") } }
     try connection.execute("BEGIN IMMEDIATE")
     do {
