@@ -110,6 +110,7 @@ final class SQLiteConnection {
   /// How long a statement waits for a lock held by another connection before it fails with
   /// `SQLITE_BUSY`.
   func setBusyTimeout(_ timeout: Duration) {
+    guard !isClosed else { return }
     sqlite3_busy_timeout(handle, Int32(clamping: timeout.clampedNanoseconds / 1_000_000))
   }
 

@@ -53,6 +53,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   private var isReadOnly = false
   /// The delay before retrying a background write that failed; doubles up to a cap.
   private var retryDelay: Duration?
+  /// The copy of a damaged file taken before the first attempt to reset it, until one succeeds.
+  private var damagedCopy: URL?
   private var touches: [[UInt8]: Int64] = [:]
   private var damaged: [([UInt8], Data)] = []
   private var expired: [[UInt8]] = []
@@ -404,6 +406,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   public func flush() throws {
     guard !isClosed else { throw closedError }
     try writePending(background: false)
+    retryDelay = nil
   }
 
   /// Writes what is pending and closes the database. Later calls throw
@@ -546,9 +549,10 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
 
   private nonisolated func scheduleRetry(after delay: Duration) {
     let clock = configuration.clock
-    Task {
+    // Weak: a layer dropped without close() must not be kept alive by its own retries.
+    Task { [weak self] in
       try? await clock.sleep(until: clock.now.advanced(by: delay), tolerance: nil)
-      await self.writeInBackground()
+      await self?.writeInBackground()
     }
   }
 
@@ -583,6 +587,15 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
 
   /// Applies everything pending in one transaction.
   private func writePending(background: Bool) throws {
+    // Opened before anything is taken from the pending writes: if the database cannot be
+    // opened, they stay pending (and a background write is retried).
+    let store: SQLiteStore
+    do {
+      store = try openStore()
+    } catch {
+      if pending.withLock({ $0.isEmpty }) && touches.isEmpty && damaged.isEmpty && expired.isEmpty { return }
+      throw error
+    }
     let (clearStamp, writes) = pending.withLock { state in
       state.isFlushScheduled = false
       return state.take()
@@ -598,9 +611,10 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     batch.damaged = damaged
     batch.expired = expired
     guard !batch.isEmpty else { return }
-    let store = try openStore()
     if background { store.connection.setBusyTimeout(Swift.min(configuration.busyTimeout, Self.backgroundBusyTimeout)) }
-    defer { if background { store.connection.setBusyTimeout(configuration.busyTimeout) } }
+    // The store may have been replaced (or closed) by a recovery meanwhile: restore the
+    // timeout on the current one.
+    defer { if background { self.store?.connection.setBusyTimeout(configuration.busyTimeout) } }
     touches.removeAll(keepingCapacity: true)
     damaged.removeAll()
     expired.removeAll()
@@ -727,6 +741,10 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       // Leave the layer to reconnect (and try again) on its next call.
       store?.connection.close()
       store = nil
+      // Busy, a full disk...: say so, so that the caller can act on it.
+      if let error = error as? SQLiteError {
+        throw PersistenceError.sqlite(error, while: "resetting the damaged database \(url.path)")
+      }
       throw PersistenceError(
         code: .corrupted, message: "\(url.path) is damaged and could not be reset", underlying: error)
     }
@@ -734,16 +752,23 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
 
   /// Copies the damaged file aside (best effort), then empties it in place on `connection`.
   private func reset(_ connection: SQLiteConnection, reason: SQLiteError) throws {
-    let aside = url.deletingLastPathComponent().appendingPathComponent(
-      "\(url.lastPathComponent).corrupt-\(UUID().uuidString)")
+    // One copy per damaged file: attempts that fail (another process holds the lock, say) and
+    // are retried reuse it, instead of filling the disk with copies.
     let manager = FileManager.default
-    var copied = false
-    for suffix in ["", "-wal"] where manager.fileExists(atPath: url.path + suffix) {
-      if (try? manager.copyItem(atPath: url.path + suffix, toPath: aside.path + suffix)) != nil { copied = true }
+    if damagedCopy == nil {
+      let aside = url.deletingLastPathComponent().appendingPathComponent(
+        "\(url.lastPathComponent).corrupt-\(UUID().uuidString)")
+      var copied = false
+      for suffix in ["", "-wal"] where manager.fileExists(atPath: url.path + suffix) {
+        if (try? manager.copyItem(atPath: url.path + suffix, toPath: aside.path + suffix)) != nil { copied = true }
+      }
+      damagedCopy = copied ? aside : nil
     }
     try connection.resetDatabase()
+    let copy = damagedCopy
+    damagedCopy = nil
     counters.databaseReplacements += 1
-    record(.databaseReplaced(reason: .sqlite(reason, while: "using \(url.path)"), copiedTo: copied ? aside : nil))
+    record(.databaseReplaced(reason: .sqlite(reason, while: "using \(url.path)"), copiedTo: copy))
   }
 }
 

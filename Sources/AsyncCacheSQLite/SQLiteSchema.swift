@@ -8,7 +8,7 @@ import CSQLite
 /// be read safely, so its tables are dropped and recreated (a cache can always be refilled).
 enum SQLiteSchema {
   /// The version this library writes.
-  static let currentVersion: Int64 = 2
+  static let currentVersion: Int64 = 3
 
   /// Version 1: the entries alone; namespace sizes were summed on demand.
   static let version1 = """
@@ -49,8 +49,32 @@ enum SQLiteSchema {
     END;
     """
 
-  /// The migration from version `n` to `n + 1` is `migrations[n]`.
-  static let migrations = [version1, version2]
+  /// Version 3 repairs files of early version-2 builds, which lacked `written_at` or counted
+  /// inserts with a trigger as well (counting them twice), and recomputes the totals.
+  static func migrateToVersion3(_ connection: SQLiteConnection) throws(SQLiteError) {
+    try connection.execute("DROP TRIGGER IF EXISTS entries_insert")
+    let hasStamp =
+      try connection.integer(
+        "SELECT count(*) FROM pragma_table_info('entries') WHERE name = 'written_at'") ?? 0
+    if hasStamp == 0 {
+      try connection.execute("ALTER TABLE entries ADD COLUMN written_at INTEGER NOT NULL DEFAULT 0")
+    }
+    try connection.execute(
+      """
+      DELETE FROM namespaces;
+      INSERT INTO namespaces (namespace, bytes, count)
+        SELECT namespace, sum(size), count(*) FROM entries GROUP BY namespace;
+      """)
+  }
+
+  /// Runs the migration from version `version` to `version + 1`.
+  static func migrate(_ connection: SQLiteConnection, from version: Int64) throws(SQLiteError) {
+    switch version {
+    case 0: try connection.execute(version1)
+    case 1: try connection.execute(version2)
+    default: try migrateToVersion3(connection)
+    }
+  }
 
   /// What opening did to the schema.
   enum Outcome: Equatable {
@@ -76,7 +100,7 @@ enum SQLiteSchema {
         outcome = .migrated(from: found)
       }
       while version < currentVersion {
-        try connection.execute(migrations[Int(version)])
+        try migrate(connection, from: version)
         version += 1
       }
       try connection.execute("PRAGMA user_version = \(currentVersion)")

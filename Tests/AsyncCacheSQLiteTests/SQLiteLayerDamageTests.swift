@@ -212,7 +212,7 @@ struct SQLiteLayerDamageTests {
     let layer = try await SQLiteLayer<String, String>(
       url: url, configuration: .init(eventHandler: { events.append($0) }))
     #expect(try await layer.value(for: "a") == "one")
-    #expect(try raw.integer("PRAGMA user_version") == 2)
+    #expect(try raw.integer("PRAGMA user_version") == 3)
     let usage = try await layer.usage
     #expect(usage.count == 2)
     #expect(usage.bytes == Int(try raw.integer("SELECT sum(size) FROM entries") ?? -1))
@@ -223,7 +223,38 @@ struct SQLiteLayerDamageTests {
     try await layer.flush()
     #expect(try await layer.usage.count == 2, "the migrated database keeps its totals")
     #expect(try await layer.usage.bytes == Int(try raw.integer("SELECT sum(size) FROM entries") ?? -1))
-    #expect(events.all.contains { if case .schemaMigrated(1, 2) = $0 { true } else { false } })
+    #expect(events.all.contains { if case .schemaMigrated(1, 3) = $0 { true } else { false } })
+  }
+
+  @Test(
+    "files of early version-2 builds are repaired: no double-counting trigger, a write stamp, exact totals",
+    arguments: [true, false])
+  func earlyVersion2(withStamp: Bool) async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    do {
+      let layer = try await SQLiteLayer<String, String>(url: url)
+      try await layer.insert("one", for: "a")
+      try await layer.close()
+    }
+    let raw = try RawDatabase(url)
+    try raw.execute(
+      """
+      CREATE TRIGGER entries_insert AFTER INSERT ON entries BEGIN
+        UPDATE namespaces SET bytes = bytes + new.size, count = count + 1 WHERE namespace = new.namespace;
+      END;
+      UPDATE namespaces SET count = count + 5;
+      PRAGMA user_version = 2;
+      """)
+    if !withStamp { try raw.execute("ALTER TABLE entries DROP COLUMN written_at") }
+    let layer = try await SQLiteLayer<String, String>(url: url)
+    #expect(try await layer.value(for: "a") == "one")
+    for index in 0..<10 { try await layer.insert("v", for: "k\(index)") }
+    try await layer.flush()
+    #expect(try await layer.usage.count == 11, "inserts are counted once")
+    #expect(try await layer.usage.bytes == Int(try raw.integer("SELECT sum(size) FROM entries") ?? -1))
+    #expect(try raw.integer("PRAGMA user_version") == 3)
   }
 
   @Test("a database from a newer version is reset cleanly, then works")
@@ -249,7 +280,7 @@ struct SQLiteLayerDamageTests {
     try await layer.insert("now", for: "k")
     try await layer.flush()
     #expect(try await layer.value(for: "k") == "now")
-    #expect(try RawDatabase(url).integer("PRAGMA user_version") == 2)
+    #expect(try RawDatabase(url).integer("PRAGMA user_version") == 3)
     #expect(try RawDatabase(url).integer("SELECT count(*) FROM sqlite_master WHERE name LIKE 'future%'") == 0)
     #expect(events.all.contains { if case .schemaReset(7) = $0 { true } else { false } })
   }

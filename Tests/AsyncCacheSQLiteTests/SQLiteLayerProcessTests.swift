@@ -163,6 +163,42 @@ struct SQLiteLayerProcessTests {
     #expect(clock.sleeperCount == 0)
   }
 
+  @Test("writes made while a damaged file cannot be reset (another process holds its lock) are not lost")
+  func writesSurviveAFailedRecovery() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    do {
+      let writer = try await SQLiteLayer<String, Data>(url: url)
+      for index in 0..<200 { try await writer.insert(Data(repeating: UInt8(index), count: 2000), for: "k\(index)") }
+      try await writer.close()
+      try RawDatabase(url).execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+    let layer = try await SQLiteLayer<String, Data>(url: url, configuration: .init(busyTimeout: .milliseconds(200)))
+    let holder = try Probe(["sqlite-hold-write-lock", url.path])
+    #expect(await holder.line(startingWith: "locked") != nil)
+    try SQLiteLayerDamageTests.overwritePages(of: url)
+    // With its header gone too, reconnecting fails as well until the file can be reset.
+    let handle = try FileHandle(forUpdating: url)
+    try handle.write(contentsOf: Data(count: 100))
+    try handle.close()
+
+    // The read finds the damage but cannot empty the file while the other process holds it.
+    await #expect { try await layer.value(for: "k5") } throws: { ($0 as? PersistenceError)?.code == .busy }
+    try await layer.insert(Data([42]), for: "new")  // its background write fails as well
+    #expect(try await layer.value(for: "new") == Data([42]))
+    #expect(await layer.statistics.pendingWrites == 1, "the write is still pending, not dropped")
+    holder.closeInput()
+    #expect(holder.waitForExit() == 0)
+
+    try await layer.flush()
+    let reopened = try await SQLiteLayer<String, Data>(url: url)
+    #expect(try await reopened.value(for: "new") == Data([42]))
+    #expect(await layer.statistics.databaseReplacements == 1)
+    let copies = folder.listing().filter { $0.hasPrefix("cache.sqlite.corrupt-") && !$0.hasSuffix("-wal") }
+    #expect(copies.count == 1, "one copy of the damaged file, however many attempts: \(copies)")
+  }
+
   @Test("two processes writing the same file read each other's writes")
   func twoWriters() async throws {
     let folder = try TemporaryDirectory()

@@ -443,6 +443,20 @@ struct DiskLayerTests {
     #expect(fixture.names == [fixture.file(for: "k").lastPathComponent])
   }
 
+  @Test func keysLongerThanItReadsBackAreRefused() async throws {
+    let fixture = try DiskFixture()
+    defer { fixture.remove() }
+    let layer = try await fixture.open(.init(sizeLimit: 64 << 20))
+    let key = String(repeating: "k", count: (16 << 20) + 1)
+    await #expect {
+      try await layer.insert(diskBytes(1), for: key)
+    } throws: { error in
+      let error = error as? PersistenceError
+      return error?.code == .valueTooLarge && error?.message.contains("longest key") == true
+    }
+    #expect(fixture.names.isEmpty)
+  }
+
   @Test func expiredEntriesMakeRoomBeforeLiveOnes() async throws {
     let fixture = try DiskFixture()
     defer { fixture.remove() }

@@ -206,6 +206,11 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
         code: .encodingFailed, message: "DiskLayer cannot encode the value for key \(Self.describe(encodedKey))",
         underlying: error)
     }
+    guard encodedKey.utf8.count <= Self.longestKey else {
+      throw PersistenceError.valueTooLarge(
+        key: encodedKey, size: encodedKey.utf8.count, limit: Self.longestKey, layer: "DiskLayer",
+        limitName: "longest key")
+    }
     let size = DiskEntryFormat.headerSize + encodedKey.utf8.count + payload.count
     guard payload.count <= maximumEntrySize, size <= configuration.sizeLimit else {
       evictions[.oversized] += 1
