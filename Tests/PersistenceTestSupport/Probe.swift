@@ -109,8 +109,8 @@ final class LineReader: Sendable {
 }
 
 /// The bytes read but not yet returned as lines.
+// SAFETY: `bytes` is only touched while `lock` is held.
 final class LockedBuffer: @unchecked Sendable {
-  // SAFETY: `bytes` is only touched while `lock` is held.
   private let lock = NSLock()
   private var bytes: [UInt8] = []
 

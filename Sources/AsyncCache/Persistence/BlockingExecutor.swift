@@ -101,10 +101,12 @@ package final class BlockingExecutor: SerialExecutor {
 extension BlockingExecutor {
   /// The queue and the thread's loop. The thread keeps the core, not the executor, alive, so
   /// that dropping the executor ends the thread.
-  // SAFETY: `jobs`, `isShutDown`, `isWaiting` and `threadID` are only touched with `mutex`
-  // held, and `condition` is only waited on with it held; `queued` is an atomic. The pointers
-  // are allocated in `init` and freed in `deinit`, after the thread (which retains the core)
-  // has returned from `run()`.
+  //
+  // `jobs`, `isShutDown`, `isWaiting` and `threadID` are only touched with `mutex` held, and
+  // `condition` is only waited on with it held; `queued` is an atomic. The pointers are
+  // allocated in `init` and freed in `deinit`, after the thread (which retains the core) has
+  // returned from `run()`.
+  // SAFETY: all mutable state is guarded by `mutex` or atomic, as described above.
   fileprivate final class Core: @unchecked Sendable {
     /// A key whose value is non-nil on the threads of blocking executors.
     static let marker: pthread_key_t = {
