@@ -273,7 +273,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         }
         result = .success(entry.value)
       } else {
-        let value = try await origin.fetch(key)
+        let value = try await fetchRetrying(key)
         let entry = CacheEntry(value, expiresAt: expiry(timeToLive: nil))
         _ = await chain.commit(entry, for: key, to: chain.tiers.indices, token: token, operation: .insert)
         result = .success(value)
@@ -285,6 +285,32 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     let failed = if case .failure = result { true } else { false }
     let waiters = inFlight.withLock { $0.finish(id, failed: failed) }
     for continuation in waiters { continuation.resume(with: result) }
+  }
+
+  /// Asks the origin, again after transient failures, per the retry policy. Runs inside the
+  /// key's one load, so all its waiters share the loop.
+  private func fetchRetrying(_ key: Key) async throws -> Value {
+    let policy = configuration.retryPolicy
+    var attempt = 1
+    while true {
+      do {
+        return try await origin.fetch(key)
+      } catch is CancellationError {
+        throw CancellationError()
+      } catch {
+        if Task.isCancelled { throw CancellationError() }
+        let isFatal = policy.classify(error) == .fatal
+        guard !isFatal, attempt < policy.maximumAttempts else {
+          configuration.onLoadEvent?(.failed(key: key, attempts: attempt, error: error, isFatal: isFatal))
+          throw error
+        }
+        let delay = policy.delay(beforeRetry: attempt, unit: Double.random(in: 0..<1))
+        configuration.onLoadEvent?(.retrying(key: key, attempt: attempt, error: error, delay: delay))
+        let clock = configuration.clock
+        try await clock.sleep(until: clock.now.advanced(by: delay), tolerance: nil)
+        attempt += 1
+      }
+    }
   }
 
   private func expiry(timeToLive: Duration?) -> CacheInstant? {
@@ -309,13 +335,25 @@ extension LoadingCache {
     /// How long values from the origin (and inserted values without their own time-to-live)
     /// live; `nil` for no expiry. Layers may keep them for less.
     public var timeToLive: Duration?
-    /// The clock expiry is computed from. Default ``WallClock``.
+    /// The clock expiry is computed from, and retry delays are slept on. Default ``WallClock``.
     public var clock: any CacheClock
+    /// When the origin is asked again after it fails. Default ``RetryPolicy/never``.
+    public var retryPolicy: RetryPolicy
+    /// Called with every ``LoadEvent`` (retries and final failures), on the load's task: keep
+    /// it short. Default `nil`.
+    public var onLoadEvent: (@Sendable (LoadEvent<Key>) -> Void)?
 
     /// Creates a configuration.
-    public init(timeToLive: Duration? = nil, clock: any CacheClock = WallClock()) {
+    public init(
+      timeToLive: Duration? = nil,
+      clock: any CacheClock = WallClock(),
+      retryPolicy: RetryPolicy = .never,
+      onLoadEvent: (@Sendable (LoadEvent<Key>) -> Void)? = nil
+    ) {
       self.timeToLive = timeToLive
       self.clock = clock
+      self.retryPolicy = retryPolicy
+      self.onLoadEvent = onLoadEvent
     }
   }
 

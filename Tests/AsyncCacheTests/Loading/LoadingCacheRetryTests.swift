@@ -1,0 +1,144 @@
+import AsyncCacheTesting
+import Testing
+
+@testable import AsyncCache
+
+@Suite("LoadingCache retries", .timeLimit(.minutes(1)))
+struct LoadingCacheRetryTests {
+  struct Transient: Error, Equatable {}
+  struct NotFound: Error, Equatable {}
+
+  /// Records load events from the load's task.
+  final class Events: Sendable {
+    private let events = Locked<[String]>([])
+    func record(_ event: LoadEvent<String>) {
+      let line =
+        switch event {
+        case .retrying(let key, let attempt, let error, let delay): "retrying \(key) \(attempt) \(error) \(delay)"
+        case .failed(let key, let attempts, let error, let isFatal):
+          "failed \(key) \(attempts) \(error) fatal:\(isFatal)"
+        }
+      events.withLock { $0.append(line) }
+    }
+    var all: [String] { events.withLock { $0 } }
+  }
+
+  static func policy(attempts: Int = 4) -> RetryPolicy {
+    RetryPolicy(
+      maximumAttempts: attempts, initialDelay: .milliseconds(100), multiplier: 2, maximumDelay: .milliseconds(300),
+      jitter: 0, classify: { $0 is NotFound ? .fatal : .transient })
+  }
+
+  static func cache(
+    _ origin: GatedFetcher<String, String>, clock: ManualClock, events: Events, policy: RetryPolicy = policy()
+  ) throws -> LoadingCache<String, String> {
+    try LoadingCache(
+      layers: [MemoryLayer<String, String>()], origin: origin,
+      configuration: .init(clock: clock, retryPolicy: policy, onLoadEvent: { events.record($0) }))
+  }
+
+  @Test("transient failures are retried after growing delays on the cache's clock, capped, until one succeeds")
+  func schedule() async throws {
+    let clock = ManualClock()
+    let origin = GatedFetcher<String, String> { "value of \($0)" }
+    let events = Events()
+    let cache = try Self.cache(origin, clock: clock, events: events)
+    let request = Task { try await cache.value(for: "k") }
+
+    for (attempt, delay) in [(1, 100), (2, 200), (3, 300)] {
+      await origin.waitForFetches(1, for: "k")
+      #expect(origin.release("k", throwing: Transient()) == 1)
+      await clock.waitForSleepers(1)
+      clock.advance(by: .milliseconds(delay - 1))
+      #expect(clock.sleeperCount == 1, "attempt \(attempt + 1) waits its whole delay")
+      clock.advance(by: .milliseconds(1))
+    }
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k") == 1)
+    #expect(try await request.value == "value of k")
+    #expect(origin.callCount(for: "k") == 4)
+    #expect(
+      events.all == [
+        "retrying k 1 Transient() 0.1 seconds", "retrying k 2 Transient() 0.2 seconds",
+        "retrying k 3 Transient() 0.3 seconds",
+      ])
+    #expect(cache.cachedValue(for: "k") == "value of k")
+  }
+
+  @Test("a fatal error is never retried, and is reported as fatal")
+  func fatal() async throws {
+    let clock = ManualClock()
+    let origin = GatedFetcher<String, String> { $0 }
+    let events = Events()
+    let cache = try Self.cache(origin, clock: clock, events: events)
+    let request = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k", throwing: NotFound()) == 1)
+    await #expect(throws: NotFound.self) { try await request.value }
+    #expect(origin.callCount(for: "k") == 1)
+    #expect(events.all == ["failed k 1 NotFound() fatal:true"])
+  }
+
+  @Test("after the last attempt the transient error reaches every waiter, reported as not fatal")
+  func exhausted() async throws {
+    let clock = ManualClock()
+    let origin = GatedFetcher<String, String> { $0 }
+    let events = Events()
+    let cache = try Self.cache(origin, clock: clock, events: events, policy: Self.policy(attempts: 2))
+    let first = Task { try await cache.value(for: "k") }
+    let second = Task { try await cache.value(for: "k") }
+    await cache.waitForRequests(2, for: "k")
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k", throwing: Transient()) == 1)
+    await clock.waitForSleepers(1)
+    clock.advance(by: .milliseconds(100))
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k", throwing: Transient()) == 1)
+    await #expect(throws: Transient.self) { try await first.value }
+    await #expect(throws: Transient.self) { try await second.value }
+    #expect(origin.callCount(for: "k") == 2, "one retry loop for both waiters")
+    #expect(events.all == ["retrying k 1 Transient() 0.1 seconds", "failed k 2 Transient() fatal:false"])
+  }
+
+  @Test("a load whose last waiter leaves during a retry delay is cancelled, and retries no more")
+  func cancelledDuringDelay() async throws {
+    let clock = ManualClock()
+    let origin = GatedFetcher<String, String> { $0 }
+    let events = Events()
+    let cache = try Self.cache(origin, clock: clock, events: events)
+    let request = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k", throwing: Transient()) == 1)
+    await clock.waitForSleepers(1)
+    request.cancel()
+    await #expect(throws: CancellationError.self) { try await request.value }
+    // Cancelling the load cancelled its sleep at once: nothing is left to wake.
+    #expect(clock.sleeperCount == 0)
+    clock.advance(by: .seconds(10))
+    #expect(origin.callCount(for: "k") == 1)
+  }
+
+  @Test("the default policy never retries")
+  func neverByDefault() async throws {
+    let origin = GatedFetcher<String, String> { $0 }
+    let cache = try LoadingCache(layers: [MemoryLayer<String, String>()], origin: origin)
+    let request = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k", throwing: Transient()) == 1)
+    await #expect(throws: Transient.self) { try await request.value }
+    #expect(origin.callCount(for: "k") == 1)
+  }
+
+  @Test("delays grow by the multiplier up to the cap, and jitter only shortens them", arguments: [0.0, 0.5, 1.0])
+  func delays(jitter: Double) {
+    let policy = RetryPolicy(
+      initialDelay: .milliseconds(100), multiplier: 3, maximumDelay: .seconds(1), jitter: jitter)
+    #expect(
+      (1...5).map(policy.baseDelay(beforeRetry:)) == [
+        .milliseconds(100), .milliseconds(300), .milliseconds(900), .seconds(1), .seconds(1),
+      ])
+    #expect(policy.delay(beforeRetry: 2, unit: 0) == .milliseconds(300))
+    #expect(policy.delay(beforeRetry: 2, unit: 0.5) == .milliseconds(300) * (1 - jitter / 2))
+    #expect(RetryPolicy.never.maximumAttempts == 1)
+  }
+}
