@@ -1,3 +1,4 @@
+import Foundation
 import Synchronization
 
 /// A benchmark's own correctness check failed: its numbers mean nothing, and the run must fail.
@@ -122,4 +123,23 @@ func abbreviated(_ count: Int) -> String {
 @inline(never)
 func checkDebugBuild() -> Bool {
   _isDebugAssertConfiguration()
+}
+
+/// Reads every key of every slice, one task per slice, each task its slice in order; returns the
+/// bytes read in all (`nil` values count 0). The shape of the persistent layers' busy-reader
+/// benchmarks.
+func bytesRead<Key: Sendable>(
+  concurrently slices: [[Key]],
+  read: @escaping @Sendable (Key) async throws -> Data?
+) async throws -> Int {
+  try await withThrowingTaskGroup(of: Int.self) { group in
+    for slice in slices {
+      group.addTask {
+        var bytes = 0
+        for key in slice { bytes += try await read(key)?.count ?? 0 }
+        return bytes
+      }
+    }
+    return try await group.reduce(0, +)
+  }
 }

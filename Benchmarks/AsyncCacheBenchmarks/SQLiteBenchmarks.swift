@@ -48,16 +48,7 @@ enum SQLiteBenchmarks {
     let contenders = [
       Contender(name: "SQLiteLayer, \(tasks) tasks", operations: rows) {
         try await timed(expecting: expected) {
-          try await withThrowingTaskGroup(of: Int.self) { group in
-            for slice in slices {
-              group.addTask {
-                var bytes = 0
-                for key in slice { bytes += try await layer.value(for: key)?.count ?? 0 }
-                return bytes
-              }
-            }
-            return try await group.reduce(0, +)
-          }
+          try await bytesRead(concurrently: slices) { try await layer.value(for: $0) }
         }
       },
       Contender(name: "sqlite3 prepared SELECT", operations: rows) {

@@ -1,3 +1,13 @@
+#if canImport(Darwin)
+  import Darwin
+#elseif canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#elseif canImport(Android)
+  import Android
+#endif
+
 /// An error from a persistent layer: storage that failed, input it refused, data it could not
 /// read back.
 ///
@@ -78,6 +88,18 @@ public struct PersistenceError: Error, Sendable, CustomStringConvertible {
       return "PersistenceError.\(code): \(message) (underlying: \(underlying))"
     }
     return "PersistenceError.\(code): \(message)"
+  }
+}
+
+extension PersistenceError.Code {
+  /// The code for the `errno` of a failed write: ``noSpace`` for a full disk or quota,
+  /// ``readOnly`` for a read-only file system or denied access, ``ioFailure`` otherwise.
+  package init(writeErrno code: Int32) {
+    switch code {
+    case ENOSPC, EDQUOT: self = .noSpace
+    case EROFS, EACCES, EPERM: self = .readOnly
+    default: self = .ioFailure
+    }
   }
 }
 

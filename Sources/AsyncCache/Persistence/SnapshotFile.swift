@@ -286,13 +286,9 @@ enum SnapshotFile {
   static func failure(_ code: Int32, _ action: String, _ url: URL) -> PersistenceError {
     let reason = String(cString: strerror(code))
     let underlying = POSIXErrorCode(rawValue: code).map { POSIXError($0) }
-    let errorCode: PersistenceError.Code
-    switch code {
-    case ENOSPC, EDQUOT: errorCode = .noSpace
-    case EROFS, EACCES, EPERM: errorCode = .readOnly
-    default: errorCode = .ioFailure
-    }
-    return PersistenceError(code: errorCode, message: "\(action) \(url.path): \(reason)", underlying: underlying)
+    return PersistenceError(
+      code: PersistenceError.Code(writeErrno: code), message: "\(action) \(url.path): \(reason)", underlying: underlying
+    )
   }
 
   // MARK: Running off the cooperative pool

@@ -44,13 +44,13 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   private nonisolated let valueCoder: CacheValueCoder<Value>
   /// `asynccache.<namespace>.`: the start of every defaults key of this layer.
   private nonisolated let prefix: String
-  private nonisolated let executor: UserDefaultsLayerExecutor
+  private nonisolated let executor: BlockingExecutor
   /// Created here and never handed out: `UserDefaults` is not `Sendable` everywhere, and only
   /// this actor's jobs use it.
   private let defaults: UserDefaults
   private var counters = Statistics()
 
-  /// The executor of the layer: a serial dispatch queue of its own, so that UserDefaults' file
+  /// The executor of the layer: a thread of its own (a `BlockingExecutor`), so that UserDefaults' file
   /// I/O never blocks the cooperative thread pool.
   public nonisolated var unownedExecutor: UnownedSerialExecutor {
     executor.asUnownedSerialExecutor()
@@ -87,7 +87,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
     self.keyEncoding = keyEncoding
     self.valueCoder = valueCoder
     self.prefix = "asynccache.\(configuration.namespace)."
-    self.executor = UserDefaultsLayerExecutor(label: "AsyncCache.UserDefaultsLayer(\(suiteName))")
+    self.executor = try BlockingExecutor(label: "AsyncCache.UserDefaultsLayer(\(suiteName))")
     self.defaults = defaults
   }
 
@@ -421,21 +421,5 @@ enum UserDefaultsRecord {
     var value: UInt64 = 0
     for index in (offset..<offset + 8).reversed() { value = value << 8 | UInt64(bytes[index]) }
     return value
-  }
-}
-
-/// Runs a ``UserDefaultsLayer``'s jobs on a serial dispatch queue of its own, so that blocking
-/// UserDefaults calls never occupy a thread of the cooperative pool.
-private final class UserDefaultsLayerExecutor: SerialExecutor {
-  private let queue: DispatchQueue
-
-  init(label: String) {
-    queue = DispatchQueue(label: label, autoreleaseFrequency: .workItem)
-  }
-
-  func enqueue(_ job: consuming ExecutorJob) {
-    let job = UnownedJob(job)
-    // `self` is captured so that the executor outlives every job it accepted.
-    queue.async { job.runSynchronously(on: self.asUnownedSerialExecutor()) }
   }
 }

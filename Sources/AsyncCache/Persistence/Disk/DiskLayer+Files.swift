@@ -505,9 +505,7 @@ extension DiskLayer {
   /// A failed system call as a ``PersistenceError``: full and read-only file systems get their
   /// own codes when writing; anything else is ``PersistenceError/Code/ioFailure``.
   func failure(_ error: DiskSystemError, doing action: String, writing: Bool) -> PersistenceError {
-    var code = PersistenceError.Code.ioFailure
-    if writing, [ENOSPC, EDQUOT].contains(error.code) { code = .noSpace }
-    if writing, [EROFS, EACCES, EPERM].contains(error.code) { code = .readOnly }
+    let code = writing ? PersistenceError.Code(writeErrno: error.code) : .ioFailure
     return PersistenceError(
       code: code, message: "DiskLayer could not \(action) in \(directoryPath): \(error)",
       underlying: error.posixError)
