@@ -116,10 +116,10 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     if tier > 0 {
       switch configuration.backfill {
       case .awaited:
-        await backfill(entry, for: key, above: tier, token: token)
+        await backfill(entry, for: key, into: 0..<tier, token: token)
       case .background:
         tokenHandedOff = true
-        backfillInBackground(entry, for: key, above: tier, token: token)
+        backfillInBackground(entry, for: key, into: 0..<tier, token: token)
       }
     }
     return entry
@@ -213,19 +213,21 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     return nil
   }
 
-  /// Copies `entry` into the layers above `tier`, unless a write overtook `token`.
-  /// Failures are recorded (and the key removed from the failed layer), never thrown: the
-  /// lookup that found the entry has succeeded.
-  nonisolated func backfill(_ entry: CacheEntry<Value>, for key: Key, above tier: Int, token: ReadToken<Key>) async {
-    _ = await commit(entry, for: key, to: 0..<tier, token: token, operation: .backfill)
+  /// Copies `entry` into the layers in `range` (above the one that had it), unless a write
+  /// overtook `token`. Failures are recorded (and the key removed from the failed layer), never
+  /// thrown: the lookup that found the entry has succeeded.
+  nonisolated func backfill(
+    _ entry: CacheEntry<Value>, for key: Key, into range: Range<Int>, token: ReadToken<Key>
+  ) async {
+    _ = await commit(entry, for: key, to: range, token: token, operation: .backfill)
   }
 
-  /// Starts ``backfill(_:for:above:token:)`` in a task of its own, which then ends the read of `token`.
+  /// Starts ``backfill(_:for:into:token:)`` in a task of its own, which then ends the read of `token`.
   nonisolated func backfillInBackground(
-    _ entry: CacheEntry<Value>, for key: Key, above tier: Int, token: ReadToken<Key>
+    _ entry: CacheEntry<Value>, for key: Key, into range: Range<Int>, token: ReadToken<Key>
   ) {
     runInBackground {
-      await self.backfill(entry, for: key, above: tier, token: token)
+      await self.backfill(entry, for: key, into: range, token: token)
       self.coordinator.endRead(token)
     }
   }

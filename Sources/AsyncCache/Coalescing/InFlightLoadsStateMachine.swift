@@ -8,7 +8,11 @@
 /// - a write or removal of the key *detaches* the load: it keeps running for its waiters, but new
 ///   requests start afresh;
 /// - a finished load removes only its own record;
-/// - waiters are answered in arrival order.
+/// - waiters are answered in arrival order;
+/// - a load is *urgent* while at least one of its waiters is (requests are urgent, prefetches are
+///   not); ``demote(_:)`` makes a key's waiters background. A background load waits at the
+///   *gate* before it asks the origin while any urgent load is in flight, and goes through
+///   as soon as it becomes urgent itself or the last urgent load ends.
 ///
 /// Pure and synchronous; continuations are stored here and handed back to be resumed outside
 /// the lock. Generic over the continuation type so that tests can drive it with plain values.
@@ -21,13 +25,23 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     @usableFromInline var priority: TaskPriority
     @usableFromInline var task: Task<Void, Never>?
     @usableFromInline var token: ReadToken<Key>?
+    /// Whether the load stores its value below the top layer only (every waiter so far is a
+    /// prefetch that asked for that).
+    @usableFromInline var skipsTopLayer: Bool
+    /// The load's task, waiting at the gate for urgent work to end.
+    @usableFromInline var gate: UnsafeContinuation<Void, any Error>?
 
     @inlinable
-    init(key: Key, waiters: Waiters<Continuation>, priority: TaskPriority) {
+    init(key: Key, waiters: Waiters<Continuation>, priority: TaskPriority, skipsTopLayer: Bool) {
       self.key = key
       self.waiters = waiters
       self.priority = priority
+      self.skipsTopLayer = skipsTopLayer
     }
+
+    /// At least one waiter is urgent.
+    @inlinable
+    var isUrgent: Bool { waiters.urgentCount > 0 }
   }
 
   /// A load that its last waiter left.
@@ -59,6 +73,13 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   @usableFromInline var counters = LoadingCacheCounters()
   /// Tasks waiting until a key has enough waiters (tests use this instead of polling).
   @usableFromInline var watchers: [(key: Key, count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
+  /// The number of urgent loads (joinable or detached).
+  @usableFromInline var urgentLoads = 0
+  /// Called, under the lock, each time ``urgentLoads`` becomes zero or stops being zero.
+  @usableFromInline var urgencyObservers: [UInt64: @Sendable () -> Void] = [:]
+  @usableFromInline var nextObserverID: UInt64 = 0
+  /// Tasks waiting until `count` loads wait at the gate (tests use this instead of polling).
+  @usableFromInline var gateWatchers: [(count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
 
   @inlinable
   init() {}
@@ -71,17 +92,25 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   @inlinable
   var waiterCount: Int { loads.values.reduce(0) { $0 + $1.waiters.count } }
 
+  /// Adds a request (`isUrgent`) or a prefetch for `key`: joins its load or starts one.
+  /// `skipsTopLayer` asks for the value to be stored below the top layer only; one waiter that
+  /// does not ask for it is enough for the load to store it everywhere.
   @inlinable
   mutating func join(
     _ key: Key,
     waiter: UInt64,
     continuation: Continuation,
-    priority: TaskPriority
+    priority: TaskPriority,
+    isUrgent: Bool = true,
+    skipsTopLayer: Bool = false
   ) -> JoinResult {
     defer { if !watchers.isEmpty { resumeSatisfiedWatchers() } }
     if let id = joinable[key] {
       counters.coalesced += 1
-      loads[id]!.waiters.append(waiter, continuation)
+      let wasUrgent = loads[id]!.isUrgent
+      loads[id]!.waiters.append(waiter, continuation, isUrgent: isUrgent)
+      if !skipsTopLayer { loads[id]!.skipsTopLayer = false }
+      if isUrgent, !wasUrgent { urgencyChanged(of: id, wasUrgent: false) }
       guard priority > loads[id]!.priority else { return .joined(escalate: nil) }
       loads[id]!.priority = priority
       return .joined(escalate: loads[id]!.task)
@@ -89,10 +118,11 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     nextLoadID &+= 1
     let id = nextLoadID
     var waiters = Waiters<Continuation>()
-    waiters.append(waiter, continuation)
-    loads[id] = Load(key: key, waiters: waiters, priority: priority)
+    waiters.append(waiter, continuation, isUrgent: isUrgent)
+    loads[id] = Load(key: key, waiters: waiters, priority: priority, skipsTopLayer: skipsTopLayer)
     joinable[key] = id
     counters.loads += 1
+    if isUrgent { urgencyChanged(of: id, wasUrgent: false) }
     return .started(id: id)
   }
 
@@ -123,8 +153,10 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   @inlinable
   mutating func cancel(waiter: UInt64, key: Key) -> (continuation: Continuation?, abandoned: Abandoned?) {
     guard let id = load(of: waiter, key: key) else { return (nil, nil) }
+    let wasUrgent = loads[id]!.isUrgent
     let continuation = loads[id]!.waiters.remove(waiter)
     counters.cancelledWaiters += 1
+    urgencyChanged(of: id, wasUrgent: wasUrgent)
     guard loads[id]!.waiters.isEmpty else { return (continuation, nil) }
     let load = remove(id)
     counters.cancelledLoads += 1
@@ -149,7 +181,94 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
       others.removeAll { $0 == id }
       detached[load.key] = others.isEmpty ? nil : others
     }
+    // An abandoned load may be held at the gate: its task is cancelled, so it goes through
+    // and finds itself cancelled.
+    load.gate?.resume(throwing: CancellationError())
+    if load.isUrgent { urgentLoadsDecreased() }
     return load
+  }
+
+  // MARK: Urgent and background loads
+
+  /// Updates the count of urgent loads after the waiters of load `id` changed.
+  @usableFromInline
+  mutating func urgencyChanged(of id: UInt64, wasUrgent: Bool) {
+    guard let load = loads[id], load.isUrgent != wasUrgent else { return }
+    if load.isUrgent {
+      urgentLoads += 1
+      if urgentLoads == 1 { notifyUrgencyObservers() }
+      // Promoted: it no longer waits for other urgent work.
+      loads[id]!.gate?.resume()
+      loads[id]!.gate = nil
+    } else {
+      urgentLoadsDecreased()
+    }
+  }
+
+  @usableFromInline
+  mutating func urgentLoadsDecreased() {
+    urgentLoads -= 1
+    guard urgentLoads == 0 else { return }
+    notifyUrgencyObservers()
+    for id in Array(loads.keys) where loads[id]!.gate != nil {
+      loads[id]!.gate!.resume()
+      loads[id]!.gate = nil
+    }
+  }
+
+  @usableFromInline
+  func notifyUrgencyObservers() {
+    for observer in urgencyObservers.values { observer() }
+  }
+
+  /// Makes the waiters of every load of `key` background: the loads no longer count as urgent,
+  /// wait at the gate before they next ask the origin, and are promoted again by the next
+  /// request. Returns whether a load of `key` was urgent.
+  mutating func demote(_ key: Key) -> Bool {
+    let ids = (joinable[key].map { [$0] } ?? []) + (detached[key] ?? [])
+    var demoted = false
+    for id in ids where loads[id]?.isUrgent == true {
+      loads[id]!.waiters.demoteAll()
+      urgencyChanged(of: id, wasUrgent: true)
+      demoted = true
+    }
+    return demoted
+  }
+
+  /// Load `id` is about to ask the origin: returns `true` when it must wait at the gate, having
+  /// stored `continuation` to be resumed when it may go on; `false` when it may go on now.
+  mutating func enterGate(_ id: UInt64, continuation: UnsafeContinuation<Void, any Error>) -> Bool {
+    guard urgentLoads > 0, let load = loads[id], !load.isUrgent else { return false }
+    loads[id]!.gate = continuation
+    if !gateWatchers.isEmpty { resumeSatisfiedGateWatchers() }
+    return true
+  }
+
+  /// Takes the gate continuation of load `id` back (its task was cancelled), if still held.
+  mutating func leaveGate(_ id: UInt64) -> UnsafeContinuation<Void, any Error>? {
+    guard let continuation = loads[id]?.gate else { return nil }
+    loads[id]!.gate = nil
+    return continuation
+  }
+
+  /// The number of loads waiting at the gate.
+  var loadsAtGate: Int { loads.values.reduce(0) { $0 + ($1.gate == nil ? 0 : 1) } }
+
+  /// Registers a watcher resumed once `count` loads wait at the gate; returns `false` when
+  /// they do already.
+  mutating func watchGate(count: Int, continuation: UnsafeContinuation<Void, Never>) -> Bool {
+    if loadsAtGate >= count { return false }
+    gateWatchers.append((count, continuation))
+    return true
+  }
+
+  mutating func resumeSatisfiedGateWatchers() {
+    let held = loadsAtGate
+    gateWatchers.removeAll { watcher in
+      guard held >= watcher.count else { return false }
+      watcher.continuation.resume()
+      return true
+    }
   }
 
   /// Makes the load of `key`, if any, unjoinable: later requests start afresh.
@@ -203,9 +322,11 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
 /// which matters when thousands of requests join one load.
 @usableFromInline
 struct Waiters<Continuation> {
-  @usableFromInline var entries: [(id: UInt64, continuation: Continuation?)] = []
+  @usableFromInline var entries: [(id: UInt64, continuation: Continuation?, isUrgent: Bool)] = []
   /// The number of waiters still waiting (entries that are not tombstones).
   @usableFromInline var count = 0
+  /// The number of those that are urgent.
+  @usableFromInline var urgentCount = 0
 
   @inlinable
   init() {}
@@ -216,11 +337,19 @@ struct Waiters<Continuation> {
   /// Adds a waiter. Identifiers are taken before the lock, so one may arrive slightly out of
   /// order: it is moved back into place (a step or two, at most one per concurrent joiner).
   @inlinable
-  mutating func append(_ id: UInt64, _ continuation: Continuation) {
+  mutating func append(_ id: UInt64, _ continuation: Continuation, isUrgent: Bool = true) {
     var index = entries.endIndex
     while index > entries.startIndex, entries[index - 1].id > id { index -= 1 }
-    entries.insert((id, continuation), at: index)
+    entries.insert((id, continuation, isUrgent), at: index)
     count += 1
+    if isUrgent { urgentCount += 1 }
+  }
+
+  /// Makes every waiter background.
+  @usableFromInline
+  mutating func demoteAll() {
+    for index in entries.indices { entries[index].isUrgent = false }
+    urgentCount = 0
   }
 
   @inlinable
@@ -245,6 +374,7 @@ struct Waiters<Continuation> {
     let continuation = entries[index].continuation
     entries[index].continuation = nil
     count -= 1
+    if entries[index].isUrgent { urgentCount -= 1 }
     // Drop tombstones once they are the majority, keeping removals amortized O(log n).
     if entries.count > 16, count * 2 < entries.count { entries.removeAll { $0.continuation == nil } }
     return continuation

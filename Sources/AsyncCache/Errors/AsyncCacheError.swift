@@ -10,6 +10,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case invalidConfiguration
       case invalidCost
       case layerFailure
+      case invalidState
     }
 
     private let base: Base
@@ -23,12 +24,16 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
     /// A layer of a ``CacheChain`` failed and its ``LayerFailurePolicy`` is
     /// ``LayerFailurePolicy/propagate``; ``AsyncCacheError/underlying`` holds the layer's error.
     public static let layerFailure = Code(.layerFailure)
+    /// An operation is not allowed in the object's current state (for example, running an
+    /// ``AsyncPrefetcher`` that already ran); the message says which.
+    public static let invalidState = Code(.invalidState)
 
     public var description: String {
       switch base {
       case .invalidConfiguration: "invalidConfiguration"
       case .invalidCost: "invalidCost"
       case .layerFailure: "layerFailure"
+      case .invalidState: "invalidState"
       }
     }
   }
@@ -58,5 +63,9 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
 extension AsyncCacheError {
   package static func invalidConfiguration(_ message: String) -> AsyncCacheError {
     AsyncCacheError(code: .invalidConfiguration, message: message)
+  }
+
+  package static func invalidState(_ message: String) -> AsyncCacheError {
+    AsyncCacheError(code: .invalidState, message: message)
   }
 }

@@ -27,6 +27,16 @@ public import Synchronization  // Atomic
 ///   value, and new requests start afresh.
 /// - A load runs at the highest priority of the requests waiting for it.
 ///
+/// Urgent and background work:
+/// - Requests (``value(for:)`` and the bulk variants) are *urgent*; the loads of an
+///   ``AsyncPrefetcher`` are *background*. A load is urgent while a request waits for it.
+/// - A background load does not ask the origin while an urgent load is in flight: it waits
+///   until the urgent work ends, or until a request joins it, which promotes it (it then runs
+///   at the request's priority, and the prefetcher can no longer cancel it: cancelling only
+///   withdraws the prefetcher's interest).
+/// - ``demote(_:)`` turns the requests waiting for a key into background work, for content
+///   that scrolled away but is still wanted.
+///
 /// `LoadingCache` is a `final class` whose state lives behind locks. Safe from any context.
 public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// The layers, top first.
@@ -39,7 +49,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// The memory layer that answers hits synchronously, if the chain has one on top.
   @usableFromInline let front: MemoryLayer<Key, Value>?
 
-  @usableFromInline let inFlight = Locked(InFlightLoadsStateMachine<Key, UnsafeContinuation<Value, any Error>>())
+  @usableFromInline let inFlight = Locked(InFlightLoadsStateMachine<Key, LoadWaiter<Value>>())
   @usableFromInline let nextWaiterID = Atomic<UInt64>(0)
 
   /// Creates a loading cache.
@@ -154,7 +164,9 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         cancelledRequests: state.counters.cancelledWaiters,
         cancelledLoads: state.counters.cancelledLoads,
         loadsInFlight: state.loads.count,
-        requestsWaiting: state.waiterCount
+        requestsWaiting: state.waiterCount,
+        urgentLoadsInFlight: state.urgentLoads,
+        loadsWaitingForUrgentWork: state.loadsAtGate
       )
     }
   }
@@ -210,7 +222,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
           // Read under the lock: an escalation after this finds the waiter registered.
           let priority = Task.currentPriority
           if Task.isCancelled { return (true, nil, priority) }
-          switch state.join(key, waiter: waiter, continuation: continuation, priority: priority) {
+          switch state.join(key, waiter: waiter, continuation: .request(continuation), priority: priority) {
           case .joined(let task):
             return (false, task, priority)
           case .started(let id):
@@ -258,25 +270,28 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   /// The body of load `id`: the layers below, then the origin; then answers the waiters.
   private func run(_ id: UInt64, key: Key, token: ReadToken<Key>) async {
-    let result: Result<Value, any Error>
+    let result: Result<(Value, LoadSource), any Error>
     var tokenHandedOff = false
     do {
       if let (entry, tier) = try await chain.locate(key) {
-        if tier > 0 {
+        // A prefetch into the lower layers leaves the top layer alone.
+        let top = tier > 0 && skipsTopLayer(id) ? 1 : 0
+        if tier > top {
           switch chain.configuration.backfill {
           case .awaited:
-            await chain.backfill(entry, for: key, above: tier, token: token)
+            await chain.backfill(entry, for: key, into: top..<tier, token: token)
           case .background:
             tokenHandedOff = true
-            chain.backfillInBackground(entry, for: key, above: tier, token: token)
+            chain.backfillInBackground(entry, for: key, into: top..<tier, token: token)
           }
         }
-        result = .success(entry.value)
+        result = .success((entry.value, .layer(tier)))
       } else {
-        let value = try await fetchRetrying(key)
+        let value = try await fetchRetrying(key, load: id)
         let entry = CacheEntry(value, expiresAt: expiry(timeToLive: nil))
-        _ = await chain.commit(entry, for: key, to: chain.tiers.indices, token: token, operation: .insert)
-        result = .success(value)
+        let top = skipsTopLayer(id) && chain.tiers.count > 1 ? 1 : 0
+        _ = await chain.commit(entry, for: key, to: top..<chain.tiers.count, token: token, operation: .insert)
+        result = .success((value, .origin))
       }
     } catch {
       result = .failure(error)
@@ -284,16 +299,38 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     if !tokenHandedOff { chain.coordinator.endRead(token) }
     let failed = if case .failure = result { true } else { false }
     let waiters = inFlight.withLock { $0.finish(id, failed: failed) }
-    for continuation in waiters { continuation.resume(with: result) }
+    for waiter in waiters { waiter.resume(with: result) }
+  }
+
+  /// Whether load `id` stores below the top layer only (read when it decides where to store).
+  private func skipsTopLayer(_ id: UInt64) -> Bool {
+    inFlight.withLock { $0.loads[id]?.skipsTopLayer ?? false }
+  }
+
+  /// Waits, if load `id` is background work, until no urgent load is in flight or it is promoted.
+  private func waitForUrgentWork(load id: UInt64) async throws {
+    try await withTaskCancellationHandler {
+      try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+        let held = inFlight.withLock { state in
+          !Task.isCancelled && state.enterGate(id, continuation: continuation)
+        }
+        if !held {
+          if Task.isCancelled { continuation.resume(throwing: CancellationError()) } else { continuation.resume() }
+        }
+      }
+    } onCancel: {
+      inFlight.withLock { $0.leaveGate(id) }?.resume(throwing: CancellationError())
+    }
   }
 
   /// Asks the origin, again after transient failures, per the retry policy. Runs inside the
   /// key's one load, so all its waiters share the loop.
-  private func fetchRetrying(_ key: Key) async throws -> Value {
+  private func fetchRetrying(_ key: Key, load id: UInt64) async throws -> Value {
     let policy = configuration.retryPolicy
     var attempt = 1
     while true {
       do {
+        try await waitForUrgentWork(load: id)
         return try await origin.fetch(key)
       } catch is CancellationError {
         throw CancellationError()
@@ -371,7 +408,11 @@ extension LoadingCache {
     public var cancelledLoads: Int
     /// Loads running now (joinable or not).
     public var loadsInFlight: Int
-    /// Requests waiting now.
+    /// Requests (and prefetches) waiting now.
     public var requestsWaiting: Int
+    /// Loads in flight that a request waits for (see ``LoadingCache`` on urgent work).
+    public var urgentLoadsInFlight: Int
+    /// Background loads holding back from the origin until the urgent work ends.
+    public var loadsWaitingForUrgentWork: Int
   }
 }

@@ -1,19 +1,12 @@
 /// The decisions of a prefetcher, free of tasks and time: which keys to start loading, which to
 /// cancel, and how far the current window is done.
 ///
-/// The owner feeds it what happened (the window moved, a load finished, urgent work started
-/// or stopped) and carries out the ``Action``s it returns. Loads start in window order, nearest
-/// first, at most ``limit`` at a time, and none while paused. A load whose key leaves the
-/// window is cancelled; a key that stays keeps its load and its outcome.
+/// The owner feeds it what happened (the window moved, a load ended, urgent work started or
+/// stopped), cancels the loads ``moveWindow(to:)`` returns, and asks ``nextLoads()`` which
+/// loads to start when it is ready to start them. Loads start in window order, nearest first,
+/// at most ``limit`` at a time, and none while paused. A load whose key leaves the window is
+/// cancelled; a key that stays keeps its load and its outcome.
 struct AsyncPrefetcherStateMachine<Key: Hashable & Sendable>: Sendable {
-  /// What the owner must do.
-  enum Action: Hashable, Sendable {
-    /// Start loading `key` (the owner may find it cached and report it finished at once).
-    case start(Key)
-    /// Cancel the load of `key`: it left the window.
-    case cancel(Key)
-  }
-
   /// How a load ended.
   enum Outcome: Hashable, Sendable {
     case loaded
@@ -26,7 +19,7 @@ struct AsyncPrefetcherStateMachine<Key: Hashable & Sendable>: Sendable {
   let limit: Int
   /// The keys of the current window, nearest first.
   private(set) var window: [Key] = []
-  /// Loads started and not finished.
+  /// Loads started and not ended.
   private(set) var loading: Set<Key> = []
   /// Keys of the current window whose load ended (loaded, skipped or failed).
   private(set) var finished: Set<Key> = []
@@ -40,43 +33,43 @@ struct AsyncPrefetcherStateMachine<Key: Hashable & Sendable>: Sendable {
   /// How many keys of the current window are done, and how many it has.
   var progress: (done: Int, total: Int) { (finished.count, window.count) }
 
-  /// The window moved to `keys` (nearest first): cancels the loads that left it and starts
-  /// loads for the new keys, within the limit.
-  mutating func moveWindow(to keys: [Key]) -> [Action] {
+  /// The window moved to `keys` (nearest first; duplicates count once). Returns the keys whose
+  /// loads left it, in the order they were in the old window: the owner must cancel them.
+  mutating func moveWindow(to keys: [Key]) -> [Key] {
     var seen = Set<Key>()
+    let previous = window
     window = keys.filter { seen.insert($0).inserted }
-    var actions: [Action] = []
-    for key in loading where !seen.contains(key) {
-      actions.append(.cancel(key))
-    }
-    for case .cancel(let key) in actions { loading.remove(key) }
+    let cancelled = previous.filter { loading.contains($0) && !seen.contains($0) }
+    for key in cancelled { loading.remove(key) }
     finished = finished.intersection(seen)
-    return actions + fill()
+    return cancelled
   }
 
-  /// The load of `key` ended with `outcome`; starts the next loads.
-  mutating func loadEnded(_ key: Key, _ outcome: Outcome) -> [Action] {
-    guard loading.remove(key) != nil else { return [] }
+  /// The load of `key` ended with `outcome`. Returns `false` for a key that was not loading
+  /// (its load was cancelled when it left the window).
+  @discardableResult
+  mutating func loadEnded(_ key: Key, _ outcome: Outcome) -> Bool {
+    guard loading.remove(key) != nil else { return false }
     // A cancelled load of a key still in the window (cancelled from outside) is tried again.
     if outcome != .cancelled, window.contains(key) { finished.insert(key) }
-    return fill()
+    return true
   }
 
   /// Urgent work started (`true`) or ended (`false`): while paused, no load starts.
-  mutating func setPaused(_ paused: Bool) -> [Action] {
+  mutating func setPaused(_ paused: Bool) {
     isPaused = paused
-    return fill()
   }
 
-  /// Starts loads in window order up to the limit, unless paused.
-  private mutating func fill() -> [Action] {
+  /// The keys to start loading now, in window order, up to the limit; none while paused.
+  /// They count as loading from now on.
+  mutating func nextLoads() -> [Key] {
     guard !isPaused else { return [] }
-    var actions: [Action] = []
+    var keys: [Key] = []
     for key in window where loading.count < limit {
       guard !loading.contains(key), !finished.contains(key) else { continue }
       loading.insert(key)
-      actions.append(.start(key))
+      keys.append(key)
     }
-    return actions
+    return keys
   }
 }

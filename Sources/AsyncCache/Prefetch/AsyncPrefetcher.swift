@@ -1,0 +1,341 @@
+/// Loads the keys around a moving position ahead of need, as background work of a
+/// ``LoadingCache``.
+///
+/// A gallery shows item `currentIndex` of a list of keys; the prefetcher keeps the items of its
+/// ``Configuration-swift.struct/window`` (say the next five) loading, nearest first, at most
+/// ``Configuration-swift.struct/maximumConcurrentLoads`` at a time, so they are cached by the
+/// time the user gets there:
+///
+/// ```swift
+/// let prefetcher = try AsyncPrefetcher(cache: images, keys: photoURLs)
+/// try await withThrowingDiscardingTaskGroup { group in
+///     group.addTask { try await prefetcher.run() }         // ends when the group is cancelled
+///     for await index in visibleIndexChanges {
+///         await prefetcher.setCurrentIndex(index)          // cancels what left the window
+///     }
+///     group.cancelAll()
+/// }
+/// ```
+///
+/// - Moving the index (``setCurrentIndex(_:)``) cancels the loads of keys that left the window
+///   at once. A load that a request (``LoadingCache/value(for:)``) also waits for goes on for
+///   that request.
+/// - Keys the top memory layer holds are skipped without asking any other layer. With
+///   ``Destination-swift.enum/lowerLayers``, values go below the top layer only, so a large
+///   prefetch does not evict what is on screen.
+/// - Prefetches are background work: while requests wait for loads of the same cache, no new
+///   prefetch starts (the prefetcher pauses and resumes on its own), and a request that needs a
+///   key being prefetched joins that load and promotes it (see ``LoadingCache``).
+/// - ``updates(bufferingPolicy:)`` reports every load and the progress of the window, to as
+///   many observers as want it.
+///
+/// Its work runs in a task group owned by ``run()``, which returns when its task is cancelled
+/// or ``stop()`` is called, once every load it started has ended. ``start()`` runs it in a task
+/// of its own for code that is not structured. A prefetcher runs once.
+public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
+  /// Where prefetched values are stored.
+  public enum Destination: Sendable, Hashable {
+    /// Every layer of the cache, the top memory layer included: the value is ready for a
+    /// synchronous hit.
+    case allLayers
+    /// Every layer but the top one (typically the persistent layers below memory), so that a
+    /// large prefetch does not evict what is on screen. A key counts as cached when any layer
+    /// has it.
+    case lowerLayers
+  }
+
+  /// How a prefetcher chooses and runs its loads.
+  public struct Configuration: Sendable {
+    /// The items around the current index to prefetch. Default: the 5 upcoming items, starting
+    /// with the one after the current.
+    public var window: PrefetchWindow
+    /// The most loads at a time; at least 1. Default 2: fewer than the connections an origin
+    /// usually allows, so that requests never queue behind prefetches.
+    public var maximumConcurrentLoads: Int
+    /// Where values go. Default ``Destination-swift.enum/allLayers``.
+    public var destination: Destination
+    /// The priority prefetch loads run at until a request promotes them. Default `.low`.
+    public var priority: TaskPriority
+
+    /// Creates a configuration.
+    public init(
+      window: PrefetchWindow = PrefetchWindow(),
+      maximumConcurrentLoads: Int = 2,
+      destination: Destination = .allLayers,
+      priority: TaskPriority = .low
+    ) {
+      self.window = window
+      self.maximumConcurrentLoads = maximumConcurrentLoads
+      self.destination = destination
+      self.priority = priority
+    }
+  }
+
+  private enum Lifecycle {
+    case idle
+    case running
+    case finished
+  }
+
+  /// The cache the prefetcher loads through.
+  public nonisolated let cache: LoadingCache<Key, Value>
+  /// The prefetcher's configuration.
+  public nonisolated let configuration: Configuration
+
+  /// The list the current index points into.
+  public private(set) var keys: [Key]
+  /// The position the window is around, within `0..<keys.count` (0 for an empty list).
+  public private(set) var currentIndex: Int
+
+  private var machine: AsyncPrefetcherStateMachine<Key>
+  /// The loads running now, by key: the ticket withdraws a load that left the window.
+  private var tickets: [Key: PrefetchTicket] = [:]
+  private var lifecycle = Lifecycle.idle
+  private var stopWaiters: [CheckedContinuation<Void, Never>] = []
+  /// Wakes the run loop up to start loads: the index moved, a load ended, urgent work changed.
+  private let wakeups: AsyncStream<Void>
+  private let wakeup: AsyncStream<Void>.Continuation
+  private nonisolated let subscribers = Locked(Subscribers())
+
+  /// Creates a prefetcher of `keys` through `cache`, around `currentIndex`. It starts loading
+  /// when it runs (``run()`` or ``start()``).
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` when
+  ///   ``Configuration-swift.struct/maximumConcurrentLoads`` is below 1, or when the destination
+  ///   is ``Destination-swift.enum/lowerLayers`` and the cache's chain has a single layer.
+  public init(
+    cache: LoadingCache<Key, Value>,
+    keys: [Key],
+    currentIndex: Int = 0,
+    configuration: Configuration = Configuration()
+  ) throws {
+    guard configuration.maximumConcurrentLoads >= 1 else {
+      throw AsyncCacheError.invalidConfiguration(
+        "AsyncPrefetcher.Configuration.maximumConcurrentLoads must be at least 1; it is \(configuration.maximumConcurrentLoads)"
+      )
+    }
+    if configuration.destination == .lowerLayers, cache.chain.tiers.count < 2 {
+      throw AsyncCacheError.invalidConfiguration(
+        "AsyncPrefetcher destination .lowerLayers needs a cache with at least two layers; this one has 1"
+      )
+    }
+    self.cache = cache
+    self.configuration = configuration
+    self.keys = keys
+    self.currentIndex = Self.clamp(currentIndex, count: keys.count)
+    var machine = AsyncPrefetcherStateMachine<Key>(limit: configuration.maximumConcurrentLoads)
+    _ = machine.moveWindow(to: Self.window(configuration.window, around: self.currentIndex, in: keys))
+    self.machine = machine
+    (wakeups, wakeup) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+  }
+
+  // MARK: Moving
+
+  /// Moves the window around `index` (clamped to the list): loads of keys that left it are
+  /// cancelled at once, and the new keys start loading, nearest first.
+  public func setCurrentIndex(_ index: Int) {
+    currentIndex = Self.clamp(index, count: keys.count)
+    windowChanged()
+  }
+
+  /// Replaces the list of keys (items were added, removed or reordered) and moves the window
+  /// around `index`, or around the same index when `nil`. Keys that stay in the window keep
+  /// their loads.
+  public func setKeys(_ keys: [Key], currentIndex index: Int? = nil) {
+    self.keys = keys
+    currentIndex = Self.clamp(index ?? currentIndex, count: keys.count)
+    windowChanged()
+  }
+
+  /// The progress of the current window.
+  public var progress: PrefetchProgress {
+    let (done, total) = machine.progress
+    return PrefetchProgress(completed: done, total: total, currentIndex: currentIndex, isPaused: machine.isPaused)
+  }
+
+  /// Whether urgent loads hold prefetching back now.
+  public var isPaused: Bool { machine.isPaused }
+
+  // MARK: Running
+
+  /// Prefetches until the calling task is cancelled or ``stop()`` is called, then cancels the
+  /// loads still running and returns once they have ended; the ``updates(bufferingPolicy:)``
+  /// sequences finish then.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidState`` when the prefetcher runs or ran already.
+  public func run() async throws {
+    try begin("run()")
+    await runLoop()
+  }
+
+  /// Runs the prefetcher in a task of its own, for code that is not structured; ``stop()``
+  /// ends it. Does nothing when it runs already.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidState`` when the prefetcher has stopped.
+  public func start() throws {
+    if lifecycle == .running { return }
+    try begin("start()")
+    Task { await self.runLoop() }
+  }
+
+  /// Stops the prefetcher and returns once its loads have ended and ``run()`` has returned.
+  /// A prefetcher that never ran will not run. Calling it again does nothing.
+  public func stop() async {
+    switch lifecycle {
+    case .idle:
+      lifecycle = .finished
+      finishUpdates()
+    case .running:
+      wakeup.finish()
+      await withCheckedContinuation { stopWaiters.append($0) }
+    case .finished:
+      break
+    }
+  }
+
+  private func begin(_ operation: String) throws {
+    switch lifecycle {
+    case .idle:
+      lifecycle = .running
+    case .running:
+      throw AsyncCacheError.invalidState("AsyncPrefetcher.\(operation): the prefetcher is running already")
+    case .finished:
+      throw AsyncCacheError.invalidState("AsyncPrefetcher.\(operation): the prefetcher has stopped; make a new one")
+    }
+  }
+
+  private func runLoop() async {
+    let observer = cache.addUrgencyObserver { [wakeup] in wakeup.yield() }
+    emit(.moved(index: currentIndex))
+    wakeup.yield()
+    await withDiscardingTaskGroup { group in
+      // Ends when `stop()` finishes the stream or the task is cancelled.
+      for await _ in wakeups {
+        updatePause()
+        for key in machine.nextLoads() {
+          startLoad(key, in: &group)
+        }
+      }
+      group.cancelAll()
+    }
+    cache.removeUrgencyObserver(observer)
+    wakeup.finish()
+    lifecycle = .finished
+    finishUpdates()
+    for waiter in stopWaiters { waiter.resume() }
+    stopWaiters = []
+  }
+
+  private func startLoad(_ key: Key, in group: inout DiscardingTaskGroup) {
+    let ticket = cache.makePrefetchTicket()
+    tickets[key] = ticket
+    emit(.started(key))
+    let cache = cache
+    let skipsTopLayer = configuration.destination == .lowerLayers
+    group.addTask(priority: configuration.priority) {
+      let outcome = await cache.prefetch(key, ticket: ticket, skipsTopLayer: skipsTopLayer)
+      await self.loadEnded(key, ticket: ticket, outcome: outcome)
+    }
+  }
+
+  private func loadEnded(_ key: Key, ticket: PrefetchTicket, outcome: PrefetchOutcome) {
+    // A load withdrawn when its key left the window was reported then.
+    guard tickets[key] === ticket else { return }
+    tickets[key] = nil
+    switch outcome {
+    case .loaded:
+      machine.loadEnded(key, .loaded)
+      emit(.loaded(key))
+    case .skipped:
+      machine.loadEnded(key, .skipped)
+      emit(.skipped(key))
+    case .failed(let error):
+      machine.loadEnded(key, .failed)
+      emit(.failed(key, error))
+    case .cancelled:
+      machine.loadEnded(key, .cancelled)
+      emit(.cancelled(key))
+    }
+    wakeup.yield()
+  }
+
+  private func windowChanged() {
+    let cancelled = machine.moveWindow(to: Self.window(configuration.window, around: currentIndex, in: keys))
+    emit(.moved(index: currentIndex))
+    for key in cancelled {
+      guard let ticket = tickets.removeValue(forKey: key) else { continue }
+      cache.withdraw(ticket, for: key)
+      emit(.cancelled(key))
+    }
+    wakeup.yield()
+  }
+
+  private func updatePause() {
+    let urgent = cache.hasUrgentLoads
+    guard urgent != machine.isPaused else { return }
+    machine.setPaused(urgent)
+    emit(urgent ? .paused : .resumed)
+  }
+
+  private static func clamp(_ index: Int, count: Int) -> Int {
+    Swift.min(Swift.max(index, 0), Swift.max(count - 1, 0))
+  }
+
+  private static func window(_ window: PrefetchWindow, around index: Int, in keys: [Key]) -> [Key] {
+    window.indices(around: index, count: keys.count).map { keys[$0] }
+  }
+
+  // MARK: Updates
+
+  /// A sequence of what the prefetcher does, each with the progress of the current window.
+  ///
+  /// Each call returns a new sequence, and any number can be observed at once. A sequence
+  /// finishes when the prefetcher stops (one made after that is empty); stop iterating it, or
+  /// cancel the task that does, to unsubscribe. Safe from any context.
+  ///
+  /// - Parameter bufferingPolicy: What to keep when the observer falls behind. Default
+  ///   `.unbounded`; with `.bufferingNewest(n)` a slow observer loses the oldest updates, but
+  ///   every update carries the whole progress, so a progress bar stays right.
+  public nonisolated func updates(
+    bufferingPolicy: AsyncStream<PrefetchUpdate<Key>>.Continuation.BufferingPolicy = .unbounded
+  ) -> AsyncStream<PrefetchUpdate<Key>> {
+    let (stream, continuation) = AsyncStream.makeStream(of: PrefetchUpdate<Key>.self, bufferingPolicy: bufferingPolicy)
+    let id = subscribers.withLock { subscribers -> Int? in
+      guard !subscribers.isFinished else { return nil }
+      subscribers.nextID += 1
+      subscribers.continuations[subscribers.nextID] = continuation
+      return subscribers.nextID
+    }
+    guard let id else {
+      continuation.finish()
+      return stream
+    }
+    continuation.onTermination = { [subscribers] _ in
+      _ = subscribers.withLock { $0.continuations.removeValue(forKey: id) }
+    }
+    return stream
+  }
+
+  private func emit(_ event: PrefetchEvent<Key>) {
+    let continuations = subscribers.withLock { Array($0.continuations.values) }
+    guard !continuations.isEmpty else { return }
+    let update = PrefetchUpdate(event: event, progress: progress)
+    for continuation in continuations { continuation.yield(update) }
+  }
+
+  private func finishUpdates() {
+    // Finished outside the lock: finishing runs `onTermination`, which takes it.
+    let continuations = subscribers.withLock { subscribers in
+      subscribers.isFinished = true
+      defer { subscribers.continuations = [:] }
+      return Array(subscribers.continuations.values)
+    }
+    for continuation in continuations { continuation.finish() }
+  }
+
+  private struct Subscribers {
+    var nextID = 0
+    var continuations: [Int: AsyncStream<PrefetchUpdate<Key>>.Continuation] = [:]
+    var isFinished = false
+  }
+}

@@ -1,0 +1,156 @@
+import Synchronization  // Atomic
+
+extension LoadingCache {
+  // MARK: Urgent and background work
+
+  /// Turns the requests waiting for `key` into background work: the key's load no longer holds
+  /// back prefetching, and it waits for urgent loads to end before it asks the origin again.
+  /// The requests still get its value.
+  ///
+  /// Use it for content that scrolled away but will likely be wanted again, instead of
+  /// cancelling its request. A later request for `key` promotes the load again. Swift cannot
+  /// lower a running task's priority, so a load already talking to the origin finishes that
+  /// attempt at the priority it has; the demotion governs what it does next.
+  ///
+  /// - Returns: Whether a load of `key` was urgent and is now background work.
+  @discardableResult
+  public func demote(_ key: Key) -> Bool {
+    inFlight.withLock { $0.demote(key) }
+  }
+
+  /// Whether a load that a request waits for is in flight. Safe from any context.
+  public var hasUrgentLoads: Bool {
+    inFlight.withLock { $0.urgentLoads > 0 }
+  }
+
+  /// Registers `observer`, called each time urgent loads start being in flight or stop being.
+  ///
+  /// It is called while the in-flight table is locked: it must return at once and must not use
+  /// the cache (yielding to an `AsyncStream` is fine). Returns the identifier to remove it with.
+  func addUrgencyObserver(_ observer: @escaping @Sendable () -> Void) -> UInt64 {
+    inFlight.withLock { state in
+      state.nextObserverID += 1
+      state.urgencyObservers[state.nextObserverID] = observer
+      return state.nextObserverID
+    }
+  }
+
+  func removeUrgencyObserver(_ id: UInt64) {
+    _ = inFlight.withLock { $0.urgencyObservers.removeValue(forKey: id) }
+  }
+
+  /// Returns once at least `count` background loads wait for urgent work to end (for tests:
+  /// `AsyncCacheTesting` offers it as `waitForLoadsWaitingForUrgentWork(_:)`).
+  package func waitForGate(_ count: Int) async {
+    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+      if !inFlight.withLock({ $0.watchGate(count: count, continuation: continuation) }) {
+        continuation.resume()
+      }
+    }
+  }
+
+  // MARK: Prefetching
+
+  /// Makes a ticket for one prefetch of a key.
+  func makePrefetchTicket() -> PrefetchTicket {
+    PrefetchTicket(waiter: nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue)
+  }
+
+  /// Loads `key` as background work, unless the top memory layer has it, and reports how it
+  /// went; never throws.
+  ///
+  /// Joins the key's load in flight or starts one; a request for the key that arrives meanwhile
+  /// joins it and promotes it. With `skipsTopLayer`, a value from the origin or a lower layer is
+  /// stored in the layers below the top one only (unless a request or another prefetch wants it
+  /// on top too). Withdrawing `ticket` (``withdraw(_:for:)``) or cancelling the calling task
+  /// withdraws this prefetch: the load goes on if a request waits for it, and is cancelled
+  /// otherwise; this method then returns once that load has ended, so no work outlives it.
+  func prefetch(_ key: Key, ticket: PrefetchTicket, skipsTopLayer: Bool) async -> PrefetchOutcome {
+    if cachedValue(for: key) != nil { return .skipped }
+    do {
+      let source = try await withTaskCancellationHandler {
+        try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<LoadSource, any Error>) in
+          let joined = inFlight.withLock {
+            state -> (joined: Bool, escalate: Task<Void, Never>?, priority: TaskPriority) in
+            let priority = Task.currentPriority
+            // Checked under the lock: `withdraw` sets the flag before it takes the lock, so
+            // either this sees it, or `withdraw` finds the waiter.
+            if Task.isCancelled || ticket.isWithdrawn.load(ordering: .sequentiallyConsistent) {
+              return (false, nil, priority)
+            }
+            let result = state.join(
+              key, waiter: ticket.waiter, continuation: .prefetch(continuation), priority: priority,
+              isUrgent: false, skipsTopLayer: skipsTopLayer)
+            switch result {
+            case .joined(let task):
+              return (true, task, priority)
+            case .started(let id):
+              let (task, token) = startLoad(id, key: key, priority: priority)
+              state.attach(task, token: token, to: id)
+              return (true, nil, priority)
+            }
+          }
+          if !joined.joined {
+            continuation.resume(throwing: CancellationError())
+          } else if let task = joined.escalate {
+            Self.escalate(task, to: joined.priority)
+          }
+        }
+      } onCancel: {
+        withdraw(ticket, for: key)
+      }
+      switch source {
+      case .origin: return .loaded
+      case .layer(let tier): return tier == 0 || skipsTopLayer ? .skipped : .loaded
+      }
+    } catch is CancellationError {
+      // See out the load this prefetch abandoned, if it did: it is cancelled and ends soon.
+      if let abandoned = ticket.abandonedLoad.withLock({ $0 }) { await abandoned.value }
+      return .cancelled
+    } catch {
+      return .failed(error)
+    }
+  }
+
+  /// Withdraws the prefetch of `key` that holds `ticket`: it returns `.cancelled` at once, and
+  /// the key's load is cancelled unless a request or another prefetch still waits for it.
+  /// Safe from any context; withdrawing twice, or after the prefetch ended, does nothing.
+  func withdraw(_ ticket: PrefetchTicket, for key: Key) {
+    ticket.isWithdrawn.store(true, ordering: .sequentiallyConsistent)
+    let (waiter, abandoned) = inFlight.withLock { state in
+      let (waiter, abandoned) = state.cancel(waiter: ticket.waiter, key: key)
+      if let token = abandoned?.token { overtake(token) }
+      return (waiter, abandoned)
+    }
+    if let task = abandoned?.task { ticket.abandonedLoad.withLock { $0 = task } }
+    waiter?.resume(throwing: CancellationError())
+    abandoned?.task?.cancel()
+  }
+}
+
+/// A prefetcher's claim on the load of one key, which the prefetcher can withdraw from outside
+/// the task that waits for it.
+final class PrefetchTicket: Sendable {
+  /// The waiter identifier of the prefetch in the in-flight table.
+  let waiter: UInt64
+  /// Set before the waiter is removed, so a prefetch that has not joined yet never does.
+  let isWithdrawn = Atomic<Bool>(false)
+  /// The load that withdrawing this ticket abandoned (and cancelled), if it did.
+  let abandonedLoad = Locked<Task<Void, Never>?>(nil)
+
+  init(waiter: UInt64) {
+    self.waiter = waiter
+  }
+}
+
+/// How one prefetch ended.
+enum PrefetchOutcome: Sendable {
+  /// The value came from the origin, or from a lower layer into the top one.
+  case loaded
+  /// The value was already where the prefetch puts it.
+  case skipped
+  /// The load failed (after the retries of the cache's policy).
+  case failed(any Error)
+  /// The prefetch was withdrawn or its task cancelled.
+  case cancelled
+}

@@ -1,0 +1,476 @@
+import AsyncCacheTesting
+import Testing
+
+@testable import AsyncCache
+
+@Suite("AsyncPrefetcher", .timeLimit(.minutes(1)))
+struct AsyncPrefetcherTests {
+  typealias Prefetcher = AsyncPrefetcher<String, String>
+
+  static let keys = (0..<10).map { "k\($0)" }
+
+  static func configuration(
+    _ direction: PrefetchWindow.Direction = .upcoming, range: Int = 2, offset: Int = 1, limit: Int = 2,
+    destination: Prefetcher.Destination = .allLayers
+  ) -> Prefetcher.Configuration {
+    .init(
+      window: PrefetchWindow(direction: direction, range: range, offset: offset), maximumConcurrentLoads: limit,
+      destination: destination)
+  }
+
+  // MARK: Loading the window
+
+  @Test("the window loads nearest first within the limit; cached keys are skipped without asking lower layers")
+  func loadsTheWindow() async throws {
+    let origin = TrackingFetcher()
+    let lower = RecordingLayer(try MemoryLayer<String, String>())
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>(), lower], origin: origin)
+    try await cache.insert("cached", for: "k2")
+    lower.clearCalls()
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(range: 3))
+    var updates = UpdateReader(prefetcher.updates())
+    let run = Task { try await prefetcher.run() }
+
+    await origin.gate.waitForFetches(1, for: "k1")
+    await origin.gate.waitForFetches(1, for: "k3")
+    #expect(Set(origin.gate.heldKeys) == ["k1", "k3"])
+    origin.gate.releaseAll()
+    let last = await updates.read { $0.progress.completed == 3 }
+    #expect(last?.progress == PrefetchProgress(completed: 3, total: 3, currentIndex: 0, isPaused: false))
+    #expect(Array(updates.events.prefix(4)) == ["moved 0", "started k1", "started k2", "skipped k2"])
+    #expect(Set(updates.events.dropFirst(4)) == ["started k3", "loaded k1", "loaded k3"])
+    #expect(!lower.calls.contains(.entry("k2")), "a key in memory costs no lookup below")
+    #expect(cache.cachedValue(for: "k1") == "value of k1" && cache.cachedValue(for: "k3") == "value of k3")
+    #expect(await prefetcher.progress.fractionCompleted == 1)
+
+    run.cancel()
+    try await run.value
+    #expect(origin.callCount == 2)
+  }
+
+  @Test("a value in a lower layer is copied up into memory and counts as loaded")
+  func lowerLayerHit() async throws {
+    let origin = TrackingFetcher()
+    let lower = try MemoryLayer<String, String>()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>(), lower], origin: origin)
+    try lower.insert(CacheEntry("from below"), for: "k1")
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(range: 1))
+    var updates = UpdateReader(prefetcher.updates())
+    let run = Task { try await prefetcher.run() }
+    _ = await updates.read { $0.event.key == "k1" && $0.progress.completed == 1 }
+    #expect(updates.events.last == "loaded k1")
+    #expect(cache.cachedValue(for: "k1") == "from below")
+    #expect(origin.callCount == 0)
+    run.cancel()
+    try await run.value
+  }
+
+  @Test("at both ends of the list the window holds only the items that exist")
+  func listEnds() async throws {
+    let origin = TrackingFetcher()
+    origin.gate.open()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
+    let prefetcher = try Prefetcher(
+      cache: cache, keys: Self.keys, currentIndex: 9, configuration: Self.configuration(.both, range: 3, limit: 1))
+    var updates = UpdateReader(prefetcher.updates())
+    let run = Task { try await prefetcher.run() }
+    _ = await updates.read { $0.progress.completed == 3 }
+    #expect(updates.events.filter { $0.hasPrefix("started") } == ["started k8", "started k7", "started k6"])
+    await prefetcher.setCurrentIndex(-4)
+    _ = await updates.read { $0.progress.completed == 3 && $0.progress.currentIndex == 0 }
+    #expect(updates.events.filter { $0.hasPrefix("started") }.suffix(3) == ["started k1", "started k2", "started k3"])
+    run.cancel()
+    try await run.value
+  }
+
+  @Test("a failed load reports its error, counts as done, and is not retried in the same window")
+  func failure() async throws {
+    let origin = TrackingFetcher()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(range: 1))
+    var updates = UpdateReader(prefetcher.updates())
+    let run = Task { try await prefetcher.run() }
+    await origin.gate.waitForFetches(1, for: "k1")
+    origin.gate.release("k1", throwing: TestError("offline"))
+    let failed = await updates.read { $0.event.key == "k1" && $0.progress.completed == 1 }
+    guard case .failed(_, let error)? = failed?.event else {
+      Issue.record("expected a failure, got \(String(describing: failed?.event))")
+      return
+    }
+    #expect(error as? TestError == TestError("offline"))
+    run.cancel()
+    try await run.value
+    #expect(origin.callCount(for: "k1") == 1)
+  }
+
+  // MARK: Moving
+
+  @Test("moving the index cancels the loads that left the window before it returns, and starts the new ones")
+  func moveCancels() async throws {
+    let origin = TrackingFetcher()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration())
+    var updates = UpdateReader(prefetcher.updates())
+    let run = Task { try await prefetcher.run() }
+    await origin.gate.waitForFetches(1, for: "k1")
+    await origin.gate.waitForFetches(1, for: "k2")
+
+    await prefetcher.setCurrentIndex(1)
+    #expect(origin.gate.wasCancelled("k1"), "the origin saw the cancellation before setCurrentIndex returned")
+    #expect(!origin.gate.wasCancelled("k2"), "k2 is still in the window")
+    await origin.gate.waitForFetches(1, for: "k3")
+    await prefetcher.setCurrentIndex(6)
+    #expect(origin.gate.cancellationCount() == 3)
+    await origin.gate.waitForFetches(1, for: "k7")
+    await origin.gate.waitForFetches(1, for: "k8")
+    origin.gate.releaseAll()
+    _ = await updates.read { $0.progress == PrefetchProgress(completed: 2, total: 2, currentIndex: 6, isPaused: false) }
+    #expect(["cancelled k1", "cancelled k2", "cancelled k3"].allSatisfy(updates.events.contains))
+    #expect(cache.cachedValue(for: "k1") == nil, "a cancelled load stores nothing")
+    #expect(cache.statistics.cancelledLoads == 3)
+    run.cancel()
+    try await run.value
+  }
+
+  @Test("a load a request also waits for is not cancelled when its key leaves the window")
+  func foregroundWaiterKeepsTheLoad() async throws {
+    let origin = TrackingFetcher()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(range: 1))
+    var updates = UpdateReader(prefetcher.updates())
+    let run = Task { try await prefetcher.run() }
+    await origin.gate.waitForFetches(1, for: "k1")
+    let request = Task { try await cache.value(for: "k1") }
+    await cache.waitForRequests(2, for: "k1")
+
+    await prefetcher.setCurrentIndex(5)
+    #expect(!origin.gate.wasCancelled("k1"))
+    #expect(origin.gate.release("k1") == 1)
+    #expect(try await request.value == "value of k1")
+    #expect(cache.cachedValue(for: "k1") == "value of k1")
+    _ = await updates.read { $0.event.key == "k6" && $0.progress.completed == 0 }
+    #expect(updates.events.contains("cancelled k1"))
+    #expect(origin.callCount(for: "k1") == 1)
+    origin.gate.open()
+    run.cancel()
+    try await run.value
+  }
+
+  @Test("replacing the keys keeps the loads of keys still in the window")
+  func setKeys() async throws {
+    let origin = TrackingFetcher()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration())
+    let run = Task { try await prefetcher.run() }
+    await origin.gate.waitForFetches(1, for: "k1")
+    await origin.gate.waitForFetches(1, for: "k2")
+    await prefetcher.setKeys(["new", "k2", "k1", "other"], currentIndex: 0)
+    #expect(!origin.gate.wasCancelled("k1") && !origin.gate.wasCancelled("k2"))
+    await prefetcher.setKeys(["x", "k1"], currentIndex: 0)
+    #expect(origin.gate.wasCancelled("k2") && !origin.gate.wasCancelled("k1"))
+    #expect(await prefetcher.keys == ["x", "k1"])
+    origin.gate.open()
+    run.cancel()
+    try await run.value
+  }
+
+  // MARK: Urgent and background work
+
+  @Test("while a request's load is in flight no prefetch starts; prefetching resumes when it ends")
+  func pausesUnderUrgentLoad() async throws {
+    let origin = TrackingFetcher()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
+    let urgent = Task { try await cache.value(for: "on screen") }
+    await origin.gate.waitForFetches(1, for: "on screen")
+    #expect(cache.hasUrgentLoads)
+
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(limit: 1))
+    var updates = UpdateReader(prefetcher.updates())
+    let run = Task { try await prefetcher.run() }
+    _ = await updates.read { $0.event.isPaused }
+    #expect(await prefetcher.isPaused)
+    await prefetcher.setCurrentIndex(3)
+    origin.gate.release("on screen")
+    #expect(try await urgent.value == "value of on screen")
+    _ = await updates.read { $0.event.key == "k4" }
+    #expect(updates.events == ["moved 0", "paused", "moved 3", "resumed", "started k4"])
+    await origin.gate.waitForFetches(1, for: "k4")
+    #expect(origin.calls == ["on screen", "k4"])
+    origin.gate.open()
+    run.cancel()
+    try await run.value
+  }
+
+  @Test("a request that joins a prefetch promotes it: it runs at the request's priority and lands in memory")
+  func promotion() async throws {
+    let origin = TrackingFetcher()
+    let lower = try MemoryLayer<String, String>()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>(), lower], origin: origin)
+    let prefetcher = try Prefetcher(
+      cache: cache, keys: Self.keys, configuration: Self.configuration(destination: .lowerLayers))
+    var updates = UpdateReader(prefetcher.updates())
+    let run = Task { try await prefetcher.run() }
+    await origin.gate.waitForFetches(1, for: "k1")
+    await origin.gate.waitForFetches(1, for: "k2")
+    #expect(!cache.hasUrgentLoads, "prefetches are background work")
+
+    let request = Task(priority: .high) { try await cache.value(for: "k1") }
+    await cache.waitForRequests(2, for: "k1")
+    #expect(cache.hasUrgentLoads, "the request made k1's load urgent")
+    _ = await updates.read { $0.event.isPaused }
+    origin.gate.releaseAll()
+    #expect(try await request.value == "value of k1")
+    _ = await updates.read { $0.progress.completed == 2 }
+    #expect(try #require(origin.gate.releasedPriorities(for: "k1").first) >= .high)
+    #expect(try #require(origin.gate.releasedPriorities(for: "k2").first) < .high)
+    #expect(cache.cachedValue(for: "k1") == "value of k1", "the promoted load stored in every layer")
+    #expect(cache.cachedValue(for: "k2") == nil, "a lower-layers prefetch leaves memory alone")
+    #expect(lower.value(for: "k2") == "value of k2")
+    run.cancel()
+    try await run.value
+  }
+
+  @Test("a demoted load waits for urgent work before it asks the origin again; a request promotes it")
+  func demotion() async throws {
+    let clock = ManualClock()
+    let origin = TrackingFetcher()
+    let policy = RetryPolicy(maximumAttempts: 3, initialDelay: .milliseconds(100), jitter: 0)
+    let cache = try LoadingCache(
+      layers: [try MemoryLayer<String, String>()], origin: origin,
+      configuration: .init(clock: clock, retryPolicy: policy))
+    let scrolledAway = Task { try await cache.value(for: "d") }
+    await origin.gate.waitForFetches(1, for: "d")
+    origin.gate.release("d", throwing: TestError("flaky"))
+    await clock.waitForSleepers(1)
+
+    #expect(cache.demote("d"))
+    #expect(!cache.demote("d"), "demoting twice changes nothing")
+    #expect(!cache.hasUrgentLoads)
+    let onScreen = Task { try await cache.value(for: "u") }
+    await origin.gate.waitForFetches(1, for: "u")
+    clock.advance(by: .milliseconds(100))
+    await cache.waitForGate(1)
+    #expect(origin.callCount(for: "d") == 1, "the retry holds back while urgent work runs")
+    #expect(cache.statistics.loadsWaitingForUrgentWork == 1)
+
+    origin.gate.release("u")
+    #expect(try await onScreen.value == "value of u")
+    await origin.gate.waitForFetches(1, for: "d")
+    origin.gate.release("d")
+    #expect(try await scrolledAway.value == "value of d")
+    #expect(cache.statistics.loadsWaitingForUrgentWork == 0)
+  }
+
+  @Test("a request for a demoted key held back by urgent work promotes it at once")
+  func demotedThenRequested() async throws {
+    let clock = ManualClock()
+    let origin = TrackingFetcher()
+    let policy = RetryPolicy(maximumAttempts: 3, initialDelay: .milliseconds(100), jitter: 0)
+    let cache = try LoadingCache(
+      layers: [try MemoryLayer<String, String>()], origin: origin,
+      configuration: .init(clock: clock, retryPolicy: policy))
+    let first = Task { try await cache.value(for: "d") }
+    await origin.gate.waitForFetches(1, for: "d")
+    origin.gate.release("d", throwing: TestError("flaky"))
+    await clock.waitForSleepers(1)
+    cache.demote("d")
+    let onScreen = Task { try await cache.value(for: "u") }
+    await origin.gate.waitForFetches(1, for: "u")
+    clock.advance(by: .milliseconds(100))
+    await cache.waitForGate(1)
+
+    let again = Task { try await cache.value(for: "d") }
+    await origin.gate.waitForFetches(1, for: "d")
+    #expect(origin.gate.heldCount(for: "u") == 1, "the urgent load still runs")
+    origin.gate.releaseAll()
+    #expect(try await [first.value, again.value] == ["value of d", "value of d"])
+    #expect(try await onScreen.value == "value of u")
+    #expect(origin.callCount(for: "d") == 2)
+  }
+
+  @Test("a background load whose request was cancelled leaves the gate at once")
+  func cancelledAtTheGate() async throws {
+    let clock = ManualClock()
+    let origin = TrackingFetcher()
+    let policy = RetryPolicy(maximumAttempts: 3, initialDelay: .milliseconds(100), jitter: 0)
+    let cache = try LoadingCache(
+      layers: [try MemoryLayer<String, String>()], origin: origin,
+      configuration: .init(clock: clock, retryPolicy: policy))
+    let demoted = Task { try await cache.value(for: "d") }
+    await origin.gate.waitForFetches(1, for: "d")
+    origin.gate.release("d", throwing: TestError("flaky"))
+    await clock.waitForSleepers(1)
+    cache.demote("d")
+    let onScreen = Task { try await cache.value(for: "u") }
+    await origin.gate.waitForFetches(1, for: "u")
+    clock.advance(by: .milliseconds(100))
+    await cache.waitForGate(1)
+
+    demoted.cancel()
+    await #expect(throws: CancellationError.self) { try await demoted.value }
+    #expect(cache.statistics.loadsWaitingForUrgentWork == 0)
+    #expect(origin.callCount(for: "d") == 1)
+    origin.gate.release("u")
+    _ = try await onScreen.value
+  }
+
+  // MARK: Destination
+
+  @Test("into lower layers only: memory is left alone, and a key any layer has is skipped")
+  func lowerLayersDestination() async throws {
+    let origin = TrackingFetcher()
+    origin.gate.open()
+    let top = try MemoryLayer<String, String>()
+    let lower = RecordingLayer(try MemoryLayer<String, String>())
+    let cache = try LoadingCache(layers: [top, lower], origin: origin)
+    try await lower.insert(CacheEntry("below"), for: "k1")
+    try top.insert(CacheEntry("on top"), for: "k2")
+    lower.clearCalls()
+    let prefetcher = try Prefetcher(
+      cache: cache, keys: Self.keys, configuration: Self.configuration(range: 3, limit: 3, destination: .lowerLayers))
+    var updates = UpdateReader(prefetcher.updates())
+    let run = Task { try await prefetcher.run() }
+    _ = await updates.read { $0.progress.completed == 3 }
+    #expect(
+      Set(updates.events.filter { !$0.hasPrefix("started") }) == ["moved 0", "skipped k1", "skipped k2", "loaded k3"])
+    #expect(top.value(for: "k1") == nil && top.value(for: "k3") == nil)
+    #expect(lower.base.value(for: "k3") == "value of k3")
+    #expect(!lower.calls.contains(.entry("k2")))
+    #expect(origin.calls == ["k3"])
+    run.cancel()
+    try await run.value
+  }
+
+  @Test("the configuration is checked")
+  func configurationErrors() throws {
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: TrackingFetcher())
+    let noLoads = #expect(throws: AsyncCacheError.self) {
+      try Prefetcher(cache: cache, keys: [], configuration: Self.configuration(limit: 0))
+    }
+    #expect(noLoads?.code == .invalidConfiguration)
+    #expect(noLoads?.message.contains("maximumConcurrentLoads") == true)
+    let oneLayer = #expect(throws: AsyncCacheError.self) {
+      try Prefetcher(cache: cache, keys: [], configuration: Self.configuration(destination: .lowerLayers))
+    }
+    #expect(oneLayer?.message.contains("lowerLayers") == true)
+  }
+
+  // MARK: Lifecycle
+
+  @Test("cancelling run() cancels its loads, returns once they ended, and finishes every update sequence")
+  func runEndsWhenCancelled() async throws {
+    let origin = TrackingFetcher()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration())
+    let first = Task { await UpdateReader(prefetcher.updates()).readToEnd() }
+    let second = Task { await UpdateReader(prefetcher.updates()).readToEnd() }
+    let run = Task { try await prefetcher.run() }
+    await origin.gate.waitForFetches(2)
+
+    run.cancel()
+    try await run.value
+    #expect(origin.active == 0, "no origin call outlives run()")
+    #expect(cache.statistics.loadsInFlight == 0)
+    let (firstEvents, secondEvents) = await (first.value, second.value)
+    #expect(firstEvents == secondEvents, "every observer sees every update")
+    #expect(Set(firstEvents.suffix(2)) == ["cancelled k1", "cancelled k2"])
+    #expect(await UpdateReader(prefetcher.updates()).readToEnd().isEmpty, "a sequence made after the end is empty")
+    await #expect(throws: AsyncCacheError.self) { try await prefetcher.run() }
+  }
+
+  @Test("start() and stop() for unstructured code; stop() returns once the loads ended")
+  func startAndStop() async throws {
+    let origin = TrackingFetcher()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration())
+    let updates = Task { await UpdateReader(prefetcher.updates()).readToEnd() }
+    try await prefetcher.start()
+    try await prefetcher.start()  // running already: nothing happens
+    await origin.gate.waitForFetches(2)
+    let running = await #expect(throws: AsyncCacheError.self) { try await prefetcher.run() }
+    #expect(running?.code == .invalidState)
+
+    await prefetcher.stop()
+    #expect(origin.active == 0)
+    #expect(await updates.value.last?.hasPrefix("cancelled") == true)
+    await prefetcher.stop()  // stopped already: nothing happens
+    let stopped = await #expect(throws: AsyncCacheError.self) { try await prefetcher.start() }
+    #expect(stopped?.code == .invalidState)
+  }
+
+  @Test("a prefetcher stopped before it ran never runs, and its updates end at once")
+  func stopBeforeRun() async throws {
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: TrackingFetcher())
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys)
+    let updates = prefetcher.updates()
+    await prefetcher.stop()
+    #expect(await UpdateReader(updates).readToEnd().isEmpty)
+    await #expect(throws: AsyncCacheError.self) { try await prefetcher.run() }
+  }
+}
+
+// MARK: - Support
+
+/// A gated origin that also counts the fetches in progress, to prove none outlives a prefetcher.
+final class TrackingFetcher: AsyncFetcher, Sendable {
+  let gate = GatedFetcher<String, String> { "value of \($0)" }
+  private let inProgress = Locked(0)
+
+  func fetch(_ key: String) async throws -> String {
+    inProgress.withLock { $0 += 1 }
+    defer { inProgress.withLock { $0 -= 1 } }
+    return try await gate.fetch(key)
+  }
+
+  /// Fetches in progress now.
+  var active: Int { inProgress.withLock { $0 } }
+  var calls: [String] { gate.calls }
+  var callCount: Int { gate.callCount }
+  func callCount(for key: String) -> Int { gate.callCount(for: key) }
+
+}
+
+/// Reads a prefetcher's updates in order and keeps their events as short strings.
+struct UpdateReader {
+  private var iterator: AsyncStream<PrefetchUpdate<String>>.Iterator
+  private(set) var events: [String] = []
+
+  init(_ updates: AsyncStream<PrefetchUpdate<String>>) {
+    iterator = updates.makeAsyncIterator()
+  }
+
+  /// Reads until an update satisfies `condition` and returns it; `nil` if the sequence ended.
+  mutating func read(until condition: (PrefetchUpdate<String>) -> Bool) async -> PrefetchUpdate<String>? {
+    while let update = await iterator.next() {
+      events.append(Self.describe(update.event))
+      if condition(update) { return update }
+    }
+    return nil
+  }
+
+  /// Reads every update until the sequence ends and returns all the events.
+  consuming func readToEnd() async -> [String] {
+    _ = await read { _ in false }
+    return events
+  }
+
+  static func describe(_ event: PrefetchEvent<String>) -> String {
+    switch event {
+    case .moved(let index): "moved \(index)"
+    case .started(let key): "started \(key)"
+    case .loaded(let key): "loaded \(key)"
+    case .skipped(let key): "skipped \(key)"
+    case .failed(let key, _): "failed \(key)"
+    case .cancelled(let key): "cancelled \(key)"
+    case .paused: "paused"
+    case .resumed: "resumed"
+    }
+  }
+}
+
+extension PrefetchEvent {
+  var isPaused: Bool {
+    if case .paused = self { return true }
+    return false
+  }
+}
