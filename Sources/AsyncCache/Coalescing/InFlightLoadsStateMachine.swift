@@ -30,6 +30,8 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     @usableFromInline var skipsTopLayer: Bool
     /// The load's task, waiting at the gate for urgent work to end.
     @usableFromInline var gate: UnsafeContinuation<Void, any Error>?
+    /// The batch whose task runs this load, if one does (see ``startBatch(_:)``).
+    @usableFromInline var batch: UInt64?
 
     @inlinable
     init(key: Key, waiters: Waiters<Continuation>, priority: TaskPriority, skipsTopLayer: Bool) {
@@ -80,6 +82,10 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   @usableFromInline var nextObserverID: UInt64 = 0
   /// Tasks waiting until `count` loads wait at the gate (tests use this instead of polling).
   @usableFromInline var gateWatchers: [(count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
+  /// Loads that one task runs together (a batch origin call): the task, and how many of its
+  /// loads are still in the table. The task is cancelled only when all of them are abandoned.
+  @usableFromInline var batches: [UInt64: (task: Task<Void, Never>?, live: Int)] = [:]
+  @usableFromInline var nextBatchID: UInt64 = 0
 
   @inlinable
   init() {}
@@ -160,7 +166,9 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     guard loads[id]!.waiters.isEmpty else { return (continuation, nil) }
     let load = remove(id)
     counters.cancelledLoads += 1
-    return (continuation, Abandoned(task: load.task, token: load.token))
+    // A batch's task goes on while another of its loads is wanted.
+    let task = load.batch == nil ? load.task : leaveBatch(load.batch!)
+    return (continuation, Abandoned(task: task, token: load.token))
   }
 
   /// Removes load `id` and returns its waiters in arrival order. Does nothing if the load was
@@ -169,7 +177,45 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   mutating func finish(_ id: UInt64, failed: Bool) -> [Continuation] {
     guard loads[id] != nil else { return [] }
     if failed { counters.failures += 1 }
-    return remove(id).waiters.continuations
+    let load = remove(id)
+    if let batch = load.batch { _ = leaveBatch(batch) }
+    return load.waiters.continuations
+  }
+
+  // MARK: Batches
+
+  /// Makes loads `ids` (just started) one batch, run by one task; returns the batch's identifier
+  /// for ``attachBatch(_:task:tokens:)``.
+  @usableFromInline
+  mutating func startBatch(_ ids: [UInt64]) -> UInt64 {
+    nextBatchID &+= 1
+    batches[nextBatchID] = (nil, ids.count)
+    for id in ids { loads[id]?.batch = nextBatchID }
+    return nextBatchID
+  }
+
+  /// Attaches the task of `batch` and the read token of each of its loads.
+  @usableFromInline
+  mutating func attachBatch(_ batch: UInt64, task: Task<Void, Never>, tokens: [(id: UInt64, token: ReadToken<Key>)]) {
+    batches[batch]?.task = task
+    for (id, token) in tokens { attach(task, token: token, to: id) }
+  }
+
+  /// Whether load `id` is still in the table (not finished, not abandoned).
+  @usableFromInline
+  func isLive(_ id: UInt64) -> Bool { loads[id] != nil }
+
+  /// One load of `batch` left the table; returns the batch's task when it was the last one.
+  @usableFromInline
+  mutating func leaveBatch(_ batch: UInt64) -> Task<Void, Never>? {
+    guard var record = batches[batch] else { return nil }
+    record.live -= 1
+    guard record.live <= 0 else {
+      batches[batch] = record
+      return nil
+    }
+    batches[batch] = nil
+    return record.task
   }
 
   @inlinable

@@ -11,6 +11,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case invalidCost
       case layerFailure
       case invalidState
+      case notFound
     }
 
     private let base: Base
@@ -27,6 +28,9 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
     /// An operation is not allowed in the object's current state (for example, running an
     /// ``AsyncPrefetcher`` that already ran); the message says which.
     public static let invalidState = Code(.invalidState)
+    /// An origin had no value for a key: an ``AsyncBatchFetcher``'s result left it out. The
+    /// message names the key.
+    public static let notFound = Code(.notFound)
 
     public var description: String {
       switch base {
@@ -34,6 +38,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case .invalidCost: "invalidCost"
       case .layerFailure: "layerFailure"
       case .invalidState: "invalidState"
+      case .notFound: "notFound"
       }
     }
   }

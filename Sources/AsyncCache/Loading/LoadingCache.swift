@@ -43,13 +43,16 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   public let chain: CacheChain<Key, Value>
   /// Where values come from when no layer has them.
   public let origin: any AsyncFetcher<Key, Value>
+  /// Where the bulk requests' missing values come from, in one call per batch; `nil` to ask
+  /// ``origin`` once per key.
+  public let batchOrigin: (any AsyncBatchFetcher<Key, Value>)?
   /// The cache's configuration.
   public let configuration: Configuration
 
   /// The memory layer that answers hits synchronously, if the chain has one on top.
   @usableFromInline let front: MemoryLayer<Key, Value>?
 
-  @usableFromInline let inFlight = Locked(InFlightLoadsStateMachine<Key, LoadWaiter<Value>>())
+  @usableFromInline let inFlight = Locked(InFlightLoadsStateMachine<Key, LoadWaiter<Key, Value>>())
   @usableFromInline let nextWaiterID = Atomic<UInt64>(0)
 
   /// Creates a loading cache.
@@ -57,14 +60,18 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// - Parameters:
   ///   - chain: The layers, top first. Put a ``MemoryLayer`` on top for synchronous hits.
   ///   - origin: Where values come from when no layer has them.
-  ///   - configuration: Expiry of loaded values and the clock.
+  ///   - batchOrigin: Where bulk requests load their missing keys from, in one call; `nil`
+  ///     (the default) to ask `origin` once per key.
+  ///   - configuration: Expiry of loaded values, retries and the clock.
   public init(
     chain: CacheChain<Key, Value>,
     origin: some AsyncFetcher<Key, Value>,
+    batchOrigin: (any AsyncBatchFetcher<Key, Value>)? = nil,
     configuration: Configuration = Configuration()
   ) {
     self.chain = chain
     self.origin = origin
+    self.batchOrigin = batchOrigin
     self.configuration = configuration
     self.front = chain.front
   }
@@ -75,9 +82,10 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   public convenience init(
     layers: [any AsyncCacheLayer<Key, Value>],
     origin: some AsyncFetcher<Key, Value>,
+    batchOrigin: (any AsyncBatchFetcher<Key, Value>)? = nil,
     configuration: Configuration = Configuration()
   ) throws {
-    self.init(chain: try CacheChain(layers), origin: origin, configuration: configuration)
+    self.init(chain: try CacheChain(layers), origin: origin, batchOrigin: batchOrigin, configuration: configuration)
   }
 
   // MARK: Reading
@@ -297,9 +305,14 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       result = .failure(error)
     }
     if !tokenHandedOff { chain.coordinator.endRead(token) }
+    finish(id, key: key, with: result)
+  }
+
+  /// Removes load `id` of `key` from the table and answers its waiters.
+  func finish(_ id: UInt64, key: Key, with result: Result<(Value, LoadSource), any Error>) {
     let failed = if case .failure = result { true } else { false }
     let waiters = inFlight.withLock { $0.finish(id, failed: failed) }
-    for waiter in waiters { waiter.resume(with: result) }
+    for waiter in waiters { waiter.resume(with: result, key: key) }
   }
 
   /// Whether load `id` stores below the top layer only (read when it decides where to store).
@@ -326,31 +339,43 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// Asks the origin, again after transient failures, per the retry policy. Runs inside the
   /// key's one load, so all its waiters share the loop.
   private func fetchRetrying(_ key: Key, load id: UInt64) async throws -> Value {
+    try await retrying([key]) {
+      try await waitForUrgentWork(load: id)
+      return try await origin.fetch(key)
+    }
+  }
+
+  /// Runs `attempt` for the loads of `keys`, again after transient failures, per the retry
+  /// policy, and reports the retries and the final failure of each key.
+  func retrying<Success>(_ keys: [Key], _ attempt: () async throws -> Success) async throws -> Success {
     let policy = configuration.retryPolicy
-    var attempt = 1
+    var attempts = 1
     while true {
       do {
-        try await waitForUrgentWork(load: id)
-        return try await origin.fetch(key)
+        return try await attempt()
       } catch is CancellationError {
         throw CancellationError()
       } catch {
         if Task.isCancelled { throw CancellationError() }
         let isFatal = policy.classify(error) == .fatal
-        guard !isFatal, attempt < policy.maximumAttempts else {
-          configuration.onLoadEvent?(.failed(key: key, attempts: attempt, error: error, isFatal: isFatal))
+        guard !isFatal, attempts < policy.maximumAttempts else {
+          for key in keys {
+            configuration.onLoadEvent?(.failed(key: key, attempts: attempts, error: error, isFatal: isFatal))
+          }
           throw error
         }
-        let delay = policy.delay(beforeRetry: attempt, unit: Double.random(in: 0..<1))
-        configuration.onLoadEvent?(.retrying(key: key, attempt: attempt, error: error, delay: delay))
+        let delay = policy.delay(beforeRetry: attempts, unit: Double.random(in: 0..<1))
+        for key in keys {
+          configuration.onLoadEvent?(.retrying(key: key, attempt: attempts, error: error, delay: delay))
+        }
         let clock = configuration.clock
         try await clock.sleep(until: clock.now.advanced(by: delay), tolerance: nil)
-        attempt += 1
+        attempts += 1
       }
     }
   }
 
-  private func expiry(timeToLive: Duration?) -> CacheInstant? {
+  func expiry(timeToLive: Duration?) -> CacheInstant? {
     guard let timeToLive = timeToLive ?? configuration.timeToLive else { return nil }
     return configuration.clock.now.advanced(by: timeToLive)
   }

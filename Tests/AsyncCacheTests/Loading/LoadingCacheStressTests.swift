@@ -49,10 +49,14 @@ import Testing
     let statistics = cache.statistics
     #expect(statistics.loadsInFlight == 0 && statistics.requestsWaiting == 0)
     #expect(cache.inFlight.withLock { $0.isEmpty })
-    #expect(cache.chain.coordinator.isIdle)
+    // A load whose last request was cancelled ends on its own task, after that request
+    // returned: its read ends then. Every read must end (a leak hangs here until the time limit).
+    await cache.chain.coordinator.waitUntil { $0.isIdle }
     #expect(memory.invariantViolations.isEmpty)
     #expect(memory.count <= 40)
-    #expect(statistics.loads > 0 && statistics.cancelledRequests > 0 && statistics.loadFailures > 0)
+    // Whether a cancellation lands while a request waits depends on timing, so it is not
+    // asserted; loads and origin failures happen for every seed.
+    #expect(statistics.loads > 0 && statistics.loadFailures > 0)
   }
 
   static func run(task: Int, seed: UInt64, cache: LoadingCache<Int, Int>) async throws {
@@ -136,7 +140,8 @@ import Testing
       }
     }
     #expect(cache.inFlight.withLock { $0.isEmpty })
-    #expect(cache.chain.coordinator.isIdle)
+    // Abandoned loads end on their own tasks; wait for their reads to end (see above).
+    await cache.chain.coordinator.waitUntil { $0.isIdle }
     #expect(memory.invariantViolations.isEmpty)
     for key in 0..<6 {
       if let value = memory.value(for: key) {
