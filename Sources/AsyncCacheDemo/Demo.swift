@@ -27,7 +27,25 @@ final class CatalogueService: AsyncFetcher, Sendable {
 
 @main
 struct Demo {
+  /// `AsyncCacheDemo` runs the tour of the catalogue, then a short gallery;
+  /// `AsyncCacheDemo gallery [photos]` runs the gallery alone, longer, with a progress bar.
   static func main() async throws {
+    switch Mode(arguments: Array(CommandLine.arguments.dropFirst())) {
+    case .tour:
+      try await catalogueTour()
+      print()
+      try await Gallery(photoCount: 120).present(title: "Gallery")
+      print("  (`swift run -c release AsyncCacheDemo gallery` walks 300 photos, with a progress bar on a terminal)")
+    case .gallery(let photoCount):
+      try await Gallery(photoCount: photoCount).present(title: "swift-async-cache gallery")
+    case nil:
+      FileHandle.standardError.write(Data("usage: AsyncCacheDemo [gallery [photos]]\n".utf8))
+      exit(64)  // EX_USAGE
+    }
+  }
+
+  /// The catalogue: persistence, coalescing, hits, cancellation and errors, each timed.
+  static func catalogueTour() async throws {
     let service = CatalogueService(latency: .milliseconds(150))
     let memory = try MemoryLayer<Int, String>(configuration: .init(countLimit: 1_000))
     // The embedded default store: SQLite in a local folder, behind the memory layer.
@@ -153,6 +171,29 @@ struct Demo {
     let milliseconds = Double(duration.components.seconds) * 1e3 + Double(duration.components.attoseconds) / 1e15
     if milliseconds < 1 { return "\((milliseconds * 1000).rounded() / 1000) ms" }
     return "\(Int(milliseconds.rounded())) ms"
+  }
+}
+
+/// What the command line asks for.
+enum Mode {
+  /// No argument: the tour of the catalogue, then a short gallery.
+  case tour
+  /// `gallery [photos]`: the gallery alone, 300 photos unless told.
+  case gallery(photoCount: Int)
+
+  /// `nil` when the arguments make no sense.
+  init?(arguments: [String]) {
+    switch arguments.first {
+    case nil:
+      self = .tour
+    case "gallery" where arguments.count == 1:
+      self = .gallery(photoCount: 300)
+    case "gallery" where arguments.count == 2:
+      guard let count = Int(arguments[1]), count > 0 else { return nil }
+      self = .gallery(photoCount: count)
+    default:
+      return nil
+    }
   }
 }
 
