@@ -19,7 +19,9 @@
 ///
 /// - Moving the index (``setCurrentIndex(_:)``) cancels the loads of keys that left the window
 ///   at once. A load that a request (``LoadingCache/value(for:)``) also waits for goes on for
-///   that request.
+///   that request. So does the load of the item the index moved onto, and of those nearer to
+///   it than the window's offset: they are on screen, and a UI that moves the index before it
+///   requests the item must not lose the prefetch it is about to join.
 /// - Keys the top memory layer holds are skipped without asking any other layer. With
 ///   ``Destination-swift.enum/lowerLayers``, values go below the top layer only, so a large
 ///   prefetch does not evict what is on screen.
@@ -132,7 +134,8 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
   // MARK: Moving
 
   /// Moves the window around `index` (clamped to the list): loads of keys that left it are
-  /// cancelled at once, and the new keys start loading, nearest first.
+  /// cancelled at once (except those on screen: the item at `index` and those nearer to it
+  /// than the window's offset), and the new keys start loading, nearest first.
   public func setCurrentIndex(_ index: Int) {
     currentIndex = Self.clamp(index, count: keys.count)
     windowChanged()
@@ -260,7 +263,8 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
   }
 
   private func windowChanged() {
-    let cancelled = machine.moveWindow(to: Self.window(configuration.window, around: currentIndex, in: keys))
+    let cancelled = machine.moveWindow(
+      to: Self.window(configuration.window, around: currentIndex, in: keys), keeping: onScreenKeys())
     emit(.moved(index: currentIndex))
     for key in cancelled {
       guard let ticket = tickets.removeValue(forKey: key) else { continue }
@@ -268,6 +272,16 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
       emit(.cancelled(key))
     }
     wakeup.yield()
+  }
+
+  /// The current item and those nearer to it than the window's offset, on either side: shown
+  /// now, so requested now, and their loads must not be cancelled.
+  private func onScreenKeys() -> Set<Key> {
+    guard !keys.isEmpty else { return [] }
+    let reach = Swift.min(Swift.max(configuration.window.offset - 1, 0), keys.count)
+    let first = Swift.max(currentIndex - reach, 0)
+    let last = Swift.min(currentIndex + reach, keys.count - 1)
+    return Set(keys[first...last])
   }
 
   private func updatePause() {

@@ -35,11 +35,19 @@ struct AsyncPrefetcherStateMachine<Key: Hashable & Sendable>: Sendable {
 
   /// The window moved to `keys` (nearest first; duplicates count once). Returns the keys whose
   /// loads left it, in the order they were in the old window: the owner must cancel them.
-  mutating func moveWindow(to keys: [Key]) -> [Key] {
+  ///
+  /// Loads of keys in `onScreen` are kept even outside the window: those items are shown now
+  /// and about to be requested, so their loads end on their own (and do not count in the
+  /// progress); they are cancelled by a later move that leaves them off screen.
+  mutating func moveWindow(to keys: [Key], keeping onScreen: Set<Key> = []) -> [Key] {
     var seen = Set<Key>()
     let previous = window
     window = keys.filter { seen.insert($0).inserted }
-    let cancelled = previous.filter { loading.contains($0) && !seen.contains($0) }
+    func leaves(_ key: Key) -> Bool { !seen.contains(key) && !onScreen.contains(key) }
+    var cancelled = previous.filter { loading.contains($0) && leaves($0) }
+    // Loads kept for an earlier screen are no longer in `previous`.
+    let previouslyInWindow = Set(previous)
+    cancelled += loading.filter { !previouslyInWindow.contains($0) && leaves($0) }
     for key in cancelled { loading.remove(key) }
     finished = finished.intersection(seen)
     return cancelled

@@ -84,4 +84,19 @@ struct AsyncPrefetcherStateMachineTests {
     #expect(machine.progress == (0, 0))
     #expect(machine.loading.isEmpty)
   }
+
+  @Test("loads of keys on screen are kept outside the window, and cancelled once they leave the screen")
+  func onScreen() {
+    var machine = Machine(limit: 2)
+    _ = machine.moveWindow(to: ["a", "b"])
+    #expect(machine.nextLoads() == ["a", "b"])
+    #expect(machine.moveWindow(to: ["b", "c"], keeping: ["a"]).isEmpty, "a is on screen now")
+    #expect(machine.loading == ["a", "b"] && machine.nextLoads().isEmpty, "a still holds a slot")
+    #expect(machine.progress == (0, 2), "a does not count in the window")
+    #expect(machine.loadEnded("a", .loaded) == true)
+    #expect(machine.progress == (0, 2))
+    #expect(machine.nextLoads() == ["c"])
+    #expect(machine.moveWindow(to: ["c", "d"], keeping: ["b"]).isEmpty)
+    #expect(machine.moveWindow(to: ["e"], keeping: ["x"]) == ["c", "b"], "b left the screen, c the window")
+  }
 }

@@ -115,19 +115,49 @@ struct AsyncPrefetcherTests {
     await origin.gate.waitForFetches(1, for: "k1")
     await origin.gate.waitForFetches(1, for: "k2")
 
-    await prefetcher.setCurrentIndex(1)
+    await prefetcher.setCurrentIndex(3)
     #expect(origin.gate.wasCancelled("k1"), "the origin saw the cancellation before setCurrentIndex returned")
-    #expect(!origin.gate.wasCancelled("k2"), "k2 is still in the window")
-    await origin.gate.waitForFetches(1, for: "k3")
-    await prefetcher.setCurrentIndex(6)
-    #expect(origin.gate.cancellationCount() == 3)
-    await origin.gate.waitForFetches(1, for: "k7")
+    #expect(origin.gate.wasCancelled("k2"))
+    await origin.gate.waitForFetches(1, for: "k4")
+    await origin.gate.waitForFetches(1, for: "k5")
+    await prefetcher.setCurrentIndex(7)
+    #expect(origin.gate.cancellationCount() == 4)
     await origin.gate.waitForFetches(1, for: "k8")
+    await origin.gate.waitForFetches(1, for: "k9")
     origin.gate.releaseAll()
-    _ = await updates.read { $0.progress == PrefetchProgress(completed: 2, total: 2, currentIndex: 6, isPaused: false) }
-    #expect(["cancelled k1", "cancelled k2", "cancelled k3"].allSatisfy(updates.events.contains))
+    _ = await updates.read { $0.progress == PrefetchProgress(completed: 2, total: 2, currentIndex: 7, isPaused: false) }
+    #expect(["cancelled k1", "cancelled k2", "cancelled k4", "cancelled k5"].allSatisfy(updates.events.contains))
     #expect(cache.cachedValue(for: "k1") == nil, "a cancelled load stores nothing")
-    #expect(cache.statistics.cancelledLoads == 3)
+    #expect(cache.statistics.cancelledLoads == 4)
+    run.cancel()
+    try await run.value
+  }
+
+  @Test("moving onto a key being prefetched keeps its load for the request that follows; moving on cancels it")
+  func movingOntoAPrefetch() async throws {
+    let origin = TrackingFetcher()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration())
+    let run = Task { try await prefetcher.run() }
+    await origin.gate.waitForFetches(1, for: "k1")
+    await origin.gate.waitForFetches(1, for: "k2")
+
+    // A UI moves the index first, then requests the item on screen.
+    await prefetcher.setCurrentIndex(1)
+    #expect(!origin.gate.wasCancelled("k1"), "k1 is on screen: its load goes on")
+    let request = Task { try await cache.value(for: "k1") }
+    await cache.waitForRequests(2, for: "k1")
+    origin.gate.release("k1")
+    #expect(try await request.value == "value of k1")
+    #expect(origin.callCount(for: "k1") == 1, "the request joined the prefetch")
+
+    await origin.gate.waitForFetches(1, for: "k3")
+    await prefetcher.setCurrentIndex(2)
+    #expect(!origin.gate.wasCancelled("k2"))
+    await prefetcher.setCurrentIndex(6)
+    #expect(origin.gate.wasCancelled("k2"), "k2 left the screen without being requested: cancelled")
+    #expect(origin.gate.wasCancelled("k3"))
+    origin.gate.open()
     run.cancel()
     try await run.value
   }
