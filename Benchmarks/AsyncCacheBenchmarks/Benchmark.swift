@@ -10,6 +10,9 @@ enum Benchmark: String, CaseIterable {
   case sqliteWrite = "sqlite.write"
   case chainColdStart = "chain.coldStart"
   case diskReadHit = "disk.read.hit"
+  case prefetchGallery = "prefetch.gallery"
+  case prefetchCancelOnMove = "prefetch.cancelOnMove"
+  case prefetchUrgentLatency = "prefetch.urgentLatency"
 
   /// Runs the benchmark and returns its rows, the project's first.
   ///
@@ -26,6 +29,9 @@ enum Benchmark: String, CaseIterable {
     case .sqliteWrite: try await SQLiteBenchmarks.write(configuration)
     case .chainColdStart: try await SQLiteBenchmarks.coldStart(configuration)
     case .diskReadHit: try await DiskBenchmarks.readHit(configuration)
+    case .prefetchGallery: try await PrefetchBenchmarks.gallery(configuration)
+    case .prefetchCancelOnMove: try await PrefetchBenchmarks.cancelOnMove(configuration)
+    case .prefetchUrgentLatency: try await PrefetchBenchmarks.urgentLatency(configuration)
     }
   }
 }

@@ -88,6 +88,12 @@ struct RunConfiguration {
   var coldStartRows = 100_000
   /// Files in the directory of the disk read benchmark, all read once per repetition.
   var diskReadFiles = 2_000
+  /// Items of the gallery walk, one every 50 ms, walked once per contender.
+  var galleryItems = 200
+  /// Index moves of the cancellation benchmark per contender, over all repetitions.
+  var cancelMoves = 1_000
+  /// Urgent requests per contender of the urgent-latency benchmark, over all repetitions.
+  var urgentRequests = 210
 
   static let full = RunConfiguration(
     isQuick: false,
@@ -114,6 +120,9 @@ struct RunConfiguration {
     sqliteReadRows: 2_000,
     sqliteWriteRows: 500,
     coldStartRows: 20_000,
-    diskReadFiles: 500
+    diskReadFiles: 500,
+    galleryItems: 40,
+    cancelMoves: 102,
+    urgentRequests: 36
   )
 }

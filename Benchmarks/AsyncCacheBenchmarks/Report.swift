@@ -4,6 +4,12 @@ import Foundation
 enum Unit: String {
   case nanosecondsPerOperation = "ns/op"
   case bytesPerEntry = "B/entry"
+  /// A latency in nanoseconds: a percentile of many measured events, not a time per operation.
+  case nanoseconds = "ns"
+  /// A latency in milliseconds, for waits that include simulated network time.
+  case milliseconds = "ms"
+  /// A share, from 0 to 100.
+  case percent = "%"
 }
 
 /// The goal a row is held to. Missing it is reported, not fatal: the numbers depend on the machine.
@@ -12,12 +18,15 @@ enum Target {
   case ratioAtMost(Double)
   /// The row's value must not exceed the bound, in the row's unit.
   case valueAtMost(Double)
+  /// The row's value must reach the bound, in the row's unit (a share that should be high).
+  case valueAtLeast(Double)
 
   /// The target as printed, e.g. `<= 2.00x`.
   func description(unit: Unit) -> String {
     switch self {
     case .ratioAtMost(let bound): "<= \(format(bound, decimals: 2))x"
     case .valueAtMost(let bound): "<= \(format(bound, decimals: 0)) \(unit.rawValue)"
+    case .valueAtLeast(let bound): ">= \(format(bound, decimals: 0)) \(unit.rawValue)"
     }
   }
 }
@@ -26,7 +35,7 @@ enum Target {
 struct ResultRow {
   var benchmark: String
   var implementation: String
-  /// The median per operation (or per entry), in ``unit``.
+  /// The median per operation (or per entry, or the percentile or share the row names), in ``unit``.
   var value: Double
   var unit: Unit = .nanosecondsPerOperation
   /// The implementation the ratio compares with; `nil` when the row has no ratio.
@@ -54,6 +63,7 @@ struct ResultRow {
     case nil: nil
     case .ratioAtMost(let bound): ratio.map { $0 <= bound }
     case .valueAtMost(let bound): value <= bound
+    case .valueAtLeast(let bound): value >= bound
     }
   }
 
@@ -141,7 +151,7 @@ private struct JSONRow: Encodable {
 
   enum CodingKeys: String, CodingKey {
     case name, implementation, medianNanosecondsPerOperation, baseline, ratio, target, passed
-    case unit, samples, hitRatio, bytesPerEntry, notes
+    case unit, value, samples, hitRatio, bytesPerEntry, notes
   }
 
   func encode(to encoder: any Encoder) throws {
@@ -155,9 +165,11 @@ private struct JSONRow: Encodable {
     try container.encode(row.target?.description(unit: row.unit), forKey: .target)
     try container.encode(row.passed, forKey: .passed)
     try container.encode(row.unit.rawValue, forKey: .unit)
+    // Every row's value in its unit; the two keys below name it for the units that had them first.
+    try container.encode(row.value, forKey: .value)
     try container.encode(row.samples, forKey: .samples)
     try container.encodeIfPresent(row.hitRatio, forKey: .hitRatio)
-    try container.encodeIfPresent(isTime ? nil : row.value, forKey: .bytesPerEntry)
+    try container.encodeIfPresent(row.unit == .bytesPerEntry ? row.value : nil, forKey: .bytesPerEntry)
     if !row.notes.isEmpty { try container.encode(row.notes, forKey: .notes) }
   }
 }
