@@ -126,9 +126,9 @@ struct Gallery {
         // Shown at once: a synchronous hit in memory, without suspending.
         pass.cachedOnArrival += 1
       } else {
-        // The urgent request, before the window moves: with an offset of 1 the photo on screen
-        // leaves the window, and a prefetch of it that no request has joined yet would be
-        // cancelled, then loaded again. Requested first, its load goes on for the screen.
+        // The urgent request: it joins the photo's prefetch if one is under way (the
+        // prefetcher keeps the load of the photo on screen even though, with an offset of 1,
+        // it has left the window), and pauses prefetching while the user waits.
         _ = try await cache.value(for: photo)
         let wait = arrival.duration(to: clock.now)
         pass.waited += wait

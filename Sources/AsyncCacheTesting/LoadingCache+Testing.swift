@@ -16,4 +16,19 @@ extension LoadingCache {
   public func waitForRequests(_ count: Int, for key: Key) async {
     await waitForWaiters(count, for: key)
   }
+
+  /// Returns once at least `count` background loads wait for urgent work to end before they
+  /// ask the origin (prefetches, or demoted requests, held at the gate; see `LoadingCache`).
+  ///
+  /// ```swift
+  /// photos.demote("far away")                  // its next attempt is background work
+  /// let onScreen = Task { try await photos.value(for: "here") }
+  /// await origin.waitForFetches(1, for: "here")
+  /// clock.advance(by: .milliseconds(100))      // "far away"'s retry is due
+  /// await photos.waitForLoadsWaitingForUrgentWork(1)
+  /// #expect(origin.callCount(for: "far away") == 1)
+  /// ```
+  public func waitForLoadsWaitingForUrgentWork(_ count: Int) async {
+    await waitForGate(count)
+  }
 }

@@ -8,7 +8,9 @@ public enum PrefetchEvent<Key: Hashable & Sendable>: Sendable {
   /// A key's value is now where the prefetcher puts it: it came from the origin, or from a
   /// lower layer into the top one.
   case loaded(Key)
-  /// A key's value was already where the prefetcher puts it: nothing was loaded.
+  /// A key's value was already where the prefetcher puts it: the origin was not asked. (With
+  /// ``AsyncPrefetcher/Destination-swift.enum/lowerLayers``, a value found in the third layer
+  /// or below is still copied into the layers between it and the top one.)
   case skipped(Key)
   /// A key's load failed with this error (after the cache's retries). The key counts as done
   /// for this window and is not tried again until it leaves the window and comes back.

@@ -27,6 +27,13 @@ struct PrefetchingArticleExampleTests {
     }
 
     func photo(_ id: String) async throws -> Photo { try await origin.fetch(id) }
+
+    /// The bulk endpoint: every photo but "missing", and the batches it was asked for.
+    let batches = Locked<[[String]]>([])
+    func photos(_ ids: [String]) async throws -> [String: Photo] {
+      batches.withLock { $0.append(ids) }
+      return Dictionary(uniqueKeysWithValues: ids.filter { $0 != "missing" }.map { ($0, Photo(id: $0)) })
+    }
   }
 
   /// The article's `logger`: keeps what it is told.
@@ -343,6 +350,25 @@ struct PrefetchingArticleExampleTests {
     await #expect(throws: HTTPError(status: 404)) { try await photos.allValues(for: ["p1", "missing"]) }
   }
 
+  @Test func theBatchOriginExampleWorks() async throws {
+    let api = API()
+    let visibleIDs = ["p1", "p2", "missing"]
+
+    // From the article:
+    let photos = try LoadingCache(
+      layers: [MemoryLayer<String, Photo>()],
+      origin: ClosureFetcher { id in try await api.photo(id) },
+      batchOrigin: ClosureBatchFetcher(maximumBatchSize: 50) { ids in
+        try await api.photos(ids)  // [String: Photo]
+      })
+    let page = await photos.values(for: visibleIDs)  // one call for the missing ones
+
+    #expect(page.values == ["p1": Photo(id: "p1"), "p2": Photo(id: "p2")])
+    #expect((page.failures["missing"] as? AsyncCacheError)?.code == .notFound)
+    #expect(api.batches.withLock { $0 } == [["p1", "p2", "missing"]])
+    #expect(api.origin.callCount == 0, "single requests' origin was not asked")
+  }
+
   // MARK: Testing a prefetcher
 
   @Test func theWindowFollowsTheIndex() async throws {
@@ -357,14 +383,14 @@ struct PrefetchingArticleExampleTests {
 
     await origin.waitForFetches(1, for: "b")  // the window after "a": "b" and "c"
     await origin.waitForFetches(1, for: "c")
-    await prefetcher.setCurrentIndex(1)  // the window after "b": "c" and "d"
+    await prefetcher.setCurrentIndex(2)  // the window after "c": "d" and "e"
     #expect(origin.wasCancelled("b"))  // before setCurrentIndex returned
-    await origin.waitForFetches(1, for: "d")
-    origin.releaseAll()
+    #expect(!origin.wasCancelled("c"))  // on screen now: its load goes on
+    origin.open()  // every fetch goes through from now on
 
     for await update in updates where update.progress.completed == 2 { break }
-    #expect(photos.cachedValue(for: "c") == "photo c")
     #expect(photos.cachedValue(for: "d") == "photo d")
+    #expect(photos.cachedValue(for: "e") == "photo e")
     #expect(photos.cachedValue(for: "b") == nil)
 
     run.cancel()

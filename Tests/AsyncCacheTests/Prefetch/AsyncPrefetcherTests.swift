@@ -279,7 +279,7 @@ struct AsyncPrefetcherTests {
     let onScreen = Task { try await cache.value(for: "u") }
     await origin.gate.waitForFetches(1, for: "u")
     clock.advance(by: .milliseconds(100))
-    await cache.waitForGate(1)
+    await cache.waitForLoadsWaitingForUrgentWork(1)
     #expect(origin.callCount(for: "d") == 1, "the retry holds back while urgent work runs")
     #expect(cache.statistics.loadsWaitingForUrgentWork == 1)
 
@@ -307,7 +307,7 @@ struct AsyncPrefetcherTests {
     let onScreen = Task { try await cache.value(for: "u") }
     await origin.gate.waitForFetches(1, for: "u")
     clock.advance(by: .milliseconds(100))
-    await cache.waitForGate(1)
+    await cache.waitForLoadsWaitingForUrgentWork(1)
 
     let again = Task { try await cache.value(for: "d") }
     await origin.gate.waitForFetches(1, for: "d")
@@ -334,7 +334,7 @@ struct AsyncPrefetcherTests {
     let onScreen = Task { try await cache.value(for: "u") }
     await origin.gate.waitForFetches(1, for: "u")
     clock.advance(by: .milliseconds(100))
-    await cache.waitForGate(1)
+    await cache.waitForLoadsWaitingForUrgentWork(1)
 
     demoted.cancel()
     await #expect(throws: CancellationError.self) { try await demoted.value }
