@@ -44,6 +44,20 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     /// At least one waiter is urgent.
     @inlinable
     var isUrgent: Bool { waiters.urgentCount > 0 }
+
+    /// Adds a waiter in place (one dictionary access for the caller). Returns whether the load
+    /// just became urgent, and the task to escalate when the waiter's priority is higher.
+    @inlinable
+    mutating func add(
+      _ waiter: UInt64, _ continuation: Continuation, priority: TaskPriority, isUrgent: Bool, skipsTopLayer: Bool
+    ) -> (becameUrgent: Bool, escalate: Task<Void, Never>?) {
+      let becameUrgent = isUrgent && waiters.urgentCount == 0
+      waiters.append(waiter, continuation, isUrgent: isUrgent)
+      if !skipsTopLayer { self.skipsTopLayer = false }
+      guard priority > self.priority else { return (becameUrgent, nil) }
+      self.priority = priority
+      return (becameUrgent, task)
+    }
   }
 
   /// A load that its last waiter left.
@@ -113,13 +127,10 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     defer { if !watchers.isEmpty { resumeSatisfiedWatchers() } }
     if let id = joinable[key] {
       counters.coalesced += 1
-      let wasUrgent = loads[id]!.isUrgent
-      loads[id]!.waiters.append(waiter, continuation, isUrgent: isUrgent)
-      if !skipsTopLayer { loads[id]!.skipsTopLayer = false }
-      if isUrgent, !wasUrgent { urgencyChanged(of: id, wasUrgent: false) }
-      guard priority > loads[id]!.priority else { return .joined(escalate: nil) }
-      loads[id]!.priority = priority
-      return .joined(escalate: loads[id]!.task)
+      let (becameUrgent, escalate) = loads[id]!.add(
+        waiter, continuation, priority: priority, isUrgent: isUrgent, skipsTopLayer: skipsTopLayer)
+      if becameUrgent { urgencyChanged(of: id, wasUrgent: false) }
+      return .joined(escalate: escalate)
     }
     nextLoadID &+= 1
     let id = nextLoadID

@@ -15,13 +15,14 @@ enum LoadWaiter<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   case prefetch(UnsafeContinuation<LoadSource, any Error>)
   case bulk(BulkCollector<Key, Value>)
 
-  /// Answers the waiter with the outcome of the load of `key`.
+  /// Answers the waiter with the outcome of the load of `key`: its value, and where it came
+  /// from (both computed once per load, not once per waiter).
   @inlinable
-  func resume(with result: Result<(Value, LoadSource), any Error>, key: Key) {
+  func resume(value: Result<Value, any Error>, source: Result<LoadSource, any Error>, key: Key) {
     switch self {
-    case .request(let continuation): continuation.resume(with: result.map(\.0))
-    case .prefetch(let continuation): continuation.resume(with: result.map(\.1))
-    case .bulk(let collector): collector.deliver(result.map(\.0), for: key)
+    case .request(let continuation): continuation.resume(with: value)
+    case .prefetch(let continuation): continuation.resume(with: source)
+    case .bulk(let collector): collector.deliver(value, for: key)
     }
   }
 

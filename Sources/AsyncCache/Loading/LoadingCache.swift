@@ -312,7 +312,9 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   func finish(_ id: UInt64, key: Key, with result: Result<(Value, LoadSource), any Error>) {
     let failed = if case .failure = result { true } else { false }
     let waiters = inFlight.withLock { $0.finish(id, failed: failed) }
-    for waiter in waiters { waiter.resume(with: result, key: key) }
+    let value = result.map(\.0)
+    let source = result.map(\.1)
+    for waiter in waiters { waiter.resume(value: value, source: source, key: key) }
   }
 
   /// Whether load `id` stores below the top layer only (read when it decides where to store).
