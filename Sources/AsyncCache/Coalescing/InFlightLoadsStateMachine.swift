@@ -28,8 +28,8 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     /// Whether the load stores its value below the top layer only (every waiter so far is a
     /// prefetch that asked for that).
     @usableFromInline var skipsTopLayer: Bool
-    /// The load's task, waiting at the gate for urgent work to end.
-    @usableFromInline var gate: UnsafeContinuation<Void, any Error>?
+    /// The gate the load's task waits at for urgent work to end, if it waits.
+    @usableFromInline var gate: UInt64?
     /// The batch whose task runs this load, if one does (see ``startBatch(_:)``).
     @usableFromInline var batch: UInt64?
 
@@ -94,6 +94,10 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   /// Called, under the lock, each time ``urgentLoads`` becomes zero or stops being zero.
   @usableFromInline var urgencyObservers: [UInt64: @Sendable () -> Void] = [:]
   @usableFromInline var nextObserverID: UInt64 = 0
+  /// Load tasks waiting for urgent work to end, by gate: the task's continuation and the
+  /// loads it runs (one, or the live loads of a batch).
+  @usableFromInline var gates: [UInt64: (continuation: UnsafeContinuation<Void, any Error>, loads: [UInt64])] = [:]
+  @usableFromInline var nextGateID: UInt64 = 0
   /// Tasks waiting until `count` loads wait at the gate (tests use this instead of polling).
   @usableFromInline var gateWatchers: [(count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
   /// Loads that one task runs together (a batch origin call): the task, and how many of its
@@ -238,9 +242,18 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
       others.removeAll { $0 == id }
       detached[load.key] = others.isEmpty ? nil : others
     }
-    // An abandoned load may be held at the gate: its task is cancelled, so it goes through
-    // and finds itself cancelled.
-    load.gate?.resume(throwing: CancellationError())
+    // An abandoned load may be held at a gate. A gate with no load left is opened with
+    // CancellationError (its task is cancelled right after); a batch's gate stays for the
+    // batch's other loads.
+    if let gate = load.gate, var held = gates[gate] {
+      held.loads.removeAll { $0 == id }
+      if held.loads.isEmpty {
+        gates[gate] = nil
+        held.continuation.resume(throwing: CancellationError())
+      } else {
+        gates[gate] = held
+      }
+    }
     if load.isUrgent { urgentLoadsDecreased() }
     return load
   }
@@ -254,9 +267,8 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     if load.isUrgent {
       urgentLoads += 1
       if urgentLoads == 1 { notifyUrgencyObservers() }
-      // Promoted: it no longer waits for other urgent work.
-      loads[id]!.gate?.resume()
-      loads[id]!.gate = nil
+      // Promoted: it (and its batch) no longer waits for other urgent work.
+      if let gate = load.gate { openGate(gate) }
     } else {
       urgentLoadsDecreased()
     }
@@ -267,10 +279,15 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     urgentLoads -= 1
     guard urgentLoads == 0 else { return }
     notifyUrgencyObservers()
-    for id in Array(loads.keys) where loads[id]!.gate != nil {
-      loads[id]!.gate!.resume()
-      loads[id]!.gate = nil
-    }
+    for gate in Array(gates.keys) { openGate(gate) }
+  }
+
+  /// Lets the task held at `gate` go on.
+  @usableFromInline
+  mutating func openGate(_ gate: UInt64) {
+    guard let held = gates.removeValue(forKey: gate) else { return }
+    for id in held.loads { loads[id]?.gate = nil }
+    held.continuation.resume()
   }
 
   @usableFromInline
@@ -292,24 +309,38 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     return demoted
   }
 
-  /// Load `id` is about to ask the origin: returns `true` when it must wait at the gate, having
-  /// stored `continuation` to be resumed when it may go on; `false` when it may go on now.
-  mutating func enterGate(_ id: UInt64, continuation: UnsafeContinuation<Void, any Error>) -> Bool {
-    guard urgentLoads > 0, let load = loads[id], !load.isUrgent else { return false }
-    loads[id]!.gate = continuation
-    if !gateWatchers.isEmpty { resumeSatisfiedGateWatchers() }
-    return true
+  /// What a load task about to ask the origin must do.
+  enum GateDecision {
+    /// Go on: no urgent load is in flight, or one of its loads is urgent.
+    case proceed
+    /// Wait: the continuation is held at this gate until urgent work ends or a load is promoted.
+    case held(UInt64)
+    /// Stop: none of its loads is wanted any more (its task is being cancelled).
+    case abandoned
   }
 
-  /// Takes the gate continuation of load `id` back (its task was cancelled), if still held.
-  mutating func leaveGate(_ id: UInt64) -> UnsafeContinuation<Void, any Error>? {
-    guard let continuation = loads[id]?.gate else { return nil }
-    loads[id]!.gate = nil
-    return continuation
+  /// The task running loads `ids` is about to ask the origin; decides whether it waits at a
+  /// gate, holding `continuation` then.
+  mutating func enterGate(_ ids: [UInt64], continuation: UnsafeContinuation<Void, any Error>) -> GateDecision {
+    let live = ids.filter { loads[$0] != nil }
+    guard !live.isEmpty else { return .abandoned }
+    guard urgentLoads > 0, !live.contains(where: { loads[$0]!.isUrgent }) else { return .proceed }
+    nextGateID &+= 1
+    gates[nextGateID] = (continuation, live)
+    for id in live { loads[id]!.gate = nextGateID }
+    if !gateWatchers.isEmpty { resumeSatisfiedGateWatchers() }
+    return .held(nextGateID)
+  }
+
+  /// Takes back the continuation held at `gate` (its task was cancelled), if still held.
+  mutating func leaveGate(_ gate: UInt64) -> UnsafeContinuation<Void, any Error>? {
+    guard let held = gates.removeValue(forKey: gate) else { return nil }
+    for id in held.loads { loads[id]?.gate = nil }
+    return held.continuation
   }
 
   /// The number of loads waiting at the gate.
-  var loadsAtGate: Int { loads.values.reduce(0) { $0 + ($1.gate == nil ? 0 : 1) } }
+  var loadsAtGate: Int { gates.values.reduce(0) { $0 + $1.loads.count } }
 
   /// Registers a watcher resumed once `count` loads wait at the gate; returns `false` when
   /// they do already.

@@ -69,6 +69,28 @@ extension LoadingCache {
   private func collect(_ keys: [Key], failsFast: Bool) async -> (values: [Key: Value], failures: [Key: any Error]) {
     let collector = BulkCollector<Key, Value>(keys: keys, failsFast: failsFast)
     let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
+    if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
+      // A request escalated while it waits raises the priority of its keys' loads too.
+      await withTaskPriorityEscalationHandler {
+        await register(waiter, collector: collector, keys: keys)
+      } onPriorityEscalated: { _, newPriority in
+        let tasks = self.inFlight.withLock { state in
+          keys.compactMap { state.escalate(waiter: waiter, key: $0, to: newPriority) }
+        }
+        for task in Set(tasks) { Self.escalate(task, to: newPriority) }
+      }
+    } else {
+      await register(waiter, collector: collector, keys: keys)
+    }
+    let (outstanding, values, failures) = collector.snapshot
+    // Failed fast: the other keys are no longer wanted by this request.
+    if !outstanding.isEmpty { withdraw(waiter, from: Array(outstanding)) }
+    return (values, failures)
+  }
+
+  /// Registers `waiter` (collecting into `collector`) with the load of each of `keys`, starting
+  /// the loads not in flight, and waits until the collector is done or the task is cancelled.
+  private func register(_ waiter: UInt64, collector: BulkCollector<Key, Value>, keys: [Key]) async {
     await withTaskCancellationHandler {
       await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
         collector.wait(with: continuation)
@@ -94,10 +116,6 @@ extension LoadingCache {
       withdraw(waiter, from: keys)
       collector.failOutstanding(with: CancellationError())
     }
-    let (outstanding, values, failures) = collector.snapshot
-    // Failed fast: the other keys are no longer wanted by this request.
-    if !outstanding.isEmpty { withdraw(waiter, from: Array(outstanding)) }
-    return (values, failures)
   }
 
   /// Starts the loads `started` (new records in `state`): one batch task per batch with a
@@ -140,38 +158,63 @@ extension LoadingCache {
     for task in abandoned { task.cancel() }
   }
 
-  /// The body of a batch: each key's lower layers, then one batch origin call for the keys
-  /// still missing; answers each key's load as soon as its outcome is known.
+  /// The body of a batch: each key's layers (concurrently), then batch origin calls for the
+  /// keys still missing; answers each key's load as soon as its outcome is known.
   private func runBatch(_ items: [BatchItem<Key>], origin: any AsyncBatchFetcher<Key, Value>) async {
-    var missing: [BatchItem<Key>] = []
-    for item in items {
-      // A load abandoned meanwhile is not looked up, nor fetched.
-      guard inFlight.withLock({ $0.isLive(item.id) }) else {
-        chain.coordinator.endRead(item.token)
-        continue
-      }
-      do {
-        guard let (entry, tier) = try await chain.locate(item.key) else {
-          missing.append(item)
-          continue
+    // Lookups run concurrently, as the loads of single requests would.
+    let lookups = await withTaskGroup(
+      of: (item: BatchItem<Key>, found: Result<(entry: CacheEntry<Value>, tier: Int)?, any Error>)?.self
+    ) { group in
+      for item in items {
+        group.addTask {
+          // A load abandoned meanwhile is not looked up, nor fetched.
+          guard self.inFlight.withLock({ $0.isLive(item.id) }) else {
+            self.chain.coordinator.endRead(item.token)
+            return nil
+          }
+          do {
+            return (item, .success(try await self.chain.locate(item.key)))
+          } catch {
+            return (item, .failure(error))
+          }
         }
-        if tier > 0 { await chain.backfill(entry, for: item.key, into: 0..<tier, token: item.token) }
-        chain.coordinator.endRead(item.token)
+      }
+      var lookups: [(item: BatchItem<Key>, found: Result<(entry: CacheEntry<Value>, tier: Int)?, any Error>)] = []
+      for await lookup in group { if let lookup { lookups.append(lookup) } }
+      // The batch asks for its keys in the order they were requested, whatever order the
+      // lookups ended in.
+      return lookups.sorted { $0.item.id < $1.item.id }
+    }
+    var missing: [BatchItem<Key>] = []
+    for (item, found) in lookups {
+      switch found {
+      case .success(nil):
+        missing.append(item)
+      case .success(let (entry, tier)?):
+        var tokenHandedOff = false
+        if tier > 0 {
+          switch chain.configuration.backfill {
+          case .awaited:
+            await chain.backfill(entry, for: item.key, into: 0..<tier, token: item.token)
+          case .background:
+            tokenHandedOff = true
+            chain.backfillInBackground(entry, for: item.key, into: 0..<tier, token: item.token)
+          }
+        }
+        if !tokenHandedOff { chain.coordinator.endRead(item.token) }
         finish(item.id, key: item.key, with: .success((entry.value, .layer(tier))))
-      } catch {
+      case .failure(let error):
         chain.coordinator.endRead(item.token)
         finish(item.id, key: item.key, with: .failure(error))
       }
     }
-    let wanted = inFlight.withLock { state in missing.filter { state.isLive($0.id) } }
-    for item in missing where !wanted.contains(where: { $0.id == item.id }) {
-      chain.coordinator.endRead(item.token)
-    }
-    guard !wanted.isEmpty else { return }
-    let keys = wanted.map(\.key)
-    do {
-      let values = try await retrying(keys) { try await origin.fetch(keys) }
-      for item in wanted {
+    guard !missing.isEmpty else { return }
+    // Each attempt asks only for the keys still wanted, after waiting for urgent work if no
+    // request waits for any of them (a batch whose requests were all demoted).
+    let outcome = await fetchBatch(missing, from: origin)
+    for item in missing {
+      switch outcome {
+      case .success(let values):
         guard let value = values[item.key] else {
           chain.coordinator.endRead(item.token)
           let error = AsyncCacheError(
@@ -180,15 +223,36 @@ extension LoadingCache {
           continue
         }
         let entry = CacheEntry(value, expiresAt: expiry(timeToLive: nil))
+        // A key abandoned during the call is not stored: its read was overtaken.
         _ = await chain.commit(entry, for: item.key, to: chain.tiers.indices, token: item.token, operation: .insert)
         chain.coordinator.endRead(item.token)
         finish(item.id, key: item.key, with: .success((value, .origin)))
-      }
-    } catch {
-      for item in wanted {
+      case .failure(let error):
         chain.coordinator.endRead(item.token)
         finish(item.id, key: item.key, with: .failure(error))
       }
+    }
+  }
+}
+
+extension LoadingCache {
+  /// Fetches the keys of `items` still wanted from `origin`, under the retry policy. Each
+  /// attempt asks only for the keys still wanted, after waiting for urgent work if no request
+  /// waits for any of them (a batch whose requests were all demoted).
+  fileprivate func fetchBatch(
+    _ items: [BatchItem<Key>], from origin: any AsyncBatchFetcher<Key, Value>
+  ) async -> Result<[Key: Value], any Error> {
+    var asked: [BatchItem<Key>] = []
+    do {
+      return .success(
+        try await retrying({ asked.map(\.key) }) {
+          asked = inFlight.withLock { state in items.filter { state.isLive($0.id) } }
+          guard !asked.isEmpty else { throw CancellationError() }
+          try await waitForUrgentWork(loads: asked.map(\.id))
+          return try await origin.fetch(asked.map(\.key))
+        })
+    } catch {
+      return .failure(error)
     }
   }
 }

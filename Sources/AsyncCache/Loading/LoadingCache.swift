@@ -322,19 +322,31 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     inFlight.withLock { $0.loads[id]?.skipsTopLayer ?? false }
   }
 
-  /// Waits, if load `id` is background work, until no urgent load is in flight or it is promoted.
-  private func waitForUrgentWork(load id: UInt64) async throws {
+  /// Waits, if loads `ids` (one load, or a batch's) are background work, until no urgent load
+  /// is in flight or one of them is promoted.
+  ///
+  /// - Throws: `CancellationError` when the task is cancelled, or none of the loads is wanted
+  ///   any more (they were abandoned, and the task is about to be cancelled).
+  func waitForUrgentWork(loads ids: [UInt64]) async throws {
     try await withTaskCancellationHandler {
       try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
-        let held = inFlight.withLock { state in
-          !Task.isCancelled && state.enterGate(id, continuation: continuation)
+        let decision = inFlight.withLock {
+          state -> InFlightLoadsStateMachine<Key, LoadWaiter<Key, Value>>.GateDecision in
+          Task.isCancelled ? .abandoned : state.enterGate(ids, continuation: continuation)
         }
-        if !held {
-          if Task.isCancelled { continuation.resume(throwing: CancellationError()) } else { continuation.resume() }
+        switch decision {
+        case .proceed: continuation.resume()
+        case .abandoned: continuation.resume(throwing: CancellationError())
+        case .held: break
         }
       }
     } onCancel: {
-      inFlight.withLock { $0.leaveGate(id) }?.resume(throwing: CancellationError())
+      let continuation = inFlight.withLock { state -> UnsafeContinuation<Void, any Error>? in
+        guard let gate = ids.first(where: { state.loads[$0]?.gate != nil }).flatMap({ state.loads[$0]?.gate })
+        else { return nil }
+        return state.leaveGate(gate)
+      }
+      continuation?.resume(throwing: CancellationError())
     }
   }
 
@@ -342,7 +354,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// key's one load, so all its waiters share the loop.
   private func fetchRetrying(_ key: Key, load id: UInt64) async throws -> Value {
     try await retrying([key]) {
-      try await waitForUrgentWork(load: id)
+      try await waitForUrgentWork(loads: [id])
       return try await origin.fetch(key)
     }
   }
@@ -350,6 +362,12 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// Runs `attempt` for the loads of `keys`, again after transient failures, per the retry
   /// policy, and reports the retries and the final failure of each key.
   func retrying<Success>(_ keys: [Key], _ attempt: () async throws -> Success) async throws -> Success {
+    try await retrying({ keys }, attempt)
+  }
+
+  /// Runs `attempt` as ``retrying(_:_:)-(_,_)`` does, reporting the keys `keys()` returns after
+  /// each failure (a batch's keys still wanted).
+  func retrying<Success>(_ keys: () -> [Key], _ attempt: () async throws -> Success) async throws -> Success {
     let policy = configuration.retryPolicy
     var attempts = 1
     while true {
@@ -361,13 +379,13 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         if Task.isCancelled { throw CancellationError() }
         let isFatal = policy.classify(error) == .fatal
         guard !isFatal, attempts < policy.maximumAttempts else {
-          for key in keys {
+          for key in keys() {
             configuration.onLoadEvent?(.failed(key: key, attempts: attempts, error: error, isFatal: isFatal))
           }
           throw error
         }
         let delay = policy.delay(beforeRetry: attempts, unit: Double.random(in: 0..<1))
-        for key in keys {
+        for key in keys() {
           configuration.onLoadEvent?(.retrying(key: key, attempt: attempts, error: error, delay: delay))
         }
         let clock = configuration.clock

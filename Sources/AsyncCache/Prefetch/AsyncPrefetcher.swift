@@ -32,8 +32,12 @@
 ///   many observers as want it.
 ///
 /// Its work runs in a task group owned by ``run()``, which returns when its task is cancelled
-/// or ``stop()`` is called, once every load it started has ended. ``start()`` runs it in a task
-/// of its own for code that is not structured. A prefetcher runs once.
+/// or ``stop()`` is called, once every load it started has ended, or has been handed over to
+/// the requests that joined it (those loads are theirs). ``start()`` runs it in a task of its
+/// own for code that is not structured. A prefetcher runs once.
+///
+/// Background work waits for urgent work without a time limit: under a steady stream of
+/// requests' loads (a busy server), prefetching waits until they stop.
 public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
   /// Where prefetched values are stored.
   public enum Destination: Sendable, Hashable {
@@ -93,6 +97,8 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
   /// The loads running now, by key: the ticket withdraws a load that left the window.
   private var tickets: [Key: PrefetchTicket] = [:]
   private var lifecycle = Lifecycle.idle
+  /// `stop()` was called: the run loop starts nothing more.
+  private var isStopping = false
   private var stopWaiters: [CheckedContinuation<Void, Never>] = []
   /// Wakes the run loop up to start loads: the index moved, a load ended, urgent work changed.
   private let wakeups: AsyncStream<Void>
@@ -162,8 +168,8 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
   // MARK: Running
 
   /// Prefetches until the calling task is cancelled or ``stop()`` is called, then cancels the
-  /// loads still running and returns once they have ended; the ``updates(bufferingPolicy:)``
-  /// sequences finish then.
+  /// loads still running and returns once they have ended (a load that a request joined goes
+  /// on for the request); the ``updates(bufferingPolicy:)`` sequences finish then.
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidState`` when the prefetcher runs or ran already.
   public func run() async throws {
@@ -189,6 +195,7 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
       lifecycle = .finished
       finishUpdates()
     case .running:
+      isStopping = true
       wakeup.finish()
       await withCheckedContinuation { stopWaiters.append($0) }
     case .finished:
@@ -214,6 +221,8 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
     await withDiscardingTaskGroup { group in
       // Ends when `stop()` finishes the stream or the task is cancelled.
       for await _ in wakeups {
+        // A wakeup buffered before `stop()` starts nothing.
+        guard !isStopping, !Task.isCancelled else { break }
         updatePause()
         for key in machine.nextLoads() {
           startLoad(key, in: &group)
@@ -242,8 +251,12 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
   }
 
   private func loadEnded(_ key: Key, ticket: PrefetchTicket, outcome: PrefetchOutcome) {
-    // A load withdrawn when its key left the window was reported then.
-    guard tickets[key] === ticket else { return }
+    // A load withdrawn when its key left the window was reported then; its slot is free now.
+    guard tickets[key] === ticket else {
+      machine.cancelledLoadEnded()
+      wakeup.yield()
+      return
+    }
     tickets[key] = nil
     switch outcome {
     case .loaded:

@@ -25,6 +25,10 @@ struct AsyncPrefetcherStateMachine<Key: Hashable & Sendable>: Sendable {
   private(set) var finished: Set<Key> = []
   /// Whether urgent work holds back new loads.
   private(set) var isPaused = false
+  /// Loads cancelled when their key left the window that have not ended yet: they still hold
+  /// a slot of the limit, so an origin that is slow to notice cancellation never has more
+  /// than `limit` prefetch calls at once.
+  private(set) var draining = 0
 
   init(limit: Int) {
     self.limit = Swift.max(limit, 1)
@@ -49,8 +53,14 @@ struct AsyncPrefetcherStateMachine<Key: Hashable & Sendable>: Sendable {
     let previouslyInWindow = Set(previous)
     cancelled += loading.filter { !previouslyInWindow.contains($0) && leaves($0) }
     for key in cancelled { loading.remove(key) }
+    draining += cancelled.count
     finished = finished.intersection(seen)
     return cancelled
+  }
+
+  /// A load cancelled by ``moveWindow(to:keeping:)`` ended: its slot is free.
+  mutating func cancelledLoadEnded() {
+    draining = Swift.max(draining - 1, 0)
   }
 
   /// The load of `key` ended with `outcome`. Returns `false` for a key that was not loading
@@ -73,7 +83,7 @@ struct AsyncPrefetcherStateMachine<Key: Hashable & Sendable>: Sendable {
   mutating func nextLoads() -> [Key] {
     guard !isPaused else { return [] }
     var keys: [Key] = []
-    for key in window where loading.count < limit {
+    for key in window where loading.count + draining < limit {
       guard !loading.contains(key), !finished.contains(key) else { continue }
       loading.insert(key)
       keys.append(key)

@@ -53,7 +53,7 @@ extension LoadingCache {
 
   /// Makes a ticket for one prefetch of a key.
   func makePrefetchTicket() -> PrefetchTicket {
-    PrefetchTicket(waiter: nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue)
+    PrefetchTicket()
   }
 
   /// Loads `key` as background work, unless the top memory layer has it, and reports how it
@@ -70,6 +70,8 @@ extension LoadingCache {
     do {
       let source = try await withTaskCancellationHandler {
         try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<LoadSource, any Error>) in
+          // Taken now, as a request takes its own: waiters join in identifier order.
+          let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
           let joined = inFlight.withLock {
             state -> (joined: Bool, escalate: Task<Void, Never>?, priority: TaskPriority) in
             let priority = Task.currentPriority
@@ -78,8 +80,9 @@ extension LoadingCache {
             if Task.isCancelled || ticket.isWithdrawn.load(ordering: .sequentiallyConsistent) {
               return (false, nil, priority)
             }
+            ticket.waiter.store(waiter, ordering: .sequentiallyConsistent)
             let result = state.join(
-              key, waiter: ticket.waiter, continuation: .prefetch(continuation), priority: priority,
+              key, waiter: waiter, continuation: .prefetch(continuation), priority: priority,
               isUrgent: false, skipsTopLayer: skipsTopLayer)
             switch result {
             case .joined(let task):
@@ -103,11 +106,13 @@ extension LoadingCache {
       case .origin: return .loaded
       case .layer(let tier): return tier == 0 || skipsTopLayer ? .skipped : .loaded
       }
-    } catch is CancellationError {
+    } catch is CancellationError where ticket.isWithdrawn.load(ordering: .sequentiallyConsistent) || Task.isCancelled {
       // See out the load this prefetch abandoned, if it did: it is cancelled and ends soon.
       if let abandoned = ticket.abandonedLoad.withLock({ $0 }) { await abandoned.value }
       return .cancelled
     } catch {
+      // Includes a CancellationError the origin threw on its own (a timeout of its own, say):
+      // a failure, not a withdrawal, or the prefetcher would ask again at once, forever.
       return .failed(error)
     }
   }
@@ -118,7 +123,12 @@ extension LoadingCache {
   func withdraw(_ ticket: PrefetchTicket, for key: Key) {
     ticket.isWithdrawn.store(true, ordering: .sequentiallyConsistent)
     let (waiter, abandoned) = inFlight.withLock { state in
-      let (waiter, abandoned) = state.cancel(waiter: ticket.waiter, key: key)
+      // Read under the lock, where the prefetch joins: 0 when it has not joined (and never will).
+      let id = ticket.waiter.load(ordering: .sequentiallyConsistent)
+      guard id != 0 else {
+        return (LoadWaiter<Key, Value>?.none, InFlightLoadsStateMachine<Key, LoadWaiter<Key, Value>>.Abandoned?.none)
+      }
+      let (waiter, abandoned) = state.cancel(waiter: id, key: key)
       if let token = abandoned?.token { overtake(token) }
       return (waiter, abandoned)
     }
@@ -131,16 +141,13 @@ extension LoadingCache {
 /// A prefetcher's claim on the load of one key, which the prefetcher can withdraw from outside
 /// the task that waits for it.
 final class PrefetchTicket: Sendable {
-  /// The waiter identifier of the prefetch in the in-flight table.
-  let waiter: UInt64
+  /// The waiter identifier of the prefetch in the in-flight table, set under the table's lock
+  /// when it joins; 0 before.
+  let waiter = Atomic<UInt64>(0)
   /// Set before the waiter is removed, so a prefetch that has not joined yet never does.
   let isWithdrawn = Atomic<Bool>(false)
   /// The load that withdrawing this ticket abandoned (and cancelled), if it did.
   let abandonedLoad = Locked<Task<Void, Never>?>(nil)
-
-  init(waiter: UInt64) {
-    self.waiter = waiter
-  }
 }
 
 /// How one prefetch ended.

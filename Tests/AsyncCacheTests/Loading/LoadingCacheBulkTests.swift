@@ -201,4 +201,26 @@ struct LoadingCacheBulkTests {
     let error = await #expect(throws: AsyncCacheError.self) { try await cache.allValues(for: ["a", "absent"]) }
     #expect(error?.code == .notFound)
   }
+
+  @Test("a batch whose requests were all demoted waits for urgent work before it asks again")
+  func demotedBatchWaitsAtTheGate() async throws {
+    let clock = ManualClock()
+    let policy = RetryPolicy(maximumAttempts: 2, initialDelay: .milliseconds(10), jitter: 0)
+    let (cache, single, batches, _) = try Self.batchCache(policy: policy, clock: clock)
+    let bulk = Task { await cache.values(for: ["a", "b"]) }
+    await batches.waitForFetches(1, for: ["a", "b"])
+    batches.release(["a", "b"], throwing: Failure())
+    await clock.waitForSleepers(1)
+    #expect(cache.demote("a") && cache.demote("b"))
+    let onScreen = Task { try await cache.value(for: "u") }
+    await single.waitForFetches(1, for: "u")
+    clock.advance(by: .milliseconds(10))
+    await cache.waitForLoadsWaitingForUrgentWork(2)
+    #expect(batches.callCount == 1, "the retry holds back while the request's load runs")
+    single.release("u")
+    _ = try await onScreen.value
+    await batches.waitForFetches(1, for: ["a", "b"])
+    batches.release(["a", "b"])
+    #expect(await bulk.value.values == ["a": "batch a", "b": "batch b"])
+  }
 }

@@ -204,6 +204,67 @@ struct AsyncPrefetcherTests {
     try await run.value
   }
 
+  @Test("an origin's own CancellationError is a failure: the key is not asked for again and again")
+  func originCancellationIsAFailure() async throws {
+    let origin = TrackingFetcher()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(range: 1))
+    var updates = UpdateReader(prefetcher.updates())
+    let run = Task { try await prefetcher.run() }
+    await origin.gate.waitForFetches(1, for: "k1")
+    origin.gate.release("k1", throwing: CancellationError())  // a timeout of the origin's own
+    let failed = await updates.read { $0.progress.completed == 1 }
+    #expect(updates.events.last == "failed k1")
+    #expect(failed?.event.key == "k1")
+    #expect(origin.callCount(for: "k1") == 1)
+    run.cancel()
+    try await run.value
+  }
+
+  @Test("a cancelled load that its origin does not let go of keeps its slot until it ends")
+  func limitHoldsWhileCancelledLoadsDrain() async throws {
+    let origin = StubbornFetcher()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, Int>()], origin: origin)
+    let prefetcher = try AsyncPrefetcher<String, Int>(
+      cache: cache, keys: Self.keys,
+      configuration: .init(window: PrefetchWindow(range: 1), maximumConcurrentLoads: 1))
+    var updates = UpdateReader(prefetcher.updates())
+    let run = Task { try await prefetcher.run() }
+    await origin.waitForCalls(1)  // k1
+    await prefetcher.setCurrentIndex(3)  // k1 is cancelled, but its origin call goes on
+    _ = await updates.read { $0.event.key == "k1" }
+    await prefetcher.setCurrentIndex(5)
+    #expect(!updates.events.contains("started k4") && !updates.events.contains("started k6"))
+    origin.finish(call: 1, with: 1)  // k1's call ends: its slot is free
+    _ = await updates.read { $0.event.key == "k6" }
+    #expect(updates.events.suffix(1) == ["started k6"], "the window moved on meanwhile: k6, not k4")
+    await origin.waitForCalls(2)
+    origin.finish(call: 2, with: 6)
+    run.cancel()
+    try await run.value
+  }
+
+  @Test("stop() right after a move starts nothing more")
+  func stopAfterMove() async throws {
+    let origin = TrackingFetcher()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(range: 1))
+    let updates = Task { await UpdateReader(prefetcher.updates()).readToEnd() }
+    try await prefetcher.start()
+    await origin.gate.waitForFetches(1, for: "k1")
+    await Self.move(prefetcher, to: 5, thenStop: true)
+    let events = await updates.value
+    #expect(!events.contains("started k6"), "\(events)")
+    #expect(events.suffix(2) == ["moved 5", "cancelled k1"])
+  }
+
+  /// Moves and stops in one turn of the prefetcher's actor: its run loop cannot start a load
+  /// in between.
+  static func move(_ prefetcher: isolated Prefetcher, to index: Int, thenStop: Bool) async {
+    prefetcher.setCurrentIndex(index)
+    if thenStop { await prefetcher.stop() }
+  }
+
   // MARK: Urgent and background work
 
   @Test("while a request's load is in flight no prefetch starts; prefetching resumes when it ends")
