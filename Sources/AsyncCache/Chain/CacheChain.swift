@@ -266,10 +266,11 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         try await tiers[index].layer.insert(entry, for: key)
       } catch {
         record(LayerFailure(tierIndex: index, layerName: tiers[index].name, operation: operation, error: error))
-        if propagating, tiers[index].failurePolicy == .propagate || error is CancellationError {
+        let disposition = Self.disposition(of: error, policy: tiers[index].failurePolicy)
+        if propagating, disposition != .skip {
           // Leave no layer with a value the others do not have.
           for other in tiers.indices { try? await tiers[other].layer.removeValue(for: key) }
-          return wrap(error, tier: index, operation: operation, key: key)
+          return disposition == .passThrough ? error : wrap(error, tier: index, operation: operation, key: key)
         }
         try? await tiers[index].layer.removeValue(for: key)
       }
@@ -287,8 +288,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         try await body(tiers[index].layer)
       } catch {
         record(LayerFailure(tierIndex: index, layerName: tiers[index].name, operation: operation, error: error))
-        if firstError == nil, tiers[index].failurePolicy == .propagate || error is CancellationError {
-          firstError = error is CancellationError ? error : wrap(error, tier: index, operation: operation, key: nil)
+        let disposition = Self.disposition(of: error, policy: tiers[index].failurePolicy)
+        if firstError == nil, disposition != .skip {
+          firstError = disposition == .passThrough ? error : wrap(error, tier: index, operation: operation, key: nil)
         }
       }
     }
@@ -304,9 +306,32 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   ) throws {
     if error is CancellationError { throw error }
     record(LayerFailure(tierIndex: index, layerName: tiers[index].name, operation: operation, error: error))
-    if tiers[index].failurePolicy == .propagate {
-      throw wrap(error, tier: index, operation: operation, key: key)
+    switch Self.disposition(of: error, policy: tiers[index].failurePolicy) {
+    case .skip: return
+    case .passThrough: throw error
+    case .wrap: throw wrap(error, tier: index, operation: operation, key: key)
     }
+  }
+
+  /// What the chain does with a layer's error.
+  private enum Disposition {
+    /// Go on without the layer.
+    case skip
+    /// Throw the error as it is.
+    case passThrough
+    /// Throw it as a ``AsyncCacheError/Code/layerFailure``.
+    case wrap
+  }
+
+  /// A failed transform skips its layer and a failed condition reaches the caller, whatever the
+  /// layer's policy; other errors follow the policy.
+  private static func disposition(of error: any Error, policy: LayerFailurePolicy) -> Disposition {
+    if error is CancellationError { return .passThrough }
+    if let error = error as? AsyncCacheError {
+      if error.code == .transformFailed { return .skip }
+      if error.code == .conditionFailed { return .passThrough }
+    }
+    return policy == .propagate ? .wrap : .skip
   }
 
   private nonisolated func record(_ failure: LayerFailure) {

@@ -12,6 +12,8 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case layerFailure
       case invalidState
       case notFound
+      case transformFailed
+      case conditionFailed
     }
 
     private let base: Base
@@ -31,6 +33,14 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
     /// An origin had no value for a key: an ``AsyncBatchFetcher``'s result left it out. The
     /// message names the key.
     public static let notFound = Code(.notFound)
+    /// A key or value transform of an operator failed (``AsyncCacheLayer/mappingKeys(_:)``,
+    /// ``AsyncCacheLayer/mappingValues(_:)``, …); ``AsyncCacheError/underlying`` holds its
+    /// error. A ``CacheChain`` records it and skips the layer, whatever its failure policy.
+    public static let transformFailed = Code(.transformFailed)
+    /// The predicate of a condition (``AsyncCacheLayer/onlyIf(_:)``) failed;
+    /// ``AsyncCacheError/underlying`` holds its error. A ``CacheChain`` passes it to the caller,
+    /// whatever the layer's failure policy.
+    public static let conditionFailed = Code(.conditionFailed)
 
     public var description: String {
       switch base {
@@ -39,6 +49,8 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case .layerFailure: "layerFailure"
       case .invalidState: "invalidState"
       case .notFound: "notFound"
+      case .transformFailed: "transformFailed"
+      case .conditionFailed: "conditionFailed"
       }
     }
   }

@@ -1,0 +1,200 @@
+extension AsyncCacheLayer {
+  /// A layer that takes keys of another type and asks this one with the key `transform`
+  /// returns: a domain struct in front of a layer keyed by its `String` identifier, say.
+  ///
+  /// ```swift
+  /// let byUser = memory.mappingKeys { (user: User) in user.id }   // MemoryLayer<String, Avatar>
+  /// ```
+  ///
+  /// The transform runs for every operation (lookups, writes, removals) and may be `async` and
+  /// throw: its error becomes ``AsyncCacheError/Code/transformFailed``, which a ``CacheChain``
+  /// records and treats as a skip of this layer. It must map distinct keys to distinct keys.
+  public nonisolated func mappingKeys<NewKey: Hashable & Sendable>(
+    _ transform: @escaping @Sendable (NewKey) async throws -> Key
+  ) -> KeyMappedLayer<NewKey, Self> {
+    KeyMappedLayer(base: self, transform: transform)
+  }
+
+  /// A layer of values of another type, converted on the way in and out by `transform`: a
+  /// layer of `Data` seen as a layer of decoded models, say.
+  ///
+  /// ```swift
+  /// let users = disk.mappingValues(.json(User.self))   // DiskLayer<Int, Data> → <Int, User>
+  /// ```
+  ///
+  /// Expiry travels unchanged. A failed conversion becomes
+  /// ``AsyncCacheError/Code/transformFailed`` (a ``CacheChain`` records it and skips the layer).
+  public nonisolated func mappingValues<NewValue: Sendable>(
+    _ transform: ValueTransform<Value, NewValue>
+  ) -> ValueMappedLayer<NewValue, Self> {
+    ValueMappedLayer(base: self, transform: transform)
+  }
+
+  /// A layer consulted only for the keys `predicate` accepts: for the others, lookups miss and
+  /// writes and removals do nothing.
+  ///
+  /// ```swift
+  /// let database = sqlite.onlyIf { _ in await settings.offlineMode }
+  /// ```
+  ///
+  /// The predicate runs for every operation but ``AsyncCacheLayer/removeAll()``, which always
+  /// reaches the layer. It may be `async` and may throw: its error becomes
+  /// ``AsyncCacheError/Code/conditionFailed``, which a ``CacheChain`` passes to the caller,
+  /// whatever the layer's failure policy.
+  public nonisolated func onlyIf(
+    _ predicate: @escaping @Sendable (Key) async throws -> Bool
+  ) -> ConditionalLayer<Self> {
+    ConditionalLayer(base: self, predicate: predicate)
+  }
+}
+
+/// A layer in front of another that takes keys of another type: see
+/// ``AsyncCacheLayer/mappingKeys(_:)``.
+public final actor KeyMappedLayer<Key: Hashable & Sendable, Base: AsyncCacheLayer>: AsyncCacheLayer {
+  public typealias Value = Base.Value
+
+  /// The layer asked with the transformed keys.
+  public nonisolated let base: Base
+  @usableFromInline nonisolated let transform: @Sendable (Key) async throws -> Base.Key
+
+  init(base: Base, transform: @escaping @Sendable (Key) async throws -> Base.Key) {
+    self.base = base
+    self.transform = transform
+  }
+
+  @inlinable
+  nonisolated func baseKey(_ key: Key) async throws -> Base.Key {
+    try await transforming("the key transform in front of \(Base.self) for key \(describeKey(key))") {
+      try await transform(key)
+    }
+  }
+
+  /// Looks up the transformed key in the base layer.
+  public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
+    try await base.entry(for: baseKey(key))
+  }
+
+  /// Stores `entry` under the transformed key in the base layer.
+  public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
+    try await base.insert(entry, for: baseKey(key))
+  }
+
+  /// Removes the transformed key from the base layer.
+  public nonisolated func removeValue(for key: Key) async throws {
+    try await base.removeValue(for: baseKey(key))
+  }
+
+  /// Empties the base layer.
+  public nonisolated func removeAll() async throws {
+    try await base.removeAll()
+  }
+
+  /// Passes the level to the base layer.
+  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
+    await base.handleMemoryPressure(level)
+  }
+}
+
+/// A layer in front of another that converts its values: see
+/// ``AsyncCacheLayer/mappingValues(_:)``.
+public final actor ValueMappedLayer<Value: Sendable, Base: AsyncCacheLayer>: AsyncCacheLayer {
+  public typealias Key = Base.Key
+
+  /// The layer that stores the converted values.
+  public nonisolated let base: Base
+  /// The conversion between the base layer's values and this layer's.
+  public nonisolated let transform: ValueTransform<Base.Value, Value>
+
+  init(base: Base, transform: ValueTransform<Base.Value, Value>) {
+    self.base = base
+    self.transform = transform
+  }
+
+  /// Looks `key` up in the base layer and decodes the value, keeping its expiry.
+  public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
+    guard let stored = try await base.entry(for: key) else { return nil }
+    let value = try await transforming("decoding the value of \(Base.self) for key \(describeKey(key))") {
+      try await transform.decode(stored.value)
+    }
+    return CacheEntry(value, expiresAt: stored.expiresAt)
+  }
+
+  /// Encodes the value and stores it in the base layer with the same expiry.
+  public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
+    let stored = try await transforming("encoding a value for \(Base.self) for key \(describeKey(key))") {
+      try await transform.encode(entry.value)
+    }
+    try await base.insert(CacheEntry(stored, expiresAt: entry.expiresAt), for: key)
+  }
+
+  /// Removes `key` from the base layer.
+  public nonisolated func removeValue(for key: Key) async throws {
+    try await base.removeValue(for: key)
+  }
+
+  /// Empties the base layer.
+  public nonisolated func removeAll() async throws {
+    try await base.removeAll()
+  }
+
+  /// Passes the level to the base layer.
+  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
+    await base.handleMemoryPressure(level)
+  }
+}
+
+/// A layer consulted only for some keys: see ``AsyncCacheLayer/onlyIf(_:)``.
+public final actor ConditionalLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
+  public typealias Key = Base.Key
+  public typealias Value = Base.Value
+
+  /// The layer consulted when the predicate accepts the key.
+  public nonisolated let base: Base
+  private nonisolated let predicate: @Sendable (Key) async throws -> Bool
+
+  init(base: Base, predicate: @escaping @Sendable (Key) async throws -> Bool) {
+    self.base = base
+    self.predicate = predicate
+  }
+
+  private nonisolated func accepts(_ key: Key) async throws -> Bool {
+    do {
+      return try await predicate(key)
+    } catch is CancellationError {
+      throw CancellationError()
+    } catch {
+      throw AsyncCacheError(
+        code: .conditionFailed,
+        message: "the condition in front of \(Base.self) failed for key \(describeKey(key))",
+        underlying: error)
+    }
+  }
+
+  /// The base layer's entry when the predicate accepts `key`; `nil` otherwise.
+  public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
+    guard try await accepts(key) else { return nil }
+    return try await base.entry(for: key)
+  }
+
+  /// Stores `entry` in the base layer when the predicate accepts `key`.
+  public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
+    guard try await accepts(key) else { return }
+    try await base.insert(entry, for: key)
+  }
+
+  /// Removes `key` from the base layer when the predicate accepts it.
+  public nonisolated func removeValue(for key: Key) async throws {
+    guard try await accepts(key) else { return }
+    try await base.removeValue(for: key)
+  }
+
+  /// Empties the base layer, whatever the predicate.
+  public nonisolated func removeAll() async throws {
+    try await base.removeAll()
+  }
+
+  /// Passes the level to the base layer.
+  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
+    await base.handleMemoryPressure(level)
+  }
+}

@@ -1,0 +1,102 @@
+public import Foundation
+
+/// Runs a transform of an operator: its errors become ``AsyncCacheError/Code/transformFailed``
+/// naming `what`; `CancellationError` passes through.
+@inlinable
+func transforming<Output>(
+  _ what: @autoclosure () -> String,
+  _ body: () async throws -> Output
+) async throws -> Output {
+  do {
+    return try await body()
+  } catch is CancellationError {
+    throw CancellationError()
+  } catch let error as AsyncCacheError where error.code == .transformFailed {
+    throw error
+  } catch {
+    throw AsyncCacheError(code: .transformFailed, message: "\(what()) failed", underlying: error)
+  }
+}
+
+/// Describes a key for an error message, cut short when long.
+@usableFromInline
+func describeKey(_ key: some Any) -> String {
+  let described = String(describing: key)
+  return described.count > 120 ? described.prefix(120) + "…" : described
+}
+
+/// A two-way conversion between the values of two layers, for
+/// ``AsyncCacheLayer/mappingValues(_:)``: `Data` on disk and a decoded model in memory, say.
+///
+/// Both directions may be `async` and may throw; a throw becomes
+/// ``AsyncCacheError/Code/transformFailed``.
+///
+/// ```swift
+/// let users: some AsyncCacheLayer<Int, User> = disk.mappingValues(.json(User.self))
+/// ```
+public struct ValueTransform<Stored: Sendable, Value: Sendable>: Sendable {
+  /// Converts a stored value (what the base layer holds) into a value.
+  public let decode: @Sendable (Stored) async throws -> Value
+  /// Converts a value into what the base layer stores.
+  public let encode: @Sendable (Value) async throws -> Stored
+
+  /// Creates a transform from its two directions.
+  public init(
+    decode: @escaping @Sendable (Stored) async throws -> Value,
+    encode: @escaping @Sendable (Value) async throws -> Stored
+  ) {
+    self.decode = decode
+    self.encode = encode
+  }
+
+  /// The transform in the other direction.
+  public var reversed: ValueTransform<Value, Stored> {
+    ValueTransform<Value, Stored>(decode: encode, encode: decode)
+  }
+}
+
+extension ValueTransform where Stored == Data {
+  /// JSON: `Data` holding the JSON encoding of a `Codable` value.
+  ///
+  /// - Parameters:
+  ///   - type: The type of the values.
+  ///   - encoder: The encoder; a new `JSONEncoder` with sorted keys by default, so that equal
+  ///     values encode to equal bytes.
+  ///   - decoder: The decoder; a new `JSONDecoder` by default.
+  public static func json(
+    _ type: Value.Type = Value.self,
+    encoder: @escaping @Sendable () -> JSONEncoder = {
+      let encoder = JSONEncoder()
+      encoder.outputFormatting = [.sortedKeys]
+      return encoder
+    },
+    decoder: @escaping @Sendable () -> JSONDecoder = { JSONDecoder() }
+  ) -> ValueTransform where Value: Codable {
+    ValueTransform(
+      decode: { data in try decoder().decode(Value.self, from: data) },
+      encode: { value in try encoder().encode(value) })
+  }
+}
+
+extension ValueTransform where Stored == Data, Value == String {
+  /// Text: `Data` holding a string in `encoding` (UTF-8 by default). Bytes that are not valid
+  /// in the encoding, or a string the encoding cannot represent, fail with
+  /// ``AsyncCacheError/Code/transformFailed``.
+  public static func string(encoding: String.Encoding = .utf8) -> ValueTransform {
+    ValueTransform(
+      decode: { data in
+        guard let string = String(data: data, encoding: encoding) else {
+          throw AsyncCacheError(
+            code: .transformFailed, message: "\(data.count) bytes are not valid text in encoding \(encoding)")
+        }
+        return string
+      },
+      encode: { string in
+        guard let data = string.data(using: encoding) else {
+          throw AsyncCacheError(
+            code: .transformFailed, message: "a string of \(string.count) characters cannot be encoded in \(encoding)")
+        }
+        return data
+      })
+  }
+}
