@@ -147,6 +147,46 @@ struct OperatorTests {
     #expect(origin.callCount == 0)
   }
 
+  // MARK: Post-processing and lanes
+
+  @Test("post-processing sees the key asked for; writes pass unchanged; expiry is kept")
+  func postProcessing() async throws {
+    let clock = ManualClock()
+    let base = try MemoryLayer<String, String>(configuration: .init(clock: clock))
+    let stamped = base.postProcessing { key, value in "\(value) for \(key)" }
+    let expiry = clock.now.advanced(by: .seconds(5))
+    try await stamped.insert(CacheEntry("hello", expiresAt: expiry), for: "ada")
+    #expect(base.value(for: "ada") == "hello")
+    let entry = try #require(try await stamped.entry(for: "ada"))
+    #expect(entry.value == "hello for ada" && entry.expiresAt == expiry)
+
+    let failing = base.postProcessing { _, _ -> String in throw Refused() }
+    let error = await #expect(throws: AsyncCacheError.self) { try await failing.entry(for: "ada") }
+    #expect(error?.code == .transformFailed)
+
+    let origin = ClosureFetcher<Int, Int> { $0 * 10 }.postProcessing { key, value in value + key }
+    #expect(try await origin.fetch(4) == 44)
+  }
+
+  @Test("lanes send each key to one of two layers; removeAll and memory pressure reach both")
+  func lanes() async throws {
+    let network = RecordingLayer(try MemoryLayer<String, String>())
+    let files = RecordingLayer(try MemoryLayer<String, String>())
+    let images = network.lane(files) { $0.hasPrefix("file:") }
+    try await images.insert(CacheEntry("remote"), for: "https://a")
+    try await images.insert(CacheEntry("local"), for: "file:///b")
+    #expect(try await images.entry(for: "https://a")?.value == "remote")
+    #expect(try await images.entry(for: "file:///b")?.value == "local")
+    #expect(network.calls == [.insert("https://a", expiresAt: nil), .entry("https://a")])
+    #expect(files.calls == [.insert("file:///b", expiresAt: nil), .entry("file:///b")])
+    try await images.removeValue(for: "file:///b")
+    #expect(files.calls.last == .removeValue("file:///b") && network.calls.count == 2)
+    try await images.removeAll()
+    await images.handleMemoryPressure(.warning)
+    #expect(network.calls.suffix(2) == [.removeAll, .memoryPressure(.warning)])
+    #expect(files.calls.suffix(2) == [.removeAll, .memoryPressure(.warning)])
+  }
+
   // MARK: Composition
 
   @Test("transform ∘ condition ∘ chain: a model cache keyed by users over JSON on a lower layer, only for some users")

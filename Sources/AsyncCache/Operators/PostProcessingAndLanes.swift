@@ -1,0 +1,161 @@
+extension AsyncCacheLayer {
+  /// A layer whose lookups pass what this layer returns through `transform`, which sees the key
+  /// that was asked for: a thumbnail resized for the key's size, a value stamped with the key.
+  /// Writes reach this layer unchanged.
+  ///
+  /// ```swift
+  /// let fitted = thumbnails.postProcessing { key, image in image.fitted(to: key.size) }
+  /// ```
+  ///
+  /// A failed `transform` becomes ``AsyncCacheError/Code/transformFailed`` (a ``CacheChain``
+  /// records it and skips the layer).
+  public nonisolated func postProcessing(
+    _ transform: @escaping @Sendable (Key, Value) async throws -> Value
+  ) -> PostProcessedLayer<Self> {
+    PostProcessedLayer(base: self, transform: transform)
+  }
+
+  /// A layer that sends each key to this layer or to `other`, as `usesOther` decides: two
+  /// equivalent layers chosen by key, a file layer for `file:` URLs and a network cache for
+  /// the others, say.
+  ///
+  /// ```swift
+  /// let images = network.lane(files) { url in url.isFileURL }
+  /// ```
+  ///
+  /// `usesOther` must be fast and must not fail: it runs for every operation.
+  /// ``AsyncCacheLayer/removeAll()`` and memory pressure reach both layers.
+  public nonisolated func lane<Other: AsyncCacheLayer<Key, Value>>(
+    _ other: Other,
+    when usesOther: @escaping @Sendable (Key) -> Bool
+  ) -> LaneLayer<Self, Other> {
+    LaneLayer(primary: self, other: other, usesOther: usesOther)
+  }
+}
+
+extension AsyncFetcher {
+  /// An origin whose values pass through `transform`, which sees the key that was asked for.
+  ///
+  /// A failed `transform` throws ``AsyncCacheError/Code/transformFailed``.
+  public func postProcessing(
+    _ transform: @escaping @Sendable (Key, Value) async throws -> Value
+  ) -> PostProcessedFetcher<Self> {
+    PostProcessedFetcher(base: self, transform: transform)
+  }
+}
+
+/// A layer whose lookups are post-processed: see ``AsyncCacheLayer/postProcessing(_:)``.
+public final actor PostProcessedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
+  public typealias Key = Base.Key
+  public typealias Value = Base.Value
+
+  /// The layer whose values are post-processed.
+  public nonisolated let base: Base
+  private nonisolated let transform: @Sendable (Key, Value) async throws -> Value
+
+  init(base: Base, transform: @escaping @Sendable (Key, Value) async throws -> Value) {
+    self.base = base
+    self.transform = transform
+  }
+
+  /// The base layer's entry, its value post-processed, its expiry kept.
+  public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
+    guard let entry = try await base.entry(for: key) else { return nil }
+    let value = try await transforming("post-processing the value of \(Base.self) for key \(describeKey(key))") {
+      try await transform(key, entry.value)
+    }
+    return CacheEntry(value, expiresAt: entry.expiresAt)
+  }
+
+  /// Stores `entry` in the base layer unchanged.
+  public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
+    try await base.insert(entry, for: key)
+  }
+
+  /// Removes `key` from the base layer.
+  public nonisolated func removeValue(for key: Key) async throws {
+    try await base.removeValue(for: key)
+  }
+
+  /// Empties the base layer.
+  public nonisolated func removeAll() async throws {
+    try await base.removeAll()
+  }
+
+  /// Passes the level to the base layer.
+  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
+    await base.handleMemoryPressure(level)
+  }
+}
+
+/// An origin whose values are post-processed: see ``AsyncFetcher/postProcessing(_:)``.
+public struct PostProcessedFetcher<Base: AsyncFetcher>: AsyncFetcher {
+  public typealias Key = Base.Key
+  public typealias Value = Base.Value
+
+  /// The origin whose values are post-processed.
+  public let base: Base
+  private let transform: @Sendable (Key, Value) async throws -> Value
+
+  init(base: Base, transform: @escaping @Sendable (Key, Value) async throws -> Value) {
+    self.base = base
+    self.transform = transform
+  }
+
+  /// Fetches `key` from the base origin and post-processes the value.
+  public func fetch(_ key: Key) async throws -> Value {
+    let value = try await base.fetch(key)
+    return try await transforming("post-processing the value of \(Base.self) for key \(describeKey(key))") {
+      try await transform(key, value)
+    }
+  }
+}
+
+/// Two equivalent layers chosen by key: see ``AsyncCacheLayer/lane(_:when:)``.
+public final actor LaneLayer<Primary: AsyncCacheLayer, Other: AsyncCacheLayer<Primary.Key, Primary.Value>>:
+  AsyncCacheLayer
+{
+  public typealias Key = Primary.Key
+  public typealias Value = Primary.Value
+
+  /// The layer for the keys `usesOther` refuses.
+  public nonisolated let primary: Primary
+  /// The layer for the keys `usesOther` accepts.
+  public nonisolated let other: Other
+  private nonisolated let usesOther: @Sendable (Key) -> Bool
+
+  init(primary: Primary, other: Other, usesOther: @escaping @Sendable (Key) -> Bool) {
+    self.primary = primary
+    self.other = other
+    self.usesOther = usesOther
+  }
+
+  /// Looks `key` up in its lane's layer.
+  public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
+    usesOther(key) ? try await other.entry(for: key) : try await primary.entry(for: key)
+  }
+
+  /// Stores `entry` in its lane's layer.
+  public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
+    if usesOther(key) { try await other.insert(entry, for: key) } else { try await primary.insert(entry, for: key) }
+  }
+
+  /// Removes `key` from its lane's layer.
+  public nonisolated func removeValue(for key: Key) async throws {
+    if usesOther(key) { try await other.removeValue(for: key) } else { try await primary.removeValue(for: key) }
+  }
+
+  /// Empties both layers; throws the first error after trying both.
+  public nonisolated func removeAll() async throws {
+    var firstError: (any Error)?
+    do { try await primary.removeAll() } catch { firstError = error }
+    do { try await other.removeAll() } catch { firstError = firstError ?? error }
+    if let firstError { throw firstError }
+  }
+
+  /// Passes the level to both layers.
+  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
+    await primary.handleMemoryPressure(level)
+    await other.handleMemoryPressure(level)
+  }
+}
