@@ -1,0 +1,243 @@
+#if canImport(Darwin)
+  import Darwin
+#elseif canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#elseif canImport(Android)
+  import Android
+#endif
+
+/// Memory pressure on Linux, by polling the memory limit and usage of the process's control
+/// group, or of the machine.
+///
+/// Each reading (``readUsage()``) takes the first of these that applies, and compares the share
+/// in use with the thresholds of its ``Configuration-swift.struct``:
+/// 1. cgroup v2: `sys/fs/cgroup/memory.current` against `sys/fs/cgroup/memory.max`, unless the
+///    limit is `max`;
+/// 2. cgroup v1: `sys/fs/cgroup/memory/memory.usage_in_bytes` against
+///    `sys/fs/cgroup/memory/memory.limit_in_bytes`, unless the limit means "unlimited";
+/// 3. the machine: `MemTotal - MemAvailable` against `MemTotal`, from `proc/meminfo`.
+///
+/// A cgroup limit of 2⁶² bytes or more (v1 writes 9223372036854771712 for "no limit") or at
+/// least the machine's `MemTotal` counts as unlimited. A cgroup whose files are missing,
+/// unreadable or malformed is skipped for the next source, so a container without a limit and
+/// a host without cgroups both fall back to the machine's figures; only a missing or malformed
+/// `proc/meminfo` makes a reading fail, with a ``MemoryUsageReadError``. Paths are relative to
+/// ``Configuration-swift.struct/root`` (tests point it at a fixture directory). The cgroup read
+/// is the one mounted at `sys/fs/cgroup` (what a container sees as its own), not a nested
+/// group named in `/proc/self/cgroup`.
+///
+/// ``levels()`` reads once at once, then every ``Configuration-swift.struct/interval`` slept on
+/// the configured clock, and yields each level that differs from the previous one. A reading
+/// that fails is skipped (the level stays what it was). Each reading opens and reads two or
+/// three small files: a few microseconds, in the polling task, never on the caller's.
+///
+/// The type compiles on every platform, but only Linux has the files; on Apple platforms use
+/// `DispatchMemoryPressureSource`. Safe from any context.
+public final class LinuxMemoryPressureSource: MemoryPressureSource {
+  /// The thresholds, interval, clock and root directory of a ``LinuxMemoryPressureSource``.
+  public struct Configuration: Sendable {
+    /// The share of the limit in use from which the level is ``MemoryPressureLevel/warning``,
+    /// in `0...1` and at most ``criticalThreshold``. Default `0.8`.
+    public var warningThreshold: Double
+    /// The share of the limit in use from which the level is ``MemoryPressureLevel/critical``,
+    /// in `0...1`. Default `0.95`.
+    public var criticalThreshold: Double
+    /// The time between readings; positive. Default 1 s.
+    public var interval: Duration
+    /// The clock the poll loop sleeps on. Default ``WallClock``.
+    public var clock: any CacheClock
+    /// The directory the `sys/fs/cgroup` and `proc` paths are relative to. Default `/`.
+    public var root: String
+
+    /// Creates a configuration.
+    public init(
+      warningThreshold: Double = 0.8,
+      criticalThreshold: Double = 0.95,
+      interval: Duration = .seconds(1),
+      clock: any CacheClock = WallClock(),
+      root: String = "/"
+    ) {
+      self.warningThreshold = warningThreshold
+      self.criticalThreshold = criticalThreshold
+      self.interval = interval
+      self.clock = clock
+      self.root = root
+    }
+  }
+
+  /// The source's configuration.
+  public let configuration: Configuration
+
+  /// Limits from this many bytes up count as unlimited (v1's "no limit" is `Int64.max` rounded
+  /// down to a page).
+  private static let unlimitedFloor: UInt64 = 1 << 62
+
+  /// Creates a source. Reads nothing until ``readUsage()`` or ``levels()``.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` when a threshold is outside
+  ///   `0...1`, the warning threshold is above the critical one, or the interval is not
+  ///   positive.
+  public init(configuration: Configuration = Configuration()) throws {
+    let warning = configuration.warningThreshold
+    let critical = configuration.criticalThreshold
+    guard (0...1).contains(warning), (0...1).contains(critical), warning <= critical else {
+      throw AsyncCacheError.invalidConfiguration(
+        "LinuxMemoryPressureSource thresholds are warning \(warning) and critical \(critical); they must be in 0...1 with warning <= critical"
+      )
+    }
+    guard configuration.interval > .zero else {
+      throw AsyncCacheError.invalidConfiguration(
+        "LinuxMemoryPressureSource interval is \(configuration.interval); it must be positive")
+    }
+    self.configuration = configuration
+  }
+
+  // MARK: Levels
+
+  /// A new sequence of the levels as they change, starting from
+  /// ``MemoryPressureLevel/normal``: reads at once, then every interval, in a task of its own
+  /// that ends when the sequence is no longer iterated. Safe from any context.
+  public func levels() -> AsyncStream<MemoryPressureLevel> {
+    // Unbounded: only changes are yielded, so the buffer grows only if the observer stops
+    // reading while memory swings; dropping some would make it see the same level twice.
+    let (stream, continuation) = AsyncStream.makeStream(of: MemoryPressureLevel.self)
+    let task = Task { [self] in
+      var last = MemoryPressureLevel.normal
+      while !Task.isCancelled {
+        if let usage = try? readUsage() {
+          let level = self.level(for: usage)
+          if level != last {
+            last = level
+            continuation.yield(level)
+          }
+        }
+        do {
+          let clock = configuration.clock
+          try await clock.sleep(until: clock.now.advanced(by: configuration.interval), tolerance: nil)
+        } catch {
+          break
+        }
+      }
+      continuation.finish()
+    }
+    continuation.onTermination = { _ in task.cancel() }
+    return stream
+  }
+
+  /// The level of `usage` by the configured thresholds. Safe from any context; never suspends.
+  public func level(for usage: MemoryUsage) -> MemoryPressureLevel {
+    let fraction = usage.fractionUsed
+    if fraction >= configuration.criticalThreshold { return .critical }
+    if fraction >= configuration.warningThreshold { return .warning }
+    return .normal
+  }
+
+  // MARK: Reading
+
+  /// Reads the memory usage now, from the first source that applies (see
+  /// ``LinuxMemoryPressureSource``).
+  ///
+  /// Blocking file I/O of two or three small files; safe from any context, but keep it off
+  /// the main thread's hot paths.
+  ///
+  /// - Throws: ``MemoryUsageReadError`` when no cgroup applies and `proc/meminfo` is missing,
+  ///   unreadable or lacks `MemTotal` or `MemAvailable`.
+  public func readUsage() throws(MemoryUsageReadError) -> MemoryUsage {
+    let machine: Result<MemoryUsage, MemoryUsageReadError>
+    do throws(MemoryUsageReadError) {
+      machine = .success(try readMeminfo())
+    } catch {
+      machine = .failure(error)
+    }
+    let machineTotal = try? machine.get().limitBytes
+    if let usage = readCgroup(
+      .cgroupV2, limit: "sys/fs/cgroup/memory.max", usage: "sys/fs/cgroup/memory.current",
+      machineTotal: machineTotal)
+    {
+      return usage
+    }
+    if let usage = readCgroup(
+      .cgroupV1, limit: "sys/fs/cgroup/memory/memory.limit_in_bytes",
+      usage: "sys/fs/cgroup/memory/memory.usage_in_bytes", machineTotal: machineTotal)
+    {
+      return usage
+    }
+    return try machine.get()
+  }
+
+  /// The cgroup's reading, or `nil` when a file is missing or malformed or the limit counts as
+  /// unlimited.
+  private func readCgroup(
+    _ source: MemoryUsage.Source, limit limitPath: String, usage usagePath: String, machineTotal: UInt64?
+  ) -> MemoryUsage? {
+    guard let limitText = try? Self.readFile(path(limitPath)),
+      let usageText = try? Self.readFile(path(usagePath)),
+      let limit = UInt64(Self.trimmed(limitText)), limit > 0, limit < Self.unlimitedFloor,
+      let used = UInt64(Self.trimmed(usageText))
+    else { return nil }
+    if let machineTotal, limit >= machineTotal { return nil }
+    return MemoryUsage(source: source, usedBytes: used, limitBytes: limit)
+  }
+
+  private func readMeminfo() throws(MemoryUsageReadError) -> MemoryUsage {
+    let file = path("proc/meminfo")
+    let text = try Self.readFile(file)
+    var total: UInt64?
+    var available: UInt64?
+    for line in text.split(separator: "\n") {
+      guard let colon = line.firstIndex(of: ":") else { continue }
+      let name = line[..<colon]
+      guard name == "MemTotal" || name == "MemAvailable" else { continue }
+      // "MemTotal:       16318540 kB"
+      let fields = line[line.index(after: colon)...].split(separator: " ")
+      guard let number = fields.first.flatMap({ UInt64($0) }), fields.dropFirst().allSatisfy({ $0 == "kB" }) else {
+        throw MemoryUsageReadError(path: file, reason: .malformed("cannot read the value of \(name)"))
+      }
+      let (bytes, overflow) = number.multipliedReportingOverflow(by: 1024)
+      guard !overflow else {
+        throw MemoryUsageReadError(path: file, reason: .malformed("\(name) is too large"))
+      }
+      if name == "MemTotal" { total = bytes } else { available = bytes }
+    }
+    guard let total, total > 0 else {
+      throw MemoryUsageReadError(path: file, reason: .malformed("no positive MemTotal"))
+    }
+    guard let available else {
+      throw MemoryUsageReadError(path: file, reason: .malformed("no MemAvailable"))
+    }
+    return MemoryUsage(source: .procMeminfo, usedBytes: total - Swift.min(available, total), limitBytes: total)
+  }
+
+  private func path(_ relative: String) -> String {
+    configuration.root.hasSuffix("/") ? configuration.root + relative : configuration.root + "/" + relative
+  }
+
+  private static func trimmed(_ text: String) -> Substring {
+    guard let first = text.firstIndex(where: { !$0.isWhitespace }),
+      let last = text.lastIndex(where: { !$0.isWhitespace })
+    else { return "" }
+    return text[first...last]
+  }
+
+  /// The file's text, read to its end (files under `/proc` and `/sys` report a size of 0, so
+  /// the size is not trusted); at most 1 MiB.
+  private static func readFile(_ path: String) throws(MemoryUsageReadError) -> String {
+    let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+    guard descriptor >= 0 else { throw MemoryUsageReadError(path: path, reason: .unreadable(errno: errno)) }
+    defer { close(descriptor) }
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 4096)
+    while bytes.count < 1 << 20 {
+      let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+      if count == 0 { break }
+      if count < 0 {
+        if errno == EINTR { continue }
+        throw MemoryUsageReadError(path: path, reason: .unreadable(errno: errno))
+      }
+      bytes.append(contentsOf: chunk[..<count])
+    }
+    return String(decoding: bytes, as: UTF8.self)
+  }
+}
