@@ -161,6 +161,22 @@ struct LoadingCacheBulkTests {
     #expect(result.failures["a"] is Failure && result.failures["b"] is Failure)
     #expect(batches.callCount == 2)
     #expect(cache.statistics.loadFailures == 2)
+    #expect(cache.cachedValue(for: "a") == nil, "an error is not stored")
+    batches.open()
+    #expect(await cache.values(for: ["a", "b"]).values.count == 2, "the next request asks the origin again")
+    #expect(batches.callCount == 3)
+  }
+
+  @Test("a write during a batch load wins: the batch's late value is not stored over it")
+  func writeDuringBatchWins() async throws {
+    let (cache, _, batches, lower) = try Self.batchCache()
+    let bulk = Task { await cache.values(for: ["a", "b"]) }
+    await batches.waitForFetches(1, for: ["a", "b"])
+    try await cache.insert("written", for: "a")
+    batches.release(["a", "b"])
+    #expect(await bulk.value.values == ["a": "batch a", "b": "batch b"], "the waiting request gets its load's value")
+    #expect(cache.cachedValue(for: "a") == "written" && lower.value(for: "a") == "written")
+    #expect(cache.cachedValue(for: "b") == "batch b")
   }
 
   @Test("large batches are split by the origin's maximum batch size")

@@ -149,4 +149,55 @@ import Testing
       }
     }
   }
+
+  /// Bulk requests through a batch origin, single requests, demotions and cancellations from
+  /// many tasks: afterwards no load, batch, gate or urgent count is left behind.
+  @Test(arguments: [1, 2, 3] as [UInt64])
+  func bulkBatchesAndDemotionsLeaveNothingBehind(seed: UInt64) async throws {
+    let memory = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 16, segmentCount: 4))
+    let origin = ClosureFetcher<Int, Int> { key in
+      await Task.yield()
+      return key
+    }
+    let calls = Locked(0)
+    let batches = ClosureBatchFetcher<Int, Int>(maximumBatchSize: 3) { keys in
+      let call = calls.withLock { calls in
+        calls += 1
+        return calls
+      }
+      await Task.yield()
+      if call % 5 == 0 { throw TestError("batch hiccup") }
+      return Dictionary(uniqueKeysWithValues: keys.filter { $0 % 11 != 0 }.map { ($0, $0) })
+    }
+    let cache = try LoadingCache(layers: [memory, FakeLayer<Int, Int>()], origin: origin, batchOrigin: batches)
+    await withTaskGroup(of: Void.self) { group in
+      for task in 0..<8 {
+        group.addTask {
+          var random = SeededGenerator(seed: seed &* 1000 &+ UInt64(task))
+          for _ in 0..<300 {
+            let keys = (0..<Int.random(in: 1...6, using: &random)).map { _ in Int.random(in: 0..<24, using: &random) }
+            let kind = Int.random(in: 0..<100, using: &random)
+            let cancelAfter = Int.random(in: 0..<4, using: &random) == 0 ? Int.random(in: 0..<3, using: &random) : nil
+            _ = await runInTask(cancellingAfter: cancelAfter) {
+              switch kind {
+              case 0..<40:
+                let outcome = await cache.values(for: keys)
+                for (key, value) in outcome.values { #expect(value == key) }
+              case 40..<60: _ = try? await cache.allValues(for: keys)
+              case 60..<70: cache.demote(keys[0])
+              case 70..<80: try? await cache.removeValue(for: keys[0])
+              default: _ = try? await cache.value(for: keys[0])
+              }
+            }
+          }
+        }
+      }
+    }
+    await cache.chain.coordinator.waitUntil { $0.isIdle }
+    let leftovers = cache.inFlight.withLock { state in
+      (state.isEmpty, state.batches.count, state.gates.count, state.urgentLoads, state.watchers.count)
+    }
+    #expect(leftovers == (true, 0, 0, 0, 0))
+    #expect(memory.invariantViolations.isEmpty)
+  }
 }

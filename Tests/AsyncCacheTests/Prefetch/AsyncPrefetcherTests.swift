@@ -352,35 +352,12 @@ struct AsyncPrefetcherTests {
     #expect(cache.statistics.loadsWaitingForUrgentWork == 0)
   }
 
-  @Test("a request for a demoted key held back by urgent work promotes it at once")
-  func demotedThenRequested() async throws {
-    let clock = ManualClock()
-    let origin = TrackingFetcher()
-    let policy = RetryPolicy(maximumAttempts: 3, initialDelay: .milliseconds(100), jitter: 0)
-    let cache = try LoadingCache(
-      layers: [try MemoryLayer<String, String>()], origin: origin,
-      configuration: .init(clock: clock, retryPolicy: policy))
-    let first = Task { try await cache.value(for: "d") }
-    await origin.gate.waitForFetches(1, for: "d")
-    origin.gate.release("d", throwing: TestError("flaky"))
-    await clock.waitForSleepers(1)
-    cache.demote("d")
-    let onScreen = Task { try await cache.value(for: "u") }
-    await origin.gate.waitForFetches(1, for: "u")
-    clock.advance(by: .milliseconds(100))
-    await cache.waitForLoadsWaitingForUrgentWork(1)
-
-    let again = Task { try await cache.value(for: "d") }
-    await origin.gate.waitForFetches(1, for: "d")
-    #expect(origin.gate.heldCount(for: "u") == 1, "the urgent load still runs")
-    origin.gate.releaseAll()
-    #expect(try await [first.value, again.value] == ["value of d", "value of d"])
-    #expect(try await onScreen.value == "value of u")
-    #expect(origin.callCount(for: "d") == 2)
-  }
-
-  @Test("a background load whose request was cancelled leaves the gate at once")
-  func cancelledAtTheGate() async throws {
+  /// A request for "d" whose first attempt failed, demoted during its retry delay; an urgent
+  /// request for "u" held at the origin; "d"'s retry due and held at the gate.
+  static func demotedLoadHeldAtTheGate() async throws -> (
+    cache: LoadingCache<String, String>, origin: TrackingFetcher,
+    demoted: Task<String, any Error>, onScreen: Task<String, any Error>
+  ) {
     let clock = ManualClock()
     let origin = TrackingFetcher()
     let policy = RetryPolicy(maximumAttempts: 3, initialDelay: .milliseconds(100), jitter: 0)
@@ -396,7 +373,24 @@ struct AsyncPrefetcherTests {
     await origin.gate.waitForFetches(1, for: "u")
     clock.advance(by: .milliseconds(100))
     await cache.waitForLoadsWaitingForUrgentWork(1)
+    return (cache, origin, demoted, onScreen)
+  }
 
+  @Test("a request for a demoted key held back by urgent work promotes it at once")
+  func demotedThenRequested() async throws {
+    let (cache, origin, first, onScreen) = try await Self.demotedLoadHeldAtTheGate()
+    let again = Task { try await cache.value(for: "d") }
+    await origin.gate.waitForFetches(1, for: "d")
+    #expect(origin.gate.heldCount(for: "u") == 1, "the urgent load still runs")
+    origin.gate.releaseAll()
+    #expect(try await [first.value, again.value] == ["value of d", "value of d"])
+    #expect(try await onScreen.value == "value of u")
+    #expect(origin.callCount(for: "d") == 2)
+  }
+
+  @Test("a background load whose request was cancelled leaves the gate at once")
+  func cancelledAtTheGate() async throws {
+    let (cache, origin, demoted, onScreen) = try await Self.demotedLoadHeldAtTheGate()
     demoted.cancel()
     await #expect(throws: CancellationError.self) { try await demoted.value }
     #expect(cache.statistics.loadsWaitingForUrgentWork == 0)
