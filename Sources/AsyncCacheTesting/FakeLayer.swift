@@ -116,6 +116,11 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
     state.withLock { $0.counts[operation, default: 0] }
   }
 
+  /// The number of held calls of `operation` whose task was cancelled while they waited.
+  public nonisolated func cancellationCount(_ operation: Operation) -> Int {
+    waitroom.cancellationCount { $0.operation == operation }
+  }
+
   /// The memory-pressure levels received, in order.
   public nonisolated var memoryPressureLevels: [MemoryPressureLevel] { state.withLock { $0.pressure } }
 

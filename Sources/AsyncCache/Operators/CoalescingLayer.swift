@@ -1,0 +1,116 @@
+import Synchronization
+
+extension AsyncCacheLayer {
+  /// A layer that shares one lookup of this layer among the concurrent requests for a key:
+  /// ten requests for a row that is being read cause one read.
+  ///
+  /// ```swift
+  /// let chain = try CacheChain([memory, sqlite.coalescingLookups()])
+  /// ```
+  ///
+  /// A ``LoadingCache`` already coalesces the loads behind its layers; this is for layers that
+  /// are slow to read in chains without an origin, or read outside a loading cache.
+  ///
+  /// - A request whose task is cancelled leaves at once with `CancellationError`; the lookup
+  ///   goes on for the others and is cancelled when the last one leaves.
+  /// - Errors are shared like values, and never kept: the next request asks again.
+  /// - A write or a removal through this layer detaches the key's lookup in flight once it is
+  ///   done: requests that came before it get what the lookup read; requests after it start a
+  ///   new lookup, which sees the write. Writes themselves are not coalesced.
+  /// - The shared lookup runs in its own task, at the priority of the request that started it.
+  ///
+  /// Safe from any context. Each lookup costs one lock to join and one task for the key.
+  public nonisolated func coalescingLookups() -> CoalescingLayer<Self> {
+    CoalescingLayer(base: self)
+  }
+}
+
+/// A layer that shares concurrent lookups of the same key: see
+/// ``AsyncCacheLayer/coalescingLookups()``.
+public final actor CoalescingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
+  public typealias Key = Base.Key
+  public typealias Value = Base.Value
+
+  private typealias Waiter = UnsafeContinuation<CacheEntry<Value>?, any Error>
+
+  /// The layer whose lookups are shared.
+  public nonisolated let base: Base
+
+  private nonisolated let lookups = Locked(SharedLookupsStateMachine<Key, Waiter, Task<Void, Never>>())
+  private nonisolated let nextRequestID = Atomic<UInt64>(0)
+
+  init(base: Base) {
+    self.base = base
+  }
+
+  /// The lookups of the base layer in flight. Safe from any context.
+  public nonisolated var lookupsInFlight: Int { lookups.withLock { $0.lookupCount } }
+
+  /// Joins the lookup of `key` in flight, or starts one.
+  public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
+    let id = nextRequestID.wrappingAdd(1, ordering: .relaxed).newValue
+    return try await withTaskCancellationHandler {
+      try await withUnsafeThrowingContinuation { (continuation: Waiter) in
+        let joined = lookups.withLock { state in
+          let action = state.join(key, waiter: id, continuation, isCancelled: Task.isCancelled)
+          if case .start(let lookupID) = action {
+            // Started under the lock, so that a request cancelled at once finds the task to
+            // cancel. The task takes the lock only when it finishes, after this returns.
+            state.started(lookupID, work: Task { await self.look(up: key, lookupID: lookupID) })
+          }
+          return action
+        }
+        if joined == .cancelled { continuation.resume(throwing: CancellationError()) }
+      }
+    } onCancel: {
+      let (waiter, abandoned) = lookups.withLock { $0.leave(waiter: id) }
+      waiter?.resume(throwing: CancellationError())
+      abandoned?.cancel()
+    }
+  }
+
+  private nonisolated func look(up key: Key, lookupID: UInt64) async {
+    let result: Result<CacheEntry<Value>?, any Error>
+    do {
+      result = .success(try await base.entry(for: key))
+    } catch {
+      result = .failure(error)
+    }
+    for waiter in lookups.withLock({ $0.finish(lookupID) }) {
+      waiter.resume(with: result)
+    }
+  }
+
+  /// Stores `entry` in the base layer; requests that come after it start a new lookup.
+  public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
+    defer { lookups.withLock { $0.detach(key) } }
+    try await base.insert(entry, for: key)
+  }
+
+  /// Removes `key` from the base layer; requests that come after it start a new lookup.
+  public nonisolated func removeValue(for key: Key) async throws {
+    defer { lookups.withLock { $0.detach(key) } }
+    try await base.removeValue(for: key)
+  }
+
+  /// Empties the base layer; requests that come after it start new lookups.
+  public nonisolated func removeAll() async throws {
+    defer { lookups.withLock { $0.detachAll() } }
+    try await base.removeAll()
+  }
+
+  /// Passes the level to the base layer.
+  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
+    await base.handleMemoryPressure(level)
+  }
+
+  /// Returns once at least `count` requests wait for the lookup of `key` that new requests
+  /// would join (for tests: `AsyncCacheTesting` offers it as `waitForLookups(_:for:)`).
+  package nonisolated func waitForWaiters(_ count: Int, for key: Key) async {
+    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+      if !lookups.withLock({ $0.watch(key, count: count, continuation: continuation) }) {
+        continuation.resume()
+      }
+    }
+  }
+}
