@@ -33,11 +33,11 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
     /// An origin had no value for a key: an ``AsyncBatchFetcher``'s result left it out. The
     /// message names the key.
     public static let notFound = Code(.notFound)
-    /// A key or value transform of an operator failed (``AsyncCacheLayer/mappingKeys(_:)``,
+    /// A key or value transform of an operator failed (``AsyncCacheLayer/mappingKeys(_:)-39ac1``,
     /// ``AsyncCacheLayer/mappingValues(_:)``, …); ``AsyncCacheError/underlying`` holds its
     /// error. A ``CacheChain`` records it and skips the layer, whatever its failure policy.
     public static let transformFailed = Code(.transformFailed)
-    /// The predicate of a condition (``AsyncCacheLayer/onlyIf(_:)``) failed;
+    /// The predicate of a condition (``AsyncCacheLayer/onlyIf(_:)-7sup4``) failed;
     /// ``AsyncCacheError/underlying`` holds its error. A ``CacheChain`` passes it to the caller,
     /// whatever the layer's failure policy.
     public static let conditionFailed = Code(.conditionFailed)

@@ -31,21 +31,25 @@ public final actor AnyCacheLayer<Key: Hashable & Sendable, Value: Sendable>: Asy
   }
 
   /// Looks `key` up in the wrapped layer.
+  @inlinable
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     try await base.entry(for: key)
   }
 
   /// Stores `entry` in the wrapped layer.
+  @inlinable
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     try await base.insert(entry, for: key)
   }
 
   /// Removes `key` from the wrapped layer.
+  @inlinable
   public nonisolated func removeValue(for key: Key) async throws {
     try await base.removeValue(for: key)
   }
 
   /// Empties the wrapped layer.
+  @inlinable
   public nonisolated func removeAll() async throws {
     try await base.removeAll()
   }
@@ -81,6 +85,7 @@ public struct AnyFetcher<Key: Hashable & Sendable, Value: Sendable>: AsyncFetche
   }
 
   /// Fetches `key` from the wrapped origin.
+  @inlinable
   public func fetch(_ key: Key) async throws -> Value {
     try await base.fetch(key)
   }

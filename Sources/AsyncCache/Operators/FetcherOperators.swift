@@ -36,7 +36,7 @@ public struct KeyMappedFetcher<Key: Hashable & Sendable, Base: AsyncFetcher>: As
 
   /// The origin asked with the transformed keys.
   public let base: Base
-  private let transform: @Sendable (Key) async throws -> Base.Key
+  @usableFromInline let transform: @Sendable (Key) async throws -> Base.Key
 
   init(base: Base, transform: @escaping @Sendable (Key) async throws -> Base.Key) {
     self.base = base
@@ -44,6 +44,7 @@ public struct KeyMappedFetcher<Key: Hashable & Sendable, Base: AsyncFetcher>: As
   }
 
   /// Fetches the transformed key from the base origin.
+  @inlinable
   public func fetch(_ key: Key) async throws -> Value {
     let baseKey = try await transforming("the key transform in front of \(Base.self) for key \(describeKey(key))") {
       try await transform(key)
@@ -59,7 +60,7 @@ public struct ValueMappedFetcher<Value: Sendable, Base: AsyncFetcher>: AsyncFetc
 
   /// The origin whose values are converted.
   public let base: Base
-  private let transform: @Sendable (Base.Value) async throws -> Value
+  @usableFromInline let transform: @Sendable (Base.Value) async throws -> Value
 
   init(base: Base, transform: @escaping @Sendable (Base.Value) async throws -> Value) {
     self.base = base
@@ -67,6 +68,7 @@ public struct ValueMappedFetcher<Value: Sendable, Base: AsyncFetcher>: AsyncFetc
   }
 
   /// Fetches `key` from the base origin and converts the value.
+  @inlinable
   public func fetch(_ key: Key) async throws -> Value {
     let value = try await base.fetch(key)
     return try await transforming("converting the value of \(Base.self) for key \(describeKey(key))") {

@@ -10,9 +10,17 @@ extension AsyncCacheLayer {
   /// throw: its error becomes ``AsyncCacheError/Code/transformFailed``, which a ``CacheChain``
   /// records and treats as a skip of this layer. It must map distinct keys to distinct keys.
   public nonisolated func mappingKeys<NewKey: Hashable & Sendable>(
+    _ transform: @escaping @Sendable (NewKey) throws -> Key
+  ) -> KeyMappedLayer<NewKey, Self> {
+    KeyMappedLayer(base: self, transform: .sync(transform))
+  }
+
+  /// A layer that takes keys of another type and asks this one with the key `transform`
+  /// returns, where the transform may suspend, as the synchronous overload does.
+  public nonisolated func mappingKeys<NewKey: Hashable & Sendable>(
     _ transform: @escaping @Sendable (NewKey) async throws -> Key
   ) -> KeyMappedLayer<NewKey, Self> {
-    KeyMappedLayer(base: self, transform: transform)
+    KeyMappedLayer(base: self, transform: .async(transform))
   }
 
   /// A layer of values of another type, converted on the way in and out by `transform`: a
@@ -42,22 +50,30 @@ extension AsyncCacheLayer {
   /// ``AsyncCacheError/Code/conditionFailed``, which a ``CacheChain`` passes to the caller,
   /// whatever the layer's failure policy.
   public nonisolated func onlyIf(
+    _ predicate: @escaping @Sendable (Key) throws -> Bool
+  ) -> ConditionalLayer<Self> {
+    ConditionalLayer(base: self, predicate: .sync(predicate))
+  }
+
+  /// A layer consulted only for the keys `predicate` accepts, where the predicate may suspend
+  /// (to read a setting from an actor, say), as the synchronous overload does.
+  public nonisolated func onlyIf(
     _ predicate: @escaping @Sendable (Key) async throws -> Bool
   ) -> ConditionalLayer<Self> {
-    ConditionalLayer(base: self, predicate: predicate)
+    ConditionalLayer(base: self, predicate: .async(predicate))
   }
 }
 
 /// A layer in front of another that takes keys of another type: see
-/// ``AsyncCacheLayer/mappingKeys(_:)``.
+/// ``AsyncCacheLayer/mappingKeys(_:)-39ac1``.
 public final actor KeyMappedLayer<Key: Hashable & Sendable, Base: AsyncCacheLayer>: AsyncCacheLayer {
   public typealias Value = Base.Value
 
   /// The layer asked with the transformed keys.
   public nonisolated let base: Base
-  @usableFromInline nonisolated let transform: @Sendable (Key) async throws -> Base.Key
+  @usableFromInline nonisolated let transform: OperatorFunction<Key, Base.Key>
 
-  init(base: Base, transform: @escaping @Sendable (Key) async throws -> Base.Key) {
+  init(base: Base, transform: OperatorFunction<Key, Base.Key>) {
     self.base = base
     self.transform = transform
   }
@@ -70,21 +86,25 @@ public final actor KeyMappedLayer<Key: Hashable & Sendable, Base: AsyncCacheLaye
   }
 
   /// Looks up the transformed key in the base layer.
+  @inlinable
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     try await base.entry(for: baseKey(key))
   }
 
   /// Stores `entry` under the transformed key in the base layer.
+  @inlinable
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     try await base.insert(entry, for: baseKey(key))
   }
 
   /// Removes the transformed key from the base layer.
+  @inlinable
   public nonisolated func removeValue(for key: Key) async throws {
     try await base.removeValue(for: baseKey(key))
   }
 
   /// Empties the base layer.
+  @inlinable
   public nonisolated func removeAll() async throws {
     try await base.removeAll()
   }
@@ -111,6 +131,7 @@ public final actor ValueMappedLayer<Value: Sendable, Base: AsyncCacheLayer>: Asy
   }
 
   /// Looks `key` up in the base layer and decodes the value, keeping its expiry.
+  @inlinable
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     guard let stored = try await base.entry(for: key) else { return nil }
     let value = try await transforming("decoding the value of \(Base.self) for key \(describeKey(key))") {
@@ -120,6 +141,7 @@ public final actor ValueMappedLayer<Value: Sendable, Base: AsyncCacheLayer>: Asy
   }
 
   /// Encodes the value and stores it in the base layer with the same expiry.
+  @inlinable
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     let stored = try await transforming("encoding a value for \(Base.self) for key \(describeKey(key))") {
       try await transform.encode(entry.value)
@@ -128,11 +150,13 @@ public final actor ValueMappedLayer<Value: Sendable, Base: AsyncCacheLayer>: Asy
   }
 
   /// Removes `key` from the base layer.
+  @inlinable
   public nonisolated func removeValue(for key: Key) async throws {
     try await base.removeValue(for: key)
   }
 
   /// Empties the base layer.
+  @inlinable
   public nonisolated func removeAll() async throws {
     try await base.removeAll()
   }
@@ -143,21 +167,22 @@ public final actor ValueMappedLayer<Value: Sendable, Base: AsyncCacheLayer>: Asy
   }
 }
 
-/// A layer consulted only for some keys: see ``AsyncCacheLayer/onlyIf(_:)``.
+/// A layer consulted only for some keys: see ``AsyncCacheLayer/onlyIf(_:)-7sup4``.
 public final actor ConditionalLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   public typealias Key = Base.Key
   public typealias Value = Base.Value
 
   /// The layer consulted when the predicate accepts the key.
   public nonisolated let base: Base
-  private nonisolated let predicate: @Sendable (Key) async throws -> Bool
+  @usableFromInline nonisolated let predicate: OperatorFunction<Key, Bool>
 
-  init(base: Base, predicate: @escaping @Sendable (Key) async throws -> Bool) {
+  init(base: Base, predicate: OperatorFunction<Key, Bool>) {
     self.base = base
     self.predicate = predicate
   }
 
-  private nonisolated func accepts(_ key: Key) async throws -> Bool {
+  @inlinable
+  nonisolated func accepts(_ key: Key) async throws -> Bool {
     do {
       return try await predicate(key)
     } catch is CancellationError {
@@ -171,24 +196,28 @@ public final actor ConditionalLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   }
 
   /// The base layer's entry when the predicate accepts `key`; `nil` otherwise.
+  @inlinable
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     guard try await accepts(key) else { return nil }
     return try await base.entry(for: key)
   }
 
   /// Stores `entry` in the base layer when the predicate accepts `key`.
+  @inlinable
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     guard try await accepts(key) else { return }
     try await base.insert(entry, for: key)
   }
 
   /// Removes `key` from the base layer when the predicate accepts it.
+  @inlinable
   public nonisolated func removeValue(for key: Key) async throws {
     guard try await accepts(key) else { return }
     try await base.removeValue(for: key)
   }
 
   /// Empties the base layer, whatever the predicate.
+  @inlinable
   public nonisolated func removeAll() async throws {
     try await base.removeAll()
   }

@@ -10,9 +10,17 @@ extension AsyncCacheLayer {
   /// A failed `transform` becomes ``AsyncCacheError/Code/transformFailed`` (a ``CacheChain``
   /// records it and skips the layer).
   public nonisolated func postProcessing(
+    _ transform: @escaping @Sendable (Key, Value) throws -> Value
+  ) -> PostProcessedLayer<Self> {
+    PostProcessedLayer(base: self, transform: .sync { try transform($0.key, $0.value) })
+  }
+
+  /// A layer whose lookups pass what this layer returns through `transform`, which may suspend:
+  /// see ``AsyncCacheLayer/postProcessing(_:)-2kw6w``.
+  public nonisolated func postProcessing(
     _ transform: @escaping @Sendable (Key, Value) async throws -> Value
   ) -> PostProcessedLayer<Self> {
-    PostProcessedLayer(base: self, transform: transform)
+    PostProcessedLayer(base: self, transform: .async { try await transform($0.key, $0.value) })
   }
 
   /// A layer that sends each key to this layer or to `other`, as `usesOther` decides: two
@@ -44,40 +52,44 @@ extension AsyncFetcher {
   }
 }
 
-/// A layer whose lookups are post-processed: see ``AsyncCacheLayer/postProcessing(_:)``.
+/// A layer whose lookups are post-processed: see ``AsyncCacheLayer/postProcessing(_:)-2kw6w``.
 public final actor PostProcessedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   public typealias Key = Base.Key
   public typealias Value = Base.Value
 
   /// The layer whose values are post-processed.
   public nonisolated let base: Base
-  private nonisolated let transform: @Sendable (Key, Value) async throws -> Value
+  @usableFromInline nonisolated let transform: OperatorFunction<(key: Key, value: Value), Value>
 
-  init(base: Base, transform: @escaping @Sendable (Key, Value) async throws -> Value) {
+  init(base: Base, transform: OperatorFunction<(key: Key, value: Value), Value>) {
     self.base = base
     self.transform = transform
   }
 
   /// The base layer's entry, its value post-processed, its expiry kept.
+  @inlinable
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     guard let entry = try await base.entry(for: key) else { return nil }
     let value = try await transforming("post-processing the value of \(Base.self) for key \(describeKey(key))") {
-      try await transform(key, entry.value)
+      try await transform((key, entry.value))
     }
     return CacheEntry(value, expiresAt: entry.expiresAt)
   }
 
   /// Stores `entry` in the base layer unchanged.
+  @inlinable
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     try await base.insert(entry, for: key)
   }
 
   /// Removes `key` from the base layer.
+  @inlinable
   public nonisolated func removeValue(for key: Key) async throws {
     try await base.removeValue(for: key)
   }
 
   /// Empties the base layer.
+  @inlinable
   public nonisolated func removeAll() async throws {
     try await base.removeAll()
   }
@@ -95,7 +107,7 @@ public struct PostProcessedFetcher<Base: AsyncFetcher>: AsyncFetcher {
 
   /// The origin whose values are post-processed.
   public let base: Base
-  private let transform: @Sendable (Key, Value) async throws -> Value
+  @usableFromInline let transform: @Sendable (Key, Value) async throws -> Value
 
   init(base: Base, transform: @escaping @Sendable (Key, Value) async throws -> Value) {
     self.base = base
@@ -103,6 +115,7 @@ public struct PostProcessedFetcher<Base: AsyncFetcher>: AsyncFetcher {
   }
 
   /// Fetches `key` from the base origin and post-processes the value.
+  @inlinable
   public func fetch(_ key: Key) async throws -> Value {
     let value = try await base.fetch(key)
     return try await transforming("post-processing the value of \(Base.self) for key \(describeKey(key))") {
@@ -122,7 +135,7 @@ public final actor LaneLayer<Primary: AsyncCacheLayer, Other: AsyncCacheLayer<Pr
   public nonisolated let primary: Primary
   /// The layer for the keys `usesOther` accepts.
   public nonisolated let other: Other
-  private nonisolated let usesOther: @Sendable (Key) -> Bool
+  @usableFromInline nonisolated let usesOther: @Sendable (Key) -> Bool
 
   init(primary: Primary, other: Other, usesOther: @escaping @Sendable (Key) -> Bool) {
     self.primary = primary
@@ -131,21 +144,25 @@ public final actor LaneLayer<Primary: AsyncCacheLayer, Other: AsyncCacheLayer<Pr
   }
 
   /// Looks `key` up in its lane's layer.
+  @inlinable
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     usesOther(key) ? try await other.entry(for: key) : try await primary.entry(for: key)
   }
 
   /// Stores `entry` in its lane's layer.
+  @inlinable
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     if usesOther(key) { try await other.insert(entry, for: key) } else { try await primary.insert(entry, for: key) }
   }
 
   /// Removes `key` from its lane's layer.
+  @inlinable
   public nonisolated func removeValue(for key: Key) async throws {
     if usesOther(key) { try await other.removeValue(for: key) } else { try await primary.removeValue(for: key) }
   }
 
   /// Empties both layers; throws the first error after trying both.
+  @inlinable
   public nonisolated func removeAll() async throws {
     var firstError: (any Error)?
     do { try await primary.removeAll() } catch { firstError = error }

@@ -3,6 +3,7 @@
 ///
 /// A pure value: the layer keeps it behind a lock and resumes the waiters it returns after
 /// releasing the lock. Generic over the waiter so that tests can drive it with plain values.
+@usableFromInline
 struct RequestCapStateMachine<Waiter> {
   /// What a request that asks for a slot must do.
   enum AcquireAction: Equatable {
@@ -15,16 +16,17 @@ struct RequestCapStateMachine<Waiter> {
   }
 
   /// The most requests that run at once.
-  let limit: Int
+  @usableFromInline let limit: Int
   /// The requests that hold a slot.
-  private(set) var running = 0
-  private var waiting: [UInt64: Waiter] = [:]
+  @usableFromInline var running = 0
+  @usableFromInline var waiting: [UInt64: Waiter] = [:]
   // Arrival order. Cancelled waiters leave `waiting` at once and their ids here are skipped when
   // reached, so that a cancellation costs O(1); `compact()` keeps the array from growing.
-  private var order: [UInt64] = []
-  private var head = 0
-  private var watchers: [(count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
+  @usableFromInline var order: [UInt64] = []
+  @usableFromInline var head = 0
+  @usableFromInline var watchers: [(count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
 
+  @usableFromInline
   init(limit: Int) {
     self.limit = limit
   }
@@ -34,6 +36,7 @@ struct RequestCapStateMachine<Waiter> {
 
   /// Takes a slot when one is free and nobody queues for one (a newcomer never overtakes the
   /// queue). Returns whether it did.
+  @inlinable
   mutating func tryAcquire() -> Bool {
     guard running < limit, waiting.isEmpty else { return false }
     running += 1
@@ -60,6 +63,7 @@ struct RequestCapStateMachine<Waiter> {
 
   /// Gives a slot back. Returns the first waiter in the queue, to be resumed: the slot passes
   /// to it. Returns `nil` when nobody waits, and the slot is free.
+  @inlinable
   mutating func release() -> Waiter? {
     while head < order.count {
       let id = order[head]
@@ -96,7 +100,8 @@ struct RequestCapStateMachine<Waiter> {
   /// Drops the ids of requests that left: all of them when the queue is empty, else the ones
   /// before `head` once they are most of the array, or cancelled ones once they outnumber the
   /// live waiters.
-  private mutating func compact() {
+  @usableFromInline
+  mutating func compact() {
     if waiting.isEmpty {
       order.removeAll(keepingCapacity: true)
       head = 0

@@ -35,7 +35,7 @@ public final actor RequestCappedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   /// The most requests that reach ``base`` at once.
   public nonisolated let maximumConcurrentRequests: Int
 
-  private nonisolated let queue: Locked<RequestCapStateMachine<UnsafeContinuation<Void, any Error>>>
+  @usableFromInline nonisolated let queue: Locked<RequestCapStateMachine<UnsafeContinuation<Void, any Error>>>
   private nonisolated let nextRequestID = Atomic<UInt64>(0)
 
   init(base: Base, maximumConcurrentRequests: Int) throws {
@@ -56,6 +56,7 @@ public final actor RequestCappedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   public nonisolated var requestsWaiting: Int { queue.withLock { $0.waitingCount } }
 
   /// Looks `key` up in the base layer once a slot is free.
+  @inlinable
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     try await acquireSlot()
     defer { releaseSlot() }
@@ -63,6 +64,7 @@ public final actor RequestCappedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   }
 
   /// Stores `entry` in the base layer once a slot is free.
+  @inlinable
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     try await acquireSlot()
     defer { releaseSlot() }
@@ -70,6 +72,7 @@ public final actor RequestCappedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   }
 
   /// Removes `key` from the base layer once a slot is free.
+  @inlinable
   public nonisolated func removeValue(for key: Key) async throws {
     try await acquireSlot()
     defer { releaseSlot() }
@@ -77,6 +80,7 @@ public final actor RequestCappedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   }
 
   /// Empties the base layer once a slot is free.
+  @inlinable
   public nonisolated func removeAll() async throws {
     try await acquireSlot()
     defer { releaseSlot() }
@@ -90,8 +94,15 @@ public final actor RequestCappedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
 
   // MARK: Slots
 
-  private nonisolated func acquireSlot() async throws {
+  @inlinable
+  nonisolated func acquireSlot() async throws {
     if queue.withLock({ $0.tryAcquire() }) { return }
+    try await waitForSlot()
+  }
+
+  /// Queues for a slot: the path of a request that found none free.
+  @usableFromInline
+  nonisolated func waitForSlot() async throws {
     let id = nextRequestID.wrappingAdd(1, ordering: .relaxed).newValue
     try await withTaskCancellationHandler {
       try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
@@ -108,7 +119,8 @@ public final actor RequestCappedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     }
   }
 
-  private nonisolated func releaseSlot() {
+  @inlinable
+  nonisolated func releaseSlot() {
     queue.withLock { $0.release() }?.resume()
   }
 

@@ -25,33 +25,82 @@ func describeKey(_ key: some Any) -> String {
   return described.count > 120 ? described.prefix(120) + "…" : described
 }
 
+/// A function of an operator, kept synchronous when it was given as one, so that a hit through
+/// a stack of operators with synchronous functions makes no `async` call beyond the layers'.
+@usableFromInline
+enum OperatorFunction<Input, Output>: Sendable {
+  case sync(@Sendable (Input) throws -> Output)
+  case async(@Sendable (Input) async throws -> Output)
+
+  @inlinable
+  func callAsFunction(_ input: Input) async throws -> Output {
+    switch self {
+    case .sync(let body): try body(input)
+    case .async(let body): try await body(input)
+    }
+  }
+}
+
 /// A two-way conversion between the values of two layers, for
 /// ``AsyncCacheLayer/mappingValues(_:)``: `Data` on disk and a decoded model in memory, say.
 ///
-/// Both directions may be `async` and may throw; a throw becomes
-/// ``AsyncCacheError/Code/transformFailed``.
+/// Both directions may throw; a throw becomes ``AsyncCacheError/Code/transformFailed``. Give
+/// synchronous functions when you can: a hit through the layer then makes no extra `async`
+/// call.
 ///
 /// ```swift
 /// let users: some AsyncCacheLayer<Int, User> = disk.mappingValues(.json(User.self))
+/// let celsius = kelvin.mappingValues(ValueTransform(decode: { $0 - 273.15 }, encode: { $0 + 273.15 }))
 /// ```
 public struct ValueTransform<Stored: Sendable, Value: Sendable>: Sendable {
-  /// Converts a stored value (what the base layer holds) into a value.
-  public let decode: @Sendable (Stored) async throws -> Value
-  /// Converts a value into what the base layer stores.
-  public let encode: @Sendable (Value) async throws -> Stored
+  @usableFromInline let decoder: OperatorFunction<Stored, Value>
+  @usableFromInline let encoder: OperatorFunction<Value, Stored>
 
-  /// Creates a transform from its two directions.
+  @usableFromInline
+  init(decoder: OperatorFunction<Stored, Value>, encoder: OperatorFunction<Value, Stored>) {
+    self.decoder = decoder
+    self.encoder = encoder
+  }
+
+  /// Creates a transform from its two directions, both synchronous.
+  ///
+  /// - Parameters:
+  ///   - decode: Converts a stored value (what the base layer holds) into a value.
+  ///   - encode: Converts a value into what the base layer stores.
+  public init(
+    decode: @escaping @Sendable (Stored) throws -> Value,
+    encode: @escaping @Sendable (Value) throws -> Stored
+  ) {
+    self.init(decoder: .sync(decode), encoder: .sync(encode))
+  }
+
+  /// Creates a transform from its two directions, which may suspend.
+  ///
+  /// - Parameters:
+  ///   - decode: Converts a stored value (what the base layer holds) into a value.
+  ///   - encode: Converts a value into what the base layer stores.
   public init(
     decode: @escaping @Sendable (Stored) async throws -> Value,
     encode: @escaping @Sendable (Value) async throws -> Stored
   ) {
-    self.decode = decode
-    self.encode = encode
+    self.init(decoder: .async(decode), encoder: .async(encode))
+  }
+
+  /// Converts a stored value (what the base layer holds) into a value.
+  @inlinable
+  public func decode(_ stored: Stored) async throws -> Value {
+    try await decoder(stored)
+  }
+
+  /// Converts a value into what the base layer stores.
+  @inlinable
+  public func encode(_ value: Value) async throws -> Stored {
+    try await encoder(value)
   }
 
   /// The transform in the other direction.
   public var reversed: ValueTransform<Value, Stored> {
-    ValueTransform<Value, Stored>(decode: encode, encode: decode)
+    ValueTransform<Value, Stored>(decoder: encoder, encoder: decoder)
   }
 }
 
