@@ -15,6 +15,7 @@ let package = Package(
     .library(name: "AsyncCache", targets: ["AsyncCache"]),
     .library(name: "AsyncCacheSQLite", targets: ["AsyncCacheSQLite"]),
     .library(name: "AsyncCacheTesting", targets: ["AsyncCacheTesting"]),
+    .library(name: "AsyncCacheURLSession", targets: ["AsyncCacheURLSession"]),
     .executable(name: "AsyncCacheDemo", targets: ["AsyncCacheDemo"]),
     .executable(name: "AsyncCacheBenchmarks", targets: ["AsyncCacheBenchmarks"]),
   ],
@@ -25,6 +26,8 @@ let package = Package(
     .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
     .target(name: "AsyncCacheSQLite", dependencies: ["AsyncCache", "CSQLite"], swiftSettings: strict),
     .target(name: "AsyncCacheTesting", dependencies: ["AsyncCache"], swiftSettings: strict),
+    // URLSession origin; links FoundationNetworking on Linux only for those who use it.
+    .target(name: "AsyncCacheURLSession", dependencies: ["AsyncCache"], swiftSettings: strict),
     .executableTarget(
       name: "AsyncCacheDemo", dependencies: ["AsyncCache", "AsyncCacheSQLite"], swiftSettings: strict),
     .executableTarget(
@@ -63,6 +66,12 @@ let package = Package(
     .testTarget(
       name: "AsyncCacheTestingTests",
       dependencies: ["AsyncCache", "AsyncCacheTesting"],
+      swiftSettings: strict
+    ),
+    // Runs URLSessionFetcher against a small HTTP/1.1 server of its own on a loopback port.
+    .testTarget(
+      name: "AsyncCacheURLSessionTests",
+      dependencies: ["AsyncCache", "AsyncCacheTesting", "AsyncCacheURLSession"],
       swiftSettings: strict
     ),
   ],
