@@ -38,6 +38,34 @@ struct CompositionTests {
     #expect(AnyFetcher(stored).base is ClosureFetcher<String, Data>, "not wrapped twice")
   }
 
+  // MARK: Synchronous functions
+
+  @Test("synchronous functions stay synchronous; async ones are kept as given")
+  func synchronousFunctionsStaySynchronous() async throws {
+    let memory = try MemoryLayer<String, Int>()
+    func isSync<Input, Output>(_ function: OperatorFunction<Input, Output>) -> Bool {
+      if case .sync = function { return true }
+      return false
+    }
+    #expect(isSync(memory.mappingKeys { (id: Int) in "\(id)" }.transform))
+    #expect(isSync(memory.onlyIf { !$0.isEmpty }.predicate))
+    #expect(isSync(memory.postProcessing { _, value in value + 1 }.transform))
+    #expect(isSync(ValueTransform<Int, Int>(decode: { $0 }, encode: { $0 }).decoder))
+    #expect(isSync(ValueTransform<Data, String>.string().encoder))
+
+    let slow = SlowSetting()
+    #expect(!isSync(memory.mappingKeys { (id: Int) in await slow.prefix + "\(id)" }.transform))
+    #expect(!isSync(memory.onlyIf { _ in await slow.enabled }.predicate))
+    let conditioned = memory.onlyIf { _ in await slow.enabled }
+    try memory.insert(1, for: "k")
+    #expect(try await conditioned.entry(for: "k")?.value == 1)
+  }
+
+  actor SlowSetting {
+    var enabled = true
+    var prefix = "id-"
+  }
+
   // MARK: Origins
 
   /// An origin written as a type, as opposed to a closure.
