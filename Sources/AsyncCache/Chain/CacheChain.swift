@@ -68,6 +68,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// The memory layer that serves hits synchronously: the top layer if it is a
   /// ``MemoryLayer``, or the front of a nested chain on top.
   nonisolated let front: MemoryLayer<Key, Value>?
+  /// The top layer when it is not a ``MemoryLayer`` but can answer lookups without suspending
+  /// (operators over a memory layer), or the same of a nested chain on top.
+  nonisolated let synchronousFront: SynchronousLookupFunction<Key, Value>?
 
   nonisolated let coordinator = WriteCoordinator<Key>()
   private nonisolated let counters: Locked<[TierStatistics]>
@@ -84,9 +87,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     self.configuration = configuration
     self.counters = Locked(tiers.map { TierStatistics(name: $0.name) })
     switch tiers[0].layer {
-    case let memory as MemoryLayer<Key, Value>: front = memory
-    case let chain as CacheChain<Key, Value>: front = chain.front
-    default: front = nil
+    case let memory as MemoryLayer<Key, Value>: (front, synchronousFront) = (memory, nil)
+    case let chain as CacheChain<Key, Value>: (front, synchronousFront) = (chain.front, chain.synchronousFront)
+    case let layer: (front, synchronousFront) = (nil, layer.synchronousLookupFunction)
     }
   }
 

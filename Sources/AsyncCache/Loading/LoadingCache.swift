@@ -51,6 +51,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   /// The memory layer that answers hits synchronously, if the chain has one on top.
   @usableFromInline let front: MemoryLayer<Key, Value>?
+  /// The top layer, when it is not a ``MemoryLayer`` but can answer without suspending.
+  @usableFromInline let synchronousFront: SynchronousLookupFunction<Key, Value>?
 
   @usableFromInline let inFlight = Locked(InFlightLoadsStateMachine<Key, LoadWaiter<Key, Value>>())
   @usableFromInline let nextWaiterID = Atomic<UInt64>(0)
@@ -74,6 +76,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     self.batchOrigin = batchOrigin
     self.configuration = configuration
     self.front = chain.front
+    self.synchronousFront = chain.synchronousFront
   }
 
   /// Creates a loading cache over `layers`, top first, whose failures are propagated.
@@ -105,15 +108,29 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     // Optional chaining, not `if let front`: binding the reference would retain and release it
     // on every hit, and a reference count shared by all callers bounces between cores.
     if let value = front?.value(for: key) { return value }
+    if synchronousFront != nil, let value = synchronousValue(for: key) { return value }
     return try await load(key)
   }
 
-  /// Returns the value for `key` if the top ``MemoryLayer`` holds it, without loading.
+  /// Returns the value for `key` if the top layer holds it and can tell without suspending (a
+  /// ``MemoryLayer``, or a ``SynchronousLookupLayer`` such as operators over one), without
+  /// loading.
   ///
-  /// Safe from any context. Never suspends. Returns `nil` when the chain has no memory layer on top.
+  /// Safe from any context. Never suspends. Returns `nil` when the top layer cannot answer
+  /// synchronously.
   @inlinable
   public func cachedValue(for key: Key) -> Value? {
-    front?.value(for: key)
+    if let value = front?.value(for: key) { return value }
+    return synchronousFront != nil ? synchronousValue(for: key) : nil
+  }
+
+  /// The value for `key` from ``synchronousFront``, or `nil` when it has none or must suspend.
+  /// A failure is not reported here: the request then loads, and the chain, which asks the
+  /// layer again, handles the failure as its policy says.
+  @inlinable
+  func synchronousValue(for key: Key) -> Value? {
+    guard case .found(let value)? = try? synchronousFront?(key) else { return nil }
+    return value
   }
 
   // MARK: Writing

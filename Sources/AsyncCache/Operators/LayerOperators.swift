@@ -9,10 +9,19 @@ extension AsyncCacheLayer {
   /// The transform runs for every operation (lookups, writes, removals) and may be `async` and
   /// throw: its error becomes ``AsyncCacheError/Code/transformFailed``, which a ``CacheChain``
   /// records and treats as a skip of this layer. It must map distinct keys to distinct keys.
+  @inlinable
   public nonisolated func mappingKeys<NewKey: Hashable & Sendable>(
     _ transform: @escaping @Sendable (NewKey) throws -> Key
   ) -> KeyMappedLayer<NewKey, Self> {
-    KeyMappedLayer(base: self, transform: .sync(transform))
+    let lookup = synchronousLookupFunction.map { baseLookup in
+      { @Sendable (key: NewKey) throws -> SynchronousLookup<Value> in
+        try baseLookup(
+          transformingNow("the key transform in front of \(Self.self) for key \(describeKey(key))") {
+            try transform(key)
+          })
+      }
+    }
+    return KeyMappedLayer(base: self, transform: .sync(transform), synchronousLookup: lookup)
   }
 
   /// A layer that takes keys of another type and asks this one with the key `transform`
@@ -20,7 +29,7 @@ extension AsyncCacheLayer {
   public nonisolated func mappingKeys<NewKey: Hashable & Sendable>(
     _ transform: @escaping @Sendable (NewKey) async throws -> Key
   ) -> KeyMappedLayer<NewKey, Self> {
-    KeyMappedLayer(base: self, transform: .async(transform))
+    KeyMappedLayer(base: self, transform: .async(transform), synchronousLookup: nil)
   }
 
   /// A layer of values of another type, converted on the way in and out by `transform`: a
@@ -32,10 +41,21 @@ extension AsyncCacheLayer {
   ///
   /// Expiry travels unchanged. A failed conversion becomes
   /// ``AsyncCacheError/Code/transformFailed`` (a ``CacheChain`` records it and skips the layer).
+  @inlinable
   public nonisolated func mappingValues<NewValue: Sendable>(
     _ transform: ValueTransform<Value, NewValue>
   ) -> ValueMappedLayer<NewValue, Self> {
-    ValueMappedLayer(base: self, transform: transform)
+    var lookup: SynchronousLookupFunction<Key, NewValue>?
+    if case .sync(let decode) = transform.decoder, let baseLookup = synchronousLookupFunction {
+      lookup = { key in
+        try baseLookup(key).map { stored in
+          try transformingNow("decoding the value of \(Self.self) for key \(describeKey(key))") {
+            try decode(stored)
+          }
+        }
+      }
+    }
+    return ValueMappedLayer(base: self, transform: transform, synchronousLookup: lookup)
   }
 
   /// A layer consulted only for the keys `predicate` accepts: for the others, lookups miss and
@@ -49,10 +69,22 @@ extension AsyncCacheLayer {
   /// reaches the layer. It may be `async` and may throw: its error becomes
   /// ``AsyncCacheError/Code/conditionFailed``, which a ``CacheChain`` passes to the caller,
   /// whatever the layer's failure policy.
+  @inlinable
   public nonisolated func onlyIf(
     _ predicate: @escaping @Sendable (Key) throws -> Bool
   ) -> ConditionalLayer<Self> {
-    ConditionalLayer(base: self, predicate: .sync(predicate))
+    let lookup = synchronousLookupFunction.map { baseLookup in
+      { @Sendable (key: Key) throws -> SynchronousLookup<Value> in
+        let accepted: Bool
+        do {
+          accepted = try predicate(key)
+        } catch {
+          throw conditionFailure(error, in: Self.self, key: key)
+        }
+        return accepted ? try baseLookup(key) : .missing
+      }
+    }
+    return ConditionalLayer(base: self, predicate: .sync(predicate), synchronousLookup: lookup)
   }
 
   /// A layer consulted only for the keys `predicate` accepts, where the predicate may suspend
@@ -60,7 +92,7 @@ extension AsyncCacheLayer {
   public nonisolated func onlyIf(
     _ predicate: @escaping @Sendable (Key) async throws -> Bool
   ) -> ConditionalLayer<Self> {
-    ConditionalLayer(base: self, predicate: .async(predicate))
+    ConditionalLayer(base: self, predicate: .async(predicate), synchronousLookup: nil)
   }
 }
 
@@ -72,10 +104,15 @@ public final actor KeyMappedLayer<Key: Hashable & Sendable, Base: AsyncCacheLaye
   /// The layer asked with the transformed keys.
   public nonisolated let base: Base
   @usableFromInline nonisolated let transform: OperatorFunction<Key, Base.Key>
+  @usableFromInline nonisolated let synchronousLookup: SynchronousLookupFunction<Key, Value>?
 
-  init(base: Base, transform: OperatorFunction<Key, Base.Key>) {
+  @usableFromInline
+  init(
+    base: Base, transform: OperatorFunction<Key, Base.Key>, synchronousLookup: SynchronousLookupFunction<Key, Value>?
+  ) {
     self.base = base
     self.transform = transform
+    self.synchronousLookup = synchronousLookup
   }
 
   @inlinable
@@ -86,9 +123,15 @@ public final actor KeyMappedLayer<Key: Hashable & Sendable, Base: AsyncCacheLaye
   }
 
   /// Looks up the transformed key in the base layer.
-  @inlinable
+  @inlinable @inline(__always)
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
-    try await base.entry(for: baseKey(key))
+    if case .sync(let body) = transform {
+      let baseKey = try transformingNow("the key transform in front of \(Base.self) for key \(describeKey(key))") {
+        try body(key)
+      }
+      return try await base.entry(for: baseKey)
+    }
+    return try await base.entry(for: baseKey(key))
   }
 
   /// Stores `entry` under the transformed key in the base layer.
@@ -124,18 +167,30 @@ public final actor ValueMappedLayer<Value: Sendable, Base: AsyncCacheLayer>: Asy
   public nonisolated let base: Base
   /// The conversion between the base layer's values and this layer's.
   public nonisolated let transform: ValueTransform<Base.Value, Value>
+  @usableFromInline nonisolated let synchronousLookup: SynchronousLookupFunction<Key, Value>?
 
-  init(base: Base, transform: ValueTransform<Base.Value, Value>) {
+  @usableFromInline
+  init(
+    base: Base, transform: ValueTransform<Base.Value, Value>, synchronousLookup: SynchronousLookupFunction<Key, Value>?
+  ) {
     self.base = base
     self.transform = transform
+    self.synchronousLookup = synchronousLookup
   }
 
   /// Looks `key` up in the base layer and decodes the value, keeping its expiry.
-  @inlinable
+  @inlinable @inline(__always)
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     guard let stored = try await base.entry(for: key) else { return nil }
-    let value = try await transforming("decoding the value of \(Base.self) for key \(describeKey(key))") {
-      try await transform.decode(stored.value)
+    let value: Value
+    if case .sync(let decode) = transform.decoder {
+      value = try transformingNow("decoding the value of \(Base.self) for key \(describeKey(key))") {
+        try decode(stored.value)
+      }
+    } else {
+      value = try await transforming("decoding the value of \(Base.self) for key \(describeKey(key))") {
+        try await transform.decode(stored.value)
+      }
     }
     return CacheEntry(value, expiresAt: stored.expiresAt)
   }
@@ -175,30 +230,47 @@ public final actor ConditionalLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   /// The layer consulted when the predicate accepts the key.
   public nonisolated let base: Base
   @usableFromInline nonisolated let predicate: OperatorFunction<Key, Bool>
+  @usableFromInline nonisolated let synchronousLookup: SynchronousLookupFunction<Key, Value>?
 
-  init(base: Base, predicate: OperatorFunction<Key, Bool>) {
+  @usableFromInline
+  init(base: Base, predicate: OperatorFunction<Key, Bool>, synchronousLookup: SynchronousLookupFunction<Key, Value>?) {
     self.base = base
     self.predicate = predicate
+    self.synchronousLookup = synchronousLookup
   }
 
   @inlinable
   nonisolated func accepts(_ key: Key) async throws -> Bool {
     do {
       return try await predicate(key)
-    } catch is CancellationError {
-      throw CancellationError()
     } catch {
-      throw AsyncCacheError(
-        code: .conditionFailed,
-        message: "the condition in front of \(Base.self) failed for key \(describeKey(key))",
-        underlying: error)
+      throw conditionFailure(error, key: key)
     }
   }
 
-  /// The base layer's entry when the predicate accepts `key`; `nil` otherwise.
+  /// ``accepts(_:)`` for a synchronous predicate, on the hit path.
+  @inlinable @inline(__always)
+  nonisolated func acceptsNow(_ key: Key, _ body: (Key) throws -> Bool) throws -> Bool {
+    do {
+      return try body(key)
+    } catch {
+      throw conditionFailure(error, key: key)
+    }
+  }
+
   @inlinable
+  nonisolated func conditionFailure(_ error: any Error, key: Key) -> any Error {
+    AsyncCache.conditionFailure(error, in: Base.self, key: key)
+  }
+
+  /// The base layer's entry when the predicate accepts `key`; `nil` otherwise.
+  @inlinable @inline(__always)
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
-    guard try await accepts(key) else { return nil }
+    if case .sync(let body) = predicate {
+      guard try acceptsNow(key, body) else { return nil }
+    } else {
+      guard try await accepts(key) else { return nil }
+    }
     return try await base.entry(for: key)
   }
 
@@ -226,4 +298,15 @@ public final actor ConditionalLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
     await base.handleMemoryPressure(level)
   }
+}
+
+/// The error of a condition whose predicate threw `error` for `key`: `CancellationError`
+/// unwrapped, ``AsyncCacheError/Code/conditionFailed`` otherwise.
+@usableFromInline
+func conditionFailure(_ error: any Error, in layer: Any.Type, key: some Any) -> any Error {
+  guard !(error is CancellationError) else { return CancellationError() }
+  return AsyncCacheError(
+    code: .conditionFailed,
+    message: "the condition in front of \(layer) failed for key \(describeKey(key))",
+    underlying: error)
 }

@@ -9,10 +9,21 @@ extension AsyncCacheLayer {
   ///
   /// A failed `transform` becomes ``AsyncCacheError/Code/transformFailed`` (a ``CacheChain``
   /// records it and skips the layer).
+  @inlinable
   public nonisolated func postProcessing(
     _ transform: @escaping @Sendable (Key, Value) throws -> Value
   ) -> PostProcessedLayer<Self> {
-    PostProcessedLayer(base: self, transform: .sync { try transform($0.key, $0.value) })
+    let lookup = synchronousLookupFunction.map { baseLookup in
+      { @Sendable (key: Key) throws -> SynchronousLookup<Value> in
+        try baseLookup(key).map { value in
+          try transformingNow("post-processing the value of \(Self.self) for key \(describeKey(key))") {
+            try transform(key, value)
+          }
+        }
+      }
+    }
+    return PostProcessedLayer(
+      base: self, transform: .sync { try transform($0.key, $0.value) }, synchronousLookup: lookup)
   }
 
   /// A layer whose lookups pass what this layer returns through `transform`, which may suspend:
@@ -20,7 +31,8 @@ extension AsyncCacheLayer {
   public nonisolated func postProcessing(
     _ transform: @escaping @Sendable (Key, Value) async throws -> Value
   ) -> PostProcessedLayer<Self> {
-    PostProcessedLayer(base: self, transform: .async { try await transform($0.key, $0.value) })
+    PostProcessedLayer(
+      base: self, transform: .async { try await transform($0.key, $0.value) }, synchronousLookup: nil)
   }
 
   /// A layer that sends each key to this layer or to `other`, as `usesOther` decides: two
@@ -60,10 +72,17 @@ public final actor PostProcessedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   /// The layer whose values are post-processed.
   public nonisolated let base: Base
   @usableFromInline nonisolated let transform: OperatorFunction<(key: Key, value: Value), Value>
+  @usableFromInline nonisolated let synchronousLookup: SynchronousLookupFunction<Key, Value>?
 
-  init(base: Base, transform: OperatorFunction<(key: Key, value: Value), Value>) {
+  @usableFromInline
+  init(
+    base: Base,
+    transform: OperatorFunction<(key: Key, value: Value), Value>,
+    synchronousLookup: SynchronousLookupFunction<Key, Value>?
+  ) {
     self.base = base
     self.transform = transform
+    self.synchronousLookup = synchronousLookup
   }
 
   /// The base layer's entry, its value post-processed, its expiry kept.

@@ -18,6 +18,26 @@ func transforming<Output>(
   }
 }
 
+/// Runs a synchronous transform of an operator, with the errors of ``transforming(_:_:)``.
+///
+/// The operators call it on their hit paths when the user's function is synchronous: a branch
+/// with no potential suspension lets the optimizer drop the executor checks around it.
+@inlinable @inline(__always)
+func transformingNow<Output>(
+  _ what: @autoclosure () -> String,
+  _ body: () throws -> Output
+) throws -> Output {
+  do {
+    return try body()
+  } catch is CancellationError {
+    throw CancellationError()
+  } catch let error as AsyncCacheError where error.code == .transformFailed {
+    throw error
+  } catch {
+    throw AsyncCacheError(code: .transformFailed, message: "\(what()) failed", underlying: error)
+  }
+}
+
 /// Describes a key for an error message, cut short when long.
 @usableFromInline
 func describeKey(_ key: some Any) -> String {
@@ -28,7 +48,7 @@ func describeKey(_ key: some Any) -> String {
 /// A function of an operator, kept synchronous when it was given as one, so that a hit through
 /// a stack of operators with synchronous functions makes no `async` call beyond the layers'.
 @usableFromInline
-enum OperatorFunction<Input, Output>: Sendable {
+enum OperatorFunction<Input: Sendable, Output: Sendable>: Sendable {
   case sync(@Sendable (Input) throws -> Output)
   case async(@Sendable (Input) async throws -> Output)
 
