@@ -13,6 +13,7 @@ enum Benchmark: String, CaseIterable {
   case prefetchGallery = "prefetch.gallery"
   case prefetchCancelOnMove = "prefetch.cancelOnMove"
   case prefetchUrgentLatency = "prefetch.urgentLatency"
+  case loggingOff = "logging.off"
 
   /// Runs the benchmark and returns its rows, the project's first.
   ///
@@ -32,6 +33,7 @@ enum Benchmark: String, CaseIterable {
     case .prefetchGallery: try await PrefetchBenchmarks.gallery(configuration)
     case .prefetchCancelOnMove: try await PrefetchBenchmarks.cancelOnMove(configuration)
     case .prefetchUrgentLatency: try await PrefetchBenchmarks.urgentLatency(configuration)
+    case .loggingOff: try await LoggingBenchmarks.off(configuration)
     }
   }
 }
