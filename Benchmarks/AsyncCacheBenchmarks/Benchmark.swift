@@ -14,6 +14,7 @@ enum Benchmark: String, CaseIterable {
   case prefetchCancelOnMove = "prefetch.cancelOnMove"
   case prefetchUrgentLatency = "prefetch.urgentLatency"
   case operatorsOverhead = "operators.overhead"
+  case loggingOff = "logging.off"
 
   /// Runs the benchmark and returns its rows, the project's first.
   ///
@@ -34,6 +35,7 @@ enum Benchmark: String, CaseIterable {
     case .prefetchCancelOnMove: try await PrefetchBenchmarks.cancelOnMove(configuration)
     case .prefetchUrgentLatency: try await PrefetchBenchmarks.urgentLatency(configuration)
     case .operatorsOverhead: try await OperatorBenchmarks.overhead(configuration)
+    case .loggingOff: try await LoggingBenchmarks.off(configuration)
     }
   }
 }

@@ -44,6 +44,13 @@ extension SQLiteLayer {
     /// Called with every ``SQLiteLayerEvent``, on the layer's connection thread: keep it short.
     public var eventHandler: (@Sendable (SQLiteLayerEvent) -> Void)?
 
+    /// Where the layer logs every ``SQLiteLayerEvent`` and its other recoveries: a database
+    /// emptied because SQLite reported it corrupt (`error`), a schema reset or a damaged row
+    /// discarded (`warning`), a failed background write (`warning`), writes recovered or a schema
+    /// migrated (`notice`), a file opened read-only (`warning`). Default `CacheLogger.disabled`.
+    /// Errors the layer throws are not logged by it: its `CacheChain` logs them.
+    public var logger: CacheLogger
+
     /// Creates a configuration.
     public init(
       sizeLimit: Int = 100 << 20,
@@ -55,7 +62,8 @@ extension SQLiteLayer {
       maximumPendingTouches: Int = 10_000,
       accessTimeResolution: Duration = .seconds(60),
       clock: any CacheClock = WallClock(),
-      eventHandler: (@Sendable (SQLiteLayerEvent) -> Void)? = nil
+      eventHandler: (@Sendable (SQLiteLayerEvent) -> Void)? = nil,
+      logger: CacheLogger = .disabled
     ) {
       self.sizeLimit = sizeLimit
       self.countLimit = countLimit
@@ -67,6 +75,7 @@ extension SQLiteLayer {
       self.accessTimeResolution = accessTimeResolution
       self.clock = clock
       self.eventHandler = eventHandler
+      self.logger = logger
     }
 
     /// The per-entry limit in effect.

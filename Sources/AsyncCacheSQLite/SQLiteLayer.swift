@@ -574,6 +574,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     events.append(event)
     if events.count > 100 { events.removeFirst(events.count - 100) }
     configuration.eventHandler?(event)
+    log(event)
   }
 
   private func discard(_ keyBytes: [UInt8], blob: Data, key: String, reason: String) {
@@ -677,6 +678,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       }
       pending.withLock { $0.readOnlyReason = "\(url.path) is on a read-only file system" }
       isReadOnly = true
+      log(.warning, "the database is on a read-only file system; opened it read-only, writes are refused")
     }
   }
 

@@ -53,11 +53,19 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     /// Called with every layer failure, whatever the policy; e.g. to log it. Runs on the task
     /// that saw the failure; keep it short.
     public var onFailure: (@Sendable (LayerFailure) -> Void)?
+    /// Where the chain logs layer failures and memory-pressure changes (see <doc:CacheLogging>).
+    /// Default ``CacheLogger/disabled``.
+    public var logger: CacheLogger
 
     /// Creates a configuration.
-    public init(backfill: BackfillPolicy = .awaited, onFailure: (@Sendable (LayerFailure) -> Void)? = nil) {
+    public init(
+      backfill: BackfillPolicy = .awaited,
+      onFailure: (@Sendable (LayerFailure) -> Void)? = nil,
+      logger: CacheLogger = .disabled
+    ) {
       self.backfill = backfill
       self.onFailure = onFailure
+      self.logger = logger
     }
   }
 
@@ -165,7 +173,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   public nonisolated func removeValue(for key: Key) async throws {
     let ticket = try await coordinator.acquireWrite(key)
     defer { coordinator.releaseWrite(ticket) }
-    try await removeEverywhere(operation: .remove) { try await $0.removeValue(for: key) }
+    try await removeEverywhere(operation: .remove, key: key) { try await $0.removeValue(for: key) }
   }
 
   /// Removes every entry from every layer, after the writes in progress, even when one fails.
@@ -175,7 +183,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   public nonisolated func removeAll() async throws {
     let ticket = try await coordinator.acquireGlobalWrite()
     defer { coordinator.releaseGlobalWrite(ticket) }
-    try await removeEverywhere(operation: .removeAll) { try await $0.removeAll() }
+    try await removeEverywhere(operation: .removeAll, key: nil) { try await $0.removeAll() }
   }
 
   /// Passes `level` to every layer.
@@ -268,14 +276,17 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       do {
         try await tiers[index].layer.insert(entry, for: key)
       } catch {
-        record(LayerFailure(tierIndex: index, layerName: tiers[index].name, operation: operation, error: error))
         let disposition = Self.disposition(of: error, policy: tiers[index].failurePolicy)
-        if propagating, disposition != .skip {
+        let thrown = propagating && disposition != .skip
+        record(
+          LayerFailure(tierIndex: index, layerName: tiers[index].name, operation: operation, error: error),
+          key: key, thrown: thrown)
+        if thrown {
           // Leave no layer with a value the others do not have.
-          for other in tiers.indices { try? await tiers[other].layer.removeValue(for: key) }
+          for other in tiers.indices { await removeAfterFailure(key, from: other) }
           return disposition == .passThrough ? error : wrap(error, tier: index, operation: operation, key: key)
         }
-        try? await tiers[index].layer.removeValue(for: key)
+        await removeAfterFailure(key, from: index)
       }
     }
     return nil
@@ -283,6 +294,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   private nonisolated func removeEverywhere(
     operation: LayerFailure.Operation,
+    key: Key?,
     _ body: (any AsyncCacheLayer<Key, Value>) async throws -> Void
   ) async throws {
     var firstError: (any Error)?
@@ -290,8 +302,10 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       do {
         try await body(tiers[index].layer)
       } catch {
-        record(LayerFailure(tierIndex: index, layerName: tiers[index].name, operation: operation, error: error))
         let disposition = Self.disposition(of: error, policy: tiers[index].failurePolicy)
+        record(
+          LayerFailure(tierIndex: index, layerName: tiers[index].name, operation: operation, error: error),
+          key: key, thrown: firstError == nil && disposition != .skip)
         if firstError == nil, disposition != .skip {
           firstError = disposition == .passThrough ? error : wrap(error, tier: index, operation: operation, key: nil)
         }
@@ -308,8 +322,11 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     key: Key
   ) throws {
     if error is CancellationError { throw error }
-    record(LayerFailure(tierIndex: index, layerName: tiers[index].name, operation: operation, error: error))
-    switch Self.disposition(of: error, policy: tiers[index].failurePolicy) {
+    let disposition = Self.disposition(of: error, policy: tiers[index].failurePolicy)
+    record(
+      LayerFailure(tierIndex: index, layerName: tiers[index].name, operation: operation, error: error),
+      key: key, thrown: disposition != .skip)
+    switch disposition {
     case .skip: return
     case .passThrough: throw error
     case .wrap: throw wrap(error, tier: index, operation: operation, key: key)
@@ -337,12 +354,15 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     return policy == .propagate ? .wrap : .skip
   }
 
-  private nonisolated func record(_ failure: LayerFailure) {
+  /// Counts `failure`, passes it to `onFailure` and logs it; `thrown` tells whether the caller
+  /// gets the error.
+  private nonisolated func record(_ failure: LayerFailure, key: Key?, thrown: Bool) {
     counters.withLock {
       $0[failure.tierIndex].failures += 1
       $0[failure.tierIndex].lastFailure = failure
     }
     configuration.onFailure?(failure)
+    logFailure(failure, key: key, thrown: thrown)
   }
 
   private nonisolated func wrap(

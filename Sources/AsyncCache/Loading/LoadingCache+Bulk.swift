@@ -161,6 +161,7 @@ extension LoadingCache {
   /// The body of a batch: each key's layers (concurrently), then batch origin calls for the
   /// keys still missing; answers each key's load as soon as its outcome is known.
   private func runBatch(_ items: [BatchItem<Key>], origin: any AsyncBatchFetcher<Key, Value>) async {
+    logLoadsStarted(items.lazy.map(\.key))
     // Lookups run concurrently, as the loads of single requests would.
     let lookups = await withTaskGroup(
       of: (item: BatchItem<Key>, found: Result<(entry: CacheEntry<Value>, tier: Int)?, any Error>)?.self

@@ -21,8 +21,10 @@ extension LoadingCache {
   /// `listening.cancel()`.
   ///
   /// Each level costs one ``AsyncCacheLayer/handleMemoryPressure(_:)`` of every layer, one
-  /// layer after the other. Safe from any context.
+  /// layer after the other. Each level is logged with the cache's
+  /// ``Configuration-swift.struct/logger``, as ``CacheChain/followMemoryPressure(_:)`` logs it.
+  /// Safe from any context.
   public func followMemoryPressure(_ source: some MemoryPressureSource) async {
-    await chain.followMemoryPressure(source)
+    await chain.followMemoryPressure(source, logger: configuration.logger, component: "LoadingCache")
   }
 }

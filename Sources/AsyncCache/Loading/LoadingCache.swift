@@ -81,6 +81,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   /// Creates a loading cache over `layers`, top first, whose failures are propagated.
   ///
+  /// The chain it builds logs with the configuration's ``Configuration-swift.struct/logger``.
+  ///
   /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` when `layers` is empty.
   public convenience init(
     layers: [any AsyncCacheLayer<Key, Value>],
@@ -88,7 +90,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     batchOrigin: (any AsyncBatchFetcher<Key, Value>)? = nil,
     configuration: Configuration = Configuration()
   ) throws {
-    self.init(chain: try CacheChain(layers), origin: origin, batchOrigin: batchOrigin, configuration: configuration)
+    let chain = try CacheChain(layers, configuration: CacheChain.Configuration(logger: configuration.logger))
+    self.init(chain: chain, origin: origin, batchOrigin: batchOrigin, configuration: configuration)
   }
 
   // MARK: Reading
@@ -295,6 +298,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   /// The body of load `id`: the layers below, then the origin; then answers the waiters.
   private func run(_ id: UInt64, key: Key, token: ReadToken<Key>) async {
+    logLoadStarted(key)
     let result: Result<(Value, LoadSource), any Error>
     var tokenHandedOff = false
     do {
@@ -328,6 +332,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// Removes load `id` of `key` from the table and answers its waiters.
   func finish(_ id: UInt64, key: Key, with result: Result<(Value, LoadSource), any Error>) {
     let failed = if case .failure = result { true } else { false }
+    logLoadFinished(key, with: result)
     let waiters = inFlight.withLock { $0.finish(id, failed: failed) }
     let value = result.map(\.0)
     let source = result.map(\.1)
@@ -396,12 +401,14 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         if Task.isCancelled { throw CancellationError() }
         let isFatal = policy.classify(error) == .fatal
         guard !isFatal, attempts < policy.maximumAttempts else {
+          logGivingUp(on: keys(), attempts: attempts, error: error, isFatal: isFatal)
           for key in keys() {
             configuration.onLoadEvent?(.failed(key: key, attempts: attempts, error: error, isFatal: isFatal))
           }
           throw error
         }
         let delay = policy.delay(beforeRetry: attempts, unit: Double.random(in: 0..<1))
+        logRetry(of: keys(), attempt: attempts, error: error, delay: delay)
         for key in keys() {
           configuration.onLoadEvent?(.retrying(key: key, attempt: attempts, error: error, delay: delay))
         }
@@ -441,18 +448,25 @@ extension LoadingCache {
     /// Called with every ``LoadEvent`` (retries and final failures), on the load's task: keep
     /// it short. Default `nil`.
     public var onLoadEvent: (@Sendable (LoadEvent<Key>) -> Void)?
+    /// Where the cache logs its loads, retries and memory-pressure changes (see <doc:CacheLogging>);
+    /// also used by the chain that ``LoadingCache/init(layers:origin:batchOrigin:configuration:)``
+    /// builds, and by the cache's prefetchers unless they have a logger of their own. Default
+    /// ``CacheLogger/disabled``. Hits never log.
+    public var logger: CacheLogger
 
     /// Creates a configuration.
     public init(
       timeToLive: Duration? = nil,
       clock: any CacheClock = WallClock(),
       retryPolicy: RetryPolicy = .never,
-      onLoadEvent: (@Sendable (LoadEvent<Key>) -> Void)? = nil
+      onLoadEvent: (@Sendable (LoadEvent<Key>) -> Void)? = nil,
+      logger: CacheLogger = .disabled
     ) {
       self.timeToLive = timeToLive
       self.clock = clock
       self.retryPolicy = retryPolicy
       self.onLoadEvent = onLoadEvent
+      self.logger = logger
     }
   }
 

@@ -22,17 +22,26 @@ extension UserDefaultsLayer {
     /// instants, meaningful across launches.
     public var clock: any CacheClock
 
+    /// Where the layer logs what it recovers from (see <doc:CacheLogging>): damaged, foreign or
+    /// undecodable stored values removed (``CacheLogLevel/warning``), and a suite that could not
+    /// be written after such a removal (``CacheLogLevel/warning``). Default
+    /// ``CacheLogger/disabled``. Errors the layer throws are not logged by it: its
+    /// ``CacheChain`` logs them.
+    public var logger: CacheLogger
+
     /// Creates a configuration.
     public init(
       namespace: String = "default",
       maximumEntrySize: Int = 64 * 1024,
       timeToLive: Duration? = nil,
-      clock: any CacheClock = WallClock()
+      clock: any CacheClock = WallClock(),
+      logger: CacheLogger = .disabled
     ) {
       self.namespace = namespace
       self.maximumEntrySize = maximumEntrySize
       self.timeToLive = timeToLive
       self.clock = clock
+      self.logger = logger
     }
 
     func validate() throws {

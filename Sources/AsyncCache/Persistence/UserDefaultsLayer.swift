@@ -129,14 +129,19 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
     }
     guard let (expiry, payload) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey) else {
       discard(defaultsKey, countingAs: \.damagedEntries)
+      logDiscarded(defaultsKey, reason: "damaged, foreign, or of another format version")
       return nil
     }
     guard expiry > configuration.clock.now.nanosecondsSince1970 else {
       discard(defaultsKey, countingAs: \.expired)
       return nil
     }
-    guard let value = try? valueCoder.decode(payload) else {
+    let value: Value
+    do {
+      value = try valueCoder.decode(payload)
+    } catch {
       discard(defaultsKey, countingAs: \.damagedEntries)
+      logDiscarded(defaultsKey, reason: "the value does not decode: \(CacheLogger.describe(error))")
       return nil
     }
     counters.hits += 1
@@ -245,6 +250,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
         counters.expired += 1
       } else {
         counters.damagedEntries += 1
+        logDiscarded(defaultsKey, reason: "damaged, foreign, or of another format version")
       }
       defaults.removeObject(forKey: defaultsKey)
       removed += 1
@@ -307,7 +313,35 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
     counters.misses += 1
     counters[keyPath: counter] += 1
     defaults.removeObject(forKey: defaultsKey)
-    try? persist()
+    do {
+      try persist()
+    } catch {
+      log(
+        .warning, "could not write the suite after removing a stored value; the removal may not last",
+        metadata: ["key": CacheLogger.describe(defaultsKey.dropFirst(prefix.count)), "error": "\(error)"])
+    }
+  }
+
+  /// `.warning`: a stored value that a lookup or ``removeExpired()`` cannot use was removed.
+  private func logDiscarded(_ defaultsKey: String, reason: @autoclosure () -> String) {
+    log(
+      .warning, "a stored value was removed; a miss",
+      metadata: ["key": CacheLogger.describe(defaultsKey.dropFirst(prefix.count)), "reason": reason()])
+  }
+
+  /// Logs through the configuration's logger as `UserDefaultsLayer`, adding the suite and
+  /// namespace to `metadata`.
+  private nonisolated func log(
+    _ level: CacheLogLevel,
+    _ message: @autoclosure () -> String,
+    metadata: @autoclosure () -> [String: String],
+    function: String = #function,
+    line: UInt = #line
+  ) {
+    configuration.logger.log(
+      level, message(),
+      metadata: metadata().merging(["suite": suiteName, "namespace": configuration.namespace]) { mine, _ in mine },
+      source: "UserDefaultsLayer", function: function, line: line)
   }
 
   /// Writes the suite to disk where the platform does not on its own.

@@ -62,18 +62,23 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
     public var destination: Destination
     /// The priority prefetch loads run at until a request promotes them. Default `.low`.
     public var priority: TaskPriority
+    /// Where the prefetcher logs its failed loads, pauses and runs (see <doc:CacheLogging>); `nil`
+    /// (the default) for the cache's ``LoadingCache/Configuration-swift.struct/logger``.
+    public var logger: CacheLogger?
 
     /// Creates a configuration.
     public init(
       window: PrefetchWindow = PrefetchWindow(),
       maximumConcurrentLoads: Int = 2,
       destination: Destination = .allLayers,
-      priority: TaskPriority = .low
+      priority: TaskPriority = .low,
+      logger: CacheLogger? = nil
     ) {
       self.window = window
       self.maximumConcurrentLoads = maximumConcurrentLoads
       self.destination = destination
       self.priority = priority
+      self.logger = logger
     }
   }
 
@@ -216,6 +221,7 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
 
   private func runLoop() async {
     let observer = cache.addUrgencyObserver { [wakeup] in wakeup.yield() }
+    logger.debug("running", metadata: ["keys": "\(keys.count)", "index": "\(currentIndex)"], source: Self.component)
     emit(.moved(index: currentIndex))
     wakeup.yield()
     await withDiscardingTaskGroup { group in
@@ -231,6 +237,7 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
       group.cancelAll()
     }
     cache.removeUrgencyObserver(observer)
+    logger.debug("stopped", source: Self.component)
     wakeup.finish()
     lifecycle = .finished
     finishUpdates()
@@ -267,6 +274,10 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
       emit(.skipped(key))
     case .failed(let error):
       machine.loadEnded(key, .failed)
+      logger.debug(
+        "prefetch failed",
+        metadata: ["key": CacheLogger.describe(key), "error": CacheLogger.describe(error)],
+        source: Self.component)
       emit(.failed(key, error))
     case .cancelled:
       machine.loadEnded(key, .cancelled)
@@ -301,8 +312,14 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
     let urgent = cache.hasUrgentLoads
     guard urgent != machine.isPaused else { return }
     machine.setPaused(urgent)
+    logger.trace(urgent ? "paused: requests are waiting for loads" : "resumed", source: Self.component)
     emit(urgent ? .paused : .resumed)
   }
+
+  /// The logger in effect: the configuration's, or the cache's.
+  private nonisolated var logger: CacheLogger { configuration.logger ?? cache.configuration.logger }
+
+  private static var component: String { "AsyncPrefetcher" }
 
   private static func clamp(_ index: Int, count: Int) -> Int {
     Swift.min(Swift.max(index, 0), Swift.max(count - 1, 0))

@@ -30,7 +30,8 @@
 ///
 /// ``levels()`` reads once at once, then every ``Configuration-swift.struct/interval`` slept on
 /// the configured clock, and yields each level that differs from the previous one. A reading
-/// that fails is skipped (the level stays what it was). Each reading opens and reads two or
+/// that fails is skipped (the level stays what it was) and logged with
+/// ``Configuration-swift.struct/logger``. Each reading opens and reads two or
 /// three small files: a few microseconds, in the polling task, never on the caller's.
 ///
 /// The type compiles on every platform, but only Linux has the files; on Apple platforms use
@@ -50,6 +51,11 @@ public final class LinuxMemoryPressureSource: MemoryPressureSource {
     public var clock: any CacheClock
     /// The directory the `sys/fs/cgroup` and `proc` paths are relative to. Default `/`.
     public var root: String
+    /// Where the poll loop of ``LinuxMemoryPressureSource/levels()`` logs readings that fail
+    /// (see <doc:CacheLogging>): the first of a run of failures at ``CacheLogLevel/warning``, the
+    /// next ones at ``CacheLogLevel/debug``, and the first success after them at
+    /// ``CacheLogLevel/info``. Default ``CacheLogger/disabled``.
+    public var logger: CacheLogger
 
     /// Creates a configuration.
     public init(
@@ -57,13 +63,15 @@ public final class LinuxMemoryPressureSource: MemoryPressureSource {
       criticalThreshold: Double = 0.95,
       interval: Duration = .seconds(1),
       clock: any CacheClock = WallClock(),
-      root: String = "/"
+      root: String = "/",
+      logger: CacheLogger = .disabled
     ) {
       self.warningThreshold = warningThreshold
       self.criticalThreshold = criticalThreshold
       self.interval = interval
       self.clock = clock
       self.root = root
+      self.logger = logger
     }
   }
 
@@ -105,13 +113,25 @@ public final class LinuxMemoryPressureSource: MemoryPressureSource {
     let (stream, continuation) = AsyncStream.makeStream(of: MemoryPressureLevel.self)
     let task = Task { [self] in
       var last = MemoryPressureLevel.normal
+      var isFailing = false
       while !Task.isCancelled {
-        if let usage = try? readUsage() {
+        do throws(MemoryUsageReadError) {
+          let usage = try readUsage()
+          if isFailing {
+            isFailing = false
+            configuration.logger.info("memory usage can be read again", source: "LinuxMemoryPressureSource")
+          }
           let level = self.level(for: usage)
           if level != last {
             last = level
             continuation.yield(level)
           }
+        } catch {
+          // Said loudly once per run of failures: the poll repeats every interval.
+          configuration.logger.log(
+            isFailing ? .debug : .warning, "cannot read the memory usage; the level stays \(last)",
+            metadata: ["error": CacheLogger.describe(error)], source: "LinuxMemoryPressureSource")
+          isFailing = true
         }
         do {
           let clock = configuration.clock

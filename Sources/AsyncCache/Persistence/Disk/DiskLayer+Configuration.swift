@@ -32,19 +32,28 @@ extension DiskLayer {
     /// modification times, which are always real time.
     public var clock: any CacheClock
 
+    /// Where the layer logs what it recovers from (see <doc:CacheLogging>): damaged files deleted
+    /// (``CacheLogLevel/warning``), a deleted directory recreated (``CacheLogLevel/warning``),
+    /// temporary files of interrupted writes swept (``CacheLogLevel/info``). Default
+    /// ``CacheLogger/disabled``. Errors the layer throws are not logged by it: its
+    /// ``CacheChain`` logs them.
+    public var logger: CacheLogger
+
     /// Creates a configuration.
     public init(
       sizeLimit: Int = 256 << 20,
       countLimit: Int? = nil,
       maximumEntrySize: Int? = nil,
       timeToLive: Duration? = nil,
-      clock: any CacheClock = WallClock()
+      clock: any CacheClock = WallClock(),
+      logger: CacheLogger = .disabled
     ) {
       self.sizeLimit = sizeLimit
       self.countLimit = countLimit
       self.maximumEntrySize = maximumEntrySize
       self.timeToLive = timeToLive
       self.clock = clock
+      self.logger = logger
     }
 
     /// The per-entry limit in effect.

@@ -45,10 +45,12 @@ extension DiskLayer {
     }
     let now = configuration.clock.now.nanosecondsSince1970
     var found: [DiskIndex.Record] = []
+    var sweptTemporaryFiles = 0
+    var expired = 0
     for name in names {
       if Self.isTemporaryFileName(name) {
         // Left by a process that died mid-write. Best effort: a read-only directory keeps them.
-        try? fileSystem.removeFile(path(of: name))
+        if (try? fileSystem.removeFile(path(of: name))) != nil { sweptTemporaryFiles += 1 }
         continue
       }
       guard let digest = SHA256.Digest(hexString: name) else { continue }  // not ours
@@ -56,25 +58,45 @@ extension DiskLayer {
       case .entry(let record) where record.expiresAt <= now:
         try? fileSystem.removeFile(path(of: name))
         evictions[.expired] += 1
+        expired += 1
       case .entry(let record):
         found.append(record)
-      case .damaged:
-        try? fileSystem.removeFile(path(of: name))
+      case .damaged(let damage):
+        let removed = (try? fileSystem.removeFile(path(of: name))) != nil
         damagedEntries += 1
+        logDamagedFile(name, key: nil, reason: "\(damage)", removed: removed)
       case .unreadable:
+        log(
+          .warning, "an entry file cannot be read; it is left in place and not used",
+          metadata: ["file": name])
         continue
       }
+    }
+    if sweptTemporaryFiles > 0 {
+      log(
+        .info, "removed \(sweptTemporaryFiles) temporary files left by interrupted writes",
+        metadata: ["count": "\(sweptTemporaryFiles)"])
     }
     // Oldest first, so that the most recently modified file ends up most recently used.
     found.sort { ($0.touchedAt, $0.name.word0) < ($1.touchedAt, $1.name.word0) }
     for record in found { index.insert(record) }
     // The limits may have shrunk since the files were written.
+    var overLimit = 0
     while index.count > 0,
       index.totalBytes > configuration.sizeLimit || index.count > (configuration.countLimit ?? .max)
     {
       let reason: EvictionReason = index.totalBytes > configuration.sizeLimit ? .costLimit : .countLimit
       discard(index.oldest, reason: reason)
+      overLimit += 1
     }
+    if overLimit > 0 {
+      log(
+        .info, "evicted \(overLimit) entries over the configured limits when opening",
+        metadata: ["count": "\(overLimit)"])
+    }
+    log(
+      .debug, "opened with \(index.count) entries",
+      metadata: ["count": "\(index.count)", "bytes": "\(index.totalBytes)", "expiredRemoved": "\(expired)"])
   }
 
   /// The longest encoded key the layer reads back from a file header: 16 MiB.
@@ -150,7 +172,7 @@ extension DiskLayer {
       header = try DiskEntryFormat.verify(file)
     } catch {
       buffer.deallocate()
-      discardDamaged(slot)
+      discardDamaged(slot, reason: "\(error)")
       return nil
     }
     let keyBytes = UnsafeRawBufferPointer(
@@ -167,10 +189,18 @@ extension DiskLayer {
         index.insert(
           DiskIndex.Record(
             name: record.name, key: other, size: count, expiresAt: header.expiresAt, touchedAt: record.touchedAt))
+        log(
+          .notice, "an entry file holds another key with the same file name; a miss for this key",
+          metadata: [
+            "file": record.name.hexString, "key": CacheLogger.describe(key), "other": CacheLogger.describe(other),
+          ])
       } else {
         // Not the file this name should hold (copied or moved here): damage after all.
-        try? fileSystem.removeFile(path(of: record.name))
+        let removed = (try? fileSystem.removeFile(path(of: record.name))) != nil
         damagedEntries += 1
+        logDamagedFile(
+          record.name.hexString, key: key, reason: "the file holds a key whose name is another file's",
+          removed: removed)
       }
       misses += 1
       return nil
@@ -190,7 +220,7 @@ extension DiskLayer {
     do {
       value = try valueCoder.decode(payload)
     } catch {
-      discardDamaged(slot)
+      discardDamaged(slot, reason: "the value does not decode: \(CacheLogger.describe(error))")
       return nil
     }
     index.markUsed(slot)
@@ -338,8 +368,12 @@ extension DiskLayer {
     } catch {
       guard error.code == ENOENT else { throw error }
       // The directory is gone, and every entry with it.
+      let lost = index.count
       index.removeAll()
       try fileSystem.createDirectory(directoryPath)
+      log(
+        .warning, "the directory was deleted; recreated it, and its \(lost) entries are gone",
+        metadata: ["count": "\(lost)"])
       return try fileSystem.createExclusively(path)
     }
   }
@@ -407,12 +441,14 @@ extension DiskLayer {
     evictions[reason] += 1
   }
 
-  /// Deletes a damaged file if possible, removes its record, and counts it and the miss.
-  func discardDamaged(_ slot: Int) {
-    try? fileSystem.removeFile(path(of: index[slot].name))
+  /// Deletes a damaged file if possible, removes its record, counts it and the miss, and logs it.
+  func discardDamaged(_ slot: Int, reason: String) {
+    let record = index[slot]
+    let removed = (try? fileSystem.removeFile(path(of: record.name))) != nil
     index.remove(slot)
     damagedEntries += 1
     misses += 1
+    logDamagedFile(record.name.hexString, key: record.key, reason: reason, removed: removed)
   }
 
   /// Deletes every entry and temporary file in the directory.

@@ -1,0 +1,48 @@
+// What a chain logs, and at which level (the <doc:CacheLogging> article has the table). Lookups that
+// succeed, hits included, log nothing: only failures and recoveries do.
+extension CacheChain {
+  private static var component: String { "CacheChain" }
+
+  /// Logs a layer's failure: `.warning` when the chain goes on without the layer (a skipped
+  /// layer, a failed transform, a failed back-fill or write-back), since nothing else reports it;
+  /// `.debug` when the error reaches the caller, whose code reports it; `.debug` for a
+  /// cancellation, which is not a fault of the layer.
+  nonisolated func logFailure(_ failure: LayerFailure, key: Key?, thrown: Bool) {
+    let logger = configuration.logger
+    let level: CacheLogLevel = thrown || failure.error is CancellationError ? .debug : .warning
+    logger.log(
+      level,
+      "layer \(failure.tierIndex) (\(failure.layerName)) failed during \(failure.operation.rawValue); "
+        + (thrown ? "the error is thrown to the caller" : "the chain goes on without it"),
+      metadata: Self.failureMetadata(failure, key: key),
+      source: Self.component)
+  }
+
+  /// Removes `key` from the layer at `index` after a write failed, so that the layer cannot serve
+  /// an older value; a failure of the removal is logged at `.warning`, since that layer may then
+  /// serve the older value until it expires (`.debug` for a cancellation).
+  nonisolated func removeAfterFailure(_ key: Key, from index: Int) async {
+    do {
+      try await tiers[index].layer.removeValue(for: key)
+    } catch {
+      configuration.logger.log(
+        error is CancellationError ? .debug : .warning,
+        "layer \(index) (\(tiers[index].name)) could not remove the key after a failed write; "
+          + "it may serve an older value until that expires",
+        metadata: [
+          "key": CacheLogger.describe(key), "layer": tiers[index].name, "tier": "\(index)",
+          "error": CacheLogger.describe(error),
+        ],
+        source: Self.component)
+    }
+  }
+
+  private static func failureMetadata(_ failure: LayerFailure, key: Key?) -> [String: String] {
+    var metadata = [
+      "layer": failure.layerName, "tier": "\(failure.tierIndex)", "operation": failure.operation.rawValue,
+      "error": CacheLogger.describe(failure.error),
+    ]
+    if let key { metadata["key"] = CacheLogger.describe(key) }
+    return metadata
+  }
+}

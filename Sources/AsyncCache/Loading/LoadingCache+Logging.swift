@@ -1,0 +1,77 @@
+// What a loading cache logs, and at which level (the <doc:CacheLogging> article has the table). Every
+// helper runs once per load or per retry, never on a hit, and builds nothing when the logger is
+// disabled: the messages and metadata are autoclosures.
+extension LoadingCache {
+  private static var component: String { "LoadingCache" }
+
+  /// `.trace`: a load started (the key missed the top layer and no load of it was in flight).
+  func logLoadStarted(_ key: Key) {
+    configuration.logger.trace(
+      "load started", metadata: ["key": CacheLogger.describe(key)], source: Self.component)
+  }
+
+  /// `.trace`: the loads of a batch started, one record per key.
+  func logLoadsStarted(_ keys: some Sequence<Key>) {
+    guard configuration.logger.isEnabled(for: .trace) else { return }
+    for key in keys { logLoadStarted(key) }
+  }
+
+  /// `.debug`: a load ended, with where its value came from or its error; `.trace` when it was
+  /// cancelled because its last request left. A failure reaches every request waiting for the
+  /// load, whose code decides how loud it is: an origin's "not found" is normal for many apps.
+  func logLoadFinished(_ key: Key, with result: Result<(Value, LoadSource), any Error>) {
+    let logger = configuration.logger
+    guard logger.isEnabled else { return }
+    switch result {
+    case .success((_, let source)):
+      logger.debug(
+        "load finished", metadata: ["key": CacheLogger.describe(key), "from": describe(source)],
+        source: Self.component)
+    case .failure(let error) where error is CancellationError:
+      logger.trace("load cancelled", metadata: ["key": CacheLogger.describe(key)], source: Self.component)
+    case .failure(let error):
+      logger.debug(
+        "load failed", metadata: ["key": CacheLogger.describe(key), "error": CacheLogger.describe(error)],
+        source: Self.component)
+    }
+  }
+
+  /// `.info`: the origin failed with a transient error and is asked again after `delay`.
+  func logRetry(of keys: @autoclosure () -> [Key], attempt: Int, error: any Error, delay: Duration) {
+    configuration.logger.info(
+      "origin failed; retrying",
+      metadata: Self.keyMetadata(keys()).merging(
+        ["attempt": "\(attempt)", "delay": "\(delay)", "error": CacheLogger.describe(error)]
+      ) { $1 },
+      source: Self.component)
+  }
+
+  /// `.notice`: the origin was given up on after retries (a failure at the first attempt, with
+  /// no retry, is the load's failure, logged at `.debug`).
+  func logGivingUp(on keys: @autoclosure () -> [Key], attempts: Int, error: any Error, isFatal: Bool) {
+    guard attempts > 1 else { return }
+    configuration.logger.notice(
+      isFatal
+        ? "origin failed with a fatal error after \(attempts) attempts; giving up"
+        : "origin failed \(attempts) times; no attempts left",
+      metadata: Self.keyMetadata(keys()).merging(
+        ["attempts": "\(attempts)", "error": CacheLogger.describe(error), "fatal": "\(isFatal)"]
+      ) { $1 },
+      source: Self.component)
+  }
+
+  /// Where a load found its value, for logs: `origin`, or the layer's tier name.
+  private func describe(_ source: LoadSource) -> String {
+    switch source {
+    case .origin: "origin"
+    case .layer(let tier): chain.tiers[tier].name
+    }
+  }
+
+  /// `key` for one key; `keys` (the count and the first few) for a batch.
+  static func keyMetadata(_ keys: [Key]) -> [String: String] {
+    if keys.count == 1 { return ["key": CacheLogger.describe(keys[0])] }
+    let shown = keys.prefix(5).map { CacheLogger.describe($0, limit: 60) }.joined(separator: ", ")
+    return ["keys": "\(keys.count): \(shown)\(keys.count > 5 ? ", …" : "")"]
+  }
+}

@@ -1,0 +1,88 @@
+import AsyncCache
+import AsyncCacheTesting
+import Foundation
+import PersistenceTestSupport
+import Testing
+
+@testable import AsyncCacheSQLite
+
+@Suite("SQLiteLayer logging", .timeLimit(.minutes(1)))
+struct SQLiteLayerLoggingTests {
+  @Test("a damaged row is logged as a warning with its key, the database and the namespace")
+  func damagedRow() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    let logs = RecordingLogHandler()
+    let layer = try await SQLiteLayer<String, Data>(
+      url: url, namespace: "images", configuration: .init(logger: logs.logger(minimumLevel: .info)))
+    try await layer.insert(Data(repeating: 0xAB, count: 300), for: "victim")
+    try await layer.flush()
+    let raw = try RawDatabase(url)
+    var blob = try #require(try raw.blob(namespace: "images", key: "victim"))
+    blob[200] ^= 0x04
+    try raw.setBlob(blob, namespace: "images", key: "victim")
+
+    #expect(try await layer.value(for: "victim") == nil)
+    let warning = try #require(logs.records.first)
+    #expect(logs.records.count == 1)
+    #expect(warning.level == .warning && warning.source == "SQLiteLayer")
+    #expect(warning.message.hasPrefix("row for key \"victim\" discarded"))
+    #expect(warning.metadata["event"] == "rowDiscarded" && warning.metadata["key"] == "victim")
+    #expect(warning.metadata["database"] == url.path && warning.metadata["namespace"] == "images")
+  }
+
+  @Test("a database that SQLite reports corrupt is emptied and logged as an error, with where its copy is")
+  func corruptDatabase() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    do {
+      let layer = try await SQLiteLayer<String, String>(url: url)
+      try await layer.insert("1", for: "a")
+      try await layer.close()
+    }
+    try Data("this is not a database, it is a shopping list: eggs, milk, flour".utf8).write(to: url)
+    let logs = RecordingLogHandler()
+    let layer = try await SQLiteLayer<String, String>(url: url, configuration: .init(logger: logs.logger()))
+    #expect(try await layer.value(for: "a") == nil)
+    let error = try #require(logs.records(atLeast: .error).first)
+    #expect(error.level == .error && error.metadata["event"] == "databaseReplaced")
+    let copy = try #require(error.metadata["copiedTo"])
+    #expect(FileManager.default.fileExists(atPath: copy))
+  }
+
+  @Test("a layer that works logs nothing at info and above")
+  func quietWhenHealthy() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let logs = RecordingLogHandler()
+    let layer = try await SQLiteLayer<String, String>(
+      url: folder.appending("cache.sqlite"), configuration: .init(logger: logs.logger(minimumLevel: .info)))
+    try await layer.insert("1", for: "a")
+    try await layer.flush()
+    #expect(try await layer.value(for: "a") == "1")
+    #expect(logs.records.isEmpty)
+  }
+
+  @Test("each event has its level: data lost to corruption is an error, recoveries are warnings or notices")
+  func eventLevels() {
+    let failure = PersistenceError(code: .ioFailure, message: "disk I/O error")
+    let levels: [(SQLiteLayerEvent, CacheLogLevel)] = [
+      (.databaseReplaced(reason: failure, copiedTo: nil), .error),
+      (.schemaMigrated(from: 1, to: 2), .notice),
+      (.schemaReset(foundVersion: 9), .warning),
+      (.rowDiscarded(key: "k", reason: "checksum"), .warning),
+      (.writeFailed(failure), .warning),
+      (.writesRecovered, .notice),
+    ]
+    for (event, level) in levels {
+      #expect(event.logLevel == level, "\(event)")
+      #expect(event.logMetadata["event"] != nil)
+    }
+    #expect(
+      SQLiteLayerEvent.schemaMigrated(from: 1, to: 2).logMetadata == [
+        "event": "schemaMigrated", "from": "1", "to": "2",
+      ])
+  }
+}
