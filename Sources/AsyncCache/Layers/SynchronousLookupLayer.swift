@@ -40,16 +40,17 @@ extension MemoryLayer: SynchronousLookupLayer {
   }
 }
 
-/// A layer's synchronous lookup as a function. Operators build theirs where their types are
-/// known (in the caller's module, from inlinable code), so that a lookup through a stack of them
-/// runs specialized code, one indirect call per operator.
+/// A layer's synchronous lookup as a function. The operators build theirs where their types
+/// are known (in the caller's module, from inlinable code), so that a lookup through a stack of
+/// them is one indirect call into specialized, inlined code.
 @usableFromInline
 typealias SynchronousLookupFunction<Key, Value: Sendable> = @Sendable (Key) throws -> SynchronousLookup<Value>
 
 /// A layer that built its synchronous lookup when it was made: the operators.
 @usableFromInline
 protocol SynchronousLookupSource<Key, Value>: AsyncCacheLayer {
-  /// The lookup, or `nil` when the layer cannot answer without suspending.
+  /// The lookup, or `nil` when it was not built (the operator was made in code that did not know
+  /// its base layer's type).
   nonisolated var synchronousLookup: SynchronousLookupFunction<Key, Value>? { get }
 }
 
@@ -58,7 +59,9 @@ extension AsyncCacheLayer {
   @inlinable
   nonisolated var synchronousLookupFunction: SynchronousLookupFunction<Key, Value>? {
     if let memory = self as? MemoryLayer<Key, Value> { return { memory.lookUpWithoutSuspending($0) } }
-    if let source = self as? any SynchronousLookupSource<Key, Value> { return source.synchronousLookup }
+    if let source = self as? any SynchronousLookupSource<Key, Value>, let lookup = source.synchronousLookup {
+      return lookup
+    }
     if let layer = self as? any SynchronousLookupLayer<Key, Value> { return { try layer.lookUpWithoutSuspending($0) } }
     return nil
   }
@@ -76,40 +79,146 @@ extension SynchronousLookup {
   }
 }
 
-extension KeyMappedLayer: SynchronousLookupLayer, SynchronousLookupSource {
-  /// Looks the transformed key up in the base layer, when the transform is synchronous and the
-  /// base layer can answer without suspending; ``SynchronousLookup/unavailable`` otherwise.
+// MARK: - Operators
+
+extension KeyMappedLayer: SynchronousLookupSource {}
+extension ValueMappedLayer: SynchronousLookupSource {}
+extension ConditionalLayer: SynchronousLookupSource {}
+extension PostProcessedLayer: SynchronousLookupSource {}
+
+extension KeyMappedLayer: SynchronousLookupLayer where Base: SynchronousLookupLayer {
+  /// Looks the transformed key up in the base layer, when the transform is synchronous;
+  /// ``SynchronousLookup/unavailable`` otherwise.
   @inlinable
   public nonisolated func lookUpWithoutSuspending(_ key: Key) throws -> SynchronousLookup<Value> {
-    try synchronousLookup?(key) ?? .unavailable
+    try Self.lookUp(key, transform: transform, in: base)
+  }
+
+  @inlinable
+  static func lookUp(
+    _ key: Key, transform: OperatorFunction<Key, Base.Key>, in base: Base
+  ) throws -> SynchronousLookup<Value> {
+    guard case .sync(let body) = transform else { return .unavailable }
+    let baseKey = try transformingNow("the key transform in front of \(Base.self) for key \(describeKey(key))") {
+      try body(key)
+    }
+    return try base.lookUpWithoutSuspending(baseKey)
   }
 }
 
-extension ValueMappedLayer: SynchronousLookupLayer, SynchronousLookupSource {
-  /// Looks `key` up in the base layer and decodes the value, when decoding is synchronous and
-  /// the base layer can answer without suspending; ``SynchronousLookup/unavailable`` otherwise.
+extension ValueMappedLayer: SynchronousLookupLayer where Base: SynchronousLookupLayer {
+  /// Looks `key` up in the base layer and decodes the value, when decoding is synchronous;
+  /// ``SynchronousLookup/unavailable`` otherwise.
   @inlinable
   public nonisolated func lookUpWithoutSuspending(_ key: Key) throws -> SynchronousLookup<Value> {
-    try synchronousLookup?(key) ?? .unavailable
+    try Self.lookUp(key, transform: transform, in: base)
+  }
+
+  @inlinable
+  static func lookUp(
+    _ key: Key, transform: ValueTransform<Base.Value, Value>, in base: Base
+  ) throws -> SynchronousLookup<Value> {
+    guard case .sync(let decode) = transform.decoder else { return .unavailable }
+    return try base.lookUpWithoutSuspending(key).map { stored in
+      try transformingNow("decoding the value of \(Base.self) for key \(describeKey(key))") { try decode(stored) }
+    }
   }
 }
 
-extension ConditionalLayer: SynchronousLookupLayer, SynchronousLookupSource {
+extension ConditionalLayer: SynchronousLookupLayer where Base: SynchronousLookupLayer {
   /// Looks `key` up in the base layer if the predicate accepts it, when the predicate is
-  /// synchronous and the base layer can answer without suspending;
-  /// ``SynchronousLookup/unavailable`` otherwise.
+  /// synchronous; ``SynchronousLookup/unavailable`` otherwise.
   @inlinable
   public nonisolated func lookUpWithoutSuspending(_ key: Key) throws -> SynchronousLookup<Value> {
-    try synchronousLookup?(key) ?? .unavailable
+    try Self.lookUp(key, predicate: predicate, in: base)
+  }
+
+  @inlinable
+  static func lookUp(_ key: Key, predicate: OperatorFunction<Key, Bool>, in base: Base) throws -> SynchronousLookup<
+    Value
+  > {
+    guard case .sync(let body) = predicate else { return .unavailable }
+    let accepted: Bool
+    do {
+      accepted = try body(key)
+    } catch {
+      throw AsyncCache.conditionFailure(error, in: Base.self, key: key)
+    }
+    return accepted ? try base.lookUpWithoutSuspending(key) : .missing
   }
 }
 
-extension PostProcessedLayer: SynchronousLookupLayer, SynchronousLookupSource {
+extension PostProcessedLayer: SynchronousLookupLayer where Base: SynchronousLookupLayer {
   /// Looks `key` up in the base layer and post-processes the value, when post-processing is
-  /// synchronous and the base layer can answer without suspending;
-  /// ``SynchronousLookup/unavailable`` otherwise.
+  /// synchronous; ``SynchronousLookup/unavailable`` otherwise.
   @inlinable
   public nonisolated func lookUpWithoutSuspending(_ key: Key) throws -> SynchronousLookup<Value> {
-    try synchronousLookup?(key) ?? .unavailable
+    try Self.lookUp(key, transform: transform, in: base)
+  }
+
+  @inlinable
+  static func lookUp(
+    _ key: Key, transform: OperatorFunction<(key: Key, value: Value), Value>, in base: Base
+  ) throws -> SynchronousLookup<Value> {
+    guard case .sync(let body) = transform else { return .unavailable }
+    return try base.lookUpWithoutSuspending(key).map { value in
+      try transformingNow("post-processing the value of \(Base.self) for key \(describeKey(key))") {
+        try body((key, value))
+      }
+    }
+  }
+}
+
+// MARK: - Operators that keep synchronous hits
+
+extension SynchronousLookupLayer {
+  /// ``AsyncCacheLayer/mappingKeys(_:)-39ac1`` over a layer that answers lookups without
+  /// suspending: the result answers them too, so a ``LoadingCache`` on top of it keeps its
+  /// synchronous hits.
+  @inlinable
+  public nonisolated func mappingKeys<NewKey: Hashable & Sendable>(
+    _ transform: @escaping @Sendable (NewKey) throws -> Key
+  ) -> KeyMappedLayer<NewKey, Self> {
+    let function = OperatorFunction<NewKey, Key>.sync(transform)
+    return KeyMappedLayer(
+      base: self, transform: function,
+      synchronousLookup: { [self] key in try KeyMappedLayer<NewKey, Self>.lookUp(key, transform: function, in: self) })
+  }
+
+  /// ``AsyncCacheLayer/mappingValues(_:)`` over a layer that answers lookups without
+  /// suspending: the result answers them too when `transform` decodes synchronously.
+  @inlinable
+  public nonisolated func mappingValues<NewValue: Sendable>(
+    _ transform: ValueTransform<Value, NewValue>
+  ) -> ValueMappedLayer<NewValue, Self> {
+    ValueMappedLayer(
+      base: self, transform: transform,
+      synchronousLookup: { [self] key in
+        try ValueMappedLayer<NewValue, Self>.lookUp(key, transform: transform, in: self)
+      })
+  }
+
+  /// ``AsyncCacheLayer/onlyIf(_:)-7sup4`` over a layer that answers lookups without suspending:
+  /// the result answers them too.
+  @inlinable
+  public nonisolated func onlyIf(
+    _ predicate: @escaping @Sendable (Key) throws -> Bool
+  ) -> ConditionalLayer<Self> {
+    let function = OperatorFunction<Key, Bool>.sync(predicate)
+    return ConditionalLayer(
+      base: self, predicate: function,
+      synchronousLookup: { [self] key in try ConditionalLayer<Self>.lookUp(key, predicate: function, in: self) })
+  }
+
+  /// ``AsyncCacheLayer/postProcessing(_:)-2kw6w`` over a layer that answers lookups without
+  /// suspending: the result answers them too.
+  @inlinable
+  public nonisolated func postProcessing(
+    _ transform: @escaping @Sendable (Key, Value) throws -> Value
+  ) -> PostProcessedLayer<Self> {
+    let function = OperatorFunction<(key: Key, value: Value), Value>.sync { try transform($0.key, $0.value) }
+    return PostProcessedLayer(
+      base: self, transform: function,
+      synchronousLookup: { [self] key in try PostProcessedLayer<Self>.lookUp(key, transform: function, in: self) })
   }
 }

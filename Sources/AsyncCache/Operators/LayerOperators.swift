@@ -9,19 +9,10 @@ extension AsyncCacheLayer {
   /// The transform runs for every operation (lookups, writes, removals) and may be `async` and
   /// throw: its error becomes ``AsyncCacheError/Code/transformFailed``, which a ``CacheChain``
   /// records and treats as a skip of this layer. It must map distinct keys to distinct keys.
-  @inlinable
   public nonisolated func mappingKeys<NewKey: Hashable & Sendable>(
     _ transform: @escaping @Sendable (NewKey) throws -> Key
   ) -> KeyMappedLayer<NewKey, Self> {
-    let lookup = synchronousLookupFunction.map { baseLookup in
-      { @Sendable (key: NewKey) throws -> SynchronousLookup<Value> in
-        try baseLookup(
-          transformingNow("the key transform in front of \(Self.self) for key \(describeKey(key))") {
-            try transform(key)
-          })
-      }
-    }
-    return KeyMappedLayer(base: self, transform: .sync(transform), synchronousLookup: lookup)
+    KeyMappedLayer(base: self, transform: .sync(transform), synchronousLookup: nil)
   }
 
   /// A layer that takes keys of another type and asks this one with the key `transform`
@@ -41,21 +32,10 @@ extension AsyncCacheLayer {
   ///
   /// Expiry travels unchanged. A failed conversion becomes
   /// ``AsyncCacheError/Code/transformFailed`` (a ``CacheChain`` records it and skips the layer).
-  @inlinable
   public nonisolated func mappingValues<NewValue: Sendable>(
     _ transform: ValueTransform<Value, NewValue>
   ) -> ValueMappedLayer<NewValue, Self> {
-    var lookup: SynchronousLookupFunction<Key, NewValue>?
-    if case .sync(let decode) = transform.decoder, let baseLookup = synchronousLookupFunction {
-      lookup = { key in
-        try baseLookup(key).map { stored in
-          try transformingNow("decoding the value of \(Self.self) for key \(describeKey(key))") {
-            try decode(stored)
-          }
-        }
-      }
-    }
-    return ValueMappedLayer(base: self, transform: transform, synchronousLookup: lookup)
+    ValueMappedLayer(base: self, transform: transform, synchronousLookup: nil)
   }
 
   /// A layer consulted only for the keys `predicate` accepts: for the others, lookups miss and
@@ -69,22 +49,10 @@ extension AsyncCacheLayer {
   /// reaches the layer. It may be `async` and may throw: its error becomes
   /// ``AsyncCacheError/Code/conditionFailed``, which a ``CacheChain`` passes to the caller,
   /// whatever the layer's failure policy.
-  @inlinable
   public nonisolated func onlyIf(
     _ predicate: @escaping @Sendable (Key) throws -> Bool
   ) -> ConditionalLayer<Self> {
-    let lookup = synchronousLookupFunction.map { baseLookup in
-      { @Sendable (key: Key) throws -> SynchronousLookup<Value> in
-        let accepted: Bool
-        do {
-          accepted = try predicate(key)
-        } catch {
-          throw conditionFailure(error, in: Self.self, key: key)
-        }
-        return accepted ? try baseLookup(key) : .missing
-      }
-    }
-    return ConditionalLayer(base: self, predicate: .sync(predicate), synchronousLookup: lookup)
+    ConditionalLayer(base: self, predicate: .sync(predicate), synchronousLookup: nil)
   }
 
   /// A layer consulted only for the keys `predicate` accepts, where the predicate may suspend

@@ -9,21 +9,10 @@ extension AsyncCacheLayer {
   ///
   /// A failed `transform` becomes ``AsyncCacheError/Code/transformFailed`` (a ``CacheChain``
   /// records it and skips the layer).
-  @inlinable
   public nonisolated func postProcessing(
     _ transform: @escaping @Sendable (Key, Value) throws -> Value
   ) -> PostProcessedLayer<Self> {
-    let lookup = synchronousLookupFunction.map { baseLookup in
-      { @Sendable (key: Key) throws -> SynchronousLookup<Value> in
-        try baseLookup(key).map { value in
-          try transformingNow("post-processing the value of \(Self.self) for key \(describeKey(key))") {
-            try transform(key, value)
-          }
-        }
-      }
-    }
-    return PostProcessedLayer(
-      base: self, transform: .sync { try transform($0.key, $0.value) }, synchronousLookup: lookup)
+    PostProcessedLayer(base: self, transform: .sync { try transform($0.key, $0.value) }, synchronousLookup: nil)
   }
 
   /// A layer whose lookups pass what this layer returns through `transform`, which may suspend:

@@ -65,6 +65,12 @@ struct RequestCapStateMachine<Waiter> {
   /// to it. Returns `nil` when nobody waits, and the slot is free.
   @inlinable
   mutating func release() -> Waiter? {
+    if waiting.isEmpty {
+      // Nobody queues: the common case, kept free of the queue's bookkeeping.
+      if !order.isEmpty { compact() }
+      running -= 1
+      return nil
+    }
     while head < order.count {
       let id = order[head]
       head += 1

@@ -100,6 +100,29 @@ struct SynchronousLookupLayerTests {
     #expect(cache.cachedValue(for: UserID(rawValue: 2)) == "2:5")
   }
 
+  /// Maps keys in code that does not know the layer answers synchronously.
+  static func mapped<Layer: AsyncCacheLayer<Int, Int>>(_ layer: Layer) -> KeyMappedLayer<UserID, Layer> {
+    layer.mappingKeys { (id: UserID) in id.rawValue }
+  }
+
+  @Test("an operator made in generic code still answers synchronously, through its conformance")
+  func operatorMadeInGenericCode() async throws {
+    let memory = try MemoryLayer<Int, Int>()
+    let top = Self.mapped(memory)
+    #expect(top.synchronousLookup == nil, "the generic overload builds no closure")
+    try memory.insert(3, for: 1)
+    let cache = try LoadingCache(layers: [top], origin: GatedFetcher<UserID, Int> { _ in 0 })
+    #expect(cache.cachedValue(for: UserID(rawValue: 1)) == 3)
+    #expect(cache.cachedValue(for: UserID(rawValue: 2)) == nil)
+  }
+
+  @Test("operators over a synchronous layer build their lookup when made")
+  func operatorsBuildTheirLookup() throws {
+    let (_, top) = try Self.composedMemory()
+    #expect(top.synchronousLookup != nil)
+    #expect(top.base.synchronousLookup != nil && top.base.base.synchronousLookup != nil)
+  }
+
   actor Setting {
     var enabled = true
   }
