@@ -105,15 +105,16 @@ public struct URLSessionFetcher: AsyncFetcher {
   }
 
   /// The error to throw for an error of the session: `CancellationError` when the task was
-  /// cancelled (whatever the session threw then) or the session reports a cancelled transfer,
-  /// a ``URLSessionFetcherError/Code/transport`` error otherwise.
+  /// cancelled (whatever the session threw then: `URLError.cancelled`, usually), a
+  /// ``URLSessionFetcherError/Code/transport`` error otherwise.
   static func transportFailure(_ error: any Error, url: URL, method: String?) -> any Error {
     if Task.isCancelled || error is CancellationError { return CancellationError() }
     guard let urlError = urlError(error) else {
       return URLSessionFetcherError(
         code: .transport, message: "\(describe(method, url)) failed: \(error)", url: url, underlying: error)
     }
-    if urlError.code == .cancelled { return CancellationError() }
+    // A transfer cancelled while the task was not (an invalidated session, a cancelled
+    // authentication challenge) is a failure the waiters must see, not a cancellation.
     // The session's own words ("Empty reply from server") when it gave some.
     let reason = (urlError.userInfo[NSLocalizedDescriptionKey] as? String).map { ": \($0)" } ?? ""
     return URLSessionFetcherError(

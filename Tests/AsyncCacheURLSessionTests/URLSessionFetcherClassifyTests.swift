@@ -20,12 +20,12 @@ struct URLSessionFetcherClassifyTests {
   }
 
   @Test(
-    "statuses: 408 and 429 and 5xx are transient; other 4xx and anything else unacceptable are fatal",
+    "statuses: 408, 429 and 5xx but 501 and 505 are transient; other 4xx and anything else unacceptable are fatal",
     arguments: [
       (404, RetryPolicy.ErrorKind.fatal), (410, .fatal), (400, .fatal), (401, .fatal), (403, .fatal),
       (422, .fatal), (499, .fatal), (408, .transient), (429, .transient), (500, .transient),
       (502, .transient), (503, .transient), (504, .transient), (599, .transient), (200, .fatal),
-      (204, .fatal), (304, .fatal), (100, .fatal),
+      (204, .fatal), (304, .fatal), (100, .fatal), (501, .fatal), (505, .fatal),
     ])
   func statuses(status: Int, kind: RetryPolicy.ErrorKind) {
     #expect(URLSessionFetcher.classify(Self.status(status)) == kind)
@@ -58,7 +58,7 @@ struct URLSessionFetcherClassifyTests {
     #expect(URLSessionFetcher.classify(Unrelated()) == .transient, "like RetryPolicy's default")
     #expect(URLSessionFetcher.classify(NSError(domain: NSPOSIXErrorDomain, code: 1)) == .transient)
     let transform = AsyncCacheError(code: .transformFailed, message: "decoding failed", underlying: Unrelated())
-    #expect(URLSessionFetcher.classify(transform) == .transient)
+    #expect(URLSessionFetcher.classify(transform) == .fatal, "the same bytes would fail again")
   }
 
   @Test("RetryPolicy.urlSession takes the schedule it is given and classifies with URLSessionFetcher.classify")

@@ -104,6 +104,26 @@ struct URLSessionFetcherTests {
     }
   }
 
+  @Test("a transfer cancelled while its task is not (an invalidated session) is a transport error, not a cancellation")
+  func sessionCancelledUnderneath() async throws {
+    let partial = seededBytes(1_024)
+    try await withLoopbackHTTPServer(routes: ["/big": { _ in .partial(declaredLength: 1 << 20, sent: partial) }]) {
+      server in
+      let session = makeSession(timeout: 300)
+      let fetcher = URLSessionFetcher(session: session)
+      let url = server.url("/big")
+      let download = Task { try await fetcher.fetch(url) }
+      try await server.waitFor(.held(path: "/big"))
+      session.invalidateAndCancel()
+      let result = await download.result
+      let error = #expect(throws: URLSessionFetcherError.self) { try result.get() }
+      #expect(error?.code == .transport)
+      #expect((error?.underlying as? URLError)?.code == .cancelled)
+      #expect(error.map(URLSessionFetcher.classify) == .fatal)
+      try await server.waitFor(.clientClosed(path: "/big"))
+    }
+  }
+
   @Test("a task cancelled before it fetches throws CancellationError and sends no request")
   func cancelledBeforeFetching() async throws {
     try await withLoopbackHTTPServer(routes: ["/file": { _ in .status(200, body: Data("x".utf8)) }]) { server in

@@ -6,15 +6,25 @@ extension CacheChain {
   /// Logs a layer's failure: `.warning` when the chain goes on without the layer (a skipped
   /// layer, a failed transform, a failed back-fill or write-back), since nothing else reports it;
   /// `.debug` when the error reaches the caller, whose code reports it; `.debug` for a
-  /// cancellation, which is not a fault of the layer.
-  nonisolated func logFailure(_ failure: LayerFailure, key: Key?, thrown: Bool) {
+  /// cancellation, which is not a fault of the layer. A layer that keeps failing (`repeated`:
+  /// it has not answered a lookup since it last failed) logs its next failures at `.debug`, so
+  /// that a layer that is down logs one warning, not one per request.
+  nonisolated func logFailure(_ failure: LayerFailure, key: Key?, thrown: Bool, repeated: Bool) {
     let logger = configuration.logger
-    let level: CacheLogLevel = thrown || failure.error is CancellationError ? .debug : .warning
+    let level: CacheLogLevel = thrown || repeated || failure.error is CancellationError ? .debug : .warning
     logger.log(
       level,
       "layer \(failure.tierIndex) (\(failure.layerName)) failed during \(failure.operation.rawValue); "
         + (thrown ? "the error is thrown to the caller" : "the chain goes on without it"),
       metadata: Self.failureMetadata(failure, key: key),
+      source: Self.component)
+  }
+
+  /// Logs at `.info` that a layer the chain went on without answered a lookup again.
+  nonisolated func logRecovery(tier index: Int) {
+    configuration.logger.info(
+      "layer \(index) (\(tiers[index].name)) answers lookups again",
+      metadata: ["layer": tiers[index].name, "tier": "\(index)"],
       source: Self.component)
   }
 

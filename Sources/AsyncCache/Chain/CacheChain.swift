@@ -212,10 +212,18 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     for index in tiers.indices {
       do {
         if let entry = try await tiers[index].layer.entry(for: key) {
-          counters.withLock { $0[index].hits += 1 }
+          let recovered = counters.withLock { counters in
+            counters[index].hits += 1
+            return counters[index].answered()
+          }
+          if recovered { logRecovery(tier: index) }
           return (entry, index)
         }
-        counters.withLock { $0[index].misses += 1 }
+        let recovered = counters.withLock { counters in
+          counters[index].misses += 1
+          return counters[index].answered()
+        }
+        if recovered { logRecovery(tier: index) }
       } catch {
         try handleFailure(error, tier: index, operation: .lookup, key: key)
         counters.withLock { $0[index].misses += 1 }
@@ -357,12 +365,15 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Counts `failure`, passes it to `onFailure` and logs it; `thrown` tells whether the caller
   /// gets the error.
   private nonisolated func record(_ failure: LayerFailure, key: Key?, thrown: Bool) {
-    counters.withLock {
-      $0[failure.tierIndex].failures += 1
-      $0[failure.tierIndex].lastFailure = failure
+    let repeated = counters.withLock { counters in
+      counters[failure.tierIndex].failures += 1
+      counters[failure.tierIndex].lastFailure = failure
+      let repeated = counters[failure.tierIndex].isFailing
+      if !thrown, !(failure.error is CancellationError) { counters[failure.tierIndex].isFailing = true }
+      return repeated
     }
     configuration.onFailure?(failure)
-    logFailure(failure, key: key, thrown: thrown)
+    logFailure(failure, key: key, thrown: thrown, repeated: repeated)
   }
 
   private nonisolated func wrap(
@@ -409,6 +420,15 @@ extension CacheChain {
     public var failures = 0
     /// The most recent failure.
     public var lastFailure: LayerFailure?
+    /// Whether the chain went on without this layer since it last answered a lookup: its next
+    /// failures are logged at `.debug`, not `.warning`, so that a layer that is down logs once.
+    var isFailing = false
+
+    /// Records that the layer answered a lookup. Returns whether it was failing until now.
+    mutating func answered() -> Bool {
+      defer { isFailing = false }
+      return isFailing
+    }
   }
 
   /// Counters of every layer of a chain, top first.

@@ -17,6 +17,10 @@ public enum SynchronousLookup<Value: Sendable>: Sendable {
 /// memory layer keyed by a string identifier behind ``AsyncCacheLayer/mappingKeys(_:)-39ac1``
 /// serves domain keys without an `async` call.
 ///
+/// The operators' functions then run on every hit, on the caller's thread: keep them cheap.
+/// A value transform that decodes JSON on top of a memory layer of `Data` decodes on every hit;
+/// keep decoded values in memory instead, and put the decoding in front of a lower layer.
+///
 /// The synchronous answer must agree with ``AsyncCacheLayer/entry(for:)``: the same value, or a
 /// miss, with the same side effects (recency, statistics). It carries no expiry: it serves hits,
 /// and a layer never returns an expired entry.

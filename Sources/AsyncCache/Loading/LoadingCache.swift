@@ -426,12 +426,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   @usableFromInline
   static func escalate(_ task: Task<Void, Never>, to priority: TaskPriority) {
-    if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
-      task.escalatePriority(to: priority)
-    } else {
-      // Awaiting a task from a higher-priority task escalates it.
-      Task.detached(priority: priority) { await task.value }
-    }
+    AsyncCache.escalate(task, to: priority)
   }
 }
 
@@ -490,5 +485,16 @@ extension LoadingCache {
     public var urgentLoadsInFlight: Int
     /// Background loads holding back from the origin until the urgent work ends.
     public var loadsWaitingForUrgentWork: Int
+  }
+}
+
+/// Raises the priority of `task`, the shared work of waiters one of which now runs at `priority`.
+@usableFromInline
+func escalate(_ task: Task<Void, Never>, to priority: TaskPriority) {
+  if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
+    task.escalatePriority(to: priority)
+  } else {
+    // Awaiting a task from a higher-priority task escalates it.
+    Task.detached(priority: priority) { await task.value }
   }
 }

@@ -17,7 +17,8 @@ extension AsyncCacheLayer {
   /// - A write or a removal through this layer detaches the key's lookup in flight once it is
   ///   done: requests that came before it get what the lookup read; requests after it start a
   ///   new lookup, which sees the write. Writes themselves are not coalesced.
-  /// - The shared lookup runs in its own task, at the priority of the request that started it.
+  /// - The shared lookup runs in its own task, at the highest priority of the requests waiting
+  ///   for it.
   ///
   /// Safe from any context. Each lookup costs one lock to join and one task for the key.
   public nonisolated func coalescingLookups() -> CoalescingLayer<Self> {
@@ -36,7 +37,9 @@ public final actor CoalescingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   /// The layer whose lookups are shared.
   public nonisolated let base: Base
 
-  private nonisolated let lookups = Locked(SharedLookupsStateMachine<Key, Waiter, Task<Void, Never>>())
+  private typealias Lookups = SharedLookupsStateMachine<Key, Waiter, Task<Void, Never>>
+
+  private nonisolated let lookups = Locked(Lookups())
   private nonisolated let nextRequestID = Atomic<UInt64>(0)
 
   init(base: Base) {
@@ -49,17 +52,40 @@ public final actor CoalescingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   /// Joins the lookup of `key` in flight, or starts one.
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     let id = nextRequestID.wrappingAdd(1, ordering: .relaxed).newValue
-    return try await withTaskCancellationHandler {
+    if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
+      // A request escalated while it waits raises its lookup's priority too.
+      return try await withTaskPriorityEscalationHandler {
+        try await wait(for: key, as: id)
+      } onPriorityEscalated: { _, newPriority in
+        if let task = lookups.withLock({ $0.raise(waiter: id, to: newPriority) }) {
+          escalate(task, to: newPriority)
+        }
+      }
+    } else {
+      return try await wait(for: key, as: id)
+    }
+  }
+
+  private nonisolated func wait(for key: Key, as id: UInt64) async throws -> CacheEntry<Value>? {
+    try await withTaskCancellationHandler {
       try await withUnsafeThrowingContinuation { (continuation: Waiter) in
-        let joined = lookups.withLock { state in
-          let action = state.join(key, waiter: id, continuation, isCancelled: Task.isCancelled)
-          if case .start(let lookupID) = action {
+        let priority = Task.currentPriority
+        var raised: Task<Void, Never>?
+        let joined = lookups.withLock { state -> Lookups.JoinAction in
+          let action = state.join(key, waiter: id, continuation, priority: priority, isCancelled: Task.isCancelled)
+          switch action {
+          case .start(let lookupID):
             // Started under the lock, so that a request cancelled at once finds the task to
             // cancel. The task takes the lock only when it finishes, after this returns.
             state.started(lookupID, work: Task { await self.look(up: key, lookupID: lookupID) })
+          case .joined:
+            raised = state.raise(waiter: id, to: priority)
+          case .cancelled:
+            break
           }
           return action
         }
+        if let raised { escalate(raised, to: priority) }
         if joined == .cancelled { continuation.resume(throwing: CancellationError()) }
       }
     } onCancel: {

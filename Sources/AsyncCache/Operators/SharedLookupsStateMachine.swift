@@ -19,6 +19,8 @@ struct SharedLookupsStateMachine<Key: Hashable, Waiter, Work> {
     var key: Key
     var work: Work?
     var waiters: [UInt64: Waiter]
+    /// The highest priority of its waiters so far: the priority its work runs at.
+    var priority: TaskPriority
   }
 
   // The lookup new requests for a key join. A write detaches it: its waiters still get its
@@ -41,7 +43,9 @@ struct SharedLookupsStateMachine<Key: Hashable, Waiter, Work> {
   }
 
   /// Request `id` for `key` joins the key's lookup, or starts one.
-  mutating func join(_ key: Key, waiter id: UInt64, _ waiter: Waiter, isCancelled: Bool) -> JoinAction {
+  mutating func join(
+    _ key: Key, waiter id: UInt64, _ waiter: Waiter, priority: TaskPriority, isCancelled: Bool
+  ) -> JoinAction {
     // Cancellation sets the flag before it runs the cancellation handler: if the handler found
     // nothing to remove because it ran before this join, the flag is already set.
     if isCancelled { return .cancelled }
@@ -52,7 +56,7 @@ struct SharedLookupsStateMachine<Key: Hashable, Waiter, Work> {
       return .joined
     }
     nextLookupID += 1
-    lookups[nextLookupID] = Lookup(key: key, work: nil, waiters: [id: waiter])
+    lookups[nextLookupID] = Lookup(key: key, work: nil, waiters: [id: waiter], priority: priority)
     lookupOfWaiter[id] = nextLookupID
     current[key] = nextLookupID
     return .start(lookupID: nextLookupID)
@@ -61,6 +65,16 @@ struct SharedLookupsStateMachine<Key: Hashable, Waiter, Work> {
   /// Records the work of lookup `lookupID`, so that the last waiter to leave can cancel it.
   mutating func started(_ lookupID: UInt64, work: Work) {
     lookups[lookupID]?.work = work
+  }
+
+  /// Request `id` now runs at `priority`. Returns its lookup's work, to be escalated, when that
+  /// is higher than the lookup's: a shared lookup runs at the highest priority of its waiters.
+  mutating func raise(waiter id: UInt64, to priority: TaskPriority) -> Work? {
+    guard let lookupID = lookupOfWaiter[id], let lookup = lookups[lookupID], priority > lookup.priority else {
+      return nil
+    }
+    lookups[lookupID]?.priority = priority
+    return lookup.work
   }
 
   /// Request `id` leaves its lookup (its task was cancelled). Returns its waiter, to be resumed

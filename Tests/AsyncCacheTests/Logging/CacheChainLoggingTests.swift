@@ -30,6 +30,25 @@ struct CacheChainLoggingTests {
       ])
   }
 
+  @Test("a layer that stays down logs one warning, then debug lines; answering again logs info")
+  func repeatedFailuresLogOnce() async throws {
+    let logs = RecordingLogHandler()
+    let disk = FakeLayer<String, Int>()
+    disk.fail(.lookup, with: TestError("disk down"))
+    let chain = try Self.chain(disk, policy: .skip, logs: logs)
+    for key in ["a", "b", "c"] { #expect(try await chain.value(for: key) == nil) }
+    #expect(logs.records(atLeast: .warning).count == 1, "one warning for a layer that stays down")
+    #expect(logs.records.filter { $0.level == .debug && $0.message.contains("goes on without it") }.count == 2)
+
+    disk.stopFailing()
+    #expect(try await chain.value(for: "d") == nil)
+    let recovery = try #require(logs.records.last)
+    #expect(recovery.level == .info && recovery.message == "layer 1 (disk) answers lookups again")
+    disk.fail(.lookup, with: TestError("down again"))
+    #expect(try await chain.value(for: "e") == nil)
+    #expect(logs.records(atLeast: .warning).count == 2, "a new outage warns again")
+  }
+
   @Test("a failure thrown to the caller logs at debug only: the caller reports it")
   func propagatedLookup() async throws {
     let logs = RecordingLogHandler()

@@ -132,6 +132,20 @@ struct CoalescingLayerTests {
     #expect(fake.memoryPressureLevels == [.warning])
   }
 
+  @Test("the shared lookup runs at the highest priority of the requests waiting for it")
+  func escalatesToTheHighestWaiter() async throws {
+    let gate = PriorityGateLayer()
+    let shared = gate.coalescingLookups()
+    let low = Task(priority: .low) { try await shared.entry(for: 1) }
+    await gate.waitUntilEntered()
+    let high = Task(priority: .high) { try await shared.entry(for: 1) }
+    await shared.waitForLookups(2, for: 1)
+    gate.open()
+    let seen = try #require(try await low.value?.value)
+    #expect(TaskPriority(rawValue: UInt8(seen)) >= .high, "the lookup was escalated")
+    #expect(try await high.value?.value == seen)
+  }
+
   @Test("many tasks, keys and cancellations: every request ends, nothing is left behind", arguments: [1, 2, 3])
   func stress(seed: UInt64) async throws {
     let memory = try MemoryLayer<Int, Int>()
@@ -170,4 +184,53 @@ private final actor YieldingLayer: AsyncCacheLayer {
   nonisolated func insert(_ entry: CacheEntry<Int>, for key: Int) async throws { try base.insert(entry, for: key) }
   nonisolated func removeValue(for key: Int) async throws { base.removeValue(for: key) }
   nonisolated func removeAll() async throws { base.removeAll() }
+}
+
+/// A layer whose one lookup waits until the test opens it, then returns the priority it runs at.
+private final actor PriorityGateLayer: AsyncCacheLayer {
+  private let state = Locked<
+    (
+      entered: [CheckedContinuation<Void, Never>], gate: CheckedContinuation<Void, Never>?, isOpen: Bool,
+      hasEntered: Bool
+    )
+  >(([], nil, false, false))
+
+  nonisolated func entry(for key: Int) async throws -> CacheEntry<Int>? {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+      let (watchers, resumeNow) = state.withLock { state -> ([CheckedContinuation<Void, Never>], Bool) in
+        state.hasEntered = true
+        defer { state.entered = [] }
+        if state.isOpen { return (state.entered, true) }
+        state.gate = continuation
+        return (state.entered, false)
+      }
+      for watcher in watchers { watcher.resume() }
+      if resumeNow { continuation.resume() }
+    }
+    return CacheEntry(Int(Task.currentPriority.rawValue))
+  }
+
+  nonisolated func waitUntilEntered() async {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+      let now = state.withLock { state -> Bool in
+        if state.hasEntered { return true }
+        state.entered.append(continuation)
+        return false
+      }
+      if now { continuation.resume() }
+    }
+  }
+
+  nonisolated func open() {
+    let gate = state.withLock { state -> CheckedContinuation<Void, Never>? in
+      state.isOpen = true
+      defer { state.gate = nil }
+      return state.gate
+    }
+    gate?.resume()
+  }
+
+  nonisolated func insert(_ entry: CacheEntry<Int>, for key: Int) async throws {}
+  nonisolated func removeValue(for key: Int) async throws {}
+  nonisolated func removeAll() async throws {}
 }

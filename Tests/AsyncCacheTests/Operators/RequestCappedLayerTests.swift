@@ -7,20 +7,15 @@ import Testing
 struct RequestCappedLayerTests {
   struct Broken: Error {}
 
-  @Test("at most N requests reach the layer; the others wait, then enter in the order they came")
-  func capAndOrder() async throws {
+  @Test("at most N requests reach the layer; the others wait for a slot")
+  func cap() async throws {
     let fake = FakeLayer<String, Int>(entries: ["a": CacheEntry(1), "b": CacheEntry(2)])
-    let recorded = RecordingLayer(fake)
-    let capped = try recorded.cappingRequests(at: 2)
+    let capped = try fake.cappingRequests(at: 2)
     fake.hold(.lookup)
-
     let holders = [Task { try await capped.entry(for: "a") }, Task { try await capped.entry(for: "b") }]
     await fake.waitForHeld(2, .lookup)
-    var queued: [Task<CacheEntry<Int>?, any Error>] = []
-    for (index, key) in ["q1", "q2", "q3"].enumerated() {
-      queued.append(Task { try await capped.entry(for: key) })
-      await capped.waitForWaitingRequests(index + 1)
-    }
+    let queued = (1...3).map { index in Task { try await capped.entry(for: "q\(index)") } }
+    await capped.waitForWaitingRequests(3)
     #expect(fake.callCount(.lookup) == 2, "the queued requests have not reached the layer")
     #expect(capped.requestsInFlight == 2 && capped.requestsWaiting == 3)
 
@@ -28,12 +23,31 @@ struct RequestCappedLayerTests {
     #expect(try await holders[0].value?.value == 1)
     #expect(try await holders[1].value?.value == 2)
     for task in queued { #expect(try await task.value == nil) }
-    let lookups = recorded.calls.compactMap { call -> String? in
-      if case .entry(let key) = call { return key }
-      return nil
-    }
-    #expect(Array(lookups.suffix(3)) == ["q1", "q2", "q3"], "first come, first served")
     #expect(capped.requestsInFlight == 0 && capped.requestsWaiting == 0)
+  }
+
+  @Test("waiters get the slot in the order they came")
+  func firstComeFirstServed() async throws {
+    let fake = FakeLayer<String, Int>()
+    let recorded = RecordingLayer(fake)
+    let capped = try recorded.cappingRequests(at: 1)
+    fake.hold(.lookup)
+    let holder = Task { try await capped.entry(for: "holder") }
+    await fake.waitForHeld(1, .lookup)
+    var queued: [Task<CacheEntry<Int>?, any Error>] = []
+    for (index, key) in ["q1", "q2", "q3"].enumerated() {
+      queued.append(Task { try await capped.entry(for: key) })
+      await capped.waitForWaitingRequests(index + 1)
+    }
+    // One slot: each release lets exactly the next waiter reach the layer, and it is held there.
+    for (index, key) in ["q1", "q2", "q3"].enumerated() {
+      fake.releaseOne(.lookup)
+      await fake.waitForHeld(1, .lookup)
+      #expect(recorded.calls.last == .entry(key), "waiter \(index + 1) entered next")
+    }
+    fake.release(.lookup)
+    _ = try await holder.value
+    for task in queued { _ = try await task.value }
   }
 
   @Test("a cancelled waiter leaves the queue at once, without reaching the layer, while the slot stays held")
