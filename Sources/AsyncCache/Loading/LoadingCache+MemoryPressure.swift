@@ -10,7 +10,7 @@ extension LoadingCache {
   ///
   /// ```swift
   /// try await withThrowingDiscardingTaskGroup { group in
-  ///     group.addTask { await images.followMemoryPressure(LinuxMemoryPressureSource()) }
+  ///     group.addTask { await images.followMemoryPressure(try LinuxMemoryPressureSource()) }
   ///     ...
   ///     group.cancelAll()
   /// }

@@ -7,7 +7,7 @@ extension CacheChain {
   /// stops the listening and ends the source's sequence (and so its polling):
   ///
   /// ```swift
-  /// let listening = Task { await chain.followMemoryPressure(LinuxMemoryPressureSource()) }
+  /// let listening = Task { await chain.followMemoryPressure(try LinuxMemoryPressureSource()) }
   /// ...
   /// listening.cancel()
   /// ```

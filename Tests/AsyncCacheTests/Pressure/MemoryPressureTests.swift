@@ -33,6 +33,22 @@ struct MemoryPressureTests {
     await listening.value
   }
 
+  @Test("following the platform's source runs until its task is cancelled, for a cache and a chain")
+  func systemSource() async throws {
+    let cache = try LoadingCache(layers: [MemoryLayer<String, Int>()], origin: ClosureFetcher { _ in 0 })
+    let chain = try CacheChain<String, Int>([MemoryLayer<String, Int>()])
+    let listening = [
+      Task { await cache.followSystemMemoryPressure() }, Task { await chain.followSystemMemoryPressure() },
+    ]
+    for task in listening {
+      task.cancel()
+      await task.value
+    }
+    #if !canImport(Darwin)
+      #expect(systemMemoryPressureSource(logger: .disabled) is LinuxMemoryPressureSource)
+    #endif
+  }
+
   @Test("cancelling the listening task stops delivery and ends the source's sequence")
   func stopListening() async throws {
     let source = ScriptedPressureSource()
