@@ -102,9 +102,9 @@ extension KeyMappedLayer: SynchronousLookupLayer where Base: SynchronousLookupLa
   static func lookUp(
     _ key: Key, transform: OperatorFunction<Key, Base.Key>, in base: Base
   ) throws -> SynchronousLookup<Value> {
-    guard case .sync(let body) = transform else { return .unavailable }
+    guard transform.isSynchronous else { return .unavailable }
     let baseKey = try transformingNow("the key transform in front of \(Base.self) for key \(describeKey(key))") {
-      try body(key)
+      try transform.synchronous!(key)
     }
     return try base.lookUpWithoutSuspending(baseKey)
   }
@@ -122,9 +122,11 @@ extension ValueMappedLayer: SynchronousLookupLayer where Base: SynchronousLookup
   static func lookUp(
     _ key: Key, transform: ValueTransform<Base.Value, Value>, in base: Base
   ) throws -> SynchronousLookup<Value> {
-    guard case .sync(let decode) = transform.decoder else { return .unavailable }
+    guard transform.decoder.isSynchronous else { return .unavailable }
     return try base.lookUpWithoutSuspending(key).map { stored in
-      try transformingNow("decoding the value of \(Base.self) for key \(describeKey(key))") { try decode(stored) }
+      try transformingNow("decoding the value of \(Base.self) for key \(describeKey(key))") {
+        try transform.decoder.synchronous!(stored)
+      }
     }
   }
 }
@@ -141,10 +143,10 @@ extension ConditionalLayer: SynchronousLookupLayer where Base: SynchronousLookup
   static func lookUp(_ key: Key, predicate: OperatorFunction<Key, Bool>, in base: Base) throws -> SynchronousLookup<
     Value
   > {
-    guard case .sync(let body) = predicate else { return .unavailable }
+    guard predicate.isSynchronous else { return .unavailable }
     let accepted: Bool
     do {
-      accepted = try body(key)
+      accepted = try predicate.synchronous!(key)
     } catch {
       throw AsyncCache.conditionFailure(error, in: Base.self, key: key)
     }
@@ -164,10 +166,10 @@ extension PostProcessedLayer: SynchronousLookupLayer where Base: SynchronousLook
   static func lookUp(
     _ key: Key, transform: OperatorFunction<(key: Key, value: Value), Value>, in base: Base
   ) throws -> SynchronousLookup<Value> {
-    guard case .sync(let body) = transform else { return .unavailable }
+    guard transform.isSynchronous else { return .unavailable }
     return try base.lookUpWithoutSuspending(key).map { value in
       try transformingNow("post-processing the value of \(Base.self) for key \(describeKey(key))") {
-        try body((key, value))
+        try transform.synchronous!((key, value))
       }
     }
   }

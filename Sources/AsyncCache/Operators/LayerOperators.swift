@@ -93,9 +93,9 @@ public final actor KeyMappedLayer<Key: Hashable & Sendable, Base: AsyncCacheLaye
   /// Looks up the transformed key in the base layer.
   @inlinable @inline(__always)
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
-    if case .sync(let body) = transform {
+    if transform.isSynchronous {
       let baseKey = try transformingNow("the key transform in front of \(Base.self) for key \(describeKey(key))") {
-        try body(key)
+        try transform.synchronous!(key)
       }
       return try await base.entry(for: baseKey)
     }
@@ -151,9 +151,9 @@ public final actor ValueMappedLayer<Value: Sendable, Base: AsyncCacheLayer>: Asy
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     guard let stored = try await base.entry(for: key) else { return nil }
     let value: Value
-    if case .sync(let decode) = transform.decoder {
+    if transform.decoder.isSynchronous {
       value = try transformingNow("decoding the value of \(Base.self) for key \(describeKey(key))") {
-        try decode(stored.value)
+        try transform.decoder.synchronous!(stored.value)
       }
     } else {
       value = try await transforming("decoding the value of \(Base.self) for key \(describeKey(key))") {
@@ -234,8 +234,8 @@ public final actor ConditionalLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   /// The base layer's entry when the predicate accepts `key`; `nil` otherwise.
   @inlinable @inline(__always)
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
-    if case .sync(let body) = predicate {
-      guard try acceptsNow(key, body) else { return nil }
+    if predicate.isSynchronous {
+      guard try acceptsNow(key, predicate.synchronous!) else { return nil }
     } else {
       guard try await accepts(key) else { return nil }
     }

@@ -48,16 +48,37 @@ func describeKey(_ key: some Any) -> String {
 /// A function of an operator, kept synchronous when it was given as one, so that a hit through
 /// a stack of operators with synchronous functions makes no `async` call beyond the layers'.
 @usableFromInline
-enum OperatorFunction<Input: Sendable, Output: Sendable>: Sendable {
-  case sync(@Sendable (Input) throws -> Output)
-  case async(@Sendable (Input) async throws -> Output)
+struct OperatorFunction<Input: Sendable, Output: Sendable>: Sendable {
+  // Two optional closures, not an enum with a payload: calling a closure stored in a constant
+  // costs no reference counting, binding one out of an enum case retains and releases it, which
+  // on the hit path of a stack of operators cost more than the rest of the lookup.
+  @usableFromInline let synchronous: (@Sendable (Input) throws -> Output)?
+  @usableFromInline let asynchronous: (@Sendable (Input) async throws -> Output)?
+
+  @usableFromInline
+  init(synchronous: (@Sendable (Input) throws -> Output)?, asynchronous: (@Sendable (Input) async throws -> Output)?) {
+    self.synchronous = synchronous
+    self.asynchronous = asynchronous
+  }
+
+  @inlinable
+  static func sync(_ body: @escaping @Sendable (Input) throws -> Output) -> Self {
+    Self(synchronous: body, asynchronous: nil)
+  }
+
+  @inlinable
+  static func async(_ body: @escaping @Sendable (Input) async throws -> Output) -> Self {
+    Self(synchronous: nil, asynchronous: body)
+  }
+
+  /// Whether the function is synchronous.
+  @inlinable
+  var isSynchronous: Bool { synchronous != nil }
 
   @inlinable
   func callAsFunction(_ input: Input) async throws -> Output {
-    switch self {
-    case .sync(let body): try body(input)
-    case .async(let body): try await body(input)
-    }
+    if isSynchronous { return try synchronous!(input) }
+    return try await asynchronous!(input)
   }
 }
 

@@ -44,8 +44,7 @@ struct CompositionTests {
   func synchronousFunctionsStaySynchronous() async throws {
     let memory = try MemoryLayer<String, Int>()
     func isSync<Input, Output>(_ function: OperatorFunction<Input, Output>) -> Bool {
-      if case .sync = function { return true }
-      return false
+      function.isSynchronous
     }
     #expect(isSync(memory.mappingKeys { (id: Int) in "\(id)" }.transform))
     #expect(isSync(memory.onlyIf { !$0.isEmpty }.predicate))
