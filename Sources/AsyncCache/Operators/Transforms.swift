@@ -9,12 +9,8 @@ func transforming<Output>(
 ) async throws -> Output {
   do {
     return try await body()
-  } catch is CancellationError {
-    throw CancellationError()
-  } catch let error as AsyncCacheError where error.code == .transformFailed {
-    throw error
   } catch {
-    throw AsyncCacheError(code: .transformFailed, message: "\(what()) failed", underlying: error)
+    throw transformFailure(error, what())
   }
 }
 
@@ -29,13 +25,19 @@ func transformingNow<Output>(
 ) throws -> Output {
   do {
     return try body()
-  } catch is CancellationError {
-    throw CancellationError()
-  } catch let error as AsyncCacheError where error.code == .transformFailed {
-    throw error
   } catch {
-    throw AsyncCacheError(code: .transformFailed, message: "\(what()) failed", underlying: error)
+    throw transformFailure(error, what())
   }
+}
+
+/// The error of a transform that threw `error`: `CancellationError` and an inner operator's
+/// ``AsyncCacheError/Code/transformFailed`` as they are, ``AsyncCacheError/Code/transformFailed``
+/// naming `what` otherwise.
+@usableFromInline
+func transformFailure(_ error: any Error, _ what: String) -> any Error {
+  if error is CancellationError { return CancellationError() }
+  if let error = error as? AsyncCacheError, error.code == .transformFailed { return error }
+  return AsyncCacheError(code: .transformFailed, message: "\(what) failed", underlying: error)
 }
 
 /// Describes a key for an error message, cut short when long.
