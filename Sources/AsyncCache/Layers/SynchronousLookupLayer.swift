@@ -37,7 +37,7 @@ extension MemoryLayer: SynchronousLookupLayer {
   /// Looks `key` up, as ``entry(for:)`` does: a memory layer always knows at once.
   ///
   /// Safe from any context. Never suspends. O(1) expected.
-  @inlinable
+  @inlinable @inline(__always)
   public nonisolated func lookUpWithoutSuspending(_ key: Key) -> SynchronousLookup<Value> {
     guard let value = value(for: key) else { return .missing }
     return .found(value)
@@ -93,12 +93,12 @@ extension PostProcessedLayer: SynchronousLookupSource {}
 extension KeyMappedLayer: SynchronousLookupLayer where Base: SynchronousLookupLayer {
   /// Looks the transformed key up in the base layer, when the transform is synchronous;
   /// ``SynchronousLookup/unavailable`` otherwise.
-  @inlinable
+  @inlinable @inline(__always)
   public nonisolated func lookUpWithoutSuspending(_ key: Key) throws -> SynchronousLookup<Value> {
     try Self.lookUp(key, transform: transform, in: base)
   }
 
-  @inlinable
+  @inlinable @inline(__always)
   static func lookUp(
     _ key: Key, transform: OperatorFunction<Key, Base.Key>, in base: Base
   ) throws -> SynchronousLookup<Value> {
@@ -113,12 +113,12 @@ extension KeyMappedLayer: SynchronousLookupLayer where Base: SynchronousLookupLa
 extension ValueMappedLayer: SynchronousLookupLayer where Base: SynchronousLookupLayer {
   /// Looks `key` up in the base layer and decodes the value, when decoding is synchronous;
   /// ``SynchronousLookup/unavailable`` otherwise.
-  @inlinable
+  @inlinable @inline(__always)
   public nonisolated func lookUpWithoutSuspending(_ key: Key) throws -> SynchronousLookup<Value> {
     try Self.lookUp(key, transform: transform, in: base)
   }
 
-  @inlinable
+  @inlinable @inline(__always)
   static func lookUp(
     _ key: Key, transform: ValueTransform<Base.Value, Value>, in base: Base
   ) throws -> SynchronousLookup<Value> {
@@ -134,12 +134,12 @@ extension ValueMappedLayer: SynchronousLookupLayer where Base: SynchronousLookup
 extension ConditionalLayer: SynchronousLookupLayer where Base: SynchronousLookupLayer {
   /// Looks `key` up in the base layer if the predicate accepts it, when the predicate is
   /// synchronous; ``SynchronousLookup/unavailable`` otherwise.
-  @inlinable
+  @inlinable @inline(__always)
   public nonisolated func lookUpWithoutSuspending(_ key: Key) throws -> SynchronousLookup<Value> {
     try Self.lookUp(key, predicate: predicate, in: base)
   }
 
-  @inlinable
+  @inlinable @inline(__always)
   static func lookUp(_ key: Key, predicate: OperatorFunction<Key, Bool>, in base: Base) throws -> SynchronousLookup<
     Value
   > {
@@ -157,12 +157,12 @@ extension ConditionalLayer: SynchronousLookupLayer where Base: SynchronousLookup
 extension PostProcessedLayer: SynchronousLookupLayer where Base: SynchronousLookupLayer {
   /// Looks `key` up in the base layer and post-processes the value, when post-processing is
   /// synchronous; ``SynchronousLookup/unavailable`` otherwise.
-  @inlinable
+  @inlinable @inline(__always)
   public nonisolated func lookUpWithoutSuspending(_ key: Key) throws -> SynchronousLookup<Value> {
     try Self.lookUp(key, transform: transform, in: base)
   }
 
-  @inlinable
+  @inlinable @inline(__always)
   static func lookUp(
     _ key: Key, transform: OperatorFunction<(key: Key, value: Value), Value>, in base: Base
   ) throws -> SynchronousLookup<Value> {
