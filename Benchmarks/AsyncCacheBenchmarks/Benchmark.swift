@@ -15,6 +15,7 @@ enum Benchmark: String, CaseIterable {
   case prefetchUrgentLatency = "prefetch.urgentLatency"
   case operatorsOverhead = "operators.overhead"
   case loggingOff = "logging.off"
+  case cacheHitRatio = "cache.hitRatio"
 
   /// Runs the benchmark and returns its rows, the project's first.
   ///
@@ -36,6 +37,7 @@ enum Benchmark: String, CaseIterable {
     case .prefetchUrgentLatency: try await PrefetchBenchmarks.urgentLatency(configuration)
     case .operatorsOverhead: try await OperatorBenchmarks.overhead(configuration)
     case .loggingOff: try await LoggingBenchmarks.off(configuration)
+    case .cacheHitRatio: try await HitRatioBenchmark.run(configuration)
     }
   }
 }

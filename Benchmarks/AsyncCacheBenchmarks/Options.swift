@@ -94,6 +94,20 @@ struct RunConfiguration {
   var cancelMoves = 1_000
   /// Urgent requests per contender of the urgent-latency benchmark, over all repetitions.
   var urgentRequests = 210
+  /// Keys the Zipf traces of the hit-ratio benchmark draw from.
+  var hitRatioKeyCount = 1_000_000
+  /// Accesses of each Zipf trace of the hit-ratio benchmark, scans included.
+  var hitRatioAccesses = 4_000_000
+  /// Keys of the hit-ratio loop trace, walked ``hitRatioLoopPasses`` times.
+  var hitRatioLoopKeyCount = 120_000
+  /// Passes over the loop: the first is all compulsory misses, the rest show what a policy keeps.
+  var hitRatioLoopPasses = 10
+  /// Zipf draws between two scans of the Zipf+scans trace.
+  var hitRatioAccessesBetweenScans = 80_000
+  /// New, never repeated keys per scan of the Zipf+scans trace: longer than the 10k cache it flushes.
+  var hitRatioScanLength = 20_000
+  /// The cache sizes (in keys) every hit-ratio trace is replayed at.
+  var hitRatioCacheSizes = [1_000, 10_000, 50_000, 100_000]
 
   static let full = RunConfiguration(
     isQuick: false,
@@ -123,6 +137,11 @@ struct RunConfiguration {
     diskReadFiles: 500,
     galleryItems: 40,
     cancelMoves: 102,
-    urgentRequests: 36
+    urgentRequests: 36,
+    // A tenth of the keys and accesses; the loop still outgrows the larger cache.
+    hitRatioKeyCount: 100_000,
+    hitRatioAccesses: 400_000,
+    hitRatioLoopKeyCount: 12_000,
+    hitRatioCacheSizes: [1_000, 10_000]
   )
 }

@@ -20,6 +20,9 @@ enum Target {
   case valueAtMost(Double)
   /// The row's value must reach the bound, in the row's unit (a share that should be high).
   case valueAtLeast(Double)
+  /// The row's hit ratio must capture at least this share of the gap between LRU's and the optimal
+  /// policy's hit ratios, given in the row's unit: `(value - lru) / (optimal - lru) >= bound`.
+  case captureAtLeast(Double, lru: Double, optimal: Double)
 
   /// The target as printed, e.g. `<= 2.00x`.
   func description(unit: Unit) -> String {
@@ -27,6 +30,7 @@ enum Target {
     case .ratioAtMost(let bound): "<= \(format(bound, decimals: 2))x"
     case .valueAtMost(let bound): "<= \(format(bound, decimals: 0)) \(unit.rawValue)"
     case .valueAtLeast(let bound): ">= \(format(bound, decimals: 0)) \(unit.rawValue)"
+    case .captureAtLeast(let bound, _, _): "capture >= \(format(bound, decimals: 2))"
     }
   }
 }
@@ -64,6 +68,8 @@ struct ResultRow {
     case .ratioAtMost(let bound): ratio.map { $0 <= bound }
     case .valueAtMost(let bound): value <= bound
     case .valueAtLeast(let bound): value >= bound
+    case .captureAtLeast(let bound, let lru, let optimal):
+      HitRatioBenchmark.captureRatio(value, lru: lru, optimal: optimal).map { $0 >= bound } ?? true
     }
   }
 

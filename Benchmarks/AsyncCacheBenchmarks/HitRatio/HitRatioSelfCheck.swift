@@ -1,0 +1,144 @@
+/// Checks, before the hit-ratio benchmark measures anything, that its simulators and its Zipf
+/// sampler compute what they claim, on inputs small enough to know the answer.
+enum HitRatioSelfCheck {
+  /// The reference string of Silberschatz's *Operating System Concepts* (figures 9.12 to 9.15).
+  static let textbookTrace: [Int32] = [7, 0, 1, 2, 0, 3, 0, 4, 2, 3, 0, 3, 2, 1, 2, 0, 1, 7, 0, 1]
+
+  /// Runs every check.
+  ///
+  /// - Throws: ``BenchmarkFailure`` naming the first check that fails.
+  static func run() throws {
+    try checkTextbookExample()
+    try checkAgainstReferenceImplementations()
+    try checkCaptureRatio()
+    for exponent in [0.8, 0.99] { try checkZipfSampler(exponent: exponent) }
+  }
+
+  /// With 3 frames the book counts 12 LRU faults (8 hits) and 9 faults for OPT without bypass.
+  /// With bypass, OPT also skips 4 (position 7, never used again: the book's OPT evicts 0 for it
+  /// and faults on 0 at position 10) and the last 7: 8 faults, 12 hits, checked by hand.
+  private static func checkTextbookExample() throws {
+    let trace = Trace(name: "textbook", summary: "", keys: textbookTrace, keySpace: 8)
+    var lru = LRUSimulator(capacity: 3, keySpace: trace.keySpace)
+    var optimal = OptimalSimulator(trace: trace, capacity: 3)
+    let lruHits = replay(trace.keys, through: &lru)
+    let optimalHits = replay(trace.keys, through: &optimal)
+    guard lruHits == 8, optimalHits == 12 else {
+      throw BenchmarkFailure(
+        "on the textbook trace with 3 frames, LRU scored \(lruHits) hits (expected 8) and OPT \(optimalHits) (expected 12)"
+      )
+    }
+  }
+
+  /// Random small traces: LRU against a move-to-front list, OPT against an exhaustive search over
+  /// every choice a policy could make.
+  private static func checkAgainstReferenceImplementations() throws {
+    var generator = SplitMix64(seed: 0x5EED_0F_0B7)
+    for round in 0..<300 {
+      let keySpace = 2 + round % 6
+      let length = 10 + Int(generator.next() % 30)
+      let keys = (0..<length).map { _ in Int32(generator.next() % UInt64(keySpace)) }
+      let trace = Trace(name: "random", summary: "", keys: keys, keySpace: keySpace)
+      for capacity in 0...keySpace {
+        var lru = LRUSimulator(capacity: capacity, keySpace: keySpace)
+        var optimal = OptimalSimulator(trace: trace, capacity: capacity)
+        let lruHits = replay(keys, through: &lru)
+        let optimalHits = replay(keys, through: &optimal)
+        let expectedLRU = moveToFrontLRUHits(keys, capacity: capacity)
+        let expectedOptimal = exhaustiveOptimalHits(keys, capacity: capacity)
+        guard lruHits == expectedLRU, optimalHits == expectedOptimal else {
+          throw BenchmarkFailure(
+            "on \(keys) with capacity \(capacity): LRU \(lruHits) hits (reference \(expectedLRU)), "
+              + "OPT \(optimalHits) (exhaustive search \(expectedOptimal))"
+          )
+        }
+      }
+    }
+  }
+
+  /// LRU as the definition reads: a list, most recent first.
+  private static func moveToFrontLRUHits(_ keys: [Int32], capacity: Int) -> Int {
+    var recency: [Int32] = []
+    var hits = 0
+    for key in keys {
+      if let index = recency.firstIndex(of: key) {
+        hits += 1
+        recency.remove(at: index)
+      } else if capacity > 0, recency.count == capacity {
+        recency.removeLast()
+      }
+      if capacity > 0 { recency.insert(key, at: 0) }
+    }
+    return hits
+  }
+
+  /// The most hits of any policy: for each set of resident keys reachable after each access, the
+  /// most hits that reach it. On a miss a policy may refuse the key, add it if there is room, or
+  /// put it in place of any resident key. Keys must be below 16.
+  private static func exhaustiveOptimalHits(_ keys: [Int32], capacity: Int) -> Int {
+    var best: [Int: Int] = [0: 0]
+    for key in keys {
+      let bit = 1 << Int(key)
+      var next: [Int: Int] = [:]
+      for (resident, hits) in best {
+        if resident & bit != 0 {
+          next[resident] = max(next[resident] ?? 0, hits + 1)
+          continue
+        }
+        var choices = [resident]
+        if resident.nonzeroBitCount < capacity { choices.append(resident | bit) }
+        if resident.nonzeroBitCount == capacity {
+          for victim in 0..<16 where resident & (1 << victim) != 0 {
+            choices.append(resident & ~(1 << victim) | bit)
+          }
+        }
+        for choice in choices { next[choice] = max(next[choice] ?? 0, hits) }
+      }
+      best = next
+    }
+    return best.values.max() ?? 0
+  }
+
+  private static func checkCaptureRatio() throws {
+    let lru = 0.25
+    let optimal = 0.5
+    guard HitRatioBenchmark.captureRatio(lru, lru: lru, optimal: optimal) == 0,
+      HitRatioBenchmark.captureRatio(optimal, lru: lru, optimal: optimal) == 1,
+      HitRatioBenchmark.captureRatio(0.375, lru: lru, optimal: optimal) == 0.5,
+      HitRatioBenchmark.captureRatio(lru, lru: lru, optimal: lru) == nil
+    else {
+      throw BenchmarkFailure("the capture ratio is not 0 for LRU, 1 for OPT and undefined when they tie")
+    }
+  }
+
+  /// Draws 1M ranks over 1,000 and compares their counts with the exact probabilities by a
+  /// chi-squared test: with 999 degrees of freedom the statistic has mean 999 and standard
+  /// deviation 45, so a correct sampler stays under 999 + 6 deviations (the seed is fixed, so the
+  /// check is deterministic; a biased sampler lands in the tens of thousands).
+  private static func checkZipfSampler(exponent: Double) throws {
+    let ranks = 1_000
+    let draws = 1_000_000
+    let sampler = ZipfSampler(count: ranks, exponent: exponent)
+    var generator = SplitMix64(seed: 0x21FF)
+    var counts = [Int](repeating: 0, count: ranks)
+    for _ in 0..<draws {
+      let rank = sampler.next(using: &generator)
+      guard (1...ranks).contains(rank) else { throw BenchmarkFailure("the Zipf sampler drew rank \(rank)") }
+      counts[rank - 1] += 1
+    }
+    let probabilities = ZipfSampler.probabilities(count: ranks, exponent: exponent)
+    var chiSquared = 0.0
+    for (count, probability) in zip(counts, probabilities) {
+      let expected = probability * Double(draws)
+      chiSquared += (Double(count) - expected) * (Double(count) - expected) / expected
+    }
+    let degrees = Double(ranks - 1)
+    let bound = degrees + 6 * (2 * degrees).squareRoot()
+    guard chiSquared < bound else {
+      throw BenchmarkFailure(
+        "the Zipf(\(exponent)) sampler fails a chi-squared test: \(format(chiSquared, decimals: 0)) >= "
+          + "\(format(bound, decimals: 0))"
+      )
+    }
+  }
+}
