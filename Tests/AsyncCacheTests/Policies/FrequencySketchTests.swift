@@ -1,0 +1,100 @@
+import Testing
+
+@testable import AsyncCache
+
+/// The count-min sketch behind W-TinyLFU. Hashes are passed as plain integers, so every
+/// expectation is exact and replays (a key's `hashValue` changes from process to process).
+@Suite struct FrequencySketchTests {
+  @Test("the table is the next power of two at or above the maximum size; aging comes after 10× it")
+  func sizing() {
+    #expect(FrequencySketch(maximumSize: 0).table.count == 1)
+    #expect(FrequencySketch(maximumSize: 1).table.count == 1)
+    #expect(FrequencySketch(maximumSize: 100).table.count == 128)
+    #expect(FrequencySketch(maximumSize: 128).table.count == 128)
+    #expect(FrequencySketch(maximumSize: 100).sampleSize == 1_000)
+    #expect(FrequencySketch(maximumSize: .max).table.count == FrequencySketch.maximumCapacity)
+  }
+
+  @Test("a key's counters saturate at 15, and saturated increments are not sampled", arguments: [2, 16, 1_000])
+  func saturation(maximumSize: Int) {
+    var sketch = FrequencySketch(maximumSize: maximumSize)
+    #expect(sketch.frequency(42) == 0)
+    for count in 1...9 {
+      sketch.increment(42)
+      #expect(sketch.frequency(42) == count)
+    }
+    for _ in 0..<100 { sketch.increment(42) }
+    #expect(sketch.frequency(42) == 15)
+    #expect(sketch.sampleCount == 15, "only the increments that raised a counter count towards aging")
+  }
+
+  @Test("until an aging, no key is ever under-counted, however crowded the table", arguments: [1, 7, 42])
+  func neverUnderCounts(seed: UInt64) {
+    var random = SeededGenerator(seed: seed)
+    // 2 000 keys in 512 words (8 192 counters): many collisions, but < 5 120 increments.
+    var sketch = FrequencySketch(maximumSize: 512)
+    var truth: [Int: Int] = [:]
+    var increments: [Int] = []
+    for _ in 0..<2_000 {
+      let hash = Int.random(in: .min ... .max, using: &random)
+      let count = Int.random(in: 0...4, using: &random)
+      truth[hash, default: 0] += count
+      increments += Array(repeating: hash, count: count)
+    }
+    #expect(increments.count < sketch.sampleSize)
+    for hash in increments.shuffled(using: &random) { sketch.increment(hash) }
+    for (hash, count) in truth {
+      #expect(sketch.frequency(hash) >= Swift.min(count, 15))
+    }
+  }
+
+  @Test("with room to spare, nearly every estimate is exact")
+  func lightLoadIsExact() {
+    var sketch = FrequencySketch(maximumSize: 1_024)
+    let hashes: [Int] = (0..<200).map { (index: Int) -> Int in index &* 0x1000_0001 }
+    for (index, hash) in hashes.enumerated() {
+      for _ in 0..<(index % 10) { sketch.increment(hash) }
+    }
+    let exact = hashes.enumerated().filter { sketch.frequency($0.element) == $0.offset % 10 }.count
+    #expect(exact >= 190)
+  }
+
+  @Test("the 10 × maximumSize-th increment halves every counter and the sample count", arguments: [1, 16, 100])
+  func aging(maximumSize: Int) throws {
+    var sketch = FrequencySketch(maximumSize: maximumSize)
+    let sampleSize = 10 * maximumSize
+    // Distinct keys, one increment each: every increment raises a counter, so it is sampled.
+    for hash in 0..<(sampleSize - 1) {
+      sketch.increment(hash)
+      try #require(sketch.sampleCount == hash + 1)
+    }
+    // What the table would be without aging, after the last increment.
+    var unaged = sketch
+    unaged.sampleSize = .max
+    unaged.increment(sampleSize - 1)
+    #expect(unaged.sampleCount == sampleSize)
+
+    sketch.increment(sampleSize - 1)
+
+    #expect(sketch.table == unaged.table.map { ($0 >> 1) & 0x7777_7777_7777_7777 })
+    let odd = unaged.table.reduce(0) { $0 + ($1 & 0x1111_1111_1111_1111).nonzeroBitCount }
+    #expect(sketch.sampleCount == (sampleSize - odd / 4) / 2)
+    for hash in 0..<sampleSize {
+      #expect(sketch.frequency(hash) == unaged.frequency(hash) / 2)
+    }
+  }
+
+  @Test("a saturated key is 7 after an aging, which comes after sampleSize sampled increments")
+  func saturatedKeyAges() {
+    var sketch = FrequencySketch(maximumSize: 16)
+    for _ in 0..<15 { sketch.increment(-1) }
+    #expect(sketch.frequency(-1) == 15)
+    var hash = 0
+    while sketch.frequency(-1) == 15 {
+      sketch.increment(hash)
+      hash += 1
+    }
+    #expect(sketch.frequency(-1) == 7)
+    #expect(hash == sketch.sampleSize - 15, "the saturated key's 15 and one each for the others")
+  }
+}
