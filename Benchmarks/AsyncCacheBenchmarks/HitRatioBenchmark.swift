@@ -12,7 +12,9 @@ enum HitRatioBenchmark {
   /// `SimulatedPolicy("W-TinyLFU") { _, capacity in WTinyLFUSimulator(capacity: capacity) }`, or, for
   /// a policy the memory layer is configured with,
   /// `SimulatedPolicy("W-TinyLFU") { _, capacity in MemoryLayerSimulator(configuration: ...) }`.
-  static var candidates: [SimulatedPolicy] { [] }
+  static var candidates: [SimulatedPolicy] {
+    [SimulatedPolicy("W-TinyLFU") { _, capacity in WTinyLFUSimulator(capacity: capacity) }]
+  }
 
   /// The policy the report shows as pending while ``candidates`` is empty.
   static let pendingCandidate = "W-TinyLFU"

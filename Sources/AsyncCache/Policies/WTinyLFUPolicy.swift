@@ -25,7 +25,7 @@
 /// plus O(evicted or demoted entries); the sketch ages in O(its table) once per 10 × its size
 /// increments.
 @usableFromInline
-struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
+package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   /// The list an entry is in.
   @usableFromInline
   enum Region: UInt8, Sendable, CaseIterable {
@@ -115,7 +115,7 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   ///     frequency sketch; `nil` uses `maximumWeight` (right in count mode; with weights such as
   ///     bytes, pass an estimate, or the sketch grows to its own maximum size of 2^24).
   ///   - random: The source of the rare random admission of a warm candidate.
-  init(maximumWeight: Int, maximumEntryCount: Int? = nil, random: Random) {
+  package init(maximumWeight: Int, maximumEntryCount: Int? = nil, random: Random) {
     precondition(maximumWeight >= 0, "maximumWeight is \(maximumWeight); it must be 0 or more")
     self.maximumWeight = maximumWeight
     let mainMaximum = Int(Double(maximumWeight) * Self.mainShare)
@@ -137,7 +137,7 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
 
   /// Whether `key` is resident.
   @inlinable
-  func contains(_ key: Key) -> Bool { slots[key] != nil }
+  package func contains(_ key: Key) -> Bool { slots[key] != nil }
 
   /// The list `key` is in, or `nil` when it is not resident.
   @inlinable
@@ -181,7 +181,7 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   /// - Returns: Whether `key` is resident (a miss changes nothing).
   @inlinable
   @discardableResult
-  mutating func recordAccess(_ key: Key) -> Bool {
+  package mutating func recordAccess(_ key: Key) -> Bool {
     guard let slot = slots[key] else { return false }
     sketch.increment(nodes[slot].hash)
     onAccess(slot)
@@ -197,7 +197,7 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   ///   - weight: Its weight (cost), 0 or more; 1 in count mode.
   /// - Returns: The keys that are no longer resident (possibly `key` itself).
   @discardableResult
-  mutating func insert(_ key: Key, weight: Int) -> [Key] {
+  package mutating func insert(_ key: Key, weight: Int) -> [Key] {
     precondition(weight >= 0, "weight is \(weight); it must be 0 or more")
     if slots[key] != nil { return update(key, weight: weight) }
     let hash = key.hashValue
