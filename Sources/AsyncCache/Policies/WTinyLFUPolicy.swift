@@ -77,10 +77,13 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
 
   /// The most the weights of all resident entries sum to.
   @usableFromInline let maximumWeight: Int
-  /// The window's target weight: overflow moves to probation.
-  @usableFromInline let windowMaximum: Int
-  /// The protected list's target weight: overflow is demoted to probation.
-  @usableFromInline let protectedMaximum: Int
+  /// The window's target weight: overflow moves to probation. The hill climber moves it.
+  @usableFromInline var windowMaximum: Int
+  /// The protected list's target weight: overflow is demoted to probation. The hill climber
+  /// moves it with the window, the other way.
+  @usableFromInline var protectedMaximum: Int
+  /// The hill climber that sizes the window from the hit rate, or `nil` for a fixed window.
+  @usableFromInline var climber: WindowClimber?
 
   /// The slot of every resident key in ``nodes``.
   @usableFromInline var slots: [Key: Int]
@@ -114,8 +117,10 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   ///   - maximumEntryCount: The number of entries the cache holds at most, which sizes the
   ///     frequency sketch; `nil` uses `maximumWeight` (right in count mode; with weights such as
   ///     bytes, pass an estimate, or the sketch grows to its own maximum size of 2^24).
+  ///   - adaptsWindow: Whether the window's size follows the hit rate (Caffeine's hill
+  ///     climbing), from 1% of the capacity; `false` keeps it at 1%.
   ///   - random: The source of the rare random admission of a warm candidate.
-  package init(maximumWeight: Int, maximumEntryCount: Int? = nil, random: Random) {
+  package init(maximumWeight: Int, maximumEntryCount: Int? = nil, adaptsWindow: Bool = true, random: Random) {
     precondition(maximumWeight >= 0, "maximumWeight is \(maximumWeight); it must be 0 or more")
     self.maximumWeight = maximumWeight
     let mainMaximum = Int(Double(maximumWeight) * Self.mainShare)
@@ -124,6 +129,7 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
     slots = [:]
     nodes = []
     sketch = FrequencySketch(maximumSize: maximumEntryCount ?? maximumWeight)
+    climber = adaptsWindow ? WindowClimber(maximumWeight: maximumWeight, sampleSize: sketch.sampleSize) : nil
     self.random = random
   }
 
@@ -183,6 +189,7 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   @discardableResult
   package mutating func recordAccess(_ key: Key) -> Bool {
     guard let slot = slots[key] else { return false }
+    climber?.hits &+= 1
     sketch.increment(nodes[slot].hash)
     onAccess(slot)
     return true
@@ -202,6 +209,7 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
     if slots[key] != nil { return update(key, weight: weight) }
     let hash = key.hashValue
     sketch.increment(hash)
+    climber?.misses &+= 1
     guard weight <= maximumWeight else { return [key] }
     let slot = nodes.count
     nodes.append(Node(key: key, hash: hash, weight: weight, region: .window))
@@ -210,6 +218,7 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
     windowWeight &+= weight
     var evicted: [Key] = []
     evictEntries(into: &evicted)
+    climb()
     return evicted
   }
 
@@ -552,6 +561,9 @@ extension WTinyLFUPolicy {
     if windowWeight > windowMaximum { problems.append("window weight \(windowWeight) exceeds \(windowMaximum)") }
     if protectedWeight > protectedMaximum {
       problems.append("protected weight \(protectedWeight) exceeds \(protectedMaximum)")
+    }
+    if windowMaximum < 0 || protectedMaximum < 0 || windowMaximum + protectedMaximum > maximumWeight {
+      problems.append("window \(windowMaximum) and protected \(protectedMaximum) do not fit \(maximumWeight)")
     }
     return problems
   }
