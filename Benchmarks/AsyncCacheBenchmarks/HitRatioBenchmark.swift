@@ -13,7 +13,10 @@ enum HitRatioBenchmark {
   /// a policy the memory layer is configured with,
   /// `SimulatedPolicy("W-TinyLFU") { _, capacity in MemoryLayerSimulator(configuration: ...) }`.
   static var candidates: [SimulatedPolicy] {
-    [SimulatedPolicy("W-TinyLFU") { _, capacity in WTinyLFUSimulator(capacity: capacity) }]
+    [
+      SimulatedPolicy("W-TinyLFU") { _, capacity in WTinyLFUSimulator(capacity: capacity) },
+      SimulatedPolicy("W-TinyLFU 1%") { _, capacity in WTinyLFUSimulator(capacity: capacity, adaptsWindow: false) },
+    ]
   }
 
   /// The policy the report shows as pending while ``candidates`` is empty.

@@ -6,9 +6,10 @@ import AsyncCache
 struct WTinyLFUSimulator: PolicySimulator {
   private var policy: WTinyLFUPolicy<Int32, SplitMix64>
 
-  /// An empty cache of at most `capacity` keys; the rare random admissions are seeded.
-  init(capacity: Int) {
-    policy = WTinyLFUPolicy(maximumWeight: capacity, random: SplitMix64(seed: 7))
+  /// An empty cache of at most `capacity` keys, with an adaptive window or a fixed 1% one; the
+  /// rare random admissions are seeded.
+  init(capacity: Int, adaptsWindow: Bool = true) {
+    policy = WTinyLFUPolicy(maximumWeight: capacity, adaptsWindow: adaptsWindow, random: SplitMix64(seed: 7))
   }
 
   mutating func access(_ key: Int32) -> Bool {
