@@ -2,6 +2,17 @@ import Foundation
 
 // Measures the project and its baselines in one run and prints their ratios. See `Options.usage`.
 
+// Hash seeds differ per process unless this is set, and with them the collisions in W-TinyLFU's
+// frequency sketch, so the hit ratios of `cache.hitRatio` would vary from run to run. The seed is
+// read when the runtime starts: re-execute this program with the variable set, once.
+if ProcessInfo.processInfo.environment["SWIFT_DETERMINISTIC_HASHING"] == nil {
+  setenv("SWIFT_DETERMINISTIC_HASHING", "1", 1)
+  let path = Bundle.main.executablePath ?? CommandLine.arguments[0]
+  execv(path, CommandLine.unsafeArgv)
+  // Still here: the re-execution failed. Run on, with per-process seeds.
+  FileHandle.standardError.write(Data("warning: could not re-execute with deterministic hashing\n".utf8))
+}
+
 let arguments = Array(CommandLine.arguments.dropFirst())
 
 // A re-executed copy of this program measuring memory in a fresh process.
