@@ -62,7 +62,6 @@ extension AsyncCacheLayer {
   /// This layer's synchronous lookup, or `nil` when it has none.
   @inlinable
   nonisolated var synchronousLookupFunction: SynchronousLookupFunction<Key, Value>? {
-    if let memory = self as? MemoryLayer<Key, Value> { return { memory.lookUpWithoutSuspending($0) } }
     if let source = self as? any SynchronousLookupSource<Key, Value>, let lookup = source.synchronousLookup {
       return lookup
     }

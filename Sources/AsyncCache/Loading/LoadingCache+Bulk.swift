@@ -77,7 +77,7 @@ extension LoadingCache {
         let tasks = self.inFlight.withLock { state in
           keys.compactMap { state.escalate(waiter: waiter, key: $0, to: newPriority) }
         }
-        for task in Set(tasks) { Self.escalate(task, to: newPriority) }
+        for task in Set(tasks) { escalate(task, to: newPriority) }
       }
     } else {
       await register(waiter, collector: collector, keys: keys)
@@ -110,7 +110,7 @@ extension LoadingCache {
           startLoads(started, priority: priority, in: &state)
           return escalations
         }
-        for task in escalations { Self.escalate(task, to: priority) }
+        for task in escalations { escalate(task, to: priority) }
       }
     } onCancel: {
       withdraw(waiter, from: keys)

@@ -231,7 +231,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         try await self.wait(for: key, as: waiter)
       } onPriorityEscalated: { _, newPriority in
         if let task = self.inFlight.withLock({ $0.escalate(waiter: waiter, key: key, to: newPriority) }) {
-          Self.escalate(task, to: newPriority)
+          escalate(task, to: newPriority)
         }
       }
     } else {
@@ -262,7 +262,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         if escalation.cancelled {
           continuation.resume(throwing: CancellationError())
         } else if let task = escalation.task {
-          Self.escalate(task, to: escalation.priority)
+          escalate(task, to: escalation.priority)
         }
       }
     } onCancel: {
@@ -424,10 +424,6 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     return configuration.clock.now.advanced(by: timeToLive)
   }
 
-  @usableFromInline
-  static func escalate(_ task: Task<Void, Never>, to priority: TaskPriority) {
-    AsyncCache.escalate(task, to: priority)
-  }
 }
 
 extension LoadingCache {

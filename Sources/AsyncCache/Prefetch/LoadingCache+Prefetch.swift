@@ -96,7 +96,7 @@ extension LoadingCache {
           if !joined.joined {
             continuation.resume(throwing: CancellationError())
           } else if let task = joined.escalate {
-            Self.escalate(task, to: joined.priority)
+            escalate(task, to: joined.priority)
           }
         }
       } onCancel: {
