@@ -2,6 +2,7 @@
 enum Benchmark: String, CaseIterable {
   case memoryHitOneTask = "memory.hit.1task"
   case memoryHitTwoTasks = "memory.hit.2tasks"
+  case memoryPolicyHit = "memory.policy.hit"
   case memoryZipfMixed = "memory.zipf.mixed"
   case memoryScale = "memory.scale"
   case memoryBytesPerEntry = "memory.bytesPerEntry"
@@ -24,6 +25,7 @@ enum Benchmark: String, CaseIterable {
     switch self {
     case .memoryHitOneTask: try await MemoryBenchmarks.hitOneTask(configuration)
     case .memoryHitTwoTasks: try await MemoryBenchmarks.hitTwoTasks(configuration)
+    case .memoryPolicyHit: try await MemoryBenchmarks.policyHit(configuration)
     case .memoryZipfMixed: try await MemoryBenchmarks.zipfMixed(configuration)
     case .memoryScale: try await MemoryBenchmarks.scale(configuration)
     case .memoryBytesPerEntry: try FootprintBenchmark.bytesPerEntry(configuration)

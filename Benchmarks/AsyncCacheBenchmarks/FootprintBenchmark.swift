@@ -13,13 +13,15 @@ enum FootprintBenchmark {
   /// The implementations measured, each one child process per repetition.
   enum Subject: String, CaseIterable {
     case memoryLayer
+    case memoryLayerTinyLFU
     case dictionary
     case nsCache
 
     /// The name in the report.
     var displayName: String {
       switch self {
-      case .memoryLayer: "MemoryLayer"
+      case .memoryLayer: "MemoryLayer LRU"
+      case .memoryLayerTinyLFU: "MemoryLayer W-TinyLFU"
       case .dictionary: "Dictionary"
       case .nsCache: "NSCache"
       }
@@ -94,9 +96,11 @@ enum FootprintBenchmark {
     let after: Int?
     let held: Int
     switch subject {
-    case .memoryLayer:
-      // A bounded LRU layer whose limit the entries exactly reach.
-      let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: entries))
+    case .memoryLayer, .memoryLayerTinyLFU:
+      // A bounded layer whose limit the entries exactly reach. The target is the LRU layer's (the
+      // issue that set it measured LRU); W-TinyLFU adds its frequency sketch, reported beside it.
+      let policy: EvictionPolicy = subject == .memoryLayer ? .leastRecentlyUsed : .windowTinyLFU
+      let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: entries, evictionPolicy: policy))
       for key in 0..<entries { try layer.insert(key, for: key) }
       after = ResidentMemory.currentBytes()
       held = layer.count

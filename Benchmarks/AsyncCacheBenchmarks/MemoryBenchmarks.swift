@@ -67,6 +67,45 @@ enum MemoryBenchmarks {
     return rows
   }
 
+  // MARK: memory.policy.hit
+
+  /// `memory.policy.hit`: the cost of each eviction policy on the hit path. The same hits over
+  /// the same keys, on memory layers that differ only in their policy, called directly (the
+  /// synchronous lookup every other path ends in). W-TinyLFU adds a sketch increment and moves
+  /// between its lists to LRU's one move.
+  static func policyHit(_ run: RunConfiguration) async throws -> [ResultRow] {
+    var generator = SplitMix64(seed: 1)
+    let everyKey = Array(0..<run.hitKeyCount)
+    let keys: [Int] = .uniformDraws(from: everyKey, count: run.hitOperations, using: &generator)
+    let expected = keys.reduce(0, &+)
+    let policies: [(name: String, policy: EvictionPolicy)] = [
+      ("W-TinyLFU", .windowTinyLFU), ("W-TinyLFU adaptive", .windowTinyLFU(adaptiveWindow: true)),
+      ("LRU", .leastRecentlyUsed),
+    ]
+    var contenders: [Contender] = []
+    for (name, policy) in policies {
+      let memory = try MemoryLayer<Int, Int>(
+        configuration: .init(countLimit: 2 * run.hitKeyCount, evictionPolicy: policy))
+      for key in everyKey { try memory.insert(key, for: key) }
+      contenders.append(
+        Contender(
+          name: name,
+          operations: keys.count,
+          prepare: { checksumSink.wrappingAdd(await sumOfValues(in: memory, for: everyKey), ordering: .relaxed) },
+          run: { try await timed(expecting: expected) { await sumOfValues(in: memory, for: keys) } }
+        )
+      )
+    }
+    let measurements = try await measureInterleaved(contenders, repetitions: run.repetitions)
+    return ResultRow.rows(
+      benchmark: Benchmark.memoryPolicyHit.rawValue,
+      measurements: measurements,
+      baseline: "LRU",
+      target: .ratioAtMost(1.3),
+      notes: ["\(abbreviated(keys.count)) hits over \(abbreviated(everyKey.count)) keys, MemoryLayer.value(for:)"]
+    )
+  }
+
   /// Runs `lookups` on `first` and on `second` in two concurrent child tasks. Returns the sum of
   /// their results and the fraction of the wall time during which both ran.
   private static func inTwoTasks(

@@ -1,3 +1,5 @@
+import AsyncCache
+
 /// Checks, before the hit-ratio benchmark measures anything, that its simulators and its Zipf
 /// sampler compute what they claim, on inputs small enough to know the answer.
 enum HitRatioSelfCheck {

@@ -2,16 +2,18 @@ import AsyncCache
 
 /// The library's ``MemoryLayer`` replayed like a policy: a lookup, then an insert on a miss.
 ///
-/// With one segment the layer evicts in exact LRU order, so the benchmark checks that it scores
-/// exactly ``LRUSimulator``'s hits: a check of the simulator and of the layer. A policy that the
-/// layer is configured with plugs in the same way.
+/// With one segment and ``EvictionPolicy/leastRecentlyUsed`` the layer evicts in exact LRU order,
+/// so the benchmark checks that it scores exactly ``LRUSimulator``'s hits: a check of the
+/// simulator and of the layer. Its W-TinyLFU is replayed the same way: what is measured is the
+/// code that ships.
 struct MemoryLayerSimulator: PolicySimulator {
   private let layer: MemoryLayer<Int32, Bool>
 
-  /// Wraps a layer with `configuration`, which must not fail validation and must have no cost.
+  /// Wraps a layer with `configuration`, which must not fail validation and must have no cost;
+  /// W-TinyLFU's rare random admissions are seeded.
   init(configuration: MemoryLayer<Int32, Bool>.Configuration) {
     do {
-      layer = try MemoryLayer(configuration: configuration)
+      layer = try MemoryLayer(configuration: configuration, admissionSeed: 7)
     } catch {
       preconditionFailure("invalid MemoryLayer configuration: \(error)")
     }

@@ -1,3 +1,5 @@
+import AsyncCache
+
 /// A sequence of key accesses that cache policies are replayed over, generated from a seed so that
 /// every run replays the same accesses.
 ///

@@ -56,7 +56,7 @@ extension MemoryLayer where Key: Codable, Value: Codable {
     let clock = configuration.clock
     return try await SnapshotFile.perform {
       let now = clock.now
-      let entries = Self.leastRecentFirst(store.entriesByRecency(unexpiredAt: now.nanosecondsSince1970))
+      let entries = Self.leastRecentFirst(store.entriesInEvictionOrder(unexpiredAt: now.nanosecondsSince1970))
       let records = entries.map {
         SnapshotRecord(key: $0.key, value: $0.entry.value, expiry: $0.entry.expiresAt?.nanosecondsSince1970 ?? .max)
       }

@@ -1,4 +1,4 @@
-/// A bounded in-memory layer with least-recently-used eviction and a synchronous lookup.
+/// A bounded in-memory layer with W-TinyLFU (or LRU) eviction and a synchronous lookup.
 ///
 /// `MemoryLayer` is an actor so it can sit in a ``CacheChain`` like any other layer, but all of
 /// its operations are `nonisolated` and synchronous: its state lives behind locks, not on the
@@ -16,9 +16,12 @@
 /// ```
 ///
 /// Limits: the layer holds at most ``Configuration-swift.struct/countLimit`` entries whose costs
-/// sum to at most ``Configuration-swift.struct/costLimit``; inserting past either evicts the
-/// least recently used entries. An entry that alone costs more than the cost limit is refused.
-/// Every eviction is counted by ``EvictionReason`` in ``statistics``.
+/// sum to at most ``Configuration-swift.struct/costLimit``; inserting past either evicts entries
+/// chosen by the ``Configuration-swift.struct/evictionPolicy``: by default W-TinyLFU, which keeps
+/// the entries that are asked for often and lets one-hit keys pass through, or
+/// ``EvictionPolicy/leastRecentlyUsed``. The entry an insert writes is never the one it evicts.
+/// An entry that alone costs more than the cost limit is refused. Every eviction is counted by
+/// ``EvictionReason`` in ``statistics``.
 ///
 /// Expiry: an entry expires at the earlier of its own ``CacheEntry/expiresAt`` and
 /// ``Configuration-swift.struct/timeToLive`` after it was inserted, read from the injected
@@ -36,6 +39,12 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` naming the first configuration
   ///   value that is out of range.
   public init(configuration: Configuration = Configuration()) throws {
+    try self.init(configuration: configuration, admissionSeed: .random(in: .min ... .max))
+  }
+
+  /// Creates a memory layer whose W-TinyLFU draws its rare random admissions from `admissionSeed`,
+  /// so that tests and benchmarks replay exactly.
+  package init(configuration: Configuration, admissionSeed: UInt64) throws {
     try configuration.validate()
     self.configuration = configuration
     self.store = MemoryStore(
@@ -46,6 +55,8 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       trimFraction: configuration.warningTrimFraction,
       segmentCount: configuration.segmentCount
         ?? Configuration.automaticSegmentCount(countLimit: configuration.countLimit),
+      policy: configuration.evictionPolicy,
+      seed: admissionSeed,
       clock: configuration.clock
     )
   }
@@ -76,7 +87,8 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
 
   // MARK: Writing
 
-  /// Stores `entry` for `key`, evicting least recently used entries while over a limit.
+  /// Stores `entry` for `key`, evicting entries the eviction policy chooses while over a limit
+  /// (never this one).
   ///
   /// The entry expires at the earlier of `entry.expiresAt` and ``Configuration-swift.struct/timeToLive``
   /// from now. An already expired entry is not stored (and removes the previous one).

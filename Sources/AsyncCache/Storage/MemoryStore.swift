@@ -1,6 +1,6 @@
 public import Synchronization  // Atomic
 
-/// Segments laid out inline in one allocation: for each, its lock, then its ``LRUSegment``
+/// Segments laid out inline in one allocation: for each, its lock, then its ``MemorySegment``
 /// (whose hot fields share the lock's cache line), padded so that no two segments share a
 /// cache line (or an adjacent-line prefetch pair).
 ///
@@ -9,7 +9,7 @@ public import Synchronization  // Atomic
 /// the cache line of a lock they are not even contending for.
 @usableFromInline
 final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable {
-  @usableFromInline typealias Segment = LRUSegment<Key, Value>
+  @usableFromInline typealias Segment = MemorySegment<Key, Value>
 
   // The pointer is written once in `init` and only read afterwards. Each segment's state is only
   // reached through `withLock`, between `lock()` and `unlock()` of that segment's lock. The
@@ -27,13 +27,15 @@ final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable 
     return (MemoryLayout<LockPrimitive>.size + alignment - 1) & ~(alignment - 1)
   }
 
-  init(count: Int) {
+  /// Creates `count` empty segments, segment `index` with the policy state `admission(index)`.
+  init(count: Int, admission: (Int) -> SegmentAdmission) {
     self.count = count
     self.stride = (Self.stateOffset + MemoryLayout<Segment>.size + 127) & ~127
     base = .allocate(byteCount: stride * count, alignment: 128)
     for index in 0..<count {
       (base + index * stride).bindMemory(to: LockPrimitive.self, capacity: 1).initializeLock()
-      (base + index * stride + Self.stateOffset).initializeMemory(as: Segment.self, to: Segment())
+      (base + index * stride + Self.stateOffset).initializeMemory(
+        as: Segment.self, to: Segment(admission: admission(index)))
     }
   }
 
@@ -72,15 +74,15 @@ final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable 
 ///
 /// Keys are spread over lock-striped segments by hash so that concurrent callers rarely meet
 /// on one lock. The count and cost limits are global: totals live in atomics, and an insert
-/// that takes them over the limit evicts the least recently used entries of its own segment
-/// first, then those of the other segments. With one segment the order is exact LRU; with
-/// several it is LRU within each segment, which approaches global LRU as segments fill.
+/// that takes them over the limit lets its own segment's policy evict first, then the other
+/// segments'. Each segment runs the policy (LRU or W-TinyLFU) over its share of the limits;
+/// with one segment the order is exactly the policy's.
 ///
 /// Values that leave the store (evicted, replaced, removed) are released after the segment's
 /// lock is unlocked, so a value's `deinit` may safely use the cache.
 @usableFromInline
 final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
-  @usableFromInline typealias Node = LRUNode<Key, Value>
+  @usableFromInline typealias Node = MemoryNode<Key, Value>
 
   @usableFromInline let segments: MemorySegments<Key, Value>
   @usableFromInline let segmentMask: Int
@@ -100,6 +102,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     timeToLive: Duration?,
     trimFraction: Double,
     segmentCount: Int,
+    policy: EvictionPolicy,
+    seed: UInt64,
     clock: any CacheClock
   ) {
     self.countLimit = countLimit
@@ -108,7 +112,22 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     self.timeToLive = timeToLive
     self.trimFraction = trimFraction
     self.clock = clock
-    self.segments = MemorySegments(count: segmentCount)
+    let countShare = countLimit == .max ? Int.max : (countLimit + segmentCount - 1) / segmentCount
+    let costShare =
+      cost == nil || costLimit == .max ? Int.max : costLimit / segmentCount + (costLimit % segmentCount == 0 ? 0 : 1)
+    self.segments = MemorySegments(count: segmentCount) { index in
+      switch policy.kind {
+      case .leastRecentlyUsed:
+        SegmentAdmission()
+      case .windowTinyLFU(let adaptiveWindow):
+        SegmentAdmission(
+          countShare: countShare,
+          costShare: costShare,
+          adaptiveWindow: adaptiveWindow,
+          seed: seed &+ UInt64(index)
+        )
+      }
+    }
     self.segmentMask = segmentCount - 1
   }
 
@@ -162,8 +181,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         segment.evictions[.expired] &+= 1
         return .expired(removed)
       }
-      segment.hits &+= 1
-      segment.touch(slot)
+      segment.recordHit(slot, hash: hash)
       return .hit(extract(segment.nodes[slot]))
     }
     switch result {
@@ -189,7 +207,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
 
   // MARK: Writing
 
-  /// Stores `entry` for `key`, evicting least recently used entries while over a limit.
+  /// Stores `entry` for `key`, letting the policy evict while over a limit (never this entry).
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative
   ///   cost; the cache is unchanged then.
@@ -214,28 +232,30 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     var released: [Node] = []
     let (stillOver, replaced) = segments.withLock(index) { segment -> (Bool, Value?) in
       var replaced: Value?
+      let written: Int
+      var isNew = false
       if let (_, slot) = segment.find(key, hash: hash) {
         var value = entry.value
         swap(&value, &segment.nodes[slot].value)
         replaced = value
-        let delta = entryCost &- segment.nodes[slot].cost
+        let oldCost = segment.nodes[slot].cost
         segment.nodes[slot].cost = entryCost
         segment.nodes[slot].expiry = expiry
-        segment.totalCost &+= delta
-        self.entryCost.wrappingAdd(delta, ordering: .relaxed)
-        segment.touch(slot)
+        segment.totalCost &+= entryCost &- oldCost
+        self.entryCost.wrappingAdd(entryCost &- oldCost, ordering: .relaxed)
+        segment.recordRewrite(slot, hash: hash, oldCost: oldCost)
+        written = slot
       } else {
         segment.append(Node(key: key, value: entry.value, expiry: expiry, cost: entryCost), hash: hash)
         self.entryCount.wrappingAdd(1, ordering: .relaxed)
         self.entryCost.wrappingAdd(entryCost, ordering: .relaxed)
+        written = segment.count &- 1
+        isNew = true
       }
-      // Keep the entry just written: it is the most recently used.
-      while segment.count > 1, let reason = overLimitReason() {
-        guard let node = segment.removeLeastRecentlyUsed() else { break }
-        segment.evictions[reason] &+= 1
-        account(removed: node)
-        released.append(node)
-      }
+      // Keep the entry just written.
+      evict(from: &segment, sparing: UInt32(truncatingIfNeeded: written), into: &released)
+      // A new key closes a miss: the moment to judge the climber's sample.
+      if isNew { segment.climb() }
       return (overLimitReason() != nil, replaced)
     }
     if stillOver { evict(startingAfter: index, into: &released) }
@@ -249,13 +269,21 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     for offset in 1...segments.count {
       guard overLimitReason() != nil else { return }
       segments.withLock((index &+ offset) & segmentMask) { segment in
-        while let reason = overLimitReason(), let node = segment.removeLeastRecentlyUsed() {
-          segment.evictions[reason] &+= 1
-          account(removed: node)
-          released.append(node)
-        }
+        evict(from: &segment, sparing: MemorySegment<Key, Value>.none, into: &released)
       }
     }
+  }
+
+  /// Lets `segment`'s policy evict while the totals are over a limit, never the node at
+  /// `spared`; counts each eviction by its reason.
+  func evict(from segment: inout MemorySegment<Key, Value>, sparing spared: UInt32, into released: inout [Node]) {
+    var evictions = EvictionCounts()
+    segment.evict(sparing: spared, while: overLimitReason) { node, reason in
+      evictions[reason] &+= 1
+      account(removed: node)
+      released.append(node)
+    }
+    segment.evictions = segment.evictions + evictions
   }
 
   /// The limit the totals exceed, if any.
@@ -275,10 +303,10 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   func cost(of value: Value, for key: Key) throws -> Int {
     guard let cost else { return 0 }
     let result = cost(value)
-    guard result >= 0 else {
+    guard result >= 0, result <= Node.maximumCost else {
       throw AsyncCacheError(
         code: .invalidCost,
-        message: "the cost function returned \(result) for the value of key \(key); costs must be 0 or more"
+        message: "the cost function returned \(result) for the value of key \(key); costs must be in 0..<2^61"
       )
     }
     return result
@@ -355,10 +383,11 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     }
   }
 
-  /// Evicts least recently used entries until the totals are at most `fraction` of the
-  /// limits (or of the current totals, when smaller).
+  /// Evicts entries until the totals are at most `fraction` of the limits (or of the current
+  /// totals, when smaller).
   ///
-  /// The segments give up their least recently used entry in turn until the global totals
+  /// The segments give up their first victim (LRU: the least recently used; W-TinyLFU:
+  /// probation's, then the window's, then protected's least recently used) in turn until the global totals
   /// reach the target, so the trim is exact however the entries are spread (a small cache over
   /// many segments is trimmed, not emptied) and approaches global LRU order. It evicts at most
   /// as many entries as there were, even if other threads keep inserting.
@@ -370,7 +399,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     var emptyInARow = 0
     while budget > 0, emptyInARow < segments.count, count > countTarget || totalCost > costTarget {
       let node = segments.withLock(index) { segment -> Node? in
-        guard let node = segment.removeLeastRecentlyUsed() else { return nil }
+        guard let node = segment.removeFirstVictim() else { return nil }
         segment.evictions[.memoryPressure] &+= 1
         return node
       }
@@ -405,26 +434,26 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     return keys
   }
 
-  /// Keys per segment, from least to most recently used.
-  var keysByRecency: [[Key]] {
+  /// Keys per segment, in eviction order (LRU: from least to most recently used).
+  var keysInEvictionOrder: [[Key]] {
     (0..<segments.count).map { index in
       segments.withLock(index) { segment in
         var keys: [Key] = []
-        segment.forEachFromLeastRecent { keys.append($0.key) }
+        segment.forEachInEvictionOrder { keys.append($0.key) }
         return keys
       }
     }
   }
 
-  /// The entries unexpired at `now` (nanoseconds since 1970), per segment, from least to most
-  /// recently used; each segment is copied under its lock, without changing recency or
+  /// The entries unexpired at `now` (nanoseconds since 1970), per segment, in eviction order
+  /// (LRU: from least to most recently used); each segment is copied under its lock, without changing recency or
   /// statistics. O(n). For snapshots.
-  func entriesByRecency(unexpiredAt now: Int64) -> [[(key: Key, entry: CacheEntry<Value>)]] {
+  func entriesInEvictionOrder(unexpiredAt now: Int64) -> [[(key: Key, entry: CacheEntry<Value>)]] {
     (0..<segments.count).map { index in
       segments.withLock(index) { segment in
         var entries: [(key: Key, entry: CacheEntry<Value>)] = []
         entries.reserveCapacity(segment.count)
-        segment.forEachFromLeastRecent { node in
+        segment.forEachInEvictionOrder { node in
           guard node.expiry > now else { return }
           let expiresAt = node.expiry == .max ? nil : CacheInstant(nanosecondsSince1970: node.expiry)
           entries.append((node.key, CacheEntry(node.value, expiresAt: expiresAt)))

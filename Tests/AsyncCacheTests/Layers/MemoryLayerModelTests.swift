@@ -100,6 +100,7 @@ import Testing
         cost: { $0 % 1000 },
         warningTrimFraction: 0.5,
         segmentCount: 1,
+        evictionPolicy: .leastRecentlyUsed,
         clock: clock
       )
     )
@@ -128,11 +129,11 @@ import Testing
         model.trim()
         await memory.handleMemoryPressure(.warning)
       }
-      #expect(memory.store.keysByRecency == [model.order], "step \(step): recency order")
+      #expect(memory.store.keysInEvictionOrder == [model.order], "step \(step): recency order")
       #expect(memory.count == model.items.count)
       #expect(memory.totalCost == model.totalCost)
       #expect(memory.invariantViolations.isEmpty, "step \(step)")
-      if memory.store.keysByRecency != [model.order] { return }
+      if memory.store.keysInEvictionOrder != [model.order] { return }
     }
     #expect(memory.statistics.evictions == model.evictions)
   }

@@ -39,12 +39,14 @@ struct MemoryLayerSnapshotTests {
     costLimit: Int = .max,
     cost: (@Sendable (Value) -> Int)? = nil,
     timeToLive: Duration? = nil,
-    segmentCount: Int? = 1
+    segmentCount: Int? = 1,
+    evictionPolicy: EvictionPolicy = .leastRecentlyUsed
   ) throws -> MemoryLayer<Key, Value> {
+    // LRU by default: these tests are about the order a snapshot keeps, which LRU shows exactly.
     try MemoryLayer(
       configuration: .init(
         countLimit: countLimit, costLimit: costLimit, cost: cost, timeToLive: timeToLive, segmentCount: segmentCount,
-        clock: clock))
+        evictionPolicy: evictionPolicy, clock: clock))
   }
 
   // MARK: Round trips
@@ -127,7 +129,7 @@ struct MemoryLayerSnapshotTests {
 
     let full = try Self.layer(clock: clock, countLimit: 4)
     try await full.restoreSnapshot(from: file)
-    #expect(full.store.keysByRecency == [["c", "d", "b", "a"]])
+    #expect(full.store.keysInEvictionOrder == [["c", "d", "b", "a"]])
     try full.insert(4, for: "e")
     #expect(!full.contains("c"))
     try full.insert(5, for: "f")
@@ -137,7 +139,7 @@ struct MemoryLayerSnapshotTests {
     let small = try Self.layer(clock: clock, countLimit: 2)
     let result = try await small.restoreSnapshot(from: file)
     #expect(result?.restored == 4)
-    #expect(small.store.keysByRecency == [["b", "a"]])
+    #expect(small.store.keysInEvictionOrder == [["b", "a"]])
     #expect(small.statistics.evictions[.countLimit] == 2)
   }
 

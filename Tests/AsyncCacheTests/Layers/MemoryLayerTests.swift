@@ -41,7 +41,8 @@ import Testing
   }
 
   @Test func containsChangesNeitherRecencyNorStatistics() throws {
-    let memory = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 2, segmentCount: 1))
+    let memory = try MemoryLayer<Int, Int>(
+      configuration: .init(countLimit: 2, segmentCount: 1, evictionPolicy: .leastRecentlyUsed))
     try memory.insert(1, for: 1)
     try memory.insert(2, for: 2)
     #expect(memory.contains(1))
@@ -54,7 +55,8 @@ import Testing
   // MARK: Limits
 
   @Test func countLimitEvictsTheLeastRecentlyUsed() throws {
-    let memory = try MemoryLayer<String, Int>(configuration: .init(countLimit: 2, segmentCount: 1))
+    let memory = try MemoryLayer<String, Int>(
+      configuration: .init(countLimit: 2, segmentCount: 1, evictionPolicy: .leastRecentlyUsed))
     try memory.insert(1, for: "a")
     try memory.insert(2, for: "b")
     _ = memory.value(for: "a")  // b is now the least recently used
@@ -66,7 +68,8 @@ import Testing
   }
 
   @Test func costLimitEvictsUntilTheNewEntryFits() throws {
-    let memory = try MemoryLayer<String, Int>(configuration: .init(costLimit: 10, cost: { $0 }, segmentCount: 1))
+    let memory = try MemoryLayer<String, Int>(
+      configuration: .init(costLimit: 10, cost: { $0 }, segmentCount: 1, evictionPolicy: .leastRecentlyUsed))
     try memory.insert(4, for: "a")
     try memory.insert(4, for: "b")
     try memory.insert(1, for: "c")

@@ -5,14 +5,18 @@ import Testing
 /// The count-min sketch behind W-TinyLFU. Hashes are passed as plain integers, so every
 /// expectation is exact and replays (a key's `hashValue` changes from process to process).
 @Suite struct FrequencySketchTests {
-  @Test("the table is the next power of two at or above the maximum size; aging comes after 10× it")
+  @Test(
+    "the table has two words per entry, rounded up to a power of two, at least one block; aging comes after 15× the size"
+  )
   func sizing() {
-    #expect(FrequencySketch(maximumSize: 0).table.count == 1)
-    #expect(FrequencySketch(maximumSize: 1).table.count == 1)
-    #expect(FrequencySketch(maximumSize: 100).table.count == 128)
-    #expect(FrequencySketch(maximumSize: 128).table.count == 128)
-    #expect(FrequencySketch(maximumSize: 100).sampleSize == 1_000)
-    #expect(FrequencySketch(maximumSize: .max).table.count == FrequencySketch.maximumCapacity)
+    #expect(FrequencySketch.wordsPerEntry == 2 && FrequencySketch.sampleFactor == 15)
+    #expect(FrequencySketch(maximumSize: 0).table.count == 8)
+    #expect(FrequencySketch(maximumSize: 1).table.count == 8)
+    #expect(FrequencySketch(maximumSize: 9).table.count == 32)
+    #expect(FrequencySketch(maximumSize: 100).table.count == 256)
+    #expect(FrequencySketch(maximumSize: 128).table.count == 256)
+    #expect(FrequencySketch(maximumSize: 100).sampleSize == 1_500)
+    #expect(FrequencySketch.tableLength(forMaximumSize: .max) == 2 * FrequencySketch.maximumCapacity)
   }
 
   @Test("a key's counters saturate at 15, and saturated increments are not sampled", arguments: [2, 16, 1_000])
@@ -59,17 +63,18 @@ import Testing
     #expect(exact >= 190)
   }
 
-  @Test("the 10 × maximumSize-th increment halves every counter and the sample count", arguments: [1, 16, 100])
+  @Test(
+    "the sampleSize-th (15 × maximumSize) increment halves every counter and the sample count", arguments: [1, 16, 100])
   func aging(maximumSize: Int) throws {
     var sketch = FrequencySketch(maximumSize: maximumSize)
-    let sampleSize = 10 * maximumSize
+    let sampleSize = FrequencySketch.sampleFactor * maximumSize
     // Distinct keys, one increment each: every increment raises a counter, so it is sampled.
     for hash in 0..<(sampleSize - 1) {
       sketch.increment(hash)
       try #require(sketch.sampleCount == hash + 1)
     }
     // What the table would be without aging, after the last increment.
-    var unaged = sketch
+    var unaged = sketch.copy()
     unaged.sampleSize = .max
     unaged.increment(sampleSize - 1)
     #expect(unaged.sampleCount == sampleSize)

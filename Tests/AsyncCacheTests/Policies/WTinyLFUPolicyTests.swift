@@ -154,9 +154,10 @@ private struct ConstantGenerator: RandomNumberGenerator {
     #expect(policy.keys(in: .probation) == [0, 1])
     // Key 0 grows past protected's size: it stays in probation, at the MRU end, next to 1.
     let evicted = policy.update(0, weight: 9)
-    #expect(evicted == [1, 0], "0 beats 1; with no candidate left, 0 is the next victim")
-    #expect(policy.keys(in: .protected) == [-1])
-    #expect(policy.totalWeight == 2)
+    #expect(evicted == [1, -1], "0 beats 1; 0 was just written and is spared, so protected's -1 goes next")
+    #expect(policy.keys(in: .protected).isEmpty)
+    #expect(policy.keys(in: .probation) == [0])
+    #expect(policy.totalWeight == 9)
     #expect(policy.invariantViolations().isEmpty)
   }
 

@@ -1,5 +1,11 @@
-/// The W-TinyLFU eviction policy (Einziger, Friedman and Manes; Caffeine's design) over
+@testable import AsyncCache
+
+/// The reference model of W-TinyLFU (Einziger, Friedman and Manes; Caffeine's design) over
 /// weighted keys: which entries stay resident and which leave when the weights overflow.
+///
+/// Written for clarity (a dictionary, an array of nodes, `Int` links, one weight), it is what
+/// ``MemorySegment``'s W-TinyLFU must match step for step, and it is checked itself against its
+/// invariants. A key's sketch key is the low 32 bits of its hash, as in the segment.
 ///
 /// The policy tracks keys and weights only; its owner stores the values and removes what the
 /// policy returns. Entries live in one of three LRU lists:
@@ -10,7 +16,7 @@
 ///   were used while in probation. Protected overflow is demoted to probation's MRU end.
 ///
 /// When the window overflows, its least recently used entries move to probation as
-/// *candidates*. While the total weight is over ``maximumWeight``, the newest candidate duels
+/// *candidates*. The entry just inserted or updated is never evicted by that call. While the total weight is over ``maximumWeight``, the newest candidate duels
 /// probation's least recently used *victim*: the one the ``FrequencySketch`` finds less popular
 /// leaves (the candidate only wins when strictly more popular, or with a 1/128 chance when it
 /// is warm, Caffeine's defence against hash flooding, drawn from the injected `Random`).
@@ -18,16 +24,14 @@
 ///
 /// In count mode every weight is 1 and ``maximumWeight`` is the entry limit. Weights may be 0:
 /// such entries are never evicted for size (their owner must bound them another way, e.g. by
-/// count), and an eviction steps over those at probation's LRU end. Adaptive window sizing
-/// (Caffeine's hill climbing) is not implemented: the window stays at 1%.
+/// count), and an eviction steps over those at probation's LRU end. The window is 1% of the
+/// capacity, or moved by the ``WindowClimber``.
 ///
 /// Not thread-safe: a value type, guarded by its owner. Every operation is O(1) amortized,
 /// plus O(evicted or demoted entries); the sketch ages in O(its table) once per 10 × its size
 /// increments.
-@usableFromInline
-package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
+struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   /// The list an entry is in.
-  @usableFromInline
   enum Region: UInt8, Sendable, CaseIterable {
     /// The admission window, where new entries start.
     case window
@@ -38,23 +42,21 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   }
 
   /// One resident entry.
-  @usableFromInline
   struct Node {
     /// The entry's key.
-    @usableFromInline var key: Key
-    /// The key's hash, kept for the sketch.
-    @usableFromInline var hash: Int
+    var key: Key
+    /// The key's sketch key: the low 32 bits of its hash.
+    var hash: Int
     /// The entry's weight (cost), 0 or more.
-    @usableFromInline var weight: Int
+    var weight: Int
     /// The list the entry is in.
-    @usableFromInline var region: Region
+    var region: Region
     /// The neighbour closer to the most recently used end, or ``WTinyLFUPolicy/none``.
-    @usableFromInline var newer: Int
+    var newer: Int
     /// The neighbour closer to the least recently used end, or ``WTinyLFUPolicy/none``.
-    @usableFromInline var older: Int
+    var older: Int
 
     /// Creates an unlinked node.
-    @inlinable
     init(key: Key, hash: Int, weight: Int, region: Region) {
       self.key = key
       self.hash = hash
@@ -66,48 +68,52 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   }
 
   /// The absent link.
-  @usableFromInline static var none: Int { -1 }
+  static var none: Int { -1 }
   /// The share of the capacity that goes to the main region (Caffeine's `PERCENT_MAIN`).
-  @usableFromInline static var mainShare: Double { 0.99 }
+  static var mainShare: Double { 0.99 }
   /// The share of the main region that goes to protected (Caffeine's `PERCENT_MAIN_PROTECTED`).
-  @usableFromInline static var protectedShare: Double { 0.8 }
+  static var protectedShare: Double { 0.8 }
   /// A candidate at least this popular may win a lost duel by chance (Caffeine's
   /// `ADMIT_HASHDOS_THRESHOLD`).
-  @usableFromInline static var warmFrequency: Int { 6 }
+  static var warmFrequency: Int { 6 }
 
   /// The most the weights of all resident entries sum to.
-  @usableFromInline let maximumWeight: Int
+  let maximumWeight: Int
   /// The window's target weight: overflow moves to probation. The hill climber moves it.
-  @usableFromInline var windowMaximum: Int
+  var windowMaximum: Int
   /// The protected list's target weight: overflow is demoted to probation. The hill climber
   /// moves it with the window, the other way.
-  @usableFromInline var protectedMaximum: Int
+  var protectedMaximum: Int
   /// The hill climber that sizes the window from the hit rate, or `nil` for a fixed window.
-  @usableFromInline var climber: WindowClimber?
+  var climber: WindowClimber?
+  /// Hits in the climber's current sample.
+  var sampleHits = 0
+  /// Misses in the climber's current sample.
+  var sampleMisses = 0
 
   /// The slot of every resident key in ``nodes``.
-  @usableFromInline var slots: [Key: Int]
+  var slots: [Key: Int]
   /// The resident entries, densely (a removal moves the last node into the hole).
-  @usableFromInline var nodes: [Node]
+  var nodes: [Node]
   /// How often keys were used recently.
-  @usableFromInline var sketch: FrequencySketch
+  var sketch: FrequencySketch
   /// The source of the random admissions.
-  @usableFromInline var random: Random
+  var random: Random
 
   /// The window's weight.
-  @usableFromInline var windowWeight = 0
+  var windowWeight = 0
   /// The probation list's weight.
-  @usableFromInline var probationWeight = 0
+  var probationWeight = 0
   /// The protected list's weight.
-  @usableFromInline var protectedWeight = 0
+  var protectedWeight = 0
 
   // The ends of the three lists; `none` when a list is empty.
-  @usableFromInline var windowMRU = Self.none
-  @usableFromInline var windowLRU = Self.none
-  @usableFromInline var probationMRU = Self.none
-  @usableFromInline var probationLRU = Self.none
-  @usableFromInline var protectedMRU = Self.none
-  @usableFromInline var protectedLRU = Self.none
+  var windowMRU = Self.none
+  var windowLRU = Self.none
+  var probationMRU = Self.none
+  var probationLRU = Self.none
+  var protectedMRU = Self.none
+  var protectedLRU = Self.none
 
   /// Creates an empty policy.
   ///
@@ -120,7 +126,7 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   ///   - adaptsWindow: Whether the window's size follows the hit rate (Caffeine's hill
   ///     climbing), from 1% of the capacity; `false` keeps it at 1%.
   ///   - random: The source of the rare random admission of a warm candidate.
-  package init(maximumWeight: Int, maximumEntryCount: Int? = nil, adaptsWindow: Bool = true, random: Random) {
+  init(maximumWeight: Int, maximumEntryCount: Int? = nil, adaptsWindow: Bool = true, random: Random) {
     precondition(maximumWeight >= 0, "maximumWeight is \(maximumWeight); it must be 0 or more")
     self.maximumWeight = maximumWeight
     let mainMaximum = Int(Double(maximumWeight) * Self.mainShare)
@@ -129,7 +135,7 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
     slots = [:]
     nodes = []
     sketch = FrequencySketch(maximumSize: maximumEntryCount ?? maximumWeight)
-    climber = adaptsWindow ? WindowClimber(maximumWeight: maximumWeight, sampleSize: sketch.sampleSize) : nil
+    climber = adaptsWindow ? WindowClimber(sampleSize: sketch.sampleSize) : nil
     self.random = random
   }
 
@@ -142,19 +148,15 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   @inlinable var totalWeight: Int { windowWeight &+ probationWeight &+ protectedWeight }
 
   /// Whether `key` is resident.
-  @inlinable
-  package func contains(_ key: Key) -> Bool { slots[key] != nil }
+  func contains(_ key: Key) -> Bool { slots[key] != nil }
 
   /// The list `key` is in, or `nil` when it is not resident.
-  @inlinable
   func region(of key: Key) -> Region? { slots[key].map { nodes[$0].region } }
 
   /// The weight of `key`, or `nil` when it is not resident.
-  @inlinable
   func weight(of key: Key) -> Int? { slots[key].map { nodes[$0].weight } }
 
   /// The weight of the entries in `region`.
-  @inlinable
   func weight(of region: Region) -> Int {
     switch region {
     case .window: windowWeight
@@ -164,8 +166,10 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   }
 
   /// The estimated recent popularity of `key`, 0 to 15.
-  @inlinable
-  func frequency(of key: Key) -> Int { sketch.frequency(key.hashValue) }
+  func frequency(of key: Key) -> Int { sketch.frequency(Self.sketchKey(key)) }
+
+  /// The sketch's key for `key`: the low 32 bits of its hash, the tag a segment keeps.
+  static func sketchKey(_ key: Key) -> Int { Int(UInt32(truncatingIfNeeded: key.hashValue)) }
 
   /// The keys in `region`, from the least to the most recently used. O(n); for tests.
   func keys(in region: Region) -> [Key] {
@@ -185,11 +189,10 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   ///
   /// The call of the hit path. O(1) amortized; never evicts.
   /// - Returns: Whether `key` is resident (a miss changes nothing).
-  @inlinable
   @discardableResult
-  package mutating func recordAccess(_ key: Key) -> Bool {
+  mutating func recordAccess(_ key: Key) -> Bool {
     guard let slot = slots[key] else { return false }
-    climber?.hits &+= 1
+    sampleHits &+= 1
     sketch.increment(nodes[slot].hash)
     onAccess(slot)
     return true
@@ -204,12 +207,12 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   ///   - weight: Its weight (cost), 0 or more; 1 in count mode.
   /// - Returns: The keys that are no longer resident (possibly `key` itself).
   @discardableResult
-  package mutating func insert(_ key: Key, weight: Int) -> [Key] {
+  mutating func insert(_ key: Key, weight: Int) -> [Key] {
     precondition(weight >= 0, "weight is \(weight); it must be 0 or more")
     if slots[key] != nil { return update(key, weight: weight) }
-    let hash = key.hashValue
+    let hash = Self.sketchKey(key)
     sketch.increment(hash)
-    climber?.misses &+= 1
+    sampleMisses &+= 1
     guard weight <= maximumWeight else { return [key] }
     let slot = nodes.count
     nodes.append(Node(key: key, hash: hash, weight: weight, region: .window))
@@ -217,7 +220,7 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
     link(slot, atMRUOf: .window)
     windowWeight &+= weight
     var evicted: [Key] = []
-    evictEntries(into: &evicted)
+    evictEntries(sparing: slot, into: &evicted)
     climb()
     return evicted
   }
@@ -249,7 +252,7 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
     }
     demoteProtectedOverflow()
     var evicted: [Key] = []
-    evictEntries(into: &evicted)
+    evictEntries(sparing: slot, into: &evicted)
     return evicted
   }
 
@@ -267,7 +270,6 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   // MARK: Lists
 
   /// The most recently used slot of `region`.
-  @inlinable
   func mru(_ region: Region) -> Int {
     switch region {
     case .window: windowMRU
@@ -277,7 +279,6 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   }
 
   /// The least recently used slot of `region`.
-  @inlinable
   func lru(_ region: Region) -> Int {
     switch region {
     case .window: windowLRU
@@ -287,7 +288,6 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   }
 
   /// Sets the most recently used slot of `region`.
-  @inlinable
   mutating func setMRU(_ region: Region, _ slot: Int) {
     switch region {
     case .window: windowMRU = slot
@@ -297,7 +297,6 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   }
 
   /// Sets the least recently used slot of `region`.
-  @inlinable
   mutating func setLRU(_ region: Region, _ slot: Int) {
     switch region {
     case .window: windowLRU = slot
@@ -307,7 +306,6 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   }
 
   /// Adds `delta` to the weight of `region`.
-  @inlinable
   mutating func addWeight(_ delta: Int, to region: Region) {
     switch region {
     case .window: windowWeight &+= delta
@@ -317,7 +315,6 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   }
 
   /// Takes `slot` out of its list (its region and weight accounting stay).
-  @inlinable
   mutating func unlink(_ slot: Int) {
     let region = nodes[slot].region
     let newer = nodes[slot].newer
@@ -327,7 +324,6 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   }
 
   /// Puts an unlinked `slot` at the most recently used end of `region`.
-  @inlinable
   mutating func link(_ slot: Int, atMRUOf region: Region) {
     let head = mru(region)
     nodes[slot].region = region
@@ -338,7 +334,6 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   }
 
   /// Puts an unlinked `slot` at the least recently used end of `region`.
-  @inlinable
   mutating func link(_ slot: Int, atLRUOf region: Region) {
     let tail = lru(region)
     nodes[slot].region = region
@@ -349,7 +344,6 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   }
 
   /// Moves `slot` to the most recently used end of `region`, carrying its weight over.
-  @inlinable
   mutating func move(_ slot: Int, toMRUOf region: Region) {
     let weight = nodes[slot].weight
     addWeight(-weight, to: nodes[slot].region)
@@ -360,7 +354,6 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
 
   /// Moves `slot` up after a use; a probation entry is promoted to protected unless it is
   /// heavier than protected's whole size.
-  @inlinable
   mutating func onAccess(_ slot: Int) {
     let region = nodes[slot].region
     switch region {
@@ -378,7 +371,6 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
 
   /// Demotes protected's least recently used entries to probation's MRU end while protected
   /// is over its size.
-  @inlinable
   mutating func demoteProtectedOverflow() {
     while protectedWeight > protectedMaximum, protectedLRU != Self.none {
       move(protectedLRU, toMRUOf: .probation)
@@ -414,7 +406,6 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   /// Whether `candidate` should enter main in place of `victim`: it must be strictly more
   /// popular, or warm and lucky (1/128), so that an attacker cannot pin a victim by flooding
   /// its counters.
-  @inlinable
   mutating func admit(candidate: Int, victim: Int) -> Bool {
     let victimFrequency = sketch.frequency(nodes[victim].hash)
     let candidateFrequency = sketch.frequency(nodes[candidate].hash)
@@ -424,7 +415,6 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   }
 
   /// The next candidate after `candidate`: older in probation, newer in the window.
-  @inlinable
   func nextCandidate(after candidate: Int, in region: Region) -> Int {
     region == .window ? nodes[candidate].newer : nodes[candidate].older
   }
@@ -439,8 +429,8 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   /// nothing (so many of them at probation's LRU end lengthen the walk, as in Caffeine).
   /// With the window and protected within their sizes, emptying probation always suffices;
   /// the walk over protected and the window is a safety net, as in Caffeine.
-  @usableFromInline
-  mutating func evictEntries(into evicted: inout [Key]) {
+  mutating func evictEntries(sparing spared: Int, into evicted: inout [Key]) {
+    var spared = spared
     while windowWeight > windowMaximum, windowLRU != Self.none {
       move(windowLRU, toMRUOf: .probation)
     }
@@ -465,9 +455,17 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
           continue
         case .window:
           // Unreachable: every list was walked and each entry with weight left.
-          assertionFailure("over the maximum weight with nothing left to evict")
+          // Only the spared entry is left with weight.
           return
         }
+      }
+      if victim != Self.none && victim == spared {
+        victim = nodes[victim].newer
+        continue
+      }
+      if candidate != Self.none && candidate == spared {
+        candidate = nextCandidate(after: candidate, in: candidateRegion)
+        continue
       }
       if victim != Self.none && nodes[victim].weight == 0 {
         victim = nodes[victim].newer
@@ -503,6 +501,7 @@ package struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
       if let moved = removeNode(at: evict) {
         if victim == moved { victim = evict }
         if candidate == moved { candidate = evict }
+        if spared == moved { spared = evict }
       }
       if advanceCandidate { candidate = nextCandidate(after: candidate, in: candidateRegion) }
     }
@@ -522,7 +521,6 @@ extension WTinyLFUPolicy where Random == SystemRandomNumberGenerator {
 }
 
 extension WTinyLFUPolicy.Node: Sendable where Key: Sendable {}
-extension WTinyLFUPolicy: Sendable where Key: Sendable, Random: Sendable {}
 
 extension WTinyLFUPolicy {
   /// Checks every structural invariant and returns the violations (empty when sound). O(n).
@@ -554,7 +552,7 @@ extension WTinyLFUPolicy {
     for (key, slot) in slots where slot < 0 || slot >= nodes.count || nodes[slot].key != key {
       problems.append("the index of a key points at slot \(slot), which holds another key")
     }
-    for node in nodes where node.weight < 0 || node.hash != node.key.hashValue {
+    for node in nodes where node.weight < 0 || node.hash != Self.sketchKey(node.key) {
       problems.append("an entry has weight \(node.weight) or a stale hash")
     }
     if totalWeight > maximumWeight { problems.append("total weight \(totalWeight) exceeds \(maximumWeight)") }
@@ -566,5 +564,31 @@ extension WTinyLFUPolicy {
       problems.append("window \(windowMaximum) and protected \(protectedMaximum) do not fit \(maximumWeight)")
     }
     return problems
+  }
+}
+extension WTinyLFUPolicy {
+  /// Lets the climber move the boundary between the window and the main region, when a sample
+  /// is complete. Moves the entries that no longer fit at once, so that every list stays within
+  /// its size.
+  mutating func climb() {
+    guard let share = climber?.adjustment(hits: sampleHits, misses: sampleMisses) else { return }
+    sampleHits = 0
+    sampleMisses = 0
+    let amount = Int(share * Double(maximumWeight))
+    guard amount != 0 else { return }
+    if amount > 0 {
+      // Capacity comes out of protected; its overflow is demoted to probation.
+      let quota = Swift.min(amount, protectedMaximum)
+      windowMaximum += quota
+      protectedMaximum -= quota
+      demoteProtectedOverflow()
+    } else {
+      let quota = Swift.min(-amount, Swift.max(0, windowMaximum - 1))
+      windowMaximum -= quota
+      protectedMaximum += quota
+      while windowWeight > windowMaximum, windowLRU != Self.none {
+        move(windowLRU, toMRUOf: .probation)
+      }
+    }
   }
 }

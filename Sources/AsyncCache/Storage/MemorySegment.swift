@@ -1,0 +1,989 @@
+/// The list a node of a ``MemorySegment`` is in.
+///
+/// Under ``EvictionPolicy/leastRecentlyUsed`` every node is in the ``window`` list, which is
+/// then the one recency list.
+@usableFromInline
+enum SegmentRegion: UInt8, Sendable, CaseIterable {
+  /// W-TinyLFU's admission window, where new entries start; LRU's only list.
+  case window
+  /// W-TinyLFU's main region: the entries not used since they entered it.
+  case probation
+  /// W-TinyLFU's main region: the entries used while in probation.
+  case protected
+}
+
+/// One entry of a ``MemorySegment``: 40 bytes besides the key and the value.
+@usableFromInline
+struct MemoryNode<Key, Value> {
+  @usableFromInline var key: Key
+  @usableFromInline var value: Value
+  /// Expiry in nanoseconds since 1970; `Int64.max` for never.
+  @usableFromInline var expiry: Int64
+  /// The cost in the low 61 bits and the ``SegmentRegion`` in the two above, so that W-TinyLFU
+  /// costs no memory per entry over LRU.
+  @usableFromInline var costAndRegion: Int
+  /// The neighbour closer to the most recently used end of its list, or ``MemorySegment/none``.
+  @usableFromInline var newer: UInt32
+  /// The neighbour closer to the least recently used end of its list, or ``MemorySegment/none``.
+  @usableFromInline var older: UInt32
+
+  /// The largest cost an entry may have: 2^61 - 1.
+  @usableFromInline static var maximumCost: Int { (1 << 61) - 1 }
+
+  @inlinable
+  init(key: Key, value: Value, expiry: Int64, cost: Int) {
+    self.key = key
+    self.value = value
+    self.expiry = expiry
+    self.costAndRegion = cost
+    self.newer = .max
+    self.older = .max
+  }
+
+  /// The entry's cost, 0 to ``maximumCost``.
+  @inlinable
+  var cost: Int {
+    @inline(__always) get { costAndRegion & Self.maximumCost }
+    @inline(__always) set { costAndRegion = costAndRegion & ~Self.maximumCost | newValue }
+  }
+
+  /// The list the node is in.
+  @inlinable
+  var region: SegmentRegion {
+    @inline(__always) get { SegmentRegion(rawValue: UInt8(truncatingIfNeeded: costAndRegion >> 61)) ?? .window }
+    @inline(__always) set { costAndRegion = costAndRegion & Self.maximumCost | Int(newValue.rawValue) << 61 }
+  }
+}
+
+/// What a segment's W-TinyLFU policy needs besides its lists: the sketch, the hill climber, the
+/// sizes of the regions and their limits, in entries and in cost.
+///
+/// Each segment runs its own policy over its share of the limits (keys spread evenly over the
+/// segments, so each sees a sample of the workload); with one segment it is exactly the
+/// policy of Caffeine's design.
+@usableFromInline
+struct SegmentAdmission {
+  // Field order is layout order: a hit reads `isEnabled` and writes `pendingCount` and
+  // `pending`, so these come first.
+  /// Whether the policy is W-TinyLFU; `false` for LRU, which uses nothing else here.
+  @usableFromInline let isEnabled: Bool
+  /// Sketch keys of hits not yet counted in the sketch: ``pendingCapacity`` 32-bit tags.
+  ///
+  /// A hit only appends its tag here; a full buffer, or any read of the sketch, counts them
+  /// all at once. The increments of a batch are independent, so the processor overlaps their
+  /// cache misses on the table instead of stalling on each one; and every read sees every
+  /// increment, so the decisions are exactly those of counting at once.
+  @usableFromInline var pending: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) =
+    (0, 0, 0, 0, 0, 0, 0, 0)
+  @usableFromInline var pendingCount = 0
+  /// Where the touching loads of ``countPendingUses()`` go, so that they are not optimized away.
+  @usableFromInline var touchSink: UInt64 = 0
+
+  @usableFromInline var sketch: FrequencySketch
+  @usableFromInline var climber: WindowClimber?
+  @usableFromInline var random: SplitMix64
+  /// The segment's share of the count limit, for the climber's steps.
+  @usableFromInline let countShare: Int
+  /// The segment's share of the cost limit, or `Int.max` when cost does not bound the layer.
+  @usableFromInline let costShare: Int
+  @usableFromInline var windowCountMaximum: Int
+  @usableFromInline var windowCostMaximum: Int
+  @usableFromInline var protectedCountMaximum: Int
+  @usableFromInline var protectedCostMaximum: Int
+  @usableFromInline var windowCount = 0
+  @usableFromInline var windowCost = 0
+  @usableFromInline var protectedCount = 0
+  @usableFromInline var protectedCost = 0
+  /// The segment's hits and misses when the climber's sample started.
+  @usableFromInline var sampleStartHits = 0
+  @usableFromInline var sampleStartMisses = 0
+  /// How many tags ``pending`` holds.
+  @usableFromInline static var pendingCapacity: Int { 16 }
+
+  /// Queues a use of the key with sketch key `tag`, counting the queue when it is full.
+  @inlinable
+  @inline(__always)
+  mutating func recordUse(_ tag: UInt32) {
+    let index = pendingCount
+    withUnsafeMutableBytes(of: &pending) { $0.storeBytes(of: tag, toByteOffset: index &* 4, as: UInt32.self) }
+    pendingCount = index &+ 1
+    if pendingCount == Self.pendingCapacity { countPendingUses() }
+  }
+
+  /// Counts every queued use in the sketch. Call before reading the sketch.
+  @inlinable
+  mutating func countPendingUses() {
+    let count = pendingCount
+    guard count > 0 else { return }
+    pendingCount = 0
+    let tags = pending
+    withUnsafeBytes(of: tags) { bytes in
+      // First touch every block with one load each: the loads are independent, so their cache
+      // misses are all in flight at once; the increments then find their lines in cache.
+      var touched: UInt64 = 0
+      for index in 0..<count {
+        touched |= sketch.firstWord(ofBlockFor: Self.sketchKey(bytes.load(fromByteOffset: index &* 4, as: UInt32.self)))
+      }
+      touchSink = touched
+      for index in 0..<count {
+        sketch.increment(Self.sketchKey(bytes.load(fromByteOffset: index &* 4, as: UInt32.self)))
+      }
+    }
+  }
+
+  /// The share of a limit that goes to the main region (Caffeine's `PERCENT_MAIN`).
+  @usableFromInline static var mainShare: Double { 0.99 }
+  /// The share of the main region that goes to protected (Caffeine's `PERCENT_MAIN_PROTECTED`).
+  @usableFromInline static var protectedShare: Double { 0.8 }
+  /// A candidate at least this popular may win a lost duel by chance (Caffeine's
+  /// `ADMIT_HASHDOS_THRESHOLD`).
+  @usableFromInline static var warmFrequency: Int { 6 }
+
+  /// The entries the sketch of a segment without a count limit is first sized for.
+  @usableFromInline static var initialUnboundedSketchSize: Int { 256 }
+
+  /// Gives a segment without a count limit a sketch sized for twice its `count` entries once it
+  /// holds more than the sketch is sized for. The counts start over, as in Caffeine; doubling
+  /// makes that rare.
+  @inlinable
+  mutating func growSketchIfNeeded(count: Int) {
+    guard countShare == .max, count > sketch.size, sketch.size < FrequencySketch.maximumCapacity else { return }
+    pendingCount = 0
+    sketch = FrequencySketch(maximumSize: count &* 2)
+    if climber != nil { climber = WindowClimber(sampleSize: sketch.sampleSize) }
+  }
+
+  /// LRU: no admission.
+  init() {
+    isEnabled = false
+    sketch = FrequencySketch(maximumSize: 0)
+    random = SplitMix64(seed: 0)
+    countShare = .max
+    costShare = .max
+    windowCountMaximum = .max
+    windowCostMaximum = .max
+    protectedCountMaximum = .max
+    protectedCostMaximum = .max
+  }
+
+  /// W-TinyLFU over a segment's share of the limits.
+  ///
+  /// - Parameters:
+  ///   - countShare: The segment's share of the count limit (0 or more).
+  ///   - costShare: Its share of the cost limit, or `Int.max` when cost does not bound.
+  ///   - adaptiveWindow: Whether the hill climber moves the window.
+  ///   - seed: The seed of the rare random admissions.
+  init(countShare: Int, costShare: Int, adaptiveWindow: Bool, seed: UInt64) {
+    isEnabled = true
+    self.countShare = countShare
+    self.costShare = costShare
+    // Without a count limit the number of entries is unknown: the sketch starts small and
+    // grows with the segment (as Caffeine's does with a weighted cache).
+    sketch = FrequencySketch(maximumSize: countShare == .max ? Self.initialUnboundedSketchSize : countShare)
+    climber = adaptiveWindow ? WindowClimber(sampleSize: sketch.sampleSize) : nil
+    random = SplitMix64(seed: seed)
+    (windowCountMaximum, protectedCountMaximum) = Self.maximums(share: countShare)
+    (windowCostMaximum, protectedCostMaximum) = Self.maximums(share: costShare)
+  }
+
+  /// The window's and protected's sizes for a share of a limit: 1% and 80% of the other 99%,
+  /// rounded as Caffeine does; unbounded for an unbounded share.
+  static func maximums(share: Int) -> (window: Int, protected: Int) {
+    guard share != .max else { return (.max, .max) }
+    let main = Int(Double(share) * mainShare)
+    return (share - main, Int(Double(main) * protectedShare))
+  }
+
+  /// The sketch's key for a key's tag (the low 32 bits of its hash).
+  @inlinable
+  @inline(__always)
+  static func sketchKey(_ tag: UInt32) -> Int { Int(truncatingIfNeeded: tag) }
+
+  /// The sketch's key of `key`.
+  @inlinable
+  @inline(__always)
+  static func sketchKey<Key: Hashable>(of key: Key) -> Int {
+    Int(truncatingIfNeeded: UInt32(truncatingIfNeeded: key.hashValue))
+  }
+}
+
+/// A hash map whose entries are ordered for eviction: the storage of one segment of a memory
+/// layer, under ``EvictionPolicy/leastRecentlyUsed`` or ``EvictionPolicy/windowTinyLFU``.
+///
+/// Layout, chosen for a small footprint and few cache misses per hit:
+/// - nodes live densely in one slab (`0..<count`); removal moves the last node into the hole
+///   (swap-remove), so there is no free list and enumeration is a linear scan;
+/// - the index is an open-addressing table of 64-bit buckets with linear probing and
+///   backward-shift deletion (no tombstones). A bucket holds the low 32 bits of the key's hash
+///   (the *tag*, which also gives its home position) and `slot + 1` (0 marks an empty bucket),
+///   so a probe that meets another key rarely touches its node, and the table grows without
+///   rehashing keys;
+/// - the lists link nodes through 32-bit slot numbers: one recency list under LRU; W-TinyLFU's
+///   window, probation and protected lists otherwise (the tests hold a plain reference model,
+///   `WTinyLFUPolicy`, that this implementation must match step for step).
+///
+/// Not thread-safe: ``MemoryStore`` keeps each segment behind its own lock.
+@usableFromInline
+struct MemorySegment<Key: Hashable, Value>: ~Copyable {
+  @usableFromInline typealias Node = MemoryNode<Key, Value>
+
+  /// The absent link.
+  @usableFromInline static var none: UInt32 { .max }
+
+  // Field order is layout order: a hit writes `windowMRU` and `hits`, reads `nodes`, `buckets`
+  // and `bucketMask`, so these come first, on the cache line of the lock; then the policy's
+  // state, whose first fields a W-TinyLFU hit writes.
+  /// The window's (LRU's only list's) most recently used node.
+  @usableFromInline var windowMRU: UInt32
+  /// The window's least recently used node.
+  @usableFromInline var windowLRU: UInt32
+  @usableFromInline var hits: Int
+  @usableFromInline var nodes: UnsafeMutablePointer<Node>
+  @usableFromInline var buckets: UnsafeMutablePointer<UInt64>
+  @usableFromInline var bucketMask: Int
+  @usableFromInline var admission: SegmentAdmission
+  @usableFromInline var capacity: Int
+  @usableFromInline var count: Int
+  @usableFromInline var totalCost: Int
+  @usableFromInline var misses: Int
+  @usableFromInline var evictions: EvictionCounts
+  @usableFromInline var probationMRU: UInt32
+  @usableFromInline var probationLRU: UInt32
+  @usableFromInline var protectedMRU: UInt32
+  @usableFromInline var protectedLRU: UInt32
+
+  @usableFromInline static var initialCapacity: Int { 4 }
+
+  init(admission: SegmentAdmission = SegmentAdmission()) {
+    capacity = Self.initialCapacity
+    nodes = .allocate(capacity: capacity)
+    let bucketCount = Self.initialCapacity * 2
+    buckets = .allocate(capacity: bucketCount)
+    buckets.initialize(repeating: 0, count: bucketCount)
+    bucketMask = bucketCount - 1
+    count = 0
+    windowMRU = Self.none
+    windowLRU = Self.none
+    probationMRU = Self.none
+    probationLRU = Self.none
+    protectedMRU = Self.none
+    protectedLRU = Self.none
+    totalCost = 0
+    hits = 0
+    misses = 0
+    evictions = EvictionCounts()
+    self.admission = admission
+  }
+
+  deinit {
+    nodes.deinitialize(count: count)
+    nodes.deallocate()
+    buckets.deallocate()
+  }
+
+  // MARK: Index
+
+  @inlinable
+  static func tag(of hash: Int) -> UInt32 { UInt32(truncatingIfNeeded: hash) }
+
+  @inlinable
+  static func bucket(tag: UInt32, slot: Int) -> UInt64 {
+    UInt64(tag) << 32 | UInt64(UInt32(truncatingIfNeeded: slot &+ 1))
+  }
+
+  @inlinable
+  static func slot(of bucket: UInt64) -> Int { Int(UInt32(truncatingIfNeeded: bucket)) &- 1 }
+
+  @inlinable
+  static func home(of bucket: UInt64, mask: Int) -> Int { Int(UInt32(truncatingIfNeeded: bucket >> 32)) & mask }
+
+  /// The bucket position and slot of `key`, or `nil`.
+  @inlinable
+  @inline(__always)
+  func find(_ key: Key, hash: Int) -> (bucket: Int, slot: Int)? {
+    let tag = Self.tag(of: hash)
+    var position = Int(tag) & bucketMask
+    while true {
+      let bucket = buckets[position]
+      if bucket == 0 { return nil }
+      if UInt32(truncatingIfNeeded: bucket >> 32) == tag {
+        let slot = Self.slot(of: bucket)
+        if nodes[slot].key == key { return (position, slot) }
+      }
+      position = (position &+ 1) & bucketMask
+    }
+  }
+
+  /// The bucket position that refers to `slot`, whose key's hash has the tag `tag`.
+  @inlinable
+  func bucketPosition(ofSlot slot: Int, tag: UInt32) -> Int {
+    let wanted = UInt32(truncatingIfNeeded: slot &+ 1)
+    var position = Int(tag) & bucketMask
+    while UInt32(truncatingIfNeeded: buckets[position]) != wanted {
+      position = (position &+ 1) & bucketMask
+    }
+    return position
+  }
+
+  @inlinable
+  mutating func insertBucket(_ bucket: UInt64) {
+    var position = Self.home(of: bucket, mask: bucketMask)
+    while buckets[position] != 0 { position = (position &+ 1) & bucketMask }
+    buckets[position] = bucket
+  }
+
+  /// Empties the bucket at `position`, shifting later buckets of the same run back so that
+  /// every key stays reachable from its home position.
+  @inlinable
+  mutating func deleteBucket(at position: Int) {
+    var hole = position
+    var probe = position
+    while true {
+      probe = (probe &+ 1) & bucketMask
+      let bucket = buckets[probe]
+      if bucket == 0 { break }
+      let home = Self.home(of: bucket, mask: bucketMask)
+      // The bucket may move into the hole when the hole lies cyclically in [home, probe).
+      if (probe &- home) & bucketMask >= (probe &- hole) & bucketMask {
+        buckets[hole] = bucket
+        hole = probe
+      }
+    }
+    buckets[hole] = 0
+  }
+
+  @inlinable
+  mutating func resizeBuckets(to bucketCount: Int) {
+    let old = buckets
+    let oldCount = bucketMask &+ 1
+    buckets = .allocate(capacity: bucketCount)
+    buckets.initialize(repeating: 0, count: bucketCount)
+    bucketMask = bucketCount &- 1
+    for position in 0..<oldCount where old[position] != 0 {
+      insertBucket(old[position])
+    }
+    old.deallocate()
+  }
+
+  @inlinable
+  mutating func resizeNodes(to newCapacity: Int) {
+    let old = nodes
+    nodes = .allocate(capacity: newCapacity)
+    nodes.moveInitialize(from: old, count: count)
+    old.deallocate()
+    capacity = newCapacity
+  }
+
+  /// Makes room for one more node, keeping the index at most 3/4 full.
+  @inlinable
+  mutating func reserveOneMore() {
+    if count == capacity { resizeNodes(to: capacity &* 2) }
+    if (count &+ 1) &* 4 > (bucketMask &+ 1) &* 3 { resizeBuckets(to: (bucketMask &+ 1) &* 2) }
+  }
+
+  /// Gives memory back when the segment holds far fewer nodes than it has room for.
+  @inlinable
+  mutating func shrinkIfSparse() {
+    guard capacity > Self.initialCapacity, count &* 4 <= capacity else { return }
+    let newCapacity = Swift.max(Self.initialCapacity, count &* 2)
+    resizeNodes(to: newCapacity)
+    var bucketCount = Self.initialCapacity &* 2
+    while newCapacity &* 3 > bucketCount &* 2 { bucketCount &*= 2 }
+    if bucketCount < bucketMask &+ 1 { resizeBuckets(to: bucketCount) }
+  }
+
+  // MARK: Lists
+
+  /// The most recently used node of `region`.
+  @inlinable
+  @inline(__always)
+  func mru(_ region: SegmentRegion) -> UInt32 {
+    switch region {
+    case .window: windowMRU
+    case .probation: probationMRU
+    case .protected: protectedMRU
+    }
+  }
+
+  /// The least recently used node of `region`.
+  @inlinable
+  @inline(__always)
+  func lru(_ region: SegmentRegion) -> UInt32 {
+    switch region {
+    case .window: windowLRU
+    case .probation: probationLRU
+    case .protected: protectedLRU
+    }
+  }
+
+  @inlinable
+  @inline(__always)
+  mutating func setMRU(_ region: SegmentRegion, _ slot: UInt32) {
+    switch region {
+    case .window: windowMRU = slot
+    case .probation: probationMRU = slot
+    case .protected: protectedMRU = slot
+    }
+  }
+
+  @inlinable
+  @inline(__always)
+  mutating func setLRU(_ region: SegmentRegion, _ slot: UInt32) {
+    switch region {
+    case .window: windowLRU = slot
+    case .probation: probationLRU = slot
+    case .protected: protectedLRU = slot
+    }
+  }
+
+  /// Takes `slot` out of its list; its region and the regions' sizes stay.
+  @inlinable
+  @inline(__always)
+  mutating func unlink(_ slot: Int) {
+    let newer = nodes[slot].newer
+    let older = nodes[slot].older
+    if newer != Self.none { nodes[Int(newer)].older = older } else { setMRU(nodes[slot].region, older) }
+    if older != Self.none { nodes[Int(older)].newer = newer } else { setLRU(nodes[slot].region, newer) }
+  }
+
+  /// Puts an unlinked `slot` at the most recently used end of `region`.
+  @inlinable
+  @inline(__always)
+  mutating func link(_ slot: Int, atMRUOf region: SegmentRegion) {
+    let slot32 = UInt32(truncatingIfNeeded: slot)
+    let head = mru(region)
+    nodes[slot].region = region
+    nodes[slot].newer = Self.none
+    nodes[slot].older = head
+    if head != Self.none { nodes[Int(head)].newer = slot32 } else { setLRU(region, slot32) }
+    setMRU(region, slot32)
+  }
+
+  /// Puts an unlinked `slot` at the least recently used end of `region`.
+  @inlinable
+  mutating func link(_ slot: Int, atLRUOf region: SegmentRegion) {
+    let slot32 = UInt32(truncatingIfNeeded: slot)
+    let tail = lru(region)
+    nodes[slot].region = region
+    nodes[slot].older = Self.none
+    nodes[slot].newer = tail
+    if tail != Self.none { nodes[Int(tail)].older = slot32 } else { setMRU(region, slot32) }
+    setLRU(region, slot32)
+  }
+
+  /// Marks `slot` as the most recently used node of its list.
+  @inlinable
+  @inline(__always)
+  mutating func touch(_ slot: Int) {
+    guard mru(nodes[slot].region) != UInt32(truncatingIfNeeded: slot) else { return }
+    unlink(slot)
+    link(slot, atMRUOf: nodes[slot].region)
+  }
+
+  /// Adds one node of `cost` to `region`'s size (`sign` -1 takes it away). Probation's size is
+  /// what the other two leave of the totals.
+  @inlinable
+  @inline(__always)
+  mutating func account(_ region: SegmentRegion, cost: Int, sign: Int) {
+    switch region {
+    case .window:
+      admission.windowCount &+= sign
+      admission.windowCost &+= sign &* cost
+    case .probation:
+      break
+    case .protected:
+      admission.protectedCount &+= sign
+      admission.protectedCost &+= sign &* cost
+    }
+  }
+
+  /// Moves `slot` to the most recently used end of `region`, carrying its size over.
+  @inlinable
+  mutating func move(_ slot: Int, toMRUOf region: SegmentRegion) {
+    let cost = nodes[slot].cost
+    account(nodes[slot].region, cost: cost, sign: -1)
+    unlink(slot)
+    link(slot, atMRUOf: region)
+    account(region, cost: cost, sign: 1)
+  }
+
+  // MARK: W-TinyLFU
+
+  /// Whether the window is over its size.
+  ///
+  /// An entry costing more than the window's share of the cost limit passes straight on to
+  /// probation as a candidate (as in Caffeine); the insert that wrote it still spares it.
+  @inlinable
+  var windowOverflows: Bool {
+    admission.windowCount > admission.windowCountMaximum || admission.windowCost > admission.windowCostMaximum
+  }
+
+  /// Whether protected is over its size.
+  @inlinable
+  var protectedOverflows: Bool {
+    admission.protectedCount > admission.protectedCountMaximum
+      || admission.protectedCost > admission.protectedCostMaximum
+  }
+
+  /// Records a hit on `slot`: under W-TinyLFU counts it in the sketch and moves it up its lists
+  /// (window to the window's MRU end, probation to protected, protected to protected's MRU
+  /// end); under LRU makes it the most recently used.
+  @inlinable
+  @inline(__always)
+  mutating func recordHit(_ slot: Int, hash: Int) {
+    hits &+= 1
+    guard admission.isEnabled else {
+      touch(slot)
+      return
+    }
+    admission.recordUse(Self.tag(of: hash))
+    promote(slot)
+  }
+
+  /// Moves `slot` up after a use; a probation entry goes to protected unless it alone is
+  /// larger than protected.
+  @inlinable
+  mutating func promote(_ slot: Int) {
+    switch nodes[slot].region {
+    case .window, .protected:
+      touch(slot)
+    case .probation:
+      if nodes[slot].cost > admission.protectedCostMaximum || admission.protectedCountMaximum < 1 {
+        touch(slot)
+      } else {
+        move(slot, toMRUOf: .protected)
+        demoteProtectedOverflow()
+      }
+    }
+  }
+
+  /// Demotes protected's least recently used entries to probation's MRU end while protected is
+  /// over its size.
+  @inlinable
+  mutating func demoteProtectedOverflow() {
+    while protectedOverflows, protectedLRU != Self.none {
+      move(Int(protectedLRU), toMRUOf: .probation)
+    }
+  }
+
+  /// Moves the window's least recently used entries to probation's MRU end, as candidates,
+  /// while the window is over its size.
+  @inlinable
+  mutating func drainWindowOverflow() {
+    while windowOverflows, windowLRU != Self.none {
+      move(Int(windowLRU), toMRUOf: .probation)
+    }
+  }
+
+  /// Records that the node at `slot`, already present, was written again with a cost that was
+  /// `oldCost`: counts it as a use and updates its region's size. A window entry that grew
+  /// past the window's size moves to the window's LRU end, to leave it first.
+  @inlinable
+  mutating func recordRewrite(_ slot: Int, hash: Int, oldCost: Int) {
+    let region = nodes[slot].region
+    account(region, cost: oldCost, sign: -1)
+    account(region, cost: nodes[slot].cost, sign: 1)
+    guard admission.isEnabled else {
+      touch(slot)
+      return
+    }
+    admission.recordUse(Self.tag(of: hash))
+    if region == .window && nodes[slot].cost > admission.windowCostMaximum {
+      unlink(slot)
+      link(slot, atLRUOf: .window)
+    } else {
+      promote(slot)
+    }
+    demoteProtectedOverflow()
+  }
+
+  /// Whether `candidate` should enter main in place of `victim`: it must be strictly more
+  /// popular, or warm and lucky (1/128), so that an attacker cannot pin a victim by flooding
+  /// its counters.
+  @inlinable
+  mutating func admits(candidate: UInt32, victim: UInt32) -> Bool {
+    let victimFrequency = admission.sketch.frequency(SegmentAdmission.sketchKey(of: nodes[Int(victim)].key))
+    let candidateFrequency = admission.sketch.frequency(SegmentAdmission.sketchKey(of: nodes[Int(candidate)].key))
+    if candidateFrequency > victimFrequency { return true }
+    guard candidateFrequency >= SegmentAdmission.warmFrequency else { return false }
+    return admission.random.next() & 127 == 0
+  }
+
+  /// The next candidate after `candidate`: older in probation, newer in the window.
+  @inlinable
+  func nextCandidate(after candidate: UInt32, in region: SegmentRegion) -> UInt32 {
+    region == .window ? nodes[Int(candidate)].newer : nodes[Int(candidate)].older
+  }
+
+  /// Evicts while `overLimit` names a limit the totals exceed, never the node at `spared` (the
+  /// entry just written, or ``none``), handing each node that leaves to `evicted` with the
+  /// limit.
+  ///
+  /// LRU evicts from the LRU end. W-TinyLFU first moves window overflow to probation, then
+  /// runs Caffeine's `evictFromMain`: candidates are taken from probation's MRU end (where the
+  /// window overflow just went), then from the window's LRU end; victims from probation's LRU
+  /// end, then protected's, then the window's. A candidate and a victim duel by frequency;
+  /// when only one of them exists, it leaves. Over the cost limit, entries of cost 0 are
+  /// skipped: evicting them frees nothing. Stops when every list was walked (the rest of the
+  /// excess is in other segments).
+  @inlinable
+  mutating func evict(
+    sparing spared: UInt32,
+    while overLimit: () -> EvictionReason?,
+    _ evicted: (consuming Node, EvictionReason) -> Void
+  ) {
+    var spared = spared
+    guard admission.isEnabled else {
+      while windowLRU != Self.none, windowLRU != spared, let reason = overLimit() {
+        let last = UInt32(truncatingIfNeeded: count &- 1)
+        let leaving = windowLRU
+        evicted(remove(slot: Int(leaving)), reason)
+        if spared == last { spared = leaving }
+      }
+      return
+    }
+    drainWindowOverflow()
+    admission.countPendingUses()
+    var victimRegion = SegmentRegion.probation
+    var candidateRegion = SegmentRegion.probation
+    var victim = probationLRU
+    var candidate = probationMRU
+    while let reason = overLimit() {
+      if candidate == Self.none && candidateRegion == .probation {
+        candidate = windowLRU
+        candidateRegion = .window
+      }
+      if candidate == Self.none && victim == Self.none {
+        switch victimRegion {
+        case .probation:
+          victim = protectedLRU
+          victimRegion = .protected
+          continue
+        case .protected:
+          victim = windowLRU
+          victimRegion = .window
+          continue
+        case .window:
+          return
+        }
+      }
+      if victim != Self.none && victim == spared {
+        victim = nodes[Int(victim)].newer
+        continue
+      }
+      if candidate != Self.none && candidate == spared {
+        candidate = nextCandidate(after: candidate, in: candidateRegion)
+        continue
+      }
+      if reason == .costLimit {
+        if victim != Self.none && nodes[Int(victim)].cost == 0 {
+          victim = nodes[Int(victim)].newer
+          continue
+        }
+        if candidate != Self.none && nodes[Int(candidate)].cost == 0 {
+          candidate = nextCandidate(after: candidate, in: candidateRegion)
+          continue
+        }
+      }
+      let leaving: UInt32
+      // A candidate that wins moves on only after the victim left: the victim may be its
+      // neighbour, whose slot the removal frees or gives to another node.
+      var advanceCandidate = false
+      if victim == Self.none {
+        leaving = candidate
+        candidate = nextCandidate(after: candidate, in: candidateRegion)
+      } else if candidate == Self.none {
+        leaving = victim
+        victim = nodes[Int(victim)].newer
+      } else if candidate == victim {
+        leaving = victim
+        victim = nodes[Int(victim)].newer
+        candidate = Self.none
+      } else if admits(candidate: candidate, victim: victim) {
+        leaving = victim
+        victim = nodes[Int(victim)].newer
+        advanceCandidate = true
+      } else {
+        leaving = candidate
+        candidate = nextCandidate(after: candidate, in: candidateRegion)
+      }
+      // The removal moves the last node into the freed slot.
+      let last = UInt32(truncatingIfNeeded: count &- 1)
+      evicted(remove(slot: Int(leaving)), reason)
+      if leaving != last {
+        if victim == last { victim = leaving }
+        if candidate == last { candidate = leaving }
+        if spared == last { spared = leaving }
+      }
+      if advanceCandidate { candidate = nextCandidate(after: candidate, in: candidateRegion) }
+    }
+  }
+
+  /// Lets the hill climber move the boundary between the window and the main region once its
+  /// sample of this segment's lookups is complete; moves the entries that no longer fit.
+  @inlinable
+  mutating func climb() {
+    guard admission.isEnabled, admission.climber != nil else { return }
+    guard
+      let move = admission.climber?.adjustment(
+        hits: hits &- admission.sampleStartHits,
+        misses: misses &- admission.sampleStartMisses
+      )
+    else { return }
+    admission.sampleStartHits = hits
+    admission.sampleStartMisses = misses
+    guard move != 0 else { return }
+    Self.shift(
+      move,
+      share: admission.countShare,
+      window: &admission.windowCountMaximum,
+      protected: &admission.protectedCountMaximum
+    )
+    Self.shift(
+      move,
+      share: admission.costShare,
+      window: &admission.windowCostMaximum,
+      protected: &admission.protectedCostMaximum
+    )
+    if move > 0 { demoteProtectedOverflow() } else { drainWindowOverflow() }
+  }
+
+  /// Moves `move` × `share` of capacity from protected into the window (or back, when
+  /// negative), as Caffeine's climber does: protected gives at most what it has, and the window
+  /// keeps at least 1.
+  @usableFromInline
+  static func shift(_ move: Double, share: Int, window: inout Int, protected: inout Int) {
+    guard share != .max else { return }
+    let amount = Int(move * Double(share))
+    if amount > 0 {
+      let quota = Swift.min(amount, protected)
+      window += quota
+      protected -= quota
+    } else if amount < 0 {
+      let quota = Swift.min(-amount, Swift.max(0, window - 1))
+      window -= quota
+      protected += quota
+    }
+  }
+
+  // MARK: Operations
+
+  /// Adds a node for a key that is not present, at the window's (LRU's) MRU end; under
+  /// W-TinyLFU, counts the key in the sketch.
+  @inlinable
+  mutating func append(_ node: consuming Node, hash: Int) {
+    reserveOneMore()
+    let slot = count
+    let tag = Self.tag(of: hash)
+    node.region = .window
+    totalCost &+= node.cost
+    account(.window, cost: node.cost, sign: 1)
+    (nodes + slot).initialize(to: node)
+    count &+= 1
+    insertBucket(Self.bucket(tag: tag, slot: slot))
+    link(slot, atMRUOf: .window)
+    if admission.isEnabled {
+      admission.growSketchIfNeeded(count: count)
+      admission.recordUse(tag)
+    }
+  }
+
+  /// Removes the node at `slot`, whose bucket is at `position`, and returns it.
+  @inlinable
+  @discardableResult
+  mutating func remove(slot: Int, bucket position: Int) -> Node {
+    unlink(slot)
+    deleteBucket(at: position)
+    let removed = (nodes + slot).move()
+    totalCost &-= removed.cost
+    account(removed.region, cost: removed.cost, sign: -1)
+    let last = count &- 1
+    if slot != last {
+      (nodes + slot).moveInitialize(from: nodes + last, count: 1)
+      let slot32 = UInt32(truncatingIfNeeded: slot)
+      let newer = nodes[slot].newer
+      let older = nodes[slot].older
+      if newer != Self.none { nodes[Int(newer)].older = slot32 } else { setMRU(nodes[slot].region, slot32) }
+      if older != Self.none { nodes[Int(older)].newer = slot32 } else { setLRU(nodes[slot].region, slot32) }
+      let tag = Self.tag(of: nodes[slot].key.hashValue)
+      let moved = bucketPosition(ofSlot: last, tag: tag)
+      buckets[moved] = Self.bucket(tag: tag, slot: slot)
+    }
+    count = last
+    return removed
+  }
+
+  /// Removes the node at `slot`, looking up its bucket.
+  @inlinable
+  @discardableResult
+  mutating func remove(slot: Int) -> Node {
+    remove(slot: slot, bucket: bucketPosition(ofSlot: slot, tag: Self.tag(of: nodes[slot].key.hashValue)))
+  }
+
+  /// The node that would leave first without a duel: probation's LRU end, then the window's,
+  /// then protected's (LRU: the least recently used), or ``none`` when empty.
+  @inlinable
+  var firstVictim: UInt32 {
+    if probationLRU != Self.none { return probationLRU }
+    if windowLRU != Self.none { return windowLRU }
+    return protectedLRU
+  }
+
+  /// Removes and returns the node that would leave first (``firstVictim``), if any.
+  @inlinable
+  mutating func removeFirstVictim() -> Node? {
+    let victim = firstVictim
+    guard victim != Self.none else { return nil }
+    return remove(slot: Int(victim))
+  }
+
+  /// Removes every node in O(1): the old storage is handed back, to be released by the caller
+  /// after it unlocks, and the segment starts over at its initial size. The sketch keeps what
+  /// it learnt.
+  @inlinable
+  mutating func detachAllNodes() -> DetachedNodes<Key, Value> {
+    let detached = DetachedNodes<Key, Value>(nodes: nodes, count: count, buckets: buckets)
+    capacity = Self.initialCapacity
+    nodes = .allocate(capacity: capacity)
+    let bucketCount = Self.initialCapacity * 2
+    buckets = .allocate(capacity: bucketCount)
+    buckets.initialize(repeating: 0, count: bucketCount)
+    bucketMask = bucketCount - 1
+    count = 0
+    totalCost = 0
+    for region in SegmentRegion.allCases {
+      setMRU(region, Self.none)
+      setLRU(region, Self.none)
+    }
+    admission.windowCount = 0
+    admission.windowCost = 0
+    admission.protectedCount = 0
+    admission.protectedCost = 0
+    return detached
+  }
+
+  /// Calls `body` with every node in eviction order: probation, the window, then protected,
+  /// each from its least to its most recently used (LRU: least to most recently used).
+  @inlinable
+  func forEachInEvictionOrder(_ body: (Node) -> Void) {
+    for region in [SegmentRegion.probation, .window, .protected] {
+      var cursor = lru(region)
+      while cursor != Self.none {
+        body(nodes[Int(cursor)])
+        cursor = nodes[Int(cursor)].newer
+      }
+    }
+  }
+}
+
+extension MemoryNode: Sendable where Key: Sendable, Value: Sendable {}
+
+extension MemorySegment {
+  /// The keys in `region`, from its least to its most recently used. O(n); for tests.
+  func keys(in region: SegmentRegion) -> [Key] {
+    var keys: [Key] = []
+    var cursor = lru(region)
+    while cursor != Self.none {
+      keys.append(nodes[Int(cursor)].key)
+      cursor = nodes[Int(cursor)].newer
+    }
+    return keys
+  }
+
+  /// Checks every structural invariant and returns the violations (empty when sound). O(n).
+  /// For tests.
+  func invariantViolations() -> [String] {
+    var problems: [String] = []
+    // Every occupied bucket points at a node whose key hashes to the bucket's tag, and the
+    // node is reachable by probing from its home.
+    var referenced = Set<Int>()
+    let bucketCount = bucketMask + 1
+    for position in 0..<bucketCount where buckets[position] != 0 {
+      let bucket = buckets[position]
+      let slot = Self.slot(of: bucket)
+      guard slot >= 0, slot < count else {
+        problems.append("bucket \(position) points at slot \(slot) outside 0..<\(count)")
+        continue
+      }
+      if !referenced.insert(slot).inserted { problems.append("slot \(slot) is referenced twice") }
+      let hash = nodes[slot].key.hashValue
+      if UInt32(truncatingIfNeeded: bucket >> 32) != Self.tag(of: hash) {
+        problems.append("bucket \(position) has a tag that does not match its key")
+      }
+      if find(nodes[slot].key, hash: hash)?.slot != slot {
+        problems.append("slot \(slot) is not reachable from its home position")
+      }
+    }
+    if referenced.count != count { problems.append("\(referenced.count) buckets for \(count) nodes") }
+    if count * 4 > bucketCount * 3 { problems.append("index is more than 3/4 full") }
+    // Each list visits its nodes once, in both directions; together they hold every node.
+    var seen = Set<Int>()
+    var sizes: [SegmentRegion: (count: Int, cost: Int)] = [:]
+    for region in SegmentRegion.allCases {
+      var cursor = lru(region)
+      var previous = Self.none
+      var size = (count: 0, cost: 0)
+      while cursor != Self.none, seen.count <= count {
+        let node = nodes[Int(cursor)]
+        if !seen.insert(Int(cursor)).inserted { problems.append("node \(cursor) is linked twice") }
+        if node.region != region { problems.append("node \(cursor) in \(region) says \(node.region)") }
+        if node.older != previous { problems.append("node \(cursor) has a wrong older link") }
+        size.count += 1
+        size.cost += node.cost
+        previous = cursor
+        cursor = node.newer
+      }
+      if previous != mru(region) { problems.append("\(region) ends at \(previous), its MRU is \(mru(region))") }
+      sizes[region] = size
+    }
+    if seen.count != count { problems.append("the lists hold \(seen.count) nodes, the segment \(count)") }
+    for slot in 0..<count where nodes[slot].costAndRegion < 0 || nodes[slot].costAndRegion >> 61 > 2 {
+      problems.append("node \(slot) has cost and region bits \(nodes[slot].costAndRegion)")
+    }
+    let window = sizes[.window] ?? (0, 0)
+    let protected = sizes[.protected] ?? (0, 0)
+    if window.count != admission.windowCount || window.cost != admission.windowCost {
+      problems.append("the window holds \(window), its size says \((admission.windowCount, admission.windowCost))")
+    }
+    if protected.count != admission.protectedCount || protected.cost != admission.protectedCost {
+      problems.append(
+        "protected holds \(protected), its size says \((admission.protectedCount, admission.protectedCost))"
+      )
+    }
+    if admission.isEnabled {
+      if windowOverflows { problems.append("the window \(window) is over its size") }
+      if protectedOverflows { problems.append("protected \(protected) is over its size") }
+    } else if window.count != count {
+      problems.append("LRU keeps \(count - window.count) nodes outside its list")
+    }
+    var cost = 0
+    for slot in 0..<count { cost += nodes[slot].cost }
+    if cost != totalCost { problems.append("totalCost \(totalCost) but nodes sum to \(cost)") }
+    return problems
+  }
+}
+
+/// The storage of a segment that was emptied, released when the last reference goes away.
+// SAFETY: sole owner of pointers a segment replaced under its lock; touched only in deinit.
+@usableFromInline
+final class DetachedNodes<Key, Value>: @unchecked Sendable {
+  // Created under a segment's lock from the pointers the segment has just replaced, so this
+  // object is their only owner; it never reads or writes them except to release them in deinit,
+  // and the nodes hold only Sendable keys and values (a MemoryStore's).
+  private let nodes: UnsafeMutablePointer<MemoryNode<Key, Value>>
+  private let count: Int
+  private let buckets: UnsafeMutablePointer<UInt64>
+
+  @usableFromInline
+  init(nodes: UnsafeMutablePointer<MemoryNode<Key, Value>>, count: Int, buckets: UnsafeMutablePointer<UInt64>) {
+    self.nodes = nodes
+    self.count = count
+    self.buckets = buckets
+  }
+
+  deinit {
+    nodes.deinitialize(count: count)
+    nodes.deallocate()
+    buckets.deallocate()
+  }
+}

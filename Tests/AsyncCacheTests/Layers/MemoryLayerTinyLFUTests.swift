@@ -1,0 +1,195 @@
+import AsyncCacheTesting
+import Testing
+
+@testable import AsyncCache
+
+/// `MemoryLayer` under W-TinyLFU: step for step the same as the reference model
+/// (`WTinyLFUPolicy`), scan resistant, and sound through every operation of the layer.
+@Suite struct MemoryLayerTinyLFUTests {
+  /// The keys of each region of a one-segment layer, from LRU to MRU.
+  private func regions(_ memory: MemoryLayer<Int, Int>) -> [SegmentRegion: [Int]] {
+    memory.store.segments.withLock(0) { segment in
+      Dictionary(uniqueKeysWithValues: SegmentRegion.allCases.map { ($0, segment.keys(in: $0)) })
+    }
+  }
+
+  private func regions(_ policy: WTinyLFUPolicy<Int, SplitMix64>) -> [SegmentRegion: [Int]] {
+    [
+      .window: policy.keys(in: .window), .probation: policy.keys(in: .probation),
+      .protected: policy.keys(in: .protected),
+    ]
+  }
+
+  /// Replays random lookups (a miss inserts), rewrites with new costs and removals on a layer with
+  /// one segment and on the model, and requires the same lists after every step.
+  ///
+  /// Both draw their rare random admissions from the same seed and key the sketch by the same
+  /// 32 bits of the hash, so any difference is a bug, not chance.
+  @Test(
+    "one segment is exactly the reference model, step for step",
+    arguments: [
+      (seed: 1, adaptive: false, weighted: false), (seed: 2, adaptive: true, weighted: false),
+      (seed: 3, adaptive: false, weighted: true), (seed: 4, adaptive: true, weighted: true),
+    ] as [(seed: UInt64, adaptive: Bool, weighted: Bool)]
+  )
+  func matchesTheModel(seed: UInt64, adaptive: Bool, weighted: Bool) throws {
+    var random = SeededGenerator(seed: seed)
+    let capacity = weighted ? 400 : 60
+    // Weighted: cost is the only bound; the count limit is far away and never binds.
+    let weigh: @Sendable (Int) -> Int = { $0 % 20 }
+    let cost = weighted ? weigh : nil
+    let configuration = MemoryLayer<Int, Int>.Configuration(
+      countLimit: weighted ? 1_000_000 : capacity,
+      costLimit: weighted ? capacity : Int.max,
+      cost: cost,
+      segmentCount: 1,
+      evictionPolicy: EvictionPolicy.windowTinyLFU(adaptiveWindow: adaptive)
+    )
+    let memory = try MemoryLayer<Int, Int>(configuration: configuration, admissionSeed: seed)
+    var model = WTinyLFUPolicy<Int, SplitMix64>(
+      maximumWeight: capacity,
+      maximumEntryCount: weighted ? 1_000_000 : nil,
+      adaptsWindow: adaptive,
+      random: SplitMix64(seed: seed)
+    )
+    // A skewed key space: a few hot keys, many cold ones, so admission has work to do.
+    func drawKey() -> Int {
+      Bool.random(using: &random) ? Int.random(in: 0..<40, using: &random) : Int.random(in: 0..<600, using: &random)
+    }
+    for step in 0..<6_000 {
+      let key = drawKey()
+      switch Int.random(in: 0..<20, using: &random) {
+      case 0..<16:
+        let hit = memory.value(for: key) != nil
+        #expect(hit == model.recordAccess(key), "step \(step): hit or miss on \(key)")
+        if !hit {
+          let value = Int.random(in: 0..<1_000, using: &random)
+          try memory.insert(value, for: key)
+          model.insert(key, weight: weighted ? value % 20 : 1)
+        }
+      case 16..<19:
+        guard model.contains(key) else { continue }
+        let value = Int.random(in: 0..<1_000, using: &random)
+        try memory.insert(value, for: key)
+        model.update(key, weight: weighted ? value % 20 : 1)
+      default:
+        memory.removeValue(for: key)
+        model.remove(key)
+      }
+      let layer = regions(memory)
+      let expected = regions(model)
+      #expect(layer == expected, "step \(step)")
+      if layer != expected { return }
+    }
+    #expect(memory.invariantViolations.isEmpty)
+    #expect(model.invariantViolations().isEmpty)
+    let reason: EvictionReason = weighted ? .costLimit : .countLimit
+    #expect(memory.statistics.evictions[reason] > 0, "the replay exercised eviction")
+  }
+
+  @Test("a hot set survives a scan of one-hit keys under W-TinyLFU, and does not under LRU")
+  func scanResistance() throws {
+    func survivors(_ policy: EvictionPolicy) throws -> Int {
+      let memory = try MemoryLayer<Int, Int>(
+        configuration: .init(countLimit: 100, segmentCount: 1, evictionPolicy: policy), admissionSeed: 1)
+      for _ in 0..<5 {
+        for key in 0..<50 where memory.value(for: key) == nil { try memory.insert(key, for: key) }
+      }
+      for key in 1_000..<3_000 where memory.value(for: key) == nil { try memory.insert(key, for: key) }
+      return (0..<50).filter { memory.contains($0) }.count
+    }
+    #expect(try survivors(.leastRecentlyUsed) == 0)
+    #expect(try survivors(.windowTinyLFU) >= 45, "popular keys beat one-hit candidates")
+  }
+
+  @Test(
+    "segmented W-TinyLFU stays sound through inserts, rewrites, expiry, removals and memory pressure",
+    arguments: [(1, false), (4, false), (8, true)] as [(Int, Bool)]
+  )
+  func soundUnderEveryOperation(segments: Int, adaptive: Bool) throws {
+    var random = SeededGenerator(seed: UInt64(segments))
+    let clock = ManualClock()
+    let memory = try MemoryLayer<Int, Int>(
+      configuration: .init(
+        countLimit: 120,
+        costLimit: 2_000,
+        cost: { $0 % 50 },
+        segmentCount: segments,
+        evictionPolicy: .windowTinyLFU(adaptiveWindow: adaptive),
+        clock: clock
+      ),
+      admissionSeed: 9
+    )
+    var latest: [Int: Int] = [:]
+    for step in 0..<8_000 {
+      let key = Int.random(in: 0..<400, using: &random)
+      switch Int.random(in: 0..<100, using: &random) {
+      case 0..<55:
+        if let value = memory.value(for: key) { #expect(latest[key] == value, "step \(step)") }
+      case 55..<90:
+        let value = step * 100 + Int.random(in: 0..<100, using: &random)
+        let ttl: Duration? = Bool.random(using: &random) ? .seconds(Int.random(in: 1...30, using: &random)) : nil
+        try memory.insert(CacheEntry(value, expiresAt: ttl.map { clock.now.advanced(by: $0) }), for: key)
+        latest[key] = value
+        #expect(memory.value(for: key) == value, "step \(step): an entry is never evicted by its own insert")
+      case 90..<95:
+        memory.removeValue(for: key)
+        latest[key] = nil
+      case 95..<97:
+        clock.advance(by: .seconds(5))
+      case 97:
+        _ = memory.removeExpired()
+      case 98:
+        memory.store.handleMemoryPressure(.warning)
+      default:
+        if Int.random(in: 0..<10, using: &random) == 0 { memory.store.handleMemoryPressure(.critical) }
+      }
+      #expect(memory.count <= 120 && memory.totalCost <= 2_000)
+      if step % 250 == 0 {
+        let problems = memory.invariantViolations
+        #expect(problems.isEmpty, "step \(step): \(problems)")
+        if !problems.isEmpty { return }
+      }
+    }
+    #expect(memory.invariantViolations.isEmpty)
+  }
+
+  @Test("without a count limit the sketch starts small and grows with the segment")
+  func sketchGrowsWithoutACountLimit() throws {
+    let memory = try MemoryLayer<Int, Int>(
+      configuration: .init(
+        countLimit: .max, costLimit: 50_000, cost: { _ in 10 }, segmentCount: 1, evictionPolicy: .windowTinyLFU))
+    let initial = memory.store.segments.withLock(0) { $0.admission.sketch.size }
+    #expect(initial == SegmentAdmission.initialUnboundedSketchSize)
+    for key in 0..<3_000 { try memory.insert(key, for: key) }
+    let grown = memory.store.segments.withLock(0) { $0.admission.sketch.size }
+    #expect(grown >= 3_000 && grown <= 8_000)
+    #expect(memory.count == 3_000)
+    #expect(memory.invariantViolations.isEmpty)
+  }
+
+  @Test("a cost of 2^61 or more is a typed error naming the key, and the layer is unchanged")
+  func costTooLarge() throws {
+    let memory = try MemoryLayer<String, Int>(configuration: .init(cost: { $0 }, evictionPolicy: .windowTinyLFU))
+    try memory.insert(1, for: "a")
+    #expect(throws: AsyncCacheError.self) { try memory.insert(1 << 61, for: "a") }
+    do {
+      try memory.insert(Int.max, for: "b")
+    } catch let error as AsyncCacheError {
+      #expect(error.code == .invalidCost)
+      #expect(error.message.contains("key b") && error.message.contains("2^61"))
+    }
+    #expect(memory.value(for: "a") == 1 && !memory.contains("b"))
+    try memory.insert((1 << 61) - 1, for: "c")
+    #expect(memory.totalCost == 1 + (1 << 61) - 1)
+    #expect(memory.invariantViolations.isEmpty)
+  }
+
+  @Test("LRU is the default until W-TinyLFU's hit path meets its target; the policy prints its name")
+  func defaultPolicy() {
+    #expect(MemoryLayer<Int, Int>.Configuration().evictionPolicy == .leastRecentlyUsed)
+    #expect(EvictionPolicy.windowTinyLFU.description == "windowTinyLFU")
+    #expect(EvictionPolicy.windowTinyLFU(adaptiveWindow: true).description == "windowTinyLFU(adaptiveWindow: true)")
+    #expect(EvictionPolicy.leastRecentlyUsed.description == "leastRecentlyUsed")
+  }
+}
