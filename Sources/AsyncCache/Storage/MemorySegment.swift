@@ -480,6 +480,24 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     link(slot, atMRUOf: nodes[slot].region)
   }
 
+  /// LRU's touch: every node is in the window's list, so it reads and writes no region.
+  @inlinable
+  @inline(__always)
+  mutating func touchInWindow(_ slot: Int) {
+    let slot32 = UInt32(truncatingIfNeeded: slot)
+    let head = windowMRU
+    guard head != slot32 else { return }
+    // Not the most recently used, so it has a newer neighbour.
+    let newer = nodes[slot].newer
+    let older = nodes[slot].older
+    nodes[Int(newer)].older = older
+    if older != Self.none { nodes[Int(older)].newer = newer } else { windowLRU = newer }
+    nodes[slot].newer = Self.none
+    nodes[slot].older = head
+    nodes[Int(head)].newer = slot32
+    windowMRU = slot32
+  }
+
   /// Adds one node of `cost` to `region`'s size (`sign` -1 takes it away). Probation's size is
   /// what the other two leave of the totals.
   @inlinable
@@ -533,7 +551,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   mutating func recordHit(_ slot: Int, hash: Int) {
     hits &+= 1
     guard admission.isEnabled else {
-      touch(slot)
+      touchInWindow(slot)
       return
     }
     admission.recordUse(Self.tag(of: hash))
@@ -584,7 +602,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     account(region, cost: oldCost, sign: -1)
     account(region, cost: nodes[slot].cost, sign: 1)
     guard admission.isEnabled else {
-      touch(slot)
+      touchInWindow(slot)
       return
     }
     admission.recordUse(Self.tag(of: hash))
