@@ -10,6 +10,12 @@ enum MemoryBenchmarks {
     let fixture = try HitFixture(run)
     let contenders = [
       fixture.oneTask("LoadingCache") { [cache = fixture.cache] in try await sumOfValues(in: cache, for: $0) },
+      fixture.oneTask("LoadingCache, entries expire") { [cache = fixture.expiringCache] in
+        try await sumOfValues(in: cache, for: $0)
+      },
+      fixture.oneTask("LoadingCache, stale-while-revalidate") { [cache = fixture.revalidatingCache] in
+        try await sumOfValues(in: cache, for: $0)
+      },
       fixture.oneTask("MemoryLayer (direct)") { [memory = fixture.memory] in await sumOfValues(in: memory, for: $0) },
       fixture.oneTask("Mutex-Dictionary") { [dictionary = fixture.mutexDictionary] in
         await sumOfValues(in: dictionary, for: $0)
@@ -153,6 +159,11 @@ enum MemoryBenchmarks {
     /// The loading cache's only layer, also measured on its own to isolate the cache's overhead.
     let memory: MemoryLayer<Int, Int>
     let cache: LoadingCache<Int, Int>
+    /// A loading cache over a memory layer whose entries expire in an hour: each hit reads the clock.
+    let expiringCache: LoadingCache<Int, Int>
+    /// The same layer under a cache with stale-while-revalidate: each hit also reads its
+    /// entry's freshness.
+    let revalidatingCache: LoadingCache<Int, Int>
     let originCalls: CallCounter
     let mutexDictionary = MutexDictionary()
     let actorDictionary: ActorDictionary
@@ -175,10 +186,21 @@ enum MemoryBenchmarks {
           return key
         }
       )
+      let expiringMemory = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 2 * run.hitKeyCount))
+      let unreachable = ClosureFetcher { (key: Int) async throws -> Int in
+        originCalls.record()
+        return key
+      }
+      expiringCache = try LoadingCache(
+        layers: [expiringMemory], origin: unreachable, configuration: .init(timeToLive: .seconds(3600)))
+      revalidatingCache = try LoadingCache(
+        layers: [expiringMemory], origin: unreachable,
+        configuration: .init(timeToLive: .seconds(3600), staleWhileRevalidate: .seconds(60)))
       nsCache = BoxedNSCache(keySpace: run.hitKeyCount)
       var contents: [Int: Int] = [:]
       for key in everyKey {
         try memory.insert(key, for: key)
+        try expiringMemory.insert(key, for: key, timeToLive: .seconds(3600))
         mutexDictionary.insert(key, for: key)
         nsCache.insertKey(key)
         contents[key] = key

@@ -31,4 +31,20 @@ extension LoadingCache {
   public func waitForLoadsWaitingForUrgentWork(_ count: Int) async {
     await waitForGate(count)
   }
+
+  /// Returns once no load is in flight, background refreshes of stale entries included.
+  ///
+  /// Await it after releasing a refresh's fetch, before checking what the refresh stored:
+  ///
+  /// ```swift
+  /// clock.advance(by: .seconds(61))            // the entry is stale
+  /// #expect(try await cache.value(for: 1) == old)   // served at once; one refresh starts
+  /// await origin.waitForFetches(1, for: 1)
+  /// origin.release(1, returning: new)
+  /// await cache.waitUntilIdle()
+  /// #expect(try await cache.value(for: 1) == new)
+  /// ```
+  public func waitUntilIdle() async {
+    await waitForNoLoads()
+  }
 }

@@ -54,7 +54,7 @@ import Testing
     ])
     let origin = GatedFetcher<String, String> { $0 }
     origin.open()  // this test is not about timing
-    let cache = LoadingCache(chain: chain, origin: origin)
+    let cache = try LoadingCache(chain: chain, origin: origin)
     _ = try await cache.value(for: "a")
     #expect(chain.statistics.tiers[1].failures == 1)
   }

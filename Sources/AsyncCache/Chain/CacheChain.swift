@@ -209,6 +209,16 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   /// The first unexpired entry for `key` and the index of the layer that had it; no back-fill.
   nonisolated func locate(_ key: Key) async throws -> (entry: CacheEntry<Value>, tier: Int)? {
+    try await locate(key) { _ in true }.found
+  }
+
+  /// The first unexpired entry for `key` that `accept` takes, and the index of the layer that
+  /// had it; no back-fill. An entry `accept` declines does not stop the lookup: the one of
+  /// them that expires last comes back as `fallback`.
+  nonisolated func locate(
+    _ key: Key, accepting accept: (CacheEntry<Value>) -> Bool
+  ) async throws -> (found: (entry: CacheEntry<Value>, tier: Int)?, fallback: (entry: CacheEntry<Value>, tier: Int)?) {
+    var fallback: (entry: CacheEntry<Value>, tier: Int)?
     for index in tiers.indices {
       do {
         if let entry = try await tiers[index].layer.entry(for: key) {
@@ -217,7 +227,11 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
             return counters[index].answered()
           }
           if recovered { logRecovery(tier: index) }
-          return (entry, index)
+          if accept(entry) { return ((entry, index), fallback) }
+          if fallback == nil || entry.expiresAt ?? .distantFuture > fallback!.entry.expiresAt ?? .distantFuture {
+            fallback = (entry, index)
+          }
+          continue
         }
         let recovered = counters.withLock { counters in
           counters[index].misses += 1
@@ -229,7 +243,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         counters.withLock { $0[index].misses += 1 }
       }
     }
-    return nil
+    return (nil, fallback)
   }
 
   /// Copies `entry` into the layers in `range` (above the one that had it), unless a write

@@ -32,6 +32,9 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     @usableFromInline var gate: UInt64?
     /// The batch whose task runs this load, if one does (see ``startBatch(_:)``).
     @usableFromInline var batch: UInt64?
+    /// A background refresh of a stale entry (see ``startRefresh(_:priority:)``): it goes on
+    /// when the requests that joined it leave, and does not wait for urgent work.
+    @usableFromInline var isRefresh = false
 
     @inlinable
     init(key: Key, waiters: Waiters<Continuation>, priority: TaskPriority, skipsTopLayer: Bool) {
@@ -104,6 +107,10 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   /// loads are still in the table. The task is cancelled only when all of them are abandoned.
   @usableFromInline var batches: [UInt64: (task: Task<Void, Never>?, live: Int)] = [:]
   @usableFromInline var nextBatchID: UInt64 = 0
+  /// Tasks waiting until no load is in flight (tests use this instead of polling).
+  @usableFromInline var idleWatchers: [UnsafeContinuation<Void, Never>] = []
+  /// The errors remembered by negative caching.
+  @usableFromInline var negatives = NegativeEntries<Key>()
 
   @inlinable
   init() {}
@@ -178,7 +185,7 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     let continuation = loads[id]!.waiters.remove(waiter)
     counters.cancelledWaiters += 1
     urgencyChanged(of: id, wasUrgent: wasUrgent)
-    guard loads[id]!.waiters.isEmpty else { return (continuation, nil) }
+    guard loads[id]!.waiters.isEmpty, !loads[id]!.isRefresh else { return (continuation, nil) }
     let load = remove(id)
     counters.cancelledLoads += 1
     // A batch's task goes on while another of its loads is wanted.
@@ -190,12 +197,54 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   /// abandoned.
   @inlinable
   mutating func finish(_ id: UInt64, failed: Bool) -> [Continuation] {
-    guard loads[id] != nil else { return [] }
-    if failed { counters.failures += 1 }
+    finish(id, failed: failed, wasJoinable: { _ in })
+  }
+
+  /// Removes load `id` and returns its waiters in arrival order; calls `wasJoinable` after the
+  /// removal if the load was still joinable (no write overtook it). Does nothing if the load was
+  /// abandoned.
+  @inlinable
+  mutating func finish(_ id: UInt64, failed: Bool, wasJoinable: (inout Self) -> Void) -> [Continuation] {
+    guard let key = loads[id]?.key else { return [] }
+    if failed {
+      counters.failures += 1
+      if loads[id]!.isRefresh { counters.refreshFailures += 1 }
+    }
+    let isJoinable = joinable[key] == id
     let load = remove(id)
     if let batch = load.batch { _ = leaveBatch(batch) }
+    // Told once the load is out of the table, so that it may start the key's next load.
+    if isJoinable { wasJoinable(&self) }
     return load.waiters.continuations
   }
+
+  // MARK: Refreshes
+
+  /// Starts a background refresh of `key`, unless a load of it is joinable already (which will
+  /// bring a fresh value as well). Returns the load's identifier; the caller must
+  /// ``attach(_:token:to:)`` its task.
+  mutating func startRefresh(_ key: Key, priority: TaskPriority) -> UInt64? {
+    if let id = joinable[key] {
+      counters.refreshesCoalesced += 1
+      // The load becomes the refresh: it no longer waits for urgent work (a prefetch held at
+      // the gate), and goes on when its waiters leave.
+      loads[id]!.isRefresh = true
+      if let gate = loads[id]!.gate { openGate(gate) }
+      return nil
+    }
+    nextLoadID &+= 1
+    let id = nextLoadID
+    var load = Load(key: key, waiters: Waiters(), priority: priority, skipsTopLayer: false)
+    load.isRefresh = true
+    loads[id] = load
+    joinable[key] = id
+    counters.loads += 1
+    counters.refreshes += 1
+    return id
+  }
+
+  /// Whether load `id` is a background refresh.
+  func isRefresh(_ id: UInt64) -> Bool { loads[id]?.isRefresh ?? false }
 
   // MARK: Batches
 
@@ -255,6 +304,12 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
       }
     }
     if load.isUrgent { urgentLoadsDecreased() }
+    if loads.isEmpty, !idleWatchers.isEmpty {
+      // Resuming under the lock only enqueues the watcher, which checks again (a refresh may
+      // start in the same critical section).
+      for watcher in idleWatchers { watcher.resume() }
+      idleWatchers = []
+    }
     return load
   }
 
@@ -324,7 +379,11 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   mutating func enterGate(_ ids: [UInt64], continuation: UnsafeContinuation<Void, any Error>) -> GateDecision {
     let live = ids.filter { loads[$0] != nil }
     guard !live.isEmpty else { return .abandoned }
-    guard urgentLoads > 0, !live.contains(where: { loads[$0]!.isUrgent }) else { return .proceed }
+    // A refresh does not wait: a busy service always has urgent loads in flight, and its stale
+    // entries would never be refreshed.
+    guard urgentLoads > 0, !live.contains(where: { loads[$0]!.isUrgent || loads[$0]!.isRefresh }) else {
+      return .proceed
+    }
     nextGateID &+= 1
     gates[nextGateID] = (continuation, live)
     for id in live { loads[id]!.gate = nextGateID }
@@ -362,6 +421,7 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   /// Makes the load of `key`, if any, unjoinable: later requests start afresh.
   @inlinable
   mutating func detach(_ key: Key) {
+    if !negatives.isEmpty { negatives.forget(key) }
     guard let id = joinable.removeValue(forKey: key) else { return }
     detached[key, default: []].append(id)
   }
@@ -369,6 +429,7 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   /// Makes every load unjoinable.
   @inlinable
   mutating func detachAll() {
+    negatives.forgetAll()
     for key in Array(joinable.keys) { detach(key) }
   }
 
@@ -481,6 +542,12 @@ struct LoadingCacheCounters: Sendable {
   @usableFromInline var failures = 0
   @usableFromInline var cancelledWaiters = 0
   @usableFromInline var cancelledLoads = 0
+  @usableFromInline var refreshes = 0
+  @usableFromInline var refreshesCoalesced = 0
+  @usableFromInline var refreshFailures = 0
+  @usableFromInline var staleServed = 0
+  @usableFromInline var staleServedOnError = 0
+  @usableFromInline var negativeHits = 0
 
   @inlinable
   init() {}

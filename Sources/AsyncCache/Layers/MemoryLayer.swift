@@ -1,4 +1,4 @@
-/// A bounded in-memory layer with W-TinyLFU (or LRU) eviction and a synchronous lookup.
+/// A bounded in-memory layer with LRU (or W-TinyLFU) eviction and a synchronous lookup.
 ///
 /// `MemoryLayer` is an actor so it can sit in a ``CacheChain`` like any other layer, but all of
 /// its operations are `nonisolated` and synchronous: its state lives behind locks, not on the
@@ -17,9 +17,9 @@
 ///
 /// Limits: the layer holds at most ``Configuration-swift.struct/countLimit`` entries whose costs
 /// sum to at most ``Configuration-swift.struct/costLimit``; inserting past either evicts entries
-/// chosen by the ``Configuration-swift.struct/evictionPolicy``: by default W-TinyLFU, which keeps
-/// the entries that are asked for often and lets one-hit keys pass through, or
-/// ``EvictionPolicy/leastRecentlyUsed``. The entry an insert writes is never the one it evicts.
+/// chosen by the ``Configuration-swift.struct/evictionPolicy``: by default
+/// ``EvictionPolicy/leastRecentlyUsed``, or W-TinyLFU, which keeps the entries that are asked for
+/// often and lets one-hit keys pass through. The entry an insert writes is never the one it evicts.
 /// An entry that alone costs more than the cost limit is refused. Every eviction is counted by
 /// ``EvictionReason`` in ``statistics``.
 ///

@@ -95,21 +95,32 @@ extension LoadingCache {
       await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
         collector.wait(with: continuation)
         let priority = Task.currentPriority
-        let escalations = inFlight.withLock { state -> [Task<Void, Never>] in
+        let (escalations, remembered) = inFlight.withLock {
+          state -> ([Task<Void, Never>], [(key: Key, error: any Error)]) in
           // Decided under the lock, as for a single request: either this sees the
           // cancellation, or `onCancel` finds the waiters registered.
-          if Task.isCancelled { return [] }
+          if Task.isCancelled { return ([], []) }
+          // Errors remembered by negative caching are answered after the lock; failing fast,
+          // one of them means nothing else is asked for.
+          var remembered: [(key: Key, error: any Error)] = []
+          if !state.negatives.isEmpty {
+            for key in keys {
+              if let error = rememberedError(for: key, in: &state) { remembered.append((key, error)) }
+              if collector.failsFast, !remembered.isEmpty { return ([], remembered) }
+            }
+          }
           var escalations: [Task<Void, Never>] = []
           var started: [(id: UInt64, key: Key)] = []
-          for key in keys {
+          for key in keys where !remembered.contains(where: { $0.key == key }) {
             switch state.join(key, waiter: waiter, continuation: .bulk(collector), priority: priority) {
             case .joined(let task): if let task { escalations.append(task) }
             case .started(let id): started.append((id, key))
             }
           }
           startLoads(started, priority: priority, in: &state)
-          return escalations
+          return (escalations, remembered)
         }
+        for (key, error) in remembered { collector.deliver(.failure(error), for: key) }
         for task in escalations { escalate(task, to: priority) }
       }
     } onCancel: {
@@ -163,9 +174,7 @@ extension LoadingCache {
   private func runBatch(_ items: [BatchItem<Key>], origin: any AsyncBatchFetcher<Key, Value>) async {
     logLoadsStarted(items.lazy.map(\.key))
     // Lookups run concurrently, as the loads of single requests would.
-    let lookups = await withTaskGroup(
-      of: (item: BatchItem<Key>, found: Result<(entry: CacheEntry<Value>, tier: Int)?, any Error>)?.self
-    ) { group in
+    let lookups = await withTaskGroup(of: (item: BatchItem<Key>, found: Result<Located, any Error>)?.self) { group in
       for item in items {
         group.addTask {
           // A load abandoned meanwhile is not looked up, nor fetched.
@@ -174,24 +183,27 @@ extension LoadingCache {
             return nil
           }
           do {
-            return (item, .success(try await self.chain.locate(item.key)))
+            return (item, .success(try await self.locateForLoad(item.key, isRefresh: false)))
           } catch {
             return (item, .failure(error))
           }
         }
       }
-      var lookups: [(item: BatchItem<Key>, found: Result<(entry: CacheEntry<Value>, tier: Int)?, any Error>)] = []
+      var lookups: [(item: BatchItem<Key>, found: Result<Located, any Error>)] = []
       for await lookup in group { if let lookup { lookups.append(lookup) } }
       // The batch asks for its keys in the order they were requested, whatever order the
       // lookups ended in.
       return lookups.sorted { $0.item.id < $1.item.id }
     }
     var missing: [BatchItem<Key>] = []
+    var fallbacks: [UInt64: (entry: CacheEntry<Value>, tier: Int)] = [:]
     for (item, found) in lookups {
       switch found {
-      case .success(nil):
+      case .success(let located) where located.found == nil:
         missing.append(item)
-      case .success(let (entry, tier)?):
+        fallbacks[item.id] = located.fallback
+      case .success(let located):
+        let (entry, tier, state) = located.found!
         var tokenHandedOff = false
         if tier > 0 {
           switch chain.configuration.backfill {
@@ -203,7 +215,9 @@ extension LoadingCache {
           }
         }
         if !tokenHandedOff { chain.coordinator.endRead(item.token) }
-        finish(item.id, key: item.key, with: .success((entry.value, .layer(tier))))
+        finish(
+          item.id, key: item.key, with: .success((entry.value, .layer(tier))), servedStale: state == .stale,
+          thenRefresh: state == .stale || state == .refreshDue)
       case .failure(let error):
         chain.coordinator.endRead(item.token)
         finish(item.id, key: item.key, with: .failure(error))
@@ -214,23 +228,29 @@ extension LoadingCache {
     // request waits for any of them (a batch whose requests were all demoted).
     let outcome = await fetchBatch(missing, from: origin)
     for item in missing {
+      /// Answers the load of `item` with `error`, or with its stale value (stale-if-error).
+      func fail(with error: any Error) {
+        chain.coordinator.endRead(item.token)
+        if let stale = staleValue(after: error, fallback: fallbacks[item.id], key: item.key) {
+          finish(item.id, key: item.key, with: .success(stale), servedStaleOnError: true)
+        } else {
+          finish(item.id, key: item.key, with: .failure(error))
+        }
+      }
       switch outcome {
       case .success(let values):
         guard let value = values[item.key] else {
-          chain.coordinator.endRead(item.token)
-          let error = AsyncCacheError(
-            code: .notFound, message: "the batch origin returned no value for key \(item.key)")
-          finish(item.id, key: item.key, with: .failure(error))
+          fail(
+            with: AsyncCacheError(code: .notFound, message: "the batch origin returned no value for key \(item.key)"))
           continue
         }
-        let entry = CacheEntry(value, expiresAt: expiry(timeToLive: nil))
+        let entry = CacheEntry(value, expiresAt: loadedExpiry(for: item.key, value: value))
         // A key abandoned during the call is not stored: its read was overtaken.
         _ = await chain.commit(entry, for: item.key, to: chain.tiers.indices, token: item.token, operation: .insert)
         chain.coordinator.endRead(item.token)
         finish(item.id, key: item.key, with: .success((value, .origin)))
       case .failure(let error):
-        chain.coordinator.endRead(item.token)
-        finish(item.id, key: item.key, with: .failure(error))
+        fail(with: error)
       }
     }
   }

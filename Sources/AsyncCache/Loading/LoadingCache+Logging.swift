@@ -60,6 +60,14 @@ extension LoadingCache {
       source: Self.component)
   }
 
+  /// `.notice`: a load failed, and its requests get the stale value instead (stale-if-error).
+  func logServingStale(_ key: Key, error: any Error) {
+    configuration.logger.notice(
+      "load failed; serving the stale value",
+      metadata: ["key": CacheLogger.describe(key), "error": CacheLogger.describe(error)],
+      source: Self.component)
+  }
+
   /// Where a load found its value, for logs: `origin`, or the layer's tier name.
   private func describe(_ source: LoadSource) -> String {
     switch source {

@@ -21,7 +21,8 @@ public import Synchronization  // Atomic
 /// - A cancelled request throws `CancellationError` at once and alone; the load is cancelled
 ///   only when its last request leaves, and the next request starts a fresh load.
 /// - An error reaches every request waiting for that load and is not stored: the next request
-///   tries again.
+///   tries again (unless ``Configuration-swift.struct/negativeCaching`` remembers it, or
+///   ``Configuration-swift.struct/staleIfError`` answers with a stale value instead).
 /// - ``insert(_:for:timeToLive:)``, ``removeValue(for:)`` and ``removeAll()`` win over a load in
 ///   flight: the load still answers the requests already waiting for it, but does not store its
 ///   value, and new requests start afresh.
@@ -56,6 +57,10 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   @usableFromInline let inFlight = Locked(InFlightLoadsStateMachine<Key, LoadWaiter<Key, Value>>())
   @usableFromInline let nextWaiterID = Atomic<UInt64>(0)
+  /// How entries' expiry reads (see <doc:FreshnessAndStatistics>).
+  @usableFromInline let freshness: FreshnessRules
+  /// Whether a hit must read its entry's expiry: a grace period or a refresh ahead is set.
+  @usableFromInline let checksFreshness: Bool
 
   /// Creates a loading cache.
   ///
@@ -65,12 +70,30 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   ///   - batchOrigin: Where bulk requests load their missing keys from, in one call; `nil`
   ///     (the default) to ask `origin` once per key.
   ///   - configuration: Expiry of loaded values, retries and the clock.
+  /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` naming the first configuration value
+  ///   that is out of range.
   public init(
     chain: CacheChain<Key, Value>,
     origin: some AsyncFetcher<Key, Value>,
     batchOrigin: (any AsyncBatchFetcher<Key, Value>)? = nil,
     configuration: Configuration = Configuration()
-  ) {
+  ) throws {
+    try configuration.validate()
+    self.freshness = FreshnessRules(
+      staleWhileRevalidate: configuration.staleWhileRevalidate,
+      staleIfError: configuration.staleIfError,
+      refreshAhead: configuration.refreshAhead,
+      jitter: configuration.timeToLiveJitter)
+    self.checksFreshness = freshness.checksHits
+    // A memory layer that cuts every entry's life shorter than the grace would hold only stale
+    // entries (the stale instant is read back as expiry minus grace).
+    if freshness.grace > 0, let layerLifetime = chain.front?.configuration.timeToLive,
+      layerLifetime.saturatingNanoseconds <= freshness.grace
+    {
+      throw AsyncCacheError.invalidConfiguration(
+        "LoadingCache staleWhileRevalidate/staleIfError grace is \(Duration.nanoseconds(freshness.grace)); "
+          + "the top MemoryLayer's timeToLive (\(layerLifetime)) must be longer")
+    }
     self.chain = chain
     self.origin = origin
     self.batchOrigin = batchOrigin
@@ -83,7 +106,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   ///
   /// The chain it builds logs with the configuration's ``Configuration-swift.struct/logger``.
   ///
-  /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` when `layers` is empty.
+  /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` when `layers` is empty, or naming
+  ///   the first configuration value that is out of range.
   public convenience init(
     layers: [any AsyncCacheLayer<Key, Value>],
     origin: some AsyncFetcher<Key, Value>,
@@ -91,7 +115,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     configuration: Configuration = Configuration()
   ) throws {
     let chain = try CacheChain(layers, configuration: CacheChain.Configuration(logger: configuration.logger))
-    self.init(chain: chain, origin: origin, batchOrigin: batchOrigin, configuration: configuration)
+    try self.init(chain: chain, origin: origin, batchOrigin: batchOrigin, configuration: configuration)
   }
 
   // MARK: Reading
@@ -108,10 +132,14 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   ///   task is cancelled (the shared load goes on for the other requests).
   @inlinable
   public nonisolated(nonsending) func value(for key: Key) async throws -> Value {
-    // Optional chaining, not `if let front`: binding the reference would retain and release it
-    // on every hit, and a reference count shared by all callers bounces between cores.
-    if let value = front?.value(for: key) { return value }
-    if synchronousFront != nil, let value = synchronousValue(for: key) { return value }
+    if !checksFreshness {
+      // Optional chaining, not `if let front`: binding the reference would retain and release it
+      // on every hit, and a reference count shared by all callers bounces between cores.
+      if let value = front?.value(for: key) { return value }
+      if synchronousFront != nil, let value = synchronousValue(for: key) { return value }
+    } else if let value = servableValue(for: key) {
+      return value
+    }
     return try await load(key)
   }
 
@@ -121,8 +149,13 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   ///
   /// Safe from any context. Never suspends. Returns `nil` when the top layer cannot answer
   /// synchronously.
+  ///
+  /// With a grace period or a refresh ahead configured, only a top ``MemoryLayer`` answers (it
+  /// tells when its entries expire), and a stale value is returned only while it may be served
+  /// at once; it is then refreshed in the background, as ``value(for:)`` would.
   @inlinable
   public func cachedValue(for key: Key) -> Value? {
+    if checksFreshness { return servableValue(for: key) }
     if let value = front?.value(for: key) { return value }
     return synchronousFront != nil ? synchronousValue(for: key) : nil
   }
@@ -146,7 +179,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   ///   - timeToLive: How long the value lives; ``Configuration-swift.struct/timeToLive`` when `nil`.
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` (see ``CacheChain/insert(_:for:)-(CacheEntry<Value>,_)``).
   public nonisolated(nonsending) func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) async throws {
-    let entry = CacheEntry(value, expiresAt: expiry(timeToLive: timeToLive))
+    let entry = CacheEntry(value, expiresAt: insertedExpiry(timeToLive: timeToLive))
     try await writing(key) { try await chain.insert(entry, for: key) }
   }
 
@@ -194,7 +227,14 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         loadsInFlight: state.loads.count,
         requestsWaiting: state.waiterCount,
         urgentLoadsInFlight: state.urgentLoads,
-        loadsWaitingForUrgentWork: state.loadsAtGate
+        loadsWaitingForUrgentWork: state.loadsAtGate,
+        refreshes: state.counters.refreshes,
+        refreshesCoalesced: state.counters.refreshesCoalesced,
+        refreshFailures: state.counters.refreshFailures,
+        staleServed: state.counters.staleServed,
+        staleServedOnError: state.counters.staleServedOnError,
+        negativeHits: state.counters.negativeHits,
+        negativeEntries: state.negatives.count
       )
     }
   }
@@ -210,6 +250,21 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
       if !inFlight.withLock({ $0.watch(key, count: count, continuation: continuation) }) {
         continuation.resume()
+      }
+    }
+  }
+
+  /// Returns once no load is in flight, background refreshes included (for tests: it replaces
+  /// polling; `AsyncCacheTesting` offers it as `waitUntilIdle()`).
+  package func waitForNoLoads() async {
+    while !inFlight.withLock({ $0.loads.isEmpty }) {
+      await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+        let idle = inFlight.withLock { state in
+          if state.loads.isEmpty { return true }
+          state.idleWatchers.append(continuation)
+          return false
+        }
+        if idle { continuation.resume() }
       }
     }
   }
@@ -246,21 +301,24 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         // Decided under the lock: the cancellation flag is set before `onCancel` runs, so
         // either this sees it and never joins, or `onCancel` finds the waiter.
         let escalation = inFlight.withLock {
-          state -> (cancelled: Bool, task: Task<Void, Never>?, priority: TaskPriority) in
+          state -> (failure: (any Error)?, task: Task<Void, Never>?, priority: TaskPriority) in
           // Read under the lock: an escalation after this finds the waiter registered.
           let priority = Task.currentPriority
-          if Task.isCancelled { return (true, nil, priority) }
+          if Task.isCancelled { return (CancellationError(), nil, priority) }
+          if !state.negatives.isEmpty, let error = rememberedError(for: key, in: &state) {
+            return (error, nil, priority)
+          }
           switch state.join(key, waiter: waiter, continuation: .request(continuation), priority: priority) {
           case .joined(let task):
-            return (false, task, priority)
+            return (nil, task, priority)
           case .started(let id):
             let (task, token) = startLoad(id, key: key, priority: priority)
             state.attach(task, token: token, to: id)
-            return (false, nil, priority)
+            return (nil, nil, priority)
           }
         }
-        if escalation.cancelled {
-          continuation.resume(throwing: CancellationError())
+        if let failure = escalation.failure {
+          continuation.resume(throwing: failure)
         } else if let task = escalation.task {
           escalate(task, to: escalation.priority)
         }
@@ -297,12 +355,26 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   }
 
   /// The body of load `id`: the layers below, then the origin; then answers the waiters.
+  ///
+  /// With freshness rules (<doc:FreshnessAndStatistics>), a stale entry a layer returns is
+  /// served at once while stale-while-revalidate allows it, and refreshed afterwards; otherwise
+  /// the lookup goes on to the layers below and the origin, keeping the stale entry to serve if
+  /// they fail (stale-if-error). A refresh serves nothing stale at once: it is the one that
+  /// brings the fresh value.
   private func run(_ id: UInt64, key: Key, token: ReadToken<Key>) async {
     logLoadStarted(key)
-    let result: Result<(Value, LoadSource), any Error>
+    let isRefresh = checksFreshness && inFlight.withLock { $0.isRefresh(id) }
+    var result: Result<(Value, LoadSource), any Error>
     var tokenHandedOff = false
+    var refreshAfterwards = false
+    var foundStale = false
+    var fallback: (entry: CacheEntry<Value>, tier: Int)?
     do {
-      if let (entry, tier) = try await chain.locate(key) {
+      let located = try await locateForLoad(key, isRefresh: isRefresh)
+      fallback = located.fallback
+      if let (entry, tier, state) = located.found {
+        refreshAfterwards = state == .stale || state == .refreshDue
+        foundStale = state == .stale
         // A prefetch into the lower layers leaves the top layer alone.
         let top = tier > 0 && skipsTopLayer(id) ? 1 : 0
         if tier > top {
@@ -317,7 +389,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         result = .success((entry.value, .layer(tier)))
       } else {
         let value = try await fetchRetrying(key, load: id)
-        let entry = CacheEntry(value, expiresAt: expiry(timeToLive: nil))
+        let entry = CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value))
         let top = skipsTopLayer(id) && chain.tiers.count > 1 ? 1 : 0
         _ = await chain.commit(entry, for: key, to: top..<chain.tiers.count, token: token, operation: .insert)
         result = .success((value, .origin))
@@ -325,15 +397,54 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     } catch {
       result = .failure(error)
     }
+    var servedStaleOnError = false
+    if case .failure(let error) = result, let stale = staleValue(after: error, fallback: fallback, key: key) {
+      result = .success(stale)
+      servedStaleOnError = true
+    }
     if !tokenHandedOff { chain.coordinator.endRead(token) }
-    finish(id, key: key, with: result)
+    finish(
+      id, key: key, with: result, servedStale: foundStale, servedStaleOnError: servedStaleOnError,
+      thenRefresh: refreshAfterwards)
   }
 
   /// Removes load `id` of `key` from the table and answers its waiters.
-  func finish(_ id: UInt64, key: Key, with result: Result<(Value, LoadSource), any Error>) {
-    let failed = if case .failure = result { true } else { false }
+  ///
+  /// - Parameters:
+  ///   - servedStale: The load answers with a stale value at once (stale-while-revalidate).
+  ///   - servedStaleOnError: The load answers with a stale value because it failed (stale-if-error).
+  ///   - thenRefresh: Start a background refresh of `key` once the load is out of the table, in
+  ///     the same critical section: no request can start a second one in between.
+  func finish(
+    _ id: UInt64,
+    key: Key,
+    with result: Result<(Value, LoadSource), any Error>,
+    servedStale: Bool = false,
+    servedStaleOnError: Bool = false,
+    thenRefresh: Bool = false
+  ) {
+    // A load that answers with a stale value after an error failed all the same.
+    let failed: Bool = if case .failure = result { true } else { servedStaleOnError }
     logLoadFinished(key, with: result)
-    let waiters = inFlight.withLock { $0.finish(id, failed: failed) }
+    var negative: (error: any Error, expiry: Int64, limit: Int)?
+    if case .failure(let error) = result, let policy = configuration.negativeCaching,
+      !(error is CancellationError), policy.remembers(error)
+    {
+      let expiry = configuration.clock.now.advanced(by: policy.timeToLive).nanosecondsSince1970
+      negative = (error, expiry, policy.countLimit)
+    }
+    let waiters = inFlight.withLock { state in
+      // A write during the load made it unjoinable (and an abandoned load is gone): its error is
+      // as stale as its value, and no one asked for the key since, so nothing is refreshed.
+      state.finish(id, failed: failed) { state in
+        if servedStale { state.counters.staleServed += 1 }
+        if servedStaleOnError { state.counters.staleServedOnError += 1 }
+        if let negative {
+          state.negatives.remember(negative.error, for: key, expiry: negative.expiry, limit: negative.limit)
+        }
+        if thenRefresh { startRefresh(key, in: &state) }
+      }
+    }
     let value = result.map(\.0)
     let source = result.map(\.1)
     for waiter in waiters { waiter.resume(value: value, source: source, key: key) }
@@ -419,45 +530,125 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     }
   }
 
-  func expiry(timeToLive: Duration?) -> CacheInstant? {
-    guard let timeToLive = timeToLive ?? configuration.timeToLive else { return nil }
-    return configuration.clock.now.advanced(by: timeToLive)
+  /// The expiry of a value inserted now: `timeToLive`, or the configured one, then the grace.
+  func insertedExpiry(timeToLive: Duration?) -> CacheInstant? {
+    guard let lifetime = timeToLive ?? configuration.timeToLive else { return nil }
+    return freshness.expiry(now: configuration.clock.now, lifetime: lifetime)
+  }
+
+  /// The expiry of `value`, loaded for `key` now: its lifetime per the configuration, shortened
+  /// by jitter, then the grace.
+  func loadedExpiry(for key: Key, value: Value) -> CacheInstant? {
+    guard var lifetime = lifetime(of: key, value) else { return nil }
+    let jitter = configuration.timeToLiveJitter
+    if jitter > 0 { lifetime = lifetime * (1 - jitter * configuration.randomUnit()) }
+    return freshness.expiry(now: configuration.clock.now, lifetime: lifetime)
   }
 
 }
 
 extension LoadingCache {
-  /// Expiry of loaded values, and the clock it is read from.
+  /// Expiry of loaded values, retries, and the clock it is read from.
+  ///
+  /// An entry the cache stores is *fresh* for its lifetime (``timeToLive``, or what
+  /// ``timeToLiveForValue`` says, shortened by ``timeToLiveJitter``), then *stale* for a grace
+  /// period, the longer of ``staleWhileRevalidate`` and ``staleIfError``, then *expired*. The
+  /// grace is part of the expiry the layers store, so every layer keeps a stale entry until it
+  /// expires and a back-filled copy expires with its source. See <doc:FreshnessAndStatistics>.
   public struct Configuration: Sendable {
     /// How long values from the origin (and inserted values without their own time-to-live)
-    /// live; `nil` for no expiry. Layers may keep them for less.
+    /// stay fresh; `nil` for ever. Positive. Layers may keep them for less.
     public var timeToLive: Duration?
+    /// The lifetime of each loaded value, when it depends on the value (an HTTP response's
+    /// `max-age`, say); `nil` from the closure for a value that never expires. When set,
+    /// ``timeToLive`` applies to inserted values only. With ``refreshAhead``, it is also called
+    /// on reads of entries that expire, to find their lifetime. Default `nil`.
+    public var timeToLiveForValue: (@Sendable (Key, Value) -> Duration?)?
+    /// The share of a loaded value's lifetime taken off at random, in `0..<1`, so that values
+    /// loaded together do not expire together: with 0.1, a 10-minute lifetime becomes 9 to 10
+    /// minutes. Default 0.
+    public var timeToLiveJitter: Double
+    /// How long after it turns stale an entry is still served at once, while one background
+    /// load refreshes it (stale-while-revalidate). Default zero: a stale entry is not served.
+    public var staleWhileRevalidate: Duration
+    /// How long after it turns stale an entry is kept to be served when a load of its key fails
+    /// (stale-if-error); each such failure is reported as ``LoadEvent/servedStale(key:error:)``.
+    /// Default zero.
+    public var staleIfError: Duration
+    /// The share of its lifetime, in `0<..<1`, after which reading a fresh entry refreshes it
+    /// in the background, so that entries read often never turn stale. Default `nil`: none.
+    ///
+    /// Layers store no write time, so a refresh falls due when the fresh time left is under
+    /// `1 - refreshAhead` of the configured lifetime, less ``timeToLiveJitter``'s largest cut:
+    /// with 0.8 and no jitter, after 80% of the lifetime. An entry inserted with a much shorter
+    /// time-to-live than the configured one falls due sooner.
+    public var refreshAhead: Double?
+    /// Which origin errors are remembered, and for how long; `nil` (the default) for none.
+    public var negativeCaching: NegativeCachingPolicy?
     /// The clock expiry is computed from, and retry delays are slept on. Default ``WallClock``.
     public var clock: any CacheClock
     /// When the origin is asked again after it fails. Default ``RetryPolicy/never``.
     public var retryPolicy: RetryPolicy
-    /// Called with every ``LoadEvent`` (retries and final failures), on the load's task: keep
-    /// it short. Default `nil`.
+    /// Called with every ``LoadEvent`` (retries, final failures, stale values served after a
+    /// failure), on the load's task: keep it short. Default `nil`.
     public var onLoadEvent: (@Sendable (LoadEvent<Key>) -> Void)?
     /// Where the cache logs its loads, retries and memory-pressure changes (see <doc:CacheLogging>);
     /// also used by the chain that ``LoadingCache/init(layers:origin:batchOrigin:configuration:)``
     /// builds, and by the cache's prefetchers unless they have a logger of their own. Default
     /// ``CacheLogger/disabled``. Hits never log.
     public var logger: CacheLogger
+    /// Where jitter draws from: a number in `0..<1` per call. Tests replace it.
+    package var randomUnit: @Sendable () -> Double = { Double.random(in: 0..<1) }
 
     /// Creates a configuration.
     public init(
       timeToLive: Duration? = nil,
+      staleWhileRevalidate: Duration = .zero,
+      staleIfError: Duration = .zero,
+      refreshAhead: Double? = nil,
+      timeToLiveJitter: Double = 0,
+      timeToLiveForValue: (@Sendable (Key, Value) -> Duration?)? = nil,
+      negativeCaching: NegativeCachingPolicy? = nil,
       clock: any CacheClock = WallClock(),
       retryPolicy: RetryPolicy = .never,
       onLoadEvent: (@Sendable (LoadEvent<Key>) -> Void)? = nil,
       logger: CacheLogger = .disabled
     ) {
       self.timeToLive = timeToLive
+      self.staleWhileRevalidate = staleWhileRevalidate
+      self.staleIfError = staleIfError
+      self.refreshAhead = refreshAhead
+      self.timeToLiveJitter = timeToLiveJitter
+      self.timeToLiveForValue = timeToLiveForValue
+      self.negativeCaching = negativeCaching
       self.clock = clock
       self.retryPolicy = retryPolicy
       self.onLoadEvent = onLoadEvent
       self.logger = logger
+    }
+
+    /// Throws ``AsyncCacheError/Code/invalidConfiguration`` naming the first value out of range.
+    func validate() throws {
+      if let timeToLive, timeToLive <= .zero {
+        throw AsyncCacheError.invalidConfiguration("LoadingCache timeToLive is \(timeToLive); it must be positive")
+      }
+      guard staleWhileRevalidate >= .zero else {
+        throw AsyncCacheError.invalidConfiguration(
+          "LoadingCache staleWhileRevalidate is \(staleWhileRevalidate); it must be zero or more")
+      }
+      guard staleIfError >= .zero else {
+        throw AsyncCacheError.invalidConfiguration(
+          "LoadingCache staleIfError is \(staleIfError); it must be zero or more")
+      }
+      if let refreshAhead, !(refreshAhead > 0 && refreshAhead < 1) {
+        throw AsyncCacheError.invalidConfiguration(
+          "LoadingCache refreshAhead is \(refreshAhead); it must be in 0<..<1")
+      }
+      guard timeToLiveJitter >= 0, timeToLiveJitter < 1 else {
+        throw AsyncCacheError.invalidConfiguration(
+          "LoadingCache timeToLiveJitter is \(timeToLiveJitter); it must be in 0..<1")
+      }
+      try negativeCaching?.validate()
     }
   }
 
@@ -481,6 +672,24 @@ extension LoadingCache {
     public var urgentLoadsInFlight: Int
     /// Background loads holding back from the origin until the urgent work ends.
     public var loadsWaitingForUrgentWork: Int
+    /// Background refreshes started, of stale entries and of entries read late in their
+    /// lifetime (``Configuration-swift.struct/refreshAhead``); each is also counted in ``loads``.
+    public var refreshes: Int
+    /// Refreshes not started because a load of the key was in flight already.
+    public var refreshesCoalesced: Int
+    /// Refreshes that failed; each is also counted in ``loadFailures``.
+    public var refreshFailures: Int
+    /// Stale values served at once (stale-while-revalidate): each request the top layer answered
+    /// with one, and each load that found one below it.
+    public var staleServed: Int
+    /// Loads that failed and kept a stale value, answering their requests with it instead of the
+    /// error (stale-if-error); refreshes included. Each is also counted in ``loadFailures``.
+    public var staleServedOnError: Int
+    /// Requests (each key of a bulk request, and prefetches) answered with an error remembered by
+    /// negative caching, without a load.
+    public var negativeHits: Int
+    /// Errors remembered by negative caching now (expired ones until they are found).
+    public var negativeEntries: Int
   }
 }
 

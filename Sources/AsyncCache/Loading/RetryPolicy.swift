@@ -90,4 +90,9 @@ public enum LoadEvent<Key: Hashable & Sendable>: Sendable {
   /// The load failed for good after `attempts` attempts: with a fatal error, or a transient one
   /// when no attempts remained.
   case failed(key: Key, attempts: Int, error: any Error, isFatal: Bool)
+  /// The load failed with `error` (after any retries), and the stale value the layers still hold
+  /// stays: the load's requests, if any, got it instead of the error, and later reads keep
+  /// getting it while it may be served (see ``LoadingCache/Configuration-swift.struct/staleIfError``).
+  /// A failed background refresh of a stale value reports this too.
+  case servedStale(key: Key, error: any Error)
 }

@@ -73,12 +73,16 @@ extension LoadingCache {
           // Taken now, as a request takes its own: waiters join in identifier order.
           let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
           let joined = inFlight.withLock {
-            state -> (joined: Bool, escalate: Task<Void, Never>?, priority: TaskPriority) in
+            state -> (failure: (any Error)?, escalate: Task<Void, Never>?, priority: TaskPriority) in
             let priority = Task.currentPriority
             // Checked under the lock: `withdraw` sets the flag before it takes the lock, so
             // either this sees it, or `withdraw` finds the waiter.
             if Task.isCancelled || ticket.isWithdrawn.load(ordering: .sequentiallyConsistent) {
-              return (false, nil, priority)
+              return (CancellationError(), nil, priority)
+            }
+            // A key the origin said it does not have is not asked for again.
+            if !state.negatives.isEmpty, let error = rememberedError(for: key, in: &state) {
+              return (error, nil, priority)
             }
             ticket.waiter.store(waiter, ordering: .sequentiallyConsistent)
             let result = state.join(
@@ -86,15 +90,15 @@ extension LoadingCache {
               isUrgent: false, skipsTopLayer: skipsTopLayer)
             switch result {
             case .joined(let task):
-              return (true, task, priority)
+              return (nil, task, priority)
             case .started(let id):
               let (task, token) = startLoad(id, key: key, priority: priority)
               state.attach(task, token: token, to: id)
-              return (true, nil, priority)
+              return (nil, nil, priority)
             }
           }
-          if !joined.joined {
-            continuation.resume(throwing: CancellationError())
+          if let failure = joined.failure {
+            continuation.resume(throwing: failure)
           } else if let task = joined.escalate {
             escalate(task, to: joined.priority)
           }

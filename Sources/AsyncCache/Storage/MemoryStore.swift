@@ -156,6 +156,13 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     lookup(key) { $0.value }
   }
 
+  /// Returns the unexpired value for `key`, its expiry and the time it was checked against (both
+  /// `Int64.max` when it never expires), and marks it most recently used.
+  @inlinable
+  func timedValue(for key: Key) -> (value: Value, expiry: Int64, now: Int64)? {
+    lookup(key) { node, now in (node.value, node.expiry, now) }
+  }
+
   /// What a lookup found.
   @usableFromInline
   enum Lookup<Found: Sendable>: Sendable {
@@ -168,6 +175,15 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @inlinable
   @inline(__always)
   func lookup<Found: Sendable>(_ key: Key, _ extract: (borrowing Node) -> Found) -> Found? {
+    lookup(key) { node, _ in extract(node) }
+  }
+
+  /// Finds `key`; on a hit marks it most recently used and returns `extract` of its node and of
+  /// the time the expiry was checked against (nanoseconds since 1970; `Int64.max` when the
+  /// entry never expires, for which the clock is not read).
+  @inlinable
+  @inline(__always)
+  func lookup<Found: Sendable>(_ key: Key, _ extract: (borrowing Node, Int64) -> Found) -> Found? {
     let hash = key.hashValue
     let result = segments.withLock(segmentIndex(for: hash)) { segment -> Lookup<Found> in
       guard let (position, slot) = segment.find(key, hash: hash) else {
@@ -175,14 +191,18 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         return .miss
       }
       let expiry = segment.nodes[slot].expiry
-      if expiry != .max, expiry <= clock.now.nanosecondsSince1970 {
-        let removed = segment.remove(slot: slot, bucket: position)
-        segment.misses &+= 1
-        segment.evictions[.expired] &+= 1
-        return .expired(removed)
+      var now = Int64.max
+      if expiry != .max {
+        now = clock.now.nanosecondsSince1970
+        if expiry <= now {
+          let removed = segment.remove(slot: slot, bucket: position)
+          segment.misses &+= 1
+          segment.evictions[.expired] &+= 1
+          return .expired(removed)
+        }
       }
       segment.recordHit(slot, hash: hash)
-      return .hit(extract(segment.nodes[slot]))
+      return .hit(extract(segment.nodes[slot], now))
     }
     switch result {
     case .hit(let found):

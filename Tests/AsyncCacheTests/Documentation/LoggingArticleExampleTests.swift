@@ -144,7 +144,7 @@ struct LoggingArticleExampleTests {
     let chain = try CacheChain<String, String>(
       [.init(try MemoryLayer<String, String>()), .init(disk, failurePolicy: .skip, name: "disk")],
       configuration: .init(logger: logger))
-    let cache = LoadingCache(
+    let cache = try LoadingCache(
       chain: chain, origin: ClosureFetcher { "value of \($0)" }, configuration: .init(logger: logger))
     #expect(try await cache.value(for: "42") == "value of 42")
     #expect(

@@ -292,6 +292,8 @@ struct PrefetchingArticleExampleTests {
             logger.info("photo \(id): attempt \(attempt) failed (\(error)), retry in \(delay)")
           case .failed(let id, let attempts, let error, let isFatal):
             logger.warning("photo \(id): \(error) after \(attempts) attempts (fatal: \(isFatal))")
+          case .servedStale(let id, let error):
+            logger.warning("photo \(id): \(error); showing the stale copy")
           }
         }))
 

@@ -46,7 +46,7 @@ import Testing
       .init(disk, failurePolicy: .skip),  // a broken disk: go on, record it
       .init(shared, failurePolicy: .propagate),
     ])
-    let cache = LoadingCache(chain: chain, origin: origin)
+    let cache = try LoadingCache(chain: chain, origin: origin)
 
     #expect(try await cache.value(for: "a") == "A")
     #expect(disk.storedEntries["a"] == CacheEntry("A"))

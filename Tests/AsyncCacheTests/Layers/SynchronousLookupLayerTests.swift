@@ -94,7 +94,7 @@ struct SynchronousLookupLayerTests {
   func nestedChain() async throws {
     let (memory, top) = try Self.composedMemory()
     let inner = try CacheChain([top])
-    let cache = LoadingCache(chain: try CacheChain([inner]), origin: GatedFetcher<UserID, String> { _ in "" })
+    let cache = try LoadingCache(chain: try CacheChain([inner]), origin: GatedFetcher<UserID, String> { _ in "" })
     try memory.insert(5, for: 2)
     #expect(cache.cachedValue(for: UserID(rawValue: 2)) == "2:5")
   }

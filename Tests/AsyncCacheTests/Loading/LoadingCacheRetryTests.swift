@@ -17,6 +17,7 @@ struct LoadingCacheRetryTests {
         case .retrying(let key, let attempt, let error, let delay): "retrying \(key) \(attempt) \(error) \(delay)"
         case .failed(let key, let attempts, let error, let isFatal):
           "failed \(key) \(attempts) \(error) fatal:\(isFatal)"
+        case .servedStale(let key, let error): "served stale \(key) \(error)"
         }
       events.withLock { $0.append(line) }
     }

@@ -37,7 +37,7 @@ struct LoadingCacheLoggingTests {
     let logs = RecordingLogHandler()
     let lower = FakeLayer<String, Int>(entries: ["k": CacheEntry(7)])
     let chain = try CacheChain<String, Int>([.init(try MemoryLayer<String, Int>()), .init(lower, name: "disk")])
-    let cache = LoadingCache(
+    let cache = try LoadingCache(
       chain: chain, origin: UnimplementedFetcher<String, Int>(),
       configuration: .init(logger: logs.logger(minimumLevel: .debug)))
     #expect(try await cache.value(for: "k") == 7)

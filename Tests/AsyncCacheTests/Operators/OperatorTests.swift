@@ -141,7 +141,7 @@ struct OperatorTests {
     let origin = GatedFetcher<Int, String> { "\($0)" }
     origin.open()
     let chain = try CacheChain([guarded], failurePolicy: .skip)
-    let cache = LoadingCache(chain: chain, origin: origin)
+    let cache = try LoadingCache(chain: chain, origin: origin)
     let error = await #expect(throws: AsyncCacheError.self) { try await cache.value(for: 1) }
     #expect(error?.code == .conditionFailed && error?.underlying is Refused)
     #expect(origin.callCount == 0)

@@ -1,0 +1,87 @@
+/// How a ``LoadingCache`` reads the expiry of an entry: fresh, due for a refresh ahead of time,
+/// stale, or kept only in case the origin fails.
+///
+/// An entry stored by the cache lives for its lifetime (its time-to-live, after jitter), then
+/// for a *grace* period: the longer of ``LoadingCache/Configuration-swift.struct/staleWhileRevalidate``
+/// and ``LoadingCache/Configuration-swift.struct/staleIfError``. Its stored ``CacheEntry/expiresAt``
+/// is the end of the grace, so every layer keeps it that long and a back-filled copy expires
+/// with its source; the instant it turns stale is `expiresAt - grace`. Nothing else is stored,
+/// so any layer, persistent ones included, carries an entry's freshness without a format of
+/// its own.
+///
+/// Pure and synchronous; instants are nanoseconds since 1970, `Int64.max` for never.
+@usableFromInline
+struct FreshnessRules: Sendable, Hashable {
+  /// What a read may do with an entry.
+  @usableFromInline
+  enum State: Sendable, Hashable {
+    /// Serve it.
+    case fresh
+    /// Serve it, and refresh it in the background: it was read late in its lifetime.
+    case refreshDue
+    /// Serve it at once (stale-while-revalidate), and refresh it in the background.
+    case stale
+    /// Load afresh, and serve it only if the load fails (stale-if-error).
+    case staleIfError
+    /// Never serve it.
+    case expired
+  }
+
+  /// How long a stale entry is served at once while it is refreshed, in nanoseconds.
+  @usableFromInline let staleWhileRevalidate: Int64
+  /// How long a stale entry is kept to be served when a load fails, in nanoseconds.
+  @usableFromInline let staleIfError: Int64
+  /// The fraction of its lifetime after which a read refreshes a fresh entry, if any.
+  @usableFromInline let refreshAhead: Double?
+  /// The largest share of a lifetime jitter takes off (see ``state(expiry:now:lifetime:)``).
+  @usableFromInline let jitter: Double
+
+  @usableFromInline
+  init(staleWhileRevalidate: Duration, staleIfError: Duration, refreshAhead: Double?, jitter: Double = 0) {
+    self.staleWhileRevalidate = Swift.max(staleWhileRevalidate.saturatingNanoseconds, 0)
+    self.staleIfError = Swift.max(staleIfError.saturatingNanoseconds, 0)
+    self.refreshAhead = refreshAhead
+    self.jitter = jitter
+  }
+
+  /// How long an entry is kept after it turns stale, in nanoseconds.
+  @inlinable
+  var grace: Int64 { Swift.max(staleWhileRevalidate, staleIfError) }
+
+  /// Whether a hit must look at the entry's expiry: with no grace and no refresh ahead, an
+  /// entry a layer returns is fresh.
+  @inlinable
+  var checksHits: Bool { grace > 0 || refreshAhead != nil }
+
+  /// The expiry to store for an entry that is fresh for `lifetime` from `now`.
+  @inlinable
+  func expiry(now: CacheInstant, lifetime: Duration) -> CacheInstant {
+    now.advanced(by: lifetime).advanced(by: .nanoseconds(grace))
+  }
+
+  /// The state at `now` of an entry that expires at `expiry`; `lifetime` gives the lifetime the
+  /// configuration gives it (read only for a refresh ahead, and only while the entry is fresh).
+  ///
+  /// The write time is not stored, so a refresh ahead falls due when the fresh time left is
+  /// under `(1 - refreshAhead)` of the shortest lifetime jitter could have made: never on a
+  /// freshly loaded entry, however the jitter fell. An entry inserted with a much shorter
+  /// time-to-live than the configured one falls due sooner.
+  @inlinable
+  func state(expiry: Int64, now: Int64, lifetime: () -> Duration?) -> State {
+    guard expiry != .max else { return .fresh }
+    guard now < expiry else { return .expired }
+    let (staleAt, overflow) = expiry.subtractingReportingOverflow(grace)
+    if overflow || now < staleAt {
+      guard let refreshAhead, let lifetime = lifetime() else { return .fresh }
+      let lead = Double(lifetime.saturatingNanoseconds) * (1 - jitter) * (1 - refreshAhead)
+      return Double(staleAt) - lead <= Double(now) ? .refreshDue : .fresh
+    }
+    return now - staleAt < staleWhileRevalidate ? .stale : .staleIfError
+  }
+
+  /// The state at `now` of `entry`.
+  @inlinable
+  func state<Value>(of entry: CacheEntry<Value>, at now: CacheInstant, lifetime: () -> Duration?) -> State {
+    state(expiry: entry.expiresAt?.nanosecondsSince1970 ?? .max, now: now.nanosecondsSince1970, lifetime: lifetime)
+  }
+}

@@ -1,0 +1,112 @@
+// Stale-while-revalidate, stale-if-error, refresh ahead and negative caching: how a loading cache
+// reads the expiry of what its layers hold (see `FreshnessRules` and <doc:FreshnessAndStatistics>).
+extension LoadingCache {
+  /// The value the top ``MemoryLayer`` holds for `key` if it may be served now: fresh, or stale
+  /// within stale-while-revalidate. A stale value, or one read late in its lifetime when a
+  /// refresh ahead is configured, is refreshed in the background (once, however many requests
+  /// read it). `nil` when the top layer is not a memory layer.
+  @inlinable
+  func servableValue(for key: Key) -> Value? {
+    guard let (value, expiry, now) = front?.store.timedValue(for: key) else { return nil }
+    switch freshness.state(expiry: expiry, now: now, lifetime: { self.lifetime(of: key, value) }) {
+    case .fresh:
+      return value
+    case .refreshDue:
+      refresh(key, servedStale: false)
+      return value
+    case .stale:
+      refresh(key, servedStale: true)
+      return value
+    case .staleIfError, .expired:
+      return nil
+    }
+  }
+
+  /// The lifetime the configuration gives `value` for `key`, before jitter; `nil` for none.
+  @usableFromInline
+  func lifetime(of key: Key, _ value: Value) -> Duration? {
+    if let lifetime = configuration.timeToLiveForValue { return lifetime(key, value) }
+    return configuration.timeToLive
+  }
+
+  /// Starts a background refresh of `key`, unless a load of it is in flight; counts a stale
+  /// value served when `servedStale`.
+  @usableFromInline
+  func refresh(_ key: Key, servedStale: Bool) {
+    inFlight.withLock { state in
+      if servedStale { state.counters.staleServed += 1 }
+      startRefresh(key, in: &state)
+    }
+  }
+
+  /// Starts a background refresh of `key` in `state` (under the in-flight lock), unless a load
+  /// of it is in flight.
+  func startRefresh(_ key: Key, in state: inout InFlightLoadsStateMachine<Key, LoadWaiter<Key, Value>>) {
+    // A refresh is background work: it runs below the requests that read the stale value, and a
+    // request that joins it raises it.
+    guard let id = state.startRefresh(key, priority: .utility) else { return }
+    let (task, token) = startLoad(id, key: key, priority: .utility)
+    state.attach(task, token: token, to: id)
+  }
+
+  /// What a load found in the layers: the entry it may answer with, its tier and state, and a
+  /// stale entry it passed over (the one expiring last), to answer with if the load fails.
+  struct Located {
+    var found: (entry: CacheEntry<Value>, tier: Int, state: FreshnessRules.State)?
+    var fallback: (entry: CacheEntry<Value>, tier: Int)?
+  }
+
+  /// Looks `key` up for a load. Without freshness rules the first entry is the answer; with
+  /// them, a request's load takes the first entry that may be served now (fresh, or stale
+  /// within stale-while-revalidate), and a refresh only a fresh one.
+  func locateForLoad(_ key: Key, isRefresh: Bool) async throws -> Located {
+    guard checksFreshness else {
+      return Located(found: try await chain.locate(key).map { ($0.entry, $0.tier, .fresh) })
+    }
+    let clock = configuration.clock
+    // The state of the entry taken, as decided: read again, the clock may have moved on.
+    var accepted = FreshnessRules.State.fresh
+    let located = try await chain.locate(key) { entry in
+      let state = freshness.state(of: entry, at: clock.now) { lifetime(of: key, entry.value) }
+      accepted = state
+      return switch state {
+      case .fresh: true
+      case .refreshDue, .stale: !isRefresh
+      case .staleIfError, .expired: false
+      }
+    }
+    guard let (entry, tier) = located.found else { return Located(fallback: located.fallback) }
+    return Located(found: (entry, tier, accepted), fallback: located.fallback)
+  }
+
+  /// The stale value to answer a failed load of `key` with, if `fallback` is stale and has not
+  /// expired (stale-if-error), and where it came from; reports the error as a
+  /// ``LoadEvent/servedStale(key:error:)``. `nil` when the load was cancelled (no one waits for
+  /// it), or there is no stale fallback (a refresh ahead that failed leaves its fresh entry be).
+  func staleValue(
+    after error: any Error, fallback: (entry: CacheEntry<Value>, tier: Int)?, key: Key
+  ) -> (Value, LoadSource)? {
+    guard let fallback, !(error is CancellationError) else { return nil }
+    let entry = fallback.entry
+    switch freshness.state(of: entry, at: configuration.clock.now, lifetime: { lifetime(of: key, entry.value) }) {
+    case .stale, .staleIfError: break
+    case .fresh, .refreshDue, .expired: return nil
+    }
+    logServingStale(key, error: error)
+    configuration.onLoadEvent?(.servedStale(key: key, error: error))
+    return (fallback.entry.value, .layer(fallback.tier))
+  }
+
+  /// The error negative caching remembers for `key`, if any; counts the hit. Call under the
+  /// in-flight lock.
+  @usableFromInline
+  func rememberedError(
+    for key: Key, in state: inout InFlightLoadsStateMachine<Key, LoadWaiter<Key, Value>>
+  ) -> (any Error)? {
+    guard let error = state.negatives.error(for: key, now: configuration.clock.now.nanosecondsSince1970) else {
+      return nil
+    }
+    state.counters.negativeHits += 1
+    return error
+  }
+}

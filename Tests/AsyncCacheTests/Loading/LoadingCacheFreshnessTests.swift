@@ -1,0 +1,478 @@
+import AsyncCacheTesting
+import Synchronization
+import Testing
+
+@testable import AsyncCache
+
+@Suite("FreshnessRules") struct FreshnessRulesTests {
+  @Test func anEntryGoesFromFreshToStaleToStaleIfErrorToExpired() {
+    // Fresh for 100 s, then served while it is refreshed for 20 s, then kept 50 s for errors.
+    let rules = FreshnessRules(staleWhileRevalidate: .seconds(20), staleIfError: .seconds(50), refreshAhead: nil)
+    let second: Int64 = 1_000_000_000
+    #expect(rules.grace == 50 * second)
+    let expiry = rules.expiry(now: CacheInstant(nanosecondsSince1970: 0), lifetime: .seconds(100))
+    #expect(expiry.nanosecondsSince1970 == 150 * second)
+    let state = { (now: Int64) in rules.state(expiry: expiry.nanosecondsSince1970, now: now, lifetime: { nil }) }
+    #expect(state(0) == .fresh)
+    #expect(state(100 * second - 1) == .fresh)
+    #expect(state(100 * second) == .stale)
+    #expect(state(120 * second - 1) == .stale)
+    #expect(state(120 * second) == .staleIfError)
+    #expect(state(150 * second - 1) == .staleIfError)
+    #expect(state(150 * second) == .expired)
+    #expect(rules.state(expiry: .max, now: .max - 1, lifetime: { nil }) == .fresh, "never expires, never stale")
+  }
+
+  @Test func aRefreshAheadFallsDueAfterItsShareOfTheLifetime() {
+    let rules = FreshnessRules(staleWhileRevalidate: .zero, staleIfError: .zero, refreshAhead: 0.75)
+    #expect(rules.grace == 0)
+    let second: Int64 = 1_000_000_000
+    let expiry = rules.expiry(now: CacheInstant(nanosecondsSince1970: 0), lifetime: .seconds(100)).nanosecondsSince1970
+    #expect(rules.state(expiry: expiry, now: 75 * second - 1, lifetime: { .seconds(100) }) == .fresh)
+    #expect(rules.state(expiry: expiry, now: 75 * second, lifetime: { .seconds(100) }) == .refreshDue)
+    #expect(rules.state(expiry: expiry, now: 100 * second, lifetime: { .seconds(100) }) == .expired)
+    #expect(rules.state(expiry: expiry, now: 90 * second, lifetime: { nil }) == .fresh, "no lifetime, no refresh ahead")
+    #expect(rules.checksHits)
+    #expect(!FreshnessRules(staleWhileRevalidate: .zero, staleIfError: .zero, refreshAhead: nil).checksHits)
+  }
+}
+
+@Suite(.timeLimit(.minutes(1))) struct LoadingCacheFreshnessTests {
+  let clock = ManualClock()
+  let memory: MemoryLayer<String, Int>
+  let events = EventLog()
+
+  init() throws {
+    memory = try MemoryLayer(configuration: .init(clock: clock))
+  }
+
+  final class EventLog: Sendable {
+    private let lines = Locked<[String]>([])
+    func record(_ event: LoadEvent<String>) {
+      let line =
+        switch event {
+        case .retrying(let key, let attempt, _, _): "retrying \(key) \(attempt)"
+        case .failed(let key, let attempts, let error, _): "failed \(key) \(attempts) \(error)"
+        case .servedStale(let key, let error): "served stale \(key) \(error)"
+        }
+      lines.withLock { $0.append(line) }
+    }
+    var all: [String] { lines.withLock { $0 } }
+  }
+
+  func cache(
+    origin: some AsyncFetcher<String, Int>,
+    below: [any AsyncCacheLayer<String, Int>] = [],
+    configure: (inout LoadingCache<String, Int>.Configuration) -> Void
+  ) throws -> LoadingCache<String, Int> {
+    var configuration = LoadingCache<String, Int>.Configuration(
+      clock: clock, onLoadEvent: { [events] in events.record($0) })
+    configure(&configuration)
+    return try LoadingCache(layers: [memory] + below, origin: origin, configuration: configuration)
+  }
+
+  /// A fetcher that answers `key` with the next number of a counter per key: 1, 2, 3...
+  func countingOrigin() -> GatedFetcher<String, Int> {
+    let counts = Locked<[String: Int]>([:])
+    let origin = GatedFetcher<String, Int> { key in
+      counts.withLock {
+        $0[key, default: 0] += 1
+        return $0[key]!
+      }
+    }
+    return origin
+  }
+
+  // MARK: Stale-while-revalidate
+
+  @Test func aStaleEntryIsServedAtOnceAndRefreshedExactlyOnceUnderConcurrentReads() async throws {
+    let origin = countingOrigin()
+    let cache = try cache(origin: origin) {
+      $0.timeToLive = .seconds(60)
+      $0.staleWhileRevalidate = .seconds(30)
+    }
+    let first = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k") == 1)
+    #expect(try await first.value == 1)
+    #expect(memory.entry(for: "k")?.expiresAt == clock.now.advanced(by: .seconds(90)), "lifetime plus grace")
+
+    clock.advance(by: .seconds(60))
+    // Twenty concurrent stale reads: all served at once, one refresh.
+    let values = try await withThrowingTaskGroup(of: Int.self) { group in
+      for _ in 0..<20 { group.addTask { try await cache.value(for: "k") } }
+      return try await group.reduce(into: []) { $0.append($1) }
+    }
+    #expect(values == Array(repeating: 1, count: 20))
+    await origin.waitForFetches(1, for: "k")
+    #expect(cache.cachedValue(for: "k") == 1, "still served while the refresh is held")
+    #expect(origin.callCount == 2)
+    #expect(origin.release("k") == 1)
+    await cache.waitUntilIdle()
+    #expect(try await cache.value(for: "k") == 2)
+    #expect(memory.entry(for: "k")?.expiresAt == clock.now.advanced(by: .seconds(90)))
+    #expect(origin.callCount == 2, "exactly one refresh")
+    let statistics = cache.statistics
+    #expect(statistics.refreshes == 1)
+    #expect(statistics.refreshesCoalesced == 20)  // 19 reads and the cachedValue peek
+    #expect(statistics.staleServed == 21)
+    #expect(statistics.loads == 2)
+    #expect(statistics.loadsInFlight == 0)
+  }
+
+  @Test func aRequestJoinsTheRefreshInFlightWhenTheEntryIsPastStaleWhileRevalidate() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 2 }
+    try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(100))), for: "k")
+    let cache = try cache(origin: origin) {
+      $0.timeToLive = .seconds(60)
+      $0.staleWhileRevalidate = .seconds(10)
+      $0.staleIfError = .seconds(40)
+    }
+    // Stale at 60 s (100 - 40); served at once until 70 s.
+    clock.advance(by: .seconds(65))
+    #expect(try await cache.value(for: "k") == 1)
+    await origin.waitForFetches(1, for: "k")
+    clock.advance(by: .seconds(10))
+    // Past stale-while-revalidate: this request waits, and joins the refresh.
+    let late = Task { try await cache.value(for: "k") }
+    await cache.waitForRequests(1, for: "k")
+    #expect(origin.release("k") == 1)
+    #expect(try await late.value == 2)
+    #expect(origin.callCount == 1)
+    #expect(cache.statistics.coalescedRequests == 1)
+  }
+
+  @Test func aStaleEntryBelowTheTopLayerIsServedBackfilledAndRefreshed() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 2 }
+    let disk = FakeLayer<String, Int>(clock: clock)
+    let expiry = clock.now.advanced(by: .seconds(30))
+    disk.seed(CacheEntry(1, expiresAt: expiry), for: "k")
+    let cache = try cache(origin: origin, below: [disk]) {
+      $0.timeToLive = .seconds(60)
+      $0.staleWhileRevalidate = .seconds(30)
+    }
+    // Stale from the start: 30 s of grace left.
+    #expect(try await cache.value(for: "k") == 1)
+    #expect(memory.entry(for: "k") == CacheEntry(1, expiresAt: expiry), "the back-filled copy expires with its source")
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k") == 1)
+    await cache.waitUntilIdle()
+    let fresh = CacheEntry(2, expiresAt: clock.now.advanced(by: .seconds(90)))
+    #expect(memory.entry(for: "k") == fresh)
+    #expect(disk.storedEntries["k"] == fresh)
+    #expect(cache.statistics.staleServed == 1)
+    #expect(cache.statistics.refreshes == 1)
+  }
+
+  @Test func aRefreshTakesAFreshEntryFromALowerLayerWithoutAskingTheOrigin() async throws {
+    let disk = FakeLayer<String, Int>(clock: clock)
+    let cache = try cache(origin: UnimplementedFetcher<String, Int>(), below: [disk]) {
+      $0.timeToLive = .seconds(60)
+      $0.staleWhileRevalidate = .seconds(30)
+    }
+    try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(10))), for: "k")
+    let newer = CacheEntry(7, expiresAt: clock.now.advanced(by: .seconds(500)))
+    disk.seed(newer, for: "k")  // another process refreshed the shared layer
+    #expect(try await cache.value(for: "k") == 1)
+    await cache.waitUntilIdle()
+    #expect(memory.entry(for: "k") == newer)
+  }
+
+  @Test func aWriteDuringARefreshWins() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 2 }
+    let cache = try cache(origin: origin) {
+      $0.timeToLive = .seconds(60)
+      $0.staleWhileRevalidate = .seconds(30)
+    }
+    try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(10))), for: "k")
+    #expect(try await cache.value(for: "k") == 1)
+    await origin.waitForFetches(1, for: "k")
+    try await cache.insert(5, for: "k")
+    #expect(origin.release("k") == 1)
+    await cache.waitUntilIdle()
+    #expect(try await cache.value(for: "k") == 5)
+  }
+
+  @Test func aLoadThatFoundAStaleEntryStartsNoRefreshWhenAWriteOvertookIt() async throws {
+    let disk = FakeLayer<String, Int>(clock: clock)
+    disk.seed(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(10))), for: "k")
+    let cache = try cache(origin: UnimplementedFetcher<String, Int>(), below: [disk]) {
+      $0.timeToLive = .seconds(60)
+      $0.staleWhileRevalidate = .seconds(30)
+    }
+    disk.hold(.lookup, phase: .afterApplying)
+    let request = Task { try await cache.value(for: "k") }
+    await disk.waitForHeld(1, .lookup)
+    try await cache.removeValue(for: "k")
+    disk.release(.lookup)
+    #expect(try await request.value == 1, "the request had asked before the removal")
+    await cache.waitUntilIdle()
+    #expect(cache.statistics.refreshes == 0, "no one asked for the key since it was removed")
+    #expect(cache.statistics.staleServed == 0)
+  }
+
+  @Test func aTopMemoryLayerThatKeepsEntriesNoLongerThanTheGraceIsRefused() throws {
+    let short = try MemoryLayer<String, Int>(configuration: .init(timeToLive: .seconds(30), clock: clock))
+    let error = #expect(throws: AsyncCacheError.self) {
+      try LoadingCache(
+        layers: [short], origin: UnimplementedFetcher<String, Int>(),
+        configuration: .init(timeToLive: .seconds(60), staleIfError: .seconds(30), clock: clock))
+    }
+    #expect(error?.code == .invalidConfiguration)
+    #expect(error?.message.contains("top MemoryLayer's timeToLive") == true)
+  }
+
+  @Test func aFailedRefreshKeepsServingTheStaleValueAndTheNextReadTriesAgain() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 2 }
+    let cache = try cache(origin: origin) {
+      $0.timeToLive = .seconds(60)
+      $0.staleWhileRevalidate = .seconds(30)
+    }
+    try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(20))), for: "k")
+    #expect(try await cache.value(for: "k") == 1)
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k", throwing: TestError()) == 1)
+    await cache.waitUntilIdle()
+    #expect(try await cache.value(for: "k") == 1, "the stale value is still served")
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k") == 1)
+    await cache.waitUntilIdle()
+    #expect(try await cache.value(for: "k") == 2)
+    let statistics = cache.statistics
+    #expect(statistics.refreshes == 2)
+    #expect(statistics.refreshFailures == 1)
+    #expect(statistics.loadFailures == 1)
+    #expect(statistics.staleServed == 2)
+    // The failed refresh kept the stale value, and said why.
+    #expect(statistics.staleServedOnError == 1)
+    #expect(events.all == ["failed k 1 TestError(boom)", "served stale k TestError(boom)"])
+  }
+
+  // MARK: Stale-if-error
+
+  @Test func aFailedLoadServesTheStaleValueWithinStaleIfErrorAndReportsTheError() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 2 }
+    let cache = try cache(origin: origin) {
+      $0.timeToLive = .seconds(60)
+      $0.staleIfError = .seconds(30)
+    }
+    try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(30))), for: "k")
+    // Stale from the start, and no stale-while-revalidate: the request waits for the origin.
+    let request = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k", throwing: TestError("down")) == 1)
+    #expect(try await request.value == 1)
+    #expect(events.all == ["failed k 1 TestError(down)", "served stale k TestError(down)"])
+    #expect(cache.statistics.staleServedOnError == 1)
+    #expect(cache.statistics.loadFailures == 1)
+
+    // A load that succeeds replaces it.
+    let next = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k") == 1)
+    #expect(try await next.value == 2)
+  }
+
+  @Test func pastStaleIfErrorTheErrorReachesTheRequest() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 2 }
+    let cache = try cache(origin: origin) {
+      $0.timeToLive = .seconds(60)
+      $0.staleIfError = .seconds(30)
+    }
+    try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(30))), for: "k")
+    let request = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    clock.advance(by: .seconds(30))  // the entry expired while the origin was asked
+    #expect(origin.release("k", throwing: TestError("down")) == 1)
+    await #expect(throws: TestError("down")) { try await request.value }
+    #expect(cache.statistics.staleServedOnError == 0)
+  }
+
+  @Test func aBulkRequestServesStaleValuesAndFallsBackOnErrors() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 2 }
+    let cache = try cache(origin: origin) {
+      $0.timeToLive = .seconds(60)
+      $0.staleWhileRevalidate = .seconds(10)
+      $0.staleIfError = .seconds(30)
+    }
+    try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(30))), for: "swr")
+    try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(15))), for: "sie")
+    let request = Task { await cache.values(for: ["swr", "sie"]) }
+    await origin.waitForFetches(1, for: "sie")
+    #expect(origin.release("sie", throwing: TestError()) == 1)
+    let result = await request.value
+    #expect(result.values == ["swr": 1, "sie": 1])
+    #expect(result.failures.isEmpty)
+    await origin.waitForFetches(1, for: "swr")
+    #expect(origin.release("swr") == 1)
+    await cache.waitUntilIdle()
+    #expect(cache.cachedValue(for: "swr") == 2)
+  }
+
+  // MARK: Refresh ahead
+
+  @Test func anEntryReadLateInItsLifetimeIsRefreshedBeforeItExpires() async throws {
+    let origin = countingOrigin()
+    let cache = try cache(origin: origin) {
+      $0.timeToLive = .seconds(100)
+      $0.refreshAhead = 0.8
+    }
+    origin.open()
+    #expect(try await cache.value(for: "k") == 1)
+    clock.advance(by: .seconds(79))
+    #expect(try await cache.value(for: "k") == 1)
+    #expect(cache.statistics.refreshes == 0)
+    clock.advance(by: .seconds(1))
+    #expect(try await cache.value(for: "k") == 1, "still fresh: served, and refreshed")
+    await cache.waitUntilIdle()
+    #expect(cache.statistics.refreshes == 1)
+    #expect(cache.statistics.staleServed == 0)
+    #expect(memory.entry(for: "k") == CacheEntry(2, expiresAt: clock.now.advanced(by: .seconds(100))))
+  }
+
+  // MARK: Lifetimes
+
+  @Test func perEntryLifetimesAndJitterSetTheExpiry() async throws {
+    let units = Locked([0.0, 0.5, 0.25])
+    let cache = try cache(origin: ClosureFetcher { Int($0)! }) {
+      $0.timeToLive = .seconds(600)
+      $0.timeToLiveForValue = { _, value in value >= 100 ? .seconds(10) : value == 0 ? nil : .seconds(100) }
+      $0.timeToLiveJitter = 0.25
+      $0.staleWhileRevalidate = .seconds(5)
+      $0.randomUnit = { units.withLock { $0.removeFirst() } }
+    }
+    #expect(try await cache.value(for: "1") == 1)
+    #expect(try await cache.value(for: "100") == 100)
+    #expect(try await cache.value(for: "0") == 0)
+    #expect(try await cache.value(for: "2") == 2)
+    // 100 s with no jitter, 10 s less 12.5%, never, 100 s less 6.25%; then 5 s of grace.
+    #expect(memory.entry(for: "1")?.expiresAt == clock.now.advanced(by: .seconds(105)))
+    #expect(memory.entry(for: "100")?.expiresAt == clock.now.advanced(by: .milliseconds(13_750)))
+    #expect(memory.entry(for: "0")?.expiresAt == nil)
+    #expect(memory.entry(for: "2")?.expiresAt == clock.now.advanced(by: .milliseconds(98_750)))
+    // An insert uses its own time-to-live, or the configured one, without jitter.
+    try await cache.insert(7, for: "i")
+    #expect(memory.entry(for: "i")?.expiresAt == clock.now.advanced(by: .seconds(605)))
+  }
+
+  @Test func manyRequestsForAnExpiredEntryCauseOneLoad() async throws {
+    let origin = countingOrigin()
+    let cache = try cache(origin: origin) { $0.timeToLive = .seconds(60) }
+    let first = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k") == 1)
+    #expect(try await first.value == 1)
+    clock.advance(by: .seconds(60))
+    let requests = (0..<50).map { _ in Task { try await cache.value(for: "k") } }
+    await cache.waitForRequests(50, for: "k")
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k") == 1)
+    for request in requests { #expect(try await request.value == 2) }
+    #expect(origin.callCount == 2)
+    #expect(cache.statistics.coalescedRequests == 49)
+  }
+
+  // MARK: Negative caching
+
+  @Test func notFoundIsRememberedForItsOwnTimeToLive() async throws {
+    let present = Locked(false)
+    let origin = GatedFetcher<String, Int> { key in
+      guard present.withLock({ $0 }) else { throw AsyncCacheError(code: .notFound, message: "no \(key)") }
+      return 1
+    }
+    origin.open()
+    let cache = try cache(origin: origin) {
+      $0.timeToLive = .seconds(600)
+      $0.negativeCaching = .notFound(timeToLive: .seconds(10))
+    }
+    await #expect(throws: AsyncCacheError.self) { try await cache.value(for: "k") }
+    present.withLock { $0 = true }
+    clock.advance(by: .seconds(9))
+    let error = await #expect(throws: AsyncCacheError.self) { try await cache.value(for: "k") }
+    #expect(error?.code == .notFound)
+    #expect(origin.callCount == 1, "the remembered error is thrown without asking the origin")
+    #expect(cache.statistics.negativeHits == 1)
+    #expect(cache.statistics.negativeEntries == 1)
+    let bulk = await cache.values(for: ["k"])
+    #expect(bulk.failures["k"] != nil)
+    let prefetch = await cache.prefetch("k", ticket: cache.makePrefetchTicket(), skipsTopLayer: false)
+    guard case .failed = prefetch else {
+      Issue.record("a prefetch of a remembered key fails without a load, not \(prefetch)")
+      return
+    }
+    #expect(origin.callCount == 1)
+    #expect(cache.statistics.negativeHits == 3)
+    clock.advance(by: .seconds(1))
+    #expect(try await cache.value(for: "k") == 1, "the negative time-to-live is its own")
+    #expect(origin.callCount == 2)
+    #expect(memory.entry(for: "k")?.expiresAt == clock.now.advanced(by: .seconds(600)))
+  }
+
+  @Test func otherErrorsAreNotRememberedAndWritesForgetTheError() async throws {
+    let origin = GatedFetcher<String, Int> { key in
+      if key == "missing" { throw AsyncCacheError(code: .notFound, message: "no \(key)") }
+      throw TestError()
+    }
+    origin.open()
+    let cache = try cache(origin: origin) { $0.negativeCaching = .notFound(timeToLive: .seconds(10)) }
+    await #expect(throws: TestError.self) { try await cache.value(for: "flaky") }
+    await #expect(throws: TestError.self) { try await cache.value(for: "flaky") }
+    #expect(origin.callCount(for: "flaky") == 2)
+    await #expect(throws: AsyncCacheError.self) { try await cache.value(for: "missing") }
+    try await cache.insert(3, for: "missing")
+    #expect(try await cache.value(for: "missing") == 3)
+    try await cache.removeValue(for: "missing")
+    await #expect(throws: AsyncCacheError.self) { try await cache.value(for: "missing") }
+    #expect(origin.callCount(for: "missing") == 2, "the write forgot the error")
+    try await cache.removeAll()
+    #expect(cache.statistics.negativeEntries == 0)
+  }
+
+  @Test func theOldestRememberedErrorsGoFirst() async throws {
+    let origin = GatedFetcher<String, Int> { key in throw AsyncCacheError(code: .notFound, message: key) }
+    origin.open()
+    let cache = try cache(origin: origin) { $0.negativeCaching = .notFound(timeToLive: .seconds(10), countLimit: 2) }
+    for key in ["a", "b", "c", "a"] {
+      await #expect(throws: AsyncCacheError.self) { try await cache.value(for: key) }
+    }
+    // "a" was forgotten when "c" came, and asked again; "b" then went.
+    #expect(origin.calls == ["a", "b", "c", "a"])
+    await #expect(throws: AsyncCacheError.self) { try await cache.value(for: "c") }
+    await #expect(throws: AsyncCacheError.self) { try await cache.value(for: "b") }
+    #expect(origin.calls == ["a", "b", "c", "a", "b"])
+    #expect(cache.statistics.negativeEntries == 2)
+  }
+
+  @Test func anErrorOfALoadOvertakenByAWriteIsNotRemembered() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 1 }
+    let cache = try cache(origin: origin) { $0.negativeCaching = .notFound(timeToLive: .seconds(10)) }
+    let request = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    try await cache.removeValue(for: "k")
+    #expect(origin.release("k", throwing: AsyncCacheError(code: .notFound, message: "gone")) == 1)
+    await #expect(throws: AsyncCacheError.self) { try await request.value }
+    #expect(cache.statistics.negativeEntries == 0)
+  }
+
+  // MARK: Configuration
+
+  @Test(
+    arguments: [
+      ("timeToLive", { @Sendable (c: inout LoadingCache<String, Int>.Configuration) in c.timeToLive = .zero }),
+      ("staleWhileRevalidate", { $0.staleWhileRevalidate = .seconds(-1) }),
+      ("staleIfError", { $0.staleIfError = .seconds(-1) }),
+      ("refreshAhead", { $0.refreshAhead = 1 }),
+      ("timeToLiveJitter", { $0.timeToLiveJitter = 1 }),
+      ("negativeCaching.timeToLive", { $0.negativeCaching = .notFound(timeToLive: .zero) }),
+      ("negativeCaching.countLimit", { $0.negativeCaching = .notFound(timeToLive: .seconds(1), countLimit: 0) }),
+    ] as [(String, @Sendable (inout LoadingCache<String, Int>.Configuration) -> Void)])
+  func valuesOutOfRangeAreRefusedByName(
+    name: String, configure: @Sendable (inout LoadingCache<String, Int>.Configuration) -> Void
+  ) throws {
+    let error = #expect(throws: AsyncCacheError.self) {
+      try cache(origin: UnimplementedFetcher<String, Int>(), configure: configure)
+    }
+    #expect(error?.code == .invalidConfiguration)
+    #expect(error?.message.contains("LoadingCache \(name) is") == true)
+  }
+}
