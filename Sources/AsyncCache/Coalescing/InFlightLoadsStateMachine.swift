@@ -193,18 +193,11 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     return (continuation, Abandoned(task: task, token: load.token))
   }
 
-  /// Removes load `id` and returns its waiters in arrival order. Does nothing if the load was
-  /// abandoned.
-  @inlinable
-  mutating func finish(_ id: UInt64, failed: Bool) -> [Continuation] {
-    finish(id, failed: failed, wasJoinable: { _ in })
-  }
-
   /// Removes load `id` and returns its waiters in arrival order; calls `wasJoinable` after the
   /// removal if the load was still joinable (no write overtook it). Does nothing if the load was
   /// abandoned.
   @inlinable
-  mutating func finish(_ id: UInt64, failed: Bool, wasJoinable: (inout Self) -> Void) -> [Continuation] {
+  mutating func finish(_ id: UInt64, failed: Bool, wasJoinable: (inout Self) -> Void = { _ in }) -> [Continuation] {
     guard let key = loads[id]?.key else { return [] }
     if failed {
       counters.failures += 1

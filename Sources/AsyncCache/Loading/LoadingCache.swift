@@ -586,6 +586,9 @@ extension LoadingCache {
     /// Which origin errors are remembered, and for how long; `nil` (the default) for none.
     public var negativeCaching: NegativeCachingPolicy?
     /// The clock expiry is computed from, and retry delays are slept on. Default ``WallClock``.
+    ///
+    /// A top ``MemoryLayer`` tells whether a hit is fresh by its own clock (it reads it once per
+    /// hit anyway): give both the same clock.
     public var clock: any CacheClock
     /// When the origin is asked again after it fails. Default ``RetryPolicy/never``.
     public var retryPolicy: RetryPolicy

@@ -100,10 +100,6 @@ struct NegativeEntries<Key: Hashable & Sendable>: Sendable {
     }
     // Drop the records already passed, and those of keys forgotten or remembered again, once
     // they are most of the array: amortized O(1) per error remembered.
-    if head > 32, head * 2 > order.count {
-      order.removeFirst(head)
-      head = 0
-    }
     if order.count > 64, order.count > 2 * entries.count {
       order.removeAll { entries[$0.key]?.stamp != $0.stamp }
       head = 0
