@@ -16,6 +16,9 @@ enum MemoryBenchmarks {
       fixture.oneTask("LoadingCache, stale-while-revalidate") { [cache = fixture.revalidatingCache] in
         try await sumOfValues(in: cache, for: $0)
       },
+      fixture.oneTask("LoadingCache, observed, buffer full") { [cache = fixture.observedCache] in
+        try await sumOfValues(in: cache, for: $0)
+      },
       fixture.oneTask("MemoryLayer (direct)") { [memory = fixture.memory] in await sumOfValues(in: memory, for: $0) },
       fixture.oneTask("Mutex-Dictionary") { [dictionary = fixture.mutexDictionary] in
         await sumOfValues(in: dictionary, for: $0)
@@ -35,6 +38,9 @@ enum MemoryBenchmarks {
       notes: ["\(abbreviated(fixture.keys.count)) hits over \(abbreviated(run.hitKeyCount)) keys"]
     )
     rows.annotate("MemoryLayer (direct)", with: HitFixture.directNote)
+    rows.annotate(
+      "LoadingCache, observed, buffer full",
+      with: "informational: every hit is an event, dropped by an observer that never reads")
     return rows
   }
 
@@ -164,6 +170,10 @@ enum MemoryBenchmarks {
     /// The same layer under a cache with stale-while-revalidate: each hit also reads its
     /// entry's freshness.
     let revalidatingCache: LoadingCache<Int, Int>
+    /// A cache over ``memory`` with an observer that never reads its events: each hit builds an
+    /// event and drops the oldest from the observer's full buffer.
+    let observedCache: LoadingCache<Int, Int>
+    let observedEvents: CacheEvents<Int>
     let originCalls: CallCounter
     let mutexDictionary = MutexDictionary()
     let actorDictionary: ActorDictionary
@@ -186,6 +196,14 @@ enum MemoryBenchmarks {
           return key
         }
       )
+      observedCache = try LoadingCache(
+        layers: [memory],
+        origin: ClosureFetcher { (key: Int) async throws -> Int in
+          originCalls.record()
+          return key
+        }
+      )
+      observedEvents = observedCache.events(bufferingNewest: 1_000)
       let expiringMemory = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 2 * run.hitKeyCount))
       let unreachable = ClosureFetcher { (key: Int) async throws -> Int in
         originCalls.record()

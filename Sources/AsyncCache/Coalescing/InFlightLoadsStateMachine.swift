@@ -541,6 +541,14 @@ struct LoadingCacheCounters: Sendable {
   @usableFromInline var staleServed = 0
   @usableFromInline var staleServedOnError = 0
   @usableFromInline var negativeHits = 0
+  /// Requests answered by a load that found the value in a layer.
+  @usableFromInline var layerAnswers = 0
+  /// Requests answered by a load that asked the origin (with its value or its error).
+  @usableFromInline var originAnswers = 0
+  /// Request hits the top memory layer counted for entries the cache would not serve.
+  @usableFromInline var declinedTopHits = 0
+  @usableFromInline var retries = 0
+  @usableFromInline var loadTime = LoadTimeHistogram()
 
   @inlinable
   init() {}

@@ -61,6 +61,10 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     )
   }
 
+  deinit {
+    store.events.finishAll()
+  }
+
   // MARK: Reading
 
   /// Returns the unexpired entry for `key`, marking it most recently used.
@@ -77,6 +81,12 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   @inlinable
   public nonisolated func value(for key: Key) -> Value? {
     store.value(for: key)
+  }
+
+  /// ``value(for:)`` for a loading cache's request: a hit also counts as the request's.
+  @inlinable
+  nonisolated func requestValue(for key: Key) -> Value? {
+    store.lookup(key, countingRequest: true) { $0.value }
   }
 
   /// Whether the layer holds an unexpired entry for `key`, without counting a hit or a miss and
@@ -148,6 +158,17 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
 
   /// The keys of the entries held, in no particular order. O(n).
   public nonisolated var keys: [Key] { store.keys }
+
+  /// The layer's evictions from now on, as ``CacheEvent/eviction(key:reason:layer:)`` events
+  /// with layer 0, in a buffer of at most `limit` events (values under 1 count as 1) that drops
+  /// the oldest when the observer falls behind. Safe from any context.
+  ///
+  /// While nobody observes them, evictions cost no event. To see them with a loading cache's
+  /// other events, use ``LoadingCache/events(bufferingNewest:)``, which includes the evictions
+  /// of the memory layers of its chain.
+  public nonisolated func events(bufferingNewest limit: Int = 1_000) -> CacheEvents<Key> {
+    CacheEvents(capacity: limit, observing: [(store.events, 0)])
+  }
 
   /// Hits, misses and evictions since the layer was created. O(segments).
   public nonisolated var statistics: Statistics {

@@ -1,12 +1,3 @@
-/// Where a load found its value.
-@usableFromInline
-enum LoadSource: Hashable, Sendable {
-  /// The layer at this index of the chain had it.
-  case layer(Int)
-  /// The origin returned it.
-  case origin
-}
-
 /// Something waiting for a load: a request, which wants the value; a prefetch, which wants to
 /// know where the value came from; or a bulk request, which collects the values of many keys.
 @usableFromInline
@@ -17,6 +8,11 @@ enum LoadWaiter<Key: Hashable & Sendable, Value: Sendable>: Sendable {
 
   /// Answers the waiter with the outcome of the load of `key`: its value, and where it came
   /// from (both computed once per load, not once per waiter).
+  /// Whether the waiter is a request (single or bulk), not a prefetch.
+  var isRequest: Bool {
+    if case .prefetch = self { false } else { true }
+  }
+
   @inlinable
   func resume(value: Result<Value, any Error>, source: Result<LoadSource, any Error>, key: Key) {
     switch self {

@@ -58,7 +58,12 @@ extension LoadingCache {
     var missing: [Key] = []
     var seen = Set<Key>()
     for key in keys where seen.insert(key).inserted {
-      if let value = cachedValue(for: key) { values[key] = value } else { missing.append(key) }
+      if let value = topValue(for: key) {
+        values[key] = value
+      } else {
+        if events.isObserved { events.emit(.miss(key: key)) }
+        missing.append(key)
+      }
     }
     return missing
   }
@@ -172,7 +177,9 @@ extension LoadingCache {
   /// The body of a batch: each key's layers (concurrently), then batch origin calls for the
   /// keys still missing; answers each key's load as soon as its outcome is known.
   private func runBatch(_ items: [BatchItem<Key>], origin: any AsyncBatchFetcher<Key, Value>) async {
+    let startedAt = configuration.clock.now
     logLoadsStarted(items.lazy.map(\.key))
+    if events.isObserved { for item in items { events.emit(.loadStarted(key: item.key)) } }
     // Lookups run concurrently, as the loads of single requests would.
     let lookups = await withTaskGroup(of: (item: BatchItem<Key>, found: Result<Located, any Error>)?.self) { group in
       for item in items {
@@ -216,11 +223,12 @@ extension LoadingCache {
         }
         if !tokenHandedOff { chain.coordinator.endRead(item.token) }
         finish(
-          item.id, key: item.key, with: .success((entry.value, .layer(tier))), servedStale: state == .stale,
+          item.id, key: item.key, startedAt: startedAt, with: .success((entry.value, .layer(tier))),
+          servedStale: state == .stale,
           thenRefresh: state == .stale || state == .refreshDue)
       case .failure(let error):
         chain.coordinator.endRead(item.token)
-        finish(item.id, key: item.key, with: .failure(error))
+        finish(item.id, key: item.key, startedAt: startedAt, with: .failure(error))
       }
     }
     guard !missing.isEmpty else { return }
@@ -232,9 +240,9 @@ extension LoadingCache {
       func fail(with error: any Error) {
         chain.coordinator.endRead(item.token)
         if let stale = staleValue(after: error, fallback: fallbacks[item.id], key: item.key) {
-          finish(item.id, key: item.key, with: .success(stale), servedStaleOnError: true)
+          finish(item.id, key: item.key, startedAt: startedAt, with: .success(stale), staleAfter: error)
         } else {
-          finish(item.id, key: item.key, with: .failure(error))
+          finish(item.id, key: item.key, startedAt: startedAt, with: .failure(error))
         }
       }
       switch outcome {
@@ -248,7 +256,7 @@ extension LoadingCache {
         // A key abandoned during the call is not stored: its read was overtaken.
         _ = await chain.commit(entry, for: item.key, to: chain.tiers.indices, token: item.token, operation: .insert)
         chain.coordinator.endRead(item.token)
-        finish(item.id, key: item.key, with: .success((value, .origin)))
+        finish(item.id, key: item.key, startedAt: startedAt, with: .success((value, .origin)))
       case .failure(let error):
         fail(with: error)
       }

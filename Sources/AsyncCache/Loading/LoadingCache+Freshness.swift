@@ -5,9 +5,13 @@ extension LoadingCache {
   /// within stale-while-revalidate. A stale value, or one read late in its lifetime when a
   /// refresh ahead is configured, is refreshed in the background (once, however many requests
   /// read it). `nil` when the top layer is not a memory layer.
+  ///
+  /// - Parameter countingRequest: Count the hit as a request's (``value(for:)``), not a peek's.
   @inlinable
-  func servableValue(for key: Key) -> Value? {
-    guard let (value, expiry, now) = front?.store.timedValue(for: key) else { return nil }
+  func servableValue(for key: Key, countingRequest: Bool = false) -> Value? {
+    guard let (value, expiry, now) = front?.store.timedValue(for: key, countingRequest: countingRequest) else {
+      return nil
+    }
     switch freshness.state(expiry: expiry, now: now, lifetime: { self.lifetime(of: key, value) }) {
     case .fresh:
       return value
@@ -18,6 +22,8 @@ extension LoadingCache {
       refresh(key, servedStale: true)
       return value
     case .staleIfError, .expired:
+      // The layer counted a request hit, but the request loads: it is a miss.
+      if countingRequest { inFlight.withLock { $0.counters.declinedTopHits += 1 } }
       return nil
     }
   }
@@ -107,6 +113,7 @@ extension LoadingCache {
       return nil
     }
     state.counters.negativeHits += 1
+    if events.isObserved { events.emit(.negativeHit(key: key, error: error)) }
     return error
   }
 }

@@ -57,6 +57,10 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   @usableFromInline let inFlight = Locked(InFlightLoadsStateMachine<Key, LoadWaiter<Key, Value>>())
   @usableFromInline let nextWaiterID = Atomic<UInt64>(0)
+  /// Hits of a top layer that is not a ``MemoryLayer`` (a memory layer counts its own).
+  @usableFromInline let synchronousHits = Atomic<Int>(0)
+  /// Where the cache's events go while someone observes them.
+  @usableFromInline let events = CacheEventHub<Key>()
   /// How entries' expiry reads (see <doc:FreshnessAndStatistics>).
   @usableFromInline let freshness: FreshnessRules
   /// Whether a hit must read its entry's expiry: a grace period or a refresh ahead is set.
@@ -132,15 +136,32 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   ///   task is cancelled (the shared load goes on for the other requests).
   @inlinable
   public nonisolated(nonsending) func value(for key: Key) async throws -> Value {
+    if let value = topValue(for: key) { return value }
+    if events.isObserved { events.emit(.miss(key: key)) }
+    return try await load(key)
+  }
+
+  /// The value the top layer may answer a request for `key` with, without suspending; counts
+  /// and reports the hit.
+  @inlinable
+  func topValue(for key: Key) -> Value? {
     if !checksFreshness {
       // Optional chaining, not `if let front`: binding the reference would retain and release it
       // on every hit, and a reference count shared by all callers bounces between cores.
-      if let value = front?.value(for: key) { return value }
-      if synchronousFront != nil, let value = synchronousValue(for: key) { return value }
-    } else if let value = servableValue(for: key) {
+      if let value = front?.requestValue(for: key) {
+        if events.isObserved { events.emit(.hit(key: key)) }
+        return value
+      }
+      if synchronousFront != nil, let value = synchronousValue(for: key) {
+        synchronousHits.wrappingAdd(1, ordering: .relaxed)
+        if events.isObserved { events.emit(.hit(key: key)) }
+        return value
+      }
+    } else if let value = servableValue(for: key, countingRequest: true) {
+      if events.isObserved { events.emit(.hit(key: key)) }
       return value
     }
-    return try await load(key)
+    return nil
   }
 
   /// Returns the value for `key` if the top layer holds it and can tell without suspending (a
@@ -148,7 +169,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// loading.
   ///
   /// Safe from any context. Never suspends. Returns `nil` when the top layer cannot answer
-  /// synchronously.
+  /// synchronously. A peek, not a request: it is not counted in ``statistics`` (the layer
+  /// counts its own hit or miss) and reports no event.
   ///
   /// With a grace period or a refresh ahead configured, only a top ``MemoryLayer`` answers (it
   /// tells when its entries expire), and a stale value is returned only while it may be served
@@ -213,30 +235,70 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     }
   }
 
+  deinit {
+    events.finishAll()
+  }
+
   // MARK: Introspection
 
-  /// Load counters and the size of the in-flight table. Safe from any context.
+  /// Requests, loads, load times, freshness and eviction counters, per layer and for the whole
+  /// cache, and the size of the in-flight table. Safe from any context. O(layers + segments of
+  /// the chain's memory layers).
   public var statistics: Statistics {
-    inFlight.withLock { state in
-      Statistics(
-        loads: state.counters.loads,
-        coalescedRequests: state.counters.coalesced,
-        loadFailures: state.counters.failures,
-        cancelledRequests: state.counters.cancelledWaiters,
-        cancelledLoads: state.counters.cancelledLoads,
-        loadsInFlight: state.loads.count,
-        requestsWaiting: state.waiterCount,
-        urgentLoadsInFlight: state.urgentLoads,
-        loadsWaitingForUrgentWork: state.loadsAtGate,
-        refreshes: state.counters.refreshes,
-        refreshesCoalesced: state.counters.refreshesCoalesced,
-        refreshFailures: state.counters.refreshFailures,
-        staleServed: state.counters.staleServed,
-        staleServedOnError: state.counters.staleServedOnError,
-        negativeHits: state.counters.negativeHits,
-        negativeEntries: state.negatives.count
-      )
+    // Requests the top layer answered without a load: a memory layer counts them with its hits.
+    let topHits = (front?.store.totals.requestHits ?? 0) + synchronousHits.load(ordering: .relaxed)
+    var layers = chain.statistics.tiers.enumerated().map { index, tier in
+      LayerStatistics(
+        name: tier.name, hits: tier.hits, misses: tier.misses, failures: tier.failures,
+        evictions: (chain.tiers[index].layer as? MemoryLayer<Key, Value>)?.statistics.evictions ?? EvictionCounts())
     }
+    let (counters, loadsInFlight, requestsWaiting, urgentLoads, loadsAtGate, negativeEntries) = inFlight.withLock {
+      ($0.counters, $0.loads.count, $0.waiterCount, $0.urgentLoads, $0.loadsAtGate, $0.negatives.count)
+    }
+    // The top layer counted hits of entries the cache would not serve; those requests loaded.
+    let answeredAtTop = topHits - counters.declinedTopHits
+    layers[0].hits += answeredAtTop
+    return Statistics(
+      hits: answeredAtTop + counters.layerAnswers,
+      misses: counters.originAnswers,
+      loads: counters.loads,
+      coalescedRequests: counters.coalesced,
+      loadFailures: counters.failures,
+      loadTime: counters.loadTime,
+      retries: counters.retries,
+      cancelledRequests: counters.cancelledWaiters,
+      cancelledLoads: counters.cancelledLoads,
+      loadsInFlight: loadsInFlight,
+      requestsWaiting: requestsWaiting,
+      urgentLoadsInFlight: urgentLoads,
+      loadsWaitingForUrgentWork: loadsAtGate,
+      refreshes: counters.refreshes,
+      refreshesCoalesced: counters.refreshesCoalesced,
+      refreshFailures: counters.refreshFailures,
+      staleServed: counters.staleServed,
+      staleServedOnError: counters.staleServedOnError,
+      negativeHits: counters.negativeHits,
+      negativeEntries: negativeEntries,
+      evictions: layers.reduce(EvictionCounts()) { $0 + $1.evictions },
+      layers: layers
+    )
+  }
+
+  /// This cache's events from now on, and the evictions of the ``MemoryLayer``s of its chain,
+  /// in a buffer of at most `limit` events (values under 1 count as 1) that drops the oldest
+  /// when the observer falls behind. Safe from any context.
+  ///
+  /// Each call subscribes one more observer. While nobody observes, no event is built: a hit
+  /// costs one more atomic load. With observers, each event costs a lock per observer; an
+  /// observer that falls behind is told how many events it lost by
+  /// ``CacheEvent/dropped(count:)``, and never slows the cache beyond that. The sequence ends
+  /// when the cache is deinitialized, after the events already buffered.
+  public func events(bufferingNewest limit: Int = 1_000) -> CacheEvents<Key> {
+    var hubs = [(hub: events, layer: 0)]
+    for (index, tier) in chain.tiers.enumerated() {
+      if let memory = tier.layer as? MemoryLayer<Key, Value> { hubs.append((memory.store.events, index)) }
+    }
+    return CacheEvents(capacity: limit, observing: hubs)
   }
 
   /// The number of requests waiting for a load of `key`. Safe from any context. O(loads in flight).
@@ -362,8 +424,10 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// they fail (stale-if-error). A refresh serves nothing stale at once: it is the one that
   /// brings the fresh value.
   private func run(_ id: UInt64, key: Key, token: ReadToken<Key>) async {
+    let startedAt = configuration.clock.now
     logLoadStarted(key)
     let isRefresh = checksFreshness && inFlight.withLock { $0.isRefresh(id) }
+    if events.isObserved { events.emit(isRefresh ? .refreshStarted(key: key) : .loadStarted(key: key)) }
     var result: Result<(Value, LoadSource), any Error>
     var tokenHandedOff = false
     var refreshAfterwards = false
@@ -397,34 +461,38 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     } catch {
       result = .failure(error)
     }
-    var servedStaleOnError = false
+    var staleAfter: (any Error)?
     if case .failure(let error) = result, let stale = staleValue(after: error, fallback: fallback, key: key) {
       result = .success(stale)
-      servedStaleOnError = true
+      staleAfter = error
     }
     if !tokenHandedOff { chain.coordinator.endRead(token) }
     finish(
-      id, key: key, with: result, servedStale: foundStale, servedStaleOnError: servedStaleOnError,
+      id, key: key, startedAt: startedAt, with: result, servedStale: foundStale, staleAfter: staleAfter,
       thenRefresh: refreshAfterwards)
   }
 
-  /// Removes load `id` of `key` from the table and answers its waiters.
+  /// Removes load `id` of `key` from the table and answers its waiters; counts its requests as
+  /// hits or misses and records its duration, unless it was abandoned.
   ///
   /// - Parameters:
+  ///   - startedAt: When the load started, on the cache's clock.
   ///   - servedStale: The load answers with a stale value at once (stale-while-revalidate).
-  ///   - servedStaleOnError: The load answers with a stale value because it failed (stale-if-error).
+  ///   - staleAfter: The error the load failed with, when it answers with a stale value instead
+  ///     (stale-if-error).
   ///   - thenRefresh: Start a background refresh of `key` once the load is out of the table, in
   ///     the same critical section: no request can start a second one in between.
   func finish(
     _ id: UInt64,
     key: Key,
+    startedAt: CacheInstant,
     with result: Result<(Value, LoadSource), any Error>,
     servedStale: Bool = false,
-    servedStaleOnError: Bool = false,
+    staleAfter: (any Error)? = nil,
     thenRefresh: Bool = false
   ) {
     // A load that answers with a stale value after an error failed all the same.
-    let failed: Bool = if case .failure = result { true } else { servedStaleOnError }
+    let failed: Bool = if case .failure = result { true } else { staleAfter != nil }
     logLoadFinished(key, with: result)
     var negative: (error: any Error, expiry: Int64, limit: Int)?
     if case .failure(let error) = result, let policy = configuration.negativeCaching,
@@ -433,21 +501,48 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       let expiry = configuration.clock.now.advanced(by: policy.timeToLive).nanosecondsSince1970
       negative = (error, expiry, policy.countLimit)
     }
+    let duration = startedAt.duration(to: configuration.clock.now)
+    let answeredFromLayer: Bool = if case .success((_, .layer)) = result { true } else { false }
     let waiters = inFlight.withLock { state in
-      // A write during the load made it unjoinable (and an abandoned load is gone): its error is
-      // as stale as its value, and no one asked for the key since, so nothing is refreshed.
-      state.finish(id, failed: failed) { state in
+      // An abandoned load is out of the table: its requests left, and it is not counted.
+      guard state.loads[id] != nil else { return [LoadWaiter<Key, Value>]() }
+      state.counters.loadTime.record(duration)
+      // Reported before the load leaves the table, so before anyone can see it gone (the event
+      // locks are leaves).
+      if events.isObserved { reportEnd(of: key, with: result, staleAfter: staleAfter, duration: duration) }
+      // A write during the load made it unjoinable: its error is as stale as its value, and no
+      // one asked for the key since, so nothing is refreshed.
+      let waiters = state.finish(id, failed: failed) { state in
         if servedStale { state.counters.staleServed += 1 }
-        if servedStaleOnError { state.counters.staleServedOnError += 1 }
+        if staleAfter != nil { state.counters.staleServedOnError += 1 }
         if let negative {
           state.negatives.remember(negative.error, for: key, expiry: negative.expiry, limit: negative.limit)
         }
         if thenRefresh { startRefresh(key, in: &state) }
       }
+      let requests = waiters.count { $0.isRequest }
+      if answeredFromLayer { state.counters.layerAnswers += requests } else { state.counters.originAnswers += requests }
+      return waiters
     }
     let value = result.map(\.0)
     let source = result.map(\.1)
     for waiter in waiters { waiter.resume(value: value, source: source, key: key) }
+  }
+
+  /// Reports the end of a load of `key`: with a value, an error, or an error and the stale value
+  /// served instead.
+  private func reportEnd(
+    of key: Key, with result: Result<(Value, LoadSource), any Error>, staleAfter: (any Error)?, duration: Duration
+  ) {
+    switch (result, staleAfter) {
+    case (.success, let error?):
+      events.emit(.loadFailed(key: key, error: error, duration: duration))
+      events.emit(.servedStale(key: key, error: error))
+    case (.success((_, let source)), nil):
+      events.emit(.loadFinished(key: key, source: source, duration: duration))
+    case (.failure(let error), _):
+      events.emit(.loadFailed(key: key, error: error, duration: duration))
+    }
   }
 
   /// Whether load `id` stores below the top layer only (read when it decides where to store).
@@ -520,8 +615,10 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         }
         let delay = policy.delay(beforeRetry: attempts, unit: Double.random(in: 0..<1))
         logRetry(of: keys(), attempt: attempts, error: error, delay: delay)
+        inFlight.withLock { $0.counters.retries += 1 }
         for key in keys() {
           configuration.onLoadEvent?(.retrying(key: key, attempt: attempts, error: error, delay: delay))
+          if events.isObserved { events.emit(.retrying(key: key, attempt: attempts, error: error, delay: delay)) }
         }
         let clock = configuration.clock
         try await clock.sleep(until: clock.now.advanced(by: delay), tolerance: nil)
@@ -655,14 +752,33 @@ extension LoadingCache {
     }
   }
 
-  /// A snapshot of a loading cache's counters.
+  /// A snapshot of a loading cache's counters, for the whole cache and per layer.
+  ///
+  /// A *request* is a call of ``LoadingCache/value(for:)`` or one key of a bulk request;
+  /// ``LoadingCache/cachedValue(for:)`` peeks and prefetches are not requests. Each request is a
+  /// hit or a miss once it is answered; a request answered by negative caching is neither (it is
+  /// a ``negativeHits``), nor is one cancelled while it waited.
   public struct Statistics: Sendable, Hashable {
+    /// Requests answered by a layer: by the top layer without a load (stale values served at
+    /// once included), or by a load that found the value in a layer below (or kept a stale one
+    /// when the origin failed).
+    public var hits: Int
+    /// Requests answered by a load that asked the origin, with its value or its error.
+    public var misses: Int
+    /// The share of requests that were hits, from 0 to 1; 0 before any request.
+    public var hitRatio: Double { hits + misses == 0 ? 0 : Double(hits) / Double(hits + misses) }
     /// Loads started (each asks the layers below the top and, on a miss there, the origin).
     public var loads: Int
     /// Requests that joined a load already in flight instead of starting one.
     public var coalescedRequests: Int
     /// Loads that ended with an error.
     public var loadFailures: Int
+    /// How long loads took, from start to end on the cache's clock (waits for urgent work and
+    /// retry delays included); a load abandoned by all its requests is not recorded.
+    public var loadTime: LoadTimeHistogram
+    /// Origin calls made again after a transient failure (see ``RetryPolicy``): one per retry
+    /// of a load or of a batch.
+    public var retries: Int
     /// Requests whose task was cancelled while they waited.
     public var cancelledRequests: Int
     /// Loads cancelled because their last request left.
@@ -693,6 +809,26 @@ extension LoadingCache {
     public var negativeHits: Int
     /// Errors remembered by negative caching now (expired ones until they are found).
     public var negativeEntries: Int
+    /// Entries evicted by the ``MemoryLayer``s of the chain, by reason (other layers report
+    /// theirs in their own statistics).
+    public var evictions: EvictionCounts
+    /// Each layer of the chain, top first.
+    public var layers: [LayerStatistics]
+  }
+
+  /// A snapshot of one layer's counters, as the cache sees it.
+  public struct LayerStatistics: Sendable, Hashable {
+    /// The layer's name in the chain.
+    public var name: String
+    /// Lookups the layer answered: the chain's, during loads, and for the top layer also the
+    /// requests it answered without a load.
+    public var hits: Int
+    /// The chain's lookups during loads that fell through the layer.
+    public var misses: Int
+    /// Failures of the layer, whatever its ``LayerFailurePolicy``.
+    public var failures: Int
+    /// Entries the layer evicted, by reason, if it is a ``MemoryLayer``; none otherwise.
+    public var evictions: EvictionCounts
   }
 }
 

@@ -230,7 +230,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// The absent link.
   @usableFromInline static var none: UInt32 { .max }
 
-  // Field order is layout order: a hit writes `windowMRU` and `hits`, reads `nodes`, `buckets`
+  // Field order is layout order: a hit writes `windowMRU` and `hits` (and `requestHits`), reads `nodes`, `buckets`
   // and `bucketMask`, so these come first, on the cache line of the lock; then the policy's
   // state, whose first fields a W-TinyLFU hit writes.
   /// The window's (LRU's only list's) most recently used node.
@@ -238,6 +238,8 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// The window's least recently used node.
   @usableFromInline var windowLRU: UInt32
   @usableFromInline var hits: Int
+  /// The hits of a loading cache's requests (a subset of `hits`).
+  @usableFromInline var requestHits: Int
   @usableFromInline var nodes: UnsafeMutablePointer<Node>
   @usableFromInline var buckets: UnsafeMutablePointer<UInt64>
   @usableFromInline var bucketMask: Int
@@ -270,6 +272,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     protectedLRU = Self.none
     totalCost = 0
     hits = 0
+    requestHits = 0
     misses = 0
     evictions = EvictionCounts()
     self.admission = admission

@@ -94,6 +94,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   let trimFraction: Double
   @usableFromInline let entryCount = Atomic<Int>(0)
   @usableFromInline let entryCost = Atomic<Int>(0)
+  /// Where evictions are reported while someone observes them.
+  @usableFromInline let events = CacheEventHub<Key>()
 
   init(
     countLimit: Int,
@@ -158,9 +160,11 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
 
   /// Returns the unexpired value for `key`, its expiry and the time it was checked against (both
   /// `Int64.max` when it never expires), and marks it most recently used.
+  ///
+  /// - Parameter countingRequest: Count a hit as a loading cache's request too.
   @inlinable
-  func timedValue(for key: Key) -> (value: Value, expiry: Int64, now: Int64)? {
-    lookup(key) { node, now in (node.value, node.expiry, now) }
+  func timedValue(for key: Key, countingRequest: Bool = false) -> (value: Value, expiry: Int64, now: Int64)? {
+    lookup(key, countingRequest: countingRequest) { node, now in (node.value, node.expiry, now) }
   }
 
   /// What a lookup found.
@@ -174,16 +178,21 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// Finds `key`; on a hit marks it most recently used and returns `extract` of its node.
   @inlinable
   @inline(__always)
-  func lookup<Found: Sendable>(_ key: Key, _ extract: (borrowing Node) -> Found) -> Found? {
-    lookup(key) { node, _ in extract(node) }
+  func lookup<Found: Sendable>(
+    _ key: Key, countingRequest: Bool = false, _ extract: (borrowing Node) -> Found
+  ) -> Found? {
+    lookup(key, countingRequest: countingRequest) { node, _ in extract(node) }
   }
 
   /// Finds `key`; on a hit marks it most recently used and returns `extract` of its node and of
   /// the time the expiry was checked against (nanoseconds since 1970; `Int64.max` when the
-  /// entry never expires, for which the clock is not read).
+  /// entry never expires, for which the clock is not read). With `countingRequest`, a hit is
+  /// also counted as a loading cache's request hit.
   @inlinable
   @inline(__always)
-  func lookup<Found: Sendable>(_ key: Key, _ extract: (borrowing Node, Int64) -> Found) -> Found? {
+  func lookup<Found: Sendable>(
+    _ key: Key, countingRequest: Bool = false, _ extract: (borrowing Node, Int64) -> Found
+  ) -> Found? {
     let hash = key.hashValue
     let result = segments.withLock(segmentIndex(for: hash)) { segment -> Lookup<Found> in
       guard let (position, slot) = segment.find(key, hash: hash) else {
@@ -202,6 +211,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         }
       }
       segment.recordHit(slot, hash: hash)
+      if countingRequest { segment.requestHits &+= 1 }
       return .hit(extract(segment.nodes[slot], now))
     }
     switch result {
@@ -211,8 +221,15 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       return nil
     case .expired(let node):
       account(removed: node)
+      if events.isObserved { reportExpiry(of: node.key) }
       return nil
     }
+  }
+
+  /// Reports that a lookup found the entry for `key` expired and removed it.
+  @usableFromInline
+  func reportExpiry(of key: Key) {
+    events.emitEviction(of: key, reason: .expired)
   }
 
   /// Whether an unexpired entry for `key` exists; does not change recency or statistics.
@@ -249,7 +266,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
 
     let hash = key.hashValue
     let index = segmentIndex(for: hash)
-    var released: [Node] = []
+    var released: [(node: Node, reason: EvictionReason)] = []
     let (stillOver, replaced) = segments.withLock(index) { segment -> (Bool, Value?) in
       var replaced: Value?
       let written: Int
@@ -281,11 +298,14 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     if stillOver { evict(startingAfter: index, into: &released) }
     // The replaced value and the evicted nodes are released here, after the lock.
     withExtendedLifetime(replaced) {}
+    if !released.isEmpty, events.isObserved {
+      for (node, reason) in released { events.emitEviction(of: node.key, reason: reason) }
+    }
   }
 
   /// Evicts from the segments after `index`, one at a time, until the totals are within the
   /// limits. Never holds two segment locks at once.
-  func evict(startingAfter index: Int, into released: inout [Node]) {
+  func evict(startingAfter index: Int, into released: inout [(node: Node, reason: EvictionReason)]) {
     for offset in 1...segments.count {
       guard overLimitReason() != nil else { return }
       segments.withLock((index &+ offset) & segmentMask) { segment in
@@ -296,12 +316,15 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
 
   /// Lets `segment`'s policy evict while the totals are over a limit, never the node at
   /// `spared`; counts each eviction by its reason.
-  func evict(from segment: inout MemorySegment<Key, Value>, sparing spared: UInt32, into released: inout [Node]) {
+  func evict(
+    from segment: inout MemorySegment<Key, Value>, sparing spared: UInt32,
+    into released: inout [(node: Node, reason: EvictionReason)]
+  ) {
     var evictions = EvictionCounts()
     segment.evict(sparing: spared, while: overLimitReason) { node, reason in
       evictions[reason] &+= 1
       account(removed: node)
-      released.append(node)
+      released.append((node, reason))
     }
     segment.evictions = segment.evictions + evictions
   }
@@ -346,6 +369,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       guard let (position, slot) = segment.find(key, hash: hash) else { return nil }
       return segment.remove(slot: slot, bucket: position)
     }
+    // A refused entry is reported whether or not an older one was there.
+    if let reason, events.isObserved { events.emitEviction(of: key, reason: reason) }
     guard let removed else { return nil }
     account(removed: removed)
     return removed.value
@@ -355,13 +380,16 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// released after each segment is unlocked.
   func removeAll(countingAs reason: EvictionReason? = nil) {
     for index in 0..<segments.count {
-      let detached = segments.withLock(index) { segment in
+      let observed = reason != nil && events.isObserved
+      let (detached, evictedKeys) = segments.withLock(index) { segment -> (_, [Key]) in
         if let reason { segment.evictions[reason] &+= segment.count }
+        let keys = observed ? (0..<segment.count).map { segment.nodes[$0].key } : []
         entryCount.wrappingSubtract(segment.count, ordering: .relaxed)
         entryCost.wrappingSubtract(segment.totalCost, ordering: .relaxed)
-        return segment.detachAllNodes()
+        return (segment.detachAllNodes(), keys)
       }
       withExtendedLifetime(detached) {}
+      if let reason { for key in evictedKeys { events.emitEviction(of: key, reason: reason) } }
     }
   }
 
@@ -387,6 +415,9 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         segment.shrinkIfSparse()
       }
       removedCount &+= released.count
+      if !released.isEmpty, events.isObserved {
+        for node in released { events.emitEviction(of: node.key, reason: .expired) }
+      }
     }
     return removedCount
   }
@@ -425,6 +456,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       }
       if let node {
         account(removed: node)
+        if events.isObserved { events.emitEviction(of: node.key, reason: .memoryPressure) }
         budget -= 1
         emptyInARow = 0
       } else {
@@ -507,6 +539,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     var count = 0
     var cost = 0
     var hits = 0
+    var requestHits = 0
     var misses = 0
     var evictions = EvictionCounts()
   }
@@ -519,6 +552,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         totals.count += segment.count
         totals.cost += segment.totalCost
         totals.hits += segment.hits
+        totals.requestHits += segment.requestHits
         totals.misses += segment.misses
         totals.evictions = totals.evictions + segment.evictions
       }

@@ -58,5 +58,56 @@ import Testing
     #expect(statistics.staleServed == 1)
     #expect(statistics.loadFailures == 1)
     #expect(statistics.negativeHits == 1)
+    // Requests: "ACME" missed, was served stale (a hit), then fresh (a hit); "NOPE" missed once,
+    // then was a negative hit.
+    #expect(statistics.hits == 2)
+    #expect(statistics.misses == 2)
+    #expect(statistics.hitRatio == 0.5)
+    #expect(statistics.loadTime.count == 3)
+    #expect(statistics.layers.map(\.name).count == 2)
+  }
+
+  /// The article's event loop, fed by a cache whose origin fails and whose memory is trimmed.
+  @Test func theArticlesEventLoopSeesFailuresEvictionsAndDrops() async throws {
+    let clock = ManualClock()
+    let origin = GatedFetcher<String, Price> { _ in throw AsyncCacheError(code: .notFound, message: "closed") }
+    let memory = try MemoryLayer<String, Price>(configuration: .init(clock: clock))
+    let prices = try LoadingCache(layers: [memory], origin: origin, configuration: .init(clock: clock))
+    let lines = Locked<[String]>([])
+
+    let events = prices.events(bufferingNewest: 2)
+    try memory.insert(Price(cents: 1), for: "A")
+    _ = try await prices.value(for: "A")  // a hit, dropped below
+    _ = try await prices.value(for: "A")  // a hit, dropped below
+    let failing = Task { try await prices.value(for: "B") }
+    await origin.waitForFetches(1, for: "B")
+    #expect(origin.release("B") == 1)
+    _ = try? await failing.value  // miss, loadStarted, loadFailed: the buffer keeps the last two
+    await memory.handleMemoryPressure(.critical)  // evicts "A": the load's start is dropped too
+    events.finish()
+
+    let reader = Task {
+      for await event in events {
+        switch event {
+        case .loadFailed(let key, let error, let duration):
+          lines.withLock { $0.append("loading \(key) failed after \(duration): \(error)") }
+        case .eviction(let key, .memoryPressure, _):
+          lines.withLock { $0.append("dropped \(key) under memory pressure") }
+        case .dropped(let count):
+          lines.withLock { $0.append("the event log fell behind by \(count) events") }
+        default:
+          break
+        }
+      }
+    }
+    await reader.value
+    let error = AsyncCacheError(code: .notFound, message: "closed")
+    #expect(
+      lines.withLock { $0 } == [
+        "the event log fell behind by 4 events",
+        "loading B failed after \(Duration.zero): \(error)",
+        "dropped A under memory pressure",
+      ])
+    #expect(events.droppedCount == 4)
   }
 }

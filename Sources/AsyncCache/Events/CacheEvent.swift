@@ -1,0 +1,74 @@
+/// Something a cache did: what ``LoadingCache/events(bufferingNewest:)`` and
+/// ``MemoryLayer/events(bufferingNewest:)`` deliver.
+///
+/// Events describe work already done; they are delivered in the order they were produced by
+/// one thread, and events from different threads interleave. An observer that falls behind
+/// loses the oldest events it has not read, and is told so by ``dropped(count:)`` where they were.
+public enum CacheEvent<Key: Hashable & Sendable>: Sendable {
+  /// A request (``LoadingCache/value(for:)``, or one key of a bulk request) was answered by the
+  /// top ``MemoryLayer`` without a load; a stale value served at once included.
+  case hit(key: Key)
+  /// A request found nothing it could use in the top layer, and joined or started a load.
+  case miss(key: Key)
+  /// A load of `key` started: it asks the layers below the top, then the origin.
+  case loadStarted(key: Key)
+  /// A background refresh of `key` started, of a stale entry or of one read late in its
+  /// lifetime (see ``LoadingCache/Configuration-swift.struct/refreshAhead``).
+  case refreshStarted(key: Key)
+  /// A load (or refresh) of `key` ended with a value from `source`, after `duration` on the
+  /// cache's clock (waits for urgent work and retry delays included).
+  case loadFinished(key: Key, source: LoadSource, duration: Duration)
+  /// A load (or refresh) of `key` ended with `error`, after `duration`, any retries included.
+  case loadFailed(key: Key, error: any Error, duration: Duration)
+  /// Attempt `attempt` of a load of `key` failed with a transient error; the origin is asked
+  /// again after `delay` (see ``RetryPolicy``).
+  case retrying(key: Key, attempt: Int, error: any Error, delay: Duration)
+  /// A load of `key` failed with `error`, and its requests got the stale value the layers hold
+  /// instead (see ``LoadingCache/Configuration-swift.struct/staleIfError``).
+  case servedStale(key: Key, error: any Error)
+  /// A request for `key` got `error`, remembered by negative caching, without a load.
+  case negativeHit(key: Key, error: any Error)
+  /// The ``MemoryLayer`` at index `layer` of the chain (0 for a layer observed on its own) dropped
+  /// or refused the entry for `key`, for `reason`.
+  case eviction(key: Key, reason: EvictionReason, layer: Int)
+  /// The observer fell behind and `count` events before this one were dropped from its buffer.
+  case dropped(count: Int)
+}
+
+/// Where a load found its value.
+public enum LoadSource: Hashable, Sendable {
+  /// The layer at this index of the chain, top first.
+  case layer(Int)
+  /// The origin.
+  case origin
+}
+
+extension CacheEvent: CustomStringConvertible {
+  /// A short line naming the event, its key and its details, such as `loadFinished k from origin
+  /// in 0.2 seconds`.
+  public var description: String {
+    switch self {
+    case .hit(let key): "hit \(key)"
+    case .miss(let key): "miss \(key)"
+    case .loadStarted(let key): "loadStarted \(key)"
+    case .refreshStarted(let key): "refreshStarted \(key)"
+    case .loadFinished(let key, let source, let duration): "loadFinished \(key) from \(source) in \(duration)"
+    case .loadFailed(let key, let error, let duration): "loadFailed \(key) in \(duration): \(error)"
+    case .retrying(let key, let attempt, let error, let delay):
+      "retrying \(key) after attempt \(attempt) in \(delay): \(error)"
+    case .servedStale(let key, let error): "servedStale \(key): \(error)"
+    case .negativeHit(let key, let error): "negativeHit \(key): \(error)"
+    case .eviction(let key, let reason, let layer): "eviction \(key) from layer \(layer): \(reason)"
+    case .dropped(let count): "dropped \(count)"
+    }
+  }
+}
+
+extension LoadSource: CustomStringConvertible {
+  public var description: String {
+    switch self {
+    case .layer(let index): "layer \(index)"
+    case .origin: "origin"
+    }
+  }
+}

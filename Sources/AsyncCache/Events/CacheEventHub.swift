@@ -1,0 +1,181 @@
+public import Synchronization  // Atomic
+
+/// Fans a producer's events out to its observers' bounded buffers.
+///
+/// Producers check ``isObserved`` (one relaxed atomic load) before they build an event, so no
+/// event exists while nobody listens. One buffer may observe several hubs (a loading cache's
+/// and its memory layers'); each subscription carries the index of the layer it observes.
+///
+/// Lock order: a hub's lock, then a buffer's. Neither is held while calling out, and producers
+/// may emit while holding locks of their own: both locks are leaves.
+@usableFromInline
+final class CacheEventHub<Key: Hashable & Sendable>: Sendable {
+  @usableFromInline
+  struct Subscriber: Sendable {
+    @usableFromInline let buffer: CacheEventBuffer<Key>
+    @usableFromInline let layer: Int
+  }
+
+  @usableFromInline let observerCount = Atomic<Int>(0)
+  @usableFromInline let subscribers = Locked<[Subscriber]>([])
+
+  @usableFromInline
+  init() {}
+
+  /// Whether anyone observes this hub now. A producer that reads `false` builds no event.
+  @inlinable
+  var isObserved: Bool { observerCount.load(ordering: .relaxed) != 0 }
+
+  /// Appends `event` to every observer's buffer. Inlinable, so that it is specialized for the
+  /// key type: unspecialized, copying an event costs metadata lookups.
+  @inlinable
+  func emit(_ event: CacheEvent<Key>) {
+    for subscriber in subscribers.withLock({ $0 }) { subscriber.buffer.append(event) }
+  }
+
+  /// Appends an eviction of `key` to every observer's buffer, with the index each gave the layer.
+  @inlinable
+  func emitEviction(of key: Key, reason: EvictionReason) {
+    for subscriber in subscribers.withLock({ $0 }) {
+      subscriber.buffer.append(.eviction(key: key, reason: reason, layer: subscriber.layer))
+    }
+  }
+
+  func subscribe(_ buffer: CacheEventBuffer<Key>, layer: Int = 0) {
+    subscribers.withLock { subscribers in
+      subscribers.append(Subscriber(buffer: buffer, layer: layer))
+      observerCount.store(subscribers.count, ordering: .relaxed)
+    }
+  }
+
+  func unsubscribe(_ buffer: CacheEventBuffer<Key>) {
+    subscribers.withLock { subscribers in
+      subscribers.removeAll { $0.buffer === buffer }
+      observerCount.store(subscribers.count, ordering: .relaxed)
+    }
+  }
+
+  /// Ends every observer's sequence once it has read what its buffer holds (the producer is
+  /// going away).
+  func finishAll() {
+    let finished = subscribers.withLock { subscribers in
+      defer {
+        subscribers = []
+        observerCount.store(0, ordering: .relaxed)
+      }
+      return subscribers
+    }
+    for subscriber in finished { subscriber.buffer.finish() }
+  }
+}
+
+/// One observer's events: a ring of at most `capacity` events that drops the oldest when full,
+/// and counts what it dropped.
+@usableFromInline
+final class CacheEventBuffer<Key: Hashable & Sendable>: Sendable {
+  @usableFromInline
+  struct State: Sendable {
+    @usableFromInline var ring: [CacheEvent<Key>?]
+    @usableFromInline var start = 0
+    @usableFromInline var count = 0
+    /// Events dropped since the observer last read; reported before the next event.
+    @usableFromInline var pendingDrops = 0
+    @usableFromInline var totalDrops = 0
+    /// Readers waiting for an event, oldest first (one per task calling `next()`).
+    @usableFromInline var readers: [(id: UInt64, continuation: UnsafeContinuation<CacheEvent<Key>?, Never>)] = []
+    @usableFromInline var nextReader: UInt64 = 0
+    @usableFromInline var isFinished = false
+
+    init(ring: [CacheEvent<Key>?]) {
+      self.ring = ring
+    }
+
+    /// The next event for the reader: the report of events dropped, if any, then the oldest.
+    mutating func pop() -> CacheEvent<Key>? {
+      if pendingDrops > 0 {
+        defer { pendingDrops = 0 }
+        return .dropped(count: pendingDrops)
+      }
+      return popOldest()
+    }
+
+    @inlinable
+    mutating func popOldest() -> CacheEvent<Key>? {
+      guard count > 0 else { return nil }
+      defer {
+        ring[start] = nil
+        start = (start + 1) % ring.count
+        count -= 1
+      }
+      return ring[start]
+    }
+  }
+
+  @usableFromInline let state: Locked<State>
+
+  init(capacity: Int) {
+    state = Locked(State(ring: Array(repeating: nil, count: Swift.max(capacity, 1))))
+  }
+
+  /// Hands `event` to a waiting reader, or buffers it, dropping the oldest when full.
+  @inlinable
+  func append(_ event: CacheEvent<Key>) {
+    let reader = state.withLock { state -> UnsafeContinuation<CacheEvent<Key>?, Never>? in
+      if state.isFinished { return nil }
+      // A reader waits only while nothing is buffered or pending.
+      if !state.readers.isEmpty { return state.readers.removeFirst().continuation }
+      if state.count == state.ring.count {
+        _ = state.popOldest()
+        state.pendingDrops += 1
+        state.totalDrops += 1
+      }
+      state.ring[(state.start + state.count) % state.ring.count] = event
+      state.count += 1
+      return nil
+    }
+    reader?.resume(returning: event)
+  }
+
+  /// The next event; `nil` once the buffer is finished and read, or the calling task is cancelled.
+  func next() async -> CacheEvent<Key>? {
+    let id = state.withLock { state in
+      state.nextReader &+= 1
+      return state.nextReader
+    }
+    return await withTaskCancellationHandler {
+      await withUnsafeContinuation { (continuation: UnsafeContinuation<CacheEvent<Key>?, Never>) in
+        let ready = state.withLock { state -> CacheEvent<Key>?? in
+          if let event = state.pop() { return .some(event) }
+          if state.isFinished || Task.isCancelled {
+            state.isFinished = true
+            return .some(nil)
+          }
+          state.readers.append((id, continuation))
+          return .none
+        }
+        if case .some(let event) = ready { continuation.resume(returning: event) }
+      }
+    } onCancel: {
+      // Cancelling a reader ends the sequence, as for `AsyncStream`.
+      let reader = state.withLock { state -> UnsafeContinuation<CacheEvent<Key>?, Never>? in
+        state.isFinished = true
+        guard let index = state.readers.firstIndex(where: { $0.id == id }) else { return nil }
+        return state.readers.remove(at: index).continuation
+      }
+      reader?.resume(returning: nil)
+    }
+  }
+
+  /// Ends the sequence after the buffered events; readers waiting now get `nil`.
+  func finish() {
+    let readers = state.withLock { state in
+      state.isFinished = true
+      defer { state.readers = [] }
+      return state.readers
+    }
+    for reader in readers { reader.continuation.resume(returning: nil) }
+  }
+
+  /// Events dropped in all since the observer subscribed.
+  var droppedCount: Int { state.withLock { $0.totalDrops } }
+}

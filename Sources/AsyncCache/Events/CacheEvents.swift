@@ -1,0 +1,70 @@
+/// One observer's sequence of ``CacheEvent``s, from ``LoadingCache/events(bufferingNewest:)`` or
+/// ``MemoryLayer/events(bufferingNewest:)``.
+///
+/// The observer is subscribed when the sequence is created, so nothing that happens after that
+/// call is missed, and unsubscribed when the sequence and its iterators are gone, when the task
+/// iterating it is cancelled, or when ``finish()`` is called. Events wait in a buffer of bounded
+/// size: producers never wait for the observer, and an observer that falls behind loses the
+/// oldest events, reported by a ``CacheEvent/dropped(count:)`` event in their place.
+///
+/// ```swift
+/// let events = cache.events()
+/// Task {
+///     for await event in events {
+///         if case .loadFailed(let key, let error, _) = event { log.warning("\(key): \(error)") }
+///     }
+/// }
+/// ```
+///
+/// Iterate a sequence from one task: several iterators of one sequence share its buffer, each
+/// event going to one of them. For several observers, call `events` once per observer.
+public struct CacheEvents<Key: Hashable & Sendable>: AsyncSequence, Sendable {
+  public typealias Element = CacheEvent<Key>
+  public typealias Failure = Never
+
+  let subscription: Subscription
+
+  init(capacity: Int, observing hubs: [(hub: CacheEventHub<Key>, layer: Int)]) {
+    subscription = Subscription(capacity: capacity, hubs: hubs)
+  }
+
+  /// The number of events dropped so far because the buffer was full.
+  public var droppedCount: Int { subscription.buffer.droppedCount }
+
+  /// Unsubscribes: the sequence ends once the events already buffered are read.
+  public func finish() { subscription.end() }
+
+  public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(subscription: subscription) }
+
+  /// Reads the events of a ``CacheEvents`` sequence.
+  public struct AsyncIterator: AsyncIteratorProtocol {
+    let subscription: Subscription
+
+    /// The next event, waiting for one; `nil` once the sequence has ended or the calling task
+    /// is cancelled (which ends the sequence).
+    public mutating func next() async -> CacheEvent<Key>? {
+      let event = await subscription.buffer.next()
+      if event == nil { subscription.end() }
+      return event
+    }
+  }
+
+  /// The subscription of one buffer to the hubs it observes; ends with its last user.
+  final class Subscription: Sendable {
+    let buffer: CacheEventBuffer<Key>
+    let hubs: [CacheEventHub<Key>]
+
+    init(capacity: Int, hubs: [(hub: CacheEventHub<Key>, layer: Int)]) {
+      buffer = CacheEventBuffer(capacity: capacity)
+      self.hubs = hubs.map(\.hub)
+      for (hub, layer) in hubs { hub.subscribe(buffer, layer: layer) }
+    }
+
+    func end() {
+      for hub in hubs { hub.unsubscribe(buffer) }
+      buffer.finish()
+    }
+
+    deinit { end() }
+  }
+}

@@ -1,0 +1,123 @@
+/// Durations in a fixed-size log-linear histogram: the count, total, extremes and percentiles
+/// of a cache's load times (see ``LoadingCache/Statistics-swift.struct/loadTime``).
+///
+/// Each power of two is split into 8 buckets, so a percentile is accurate to within 12.5% (it
+/// reports its bucket's upper end, never more than the largest duration recorded); durations
+/// under 8 ns are exact. The histogram takes the same 496 counters whatever it records.
+///
+/// ```swift
+/// let loads = cache.statistics.loadTime
+/// print("\(loads.count) loads, median \(loads.percentile(0.5) ?? .zero), p99 \(loads.percentile(0.99) ?? .zero)")
+/// ```
+public struct LoadTimeHistogram: Sendable, Hashable, CustomStringConvertible {
+  /// Buckets per power of two, as a shift: 2^3 = 8.
+  static var subBucketBits: Int { 3 }
+  static var subBuckets: Int { 1 << subBucketBits }
+  /// Exact buckets for 0..<8 ns, then 8 per power of two from 2^3 to 2^62.
+  static var bucketCount: Int { subBuckets + (63 - subBucketBits) * subBuckets }
+
+  /// The number of durations recorded.
+  public private(set) var count = 0
+  private var totalNanoseconds: Int64 = 0
+  private var minimumNanoseconds = Int64.max
+  private var maximumNanoseconds: Int64 = 0
+  private var buckets: [Int] = []
+
+  /// An empty histogram.
+  public init() {}
+
+  /// The sum of the durations recorded (at most `Int64.max` nanoseconds).
+  public var total: Duration { .nanoseconds(totalNanoseconds) }
+  /// The shortest duration recorded; `nil` when none was.
+  public var minimum: Duration? { count == 0 ? nil : .nanoseconds(minimumNanoseconds) }
+  /// The longest duration recorded; `nil` when none was.
+  public var maximum: Duration? { count == 0 ? nil : .nanoseconds(maximumNanoseconds) }
+  /// The mean duration; `nil` when none was recorded.
+  public var mean: Duration? { count == 0 ? nil : .nanoseconds(totalNanoseconds / Int64(count)) }
+
+  /// Records `duration` (a negative one, from a clock that went back, as zero).
+  public mutating func record(_ duration: Duration) {
+    let nanoseconds = Swift.max(duration.saturatingNanoseconds, 0)
+    if buckets.isEmpty { buckets = Array(repeating: 0, count: Self.bucketCount) }
+    buckets[Self.bucket(of: nanoseconds)] += 1
+    count += 1
+    let (sum, overflow) = totalNanoseconds.addingReportingOverflow(nanoseconds)
+    totalNanoseconds = overflow ? .max : sum
+    minimumNanoseconds = Swift.min(minimumNanoseconds, nanoseconds)
+    maximumNanoseconds = Swift.max(maximumNanoseconds, nanoseconds)
+  }
+
+  /// The duration that `fraction` of the recorded durations do not exceed (0.5 for the median,
+  /// 0.99 for the 99th percentile), to within 12.5%; `nil` when none was recorded. `fraction`
+  /// is clamped to 0...1: 0 gives the minimum, 1 the maximum.
+  public func percentile(_ fraction: Double) -> Duration? {
+    guard count > 0 else { return nil }
+    let clamped = fraction.isNaN ? 0 : Swift.min(Swift.max(fraction, 0), 1)
+    if clamped == 0 { return minimum }
+    // The rank of the duration wanted, 1-based: the smallest that covers `clamped` of all.
+    let rank = Swift.max(Int((clamped * Double(count)).rounded(.up)), 1)
+    var seen = 0
+    for (index, bucketCount) in buckets.enumerated() where bucketCount > 0 {
+      seen += bucketCount
+      if seen >= rank {
+        let upper = Self.upperBound(ofBucket: index)
+        return .nanoseconds(Swift.min(Swift.max(upper, minimumNanoseconds), maximumNanoseconds))
+      }
+    }
+    return maximum
+  }
+
+  /// Adds the durations `other` recorded.
+  public mutating func merge(_ other: LoadTimeHistogram) {
+    guard other.count > 0 else { return }
+    if buckets.isEmpty { buckets = Array(repeating: 0, count: Self.bucketCount) }
+    for index in other.buckets.indices { buckets[index] += other.buckets[index] }
+    count += other.count
+    let (sum, overflow) = totalNanoseconds.addingReportingOverflow(other.totalNanoseconds)
+    totalNanoseconds = overflow ? .max : sum
+    minimumNanoseconds = Swift.min(minimumNanoseconds, other.minimumNanoseconds)
+    maximumNanoseconds = Swift.max(maximumNanoseconds, other.maximumNanoseconds)
+  }
+
+  /// The bucket of a duration of `nanoseconds` (0 or more).
+  static func bucket(of nanoseconds: Int64) -> Int {
+    let value = UInt64(nanoseconds)
+    if value < UInt64(subBuckets) { return Int(value) }
+    let exponent = 63 - value.leadingZeroBitCount  // at least subBucketBits
+    let mantissa = Int(value >> UInt64(exponent - subBucketBits)) & (subBuckets - 1)
+    return subBuckets + (exponent - subBucketBits) * subBuckets + mantissa
+  }
+
+  /// The largest duration, in nanoseconds, that falls into bucket `index`.
+  static func upperBound(ofBucket index: Int) -> Int64 {
+    if index < subBuckets { return Int64(index) }
+    let exponent = (index - subBuckets) / subBuckets + subBucketBits
+    let mantissa = Int64((index - subBuckets) % subBuckets)
+    let width = Int64(1) << Int64(exponent - subBucketBits)
+    let lower = (Int64(subBuckets) + mantissa) * width
+    // The top bucket's end does not fit in Int64.
+    let (upper, overflow) = lower.addingReportingOverflow(width - 1)
+    return overflow ? .max : upper
+  }
+
+  public var description: String {
+    guard count > 0 else { return "no loads" }
+    let median = percentile(0.5) ?? .zero
+    let p99 = percentile(0.99) ?? .zero
+    return
+      "\(count) loads, total \(total), mean \(mean ?? .zero), median \(median), p99 \(p99), max \(maximum ?? .zero)"
+  }
+
+  public static func == (lhs: LoadTimeHistogram, rhs: LoadTimeHistogram) -> Bool {
+    lhs.count == rhs.count && lhs.totalNanoseconds == rhs.totalNanoseconds
+      && (lhs.count == 0
+        || (lhs.minimumNanoseconds == rhs.minimumNanoseconds
+          && lhs.maximumNanoseconds == rhs.maximumNanoseconds && lhs.buckets == rhs.buckets))
+  }
+
+  public func hash(into hasher: inout Hasher) {
+    hasher.combine(count)
+    hasher.combine(totalNanoseconds)
+    if count > 0 { hasher.combine(buckets) }
+  }
+}
