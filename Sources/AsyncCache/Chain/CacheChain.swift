@@ -101,6 +101,18 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     }
   }
 
+  /// The ``MemoryLayer``s of the chain, nested chains' included, each with the index of the
+  /// tier that holds it.
+  nonisolated var memoryLayers: [(layer: MemoryLayer<Key, Value>, tier: Int)] {
+    tiers.enumerated().flatMap { index, tier -> [(layer: MemoryLayer<Key, Value>, tier: Int)] in
+      switch tier.layer {
+      case let memory as MemoryLayer<Key, Value>: [(memory, index)]
+      case let chain as CacheChain<Key, Value>: chain.memoryLayers.map { ($0.layer, index) }
+      default: []
+      }
+    }
+  }
+
   /// Creates a chain of layers, top first, all with the same failure policy.
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` when `layers` is empty.

@@ -6,9 +6,10 @@
 /// loses the oldest events it has not read, and is told so by ``dropped(count:)`` where they were.
 public enum CacheEvent<Key: Hashable & Sendable>: Sendable {
   /// A request (``LoadingCache/value(for:)``, or one key of a bulk request) was answered by the
-  /// top ``MemoryLayer`` without a load; a stale value served at once included.
+  /// top layer without a load; a stale value served at once included.
   case hit(key: Key)
-  /// A request found nothing it could use in the top layer, and joined or started a load.
+  /// A request found nothing it could use in the top layer: it then joins or starts a load (or
+  /// gets an error remembered by negative caching, see ``negativeHit(key:error:)``).
   case miss(key: Key)
   /// A load of `key` started: it asks the layers below the top, then the origin.
   case loadStarted(key: Key)
@@ -18,7 +19,8 @@ public enum CacheEvent<Key: Hashable & Sendable>: Sendable {
   /// A load (or refresh) of `key` ended with a value from `source`, after `duration` on the
   /// cache's clock (waits for urgent work and retry delays included).
   case loadFinished(key: Key, source: LoadSource, duration: Duration)
-  /// A load (or refresh) of `key` ended with `error`, after `duration`, any retries included.
+  /// A load (or refresh) of `key` ended with `error`, after `duration`, any retries included; a
+  /// load abandoned by all its requests ends with `CancellationError`.
   case loadFailed(key: Key, error: any Error, duration: Duration)
   /// Attempt `attempt` of a load of `key` failed with a transient error; the origin is asked
   /// again after `delay` (see ``RetryPolicy``).

@@ -69,13 +69,14 @@ final class CacheEventHub<Key: Hashable & Sendable>: Sendable {
   }
 }
 
-/// One observer's events: a ring of at most `capacity` events that drops the oldest when full,
-/// and counts what it dropped.
+/// One observer's events: a ring of at most `capacity` events, grown as events wait in it, that
+/// drops the oldest when full and counts what it dropped.
 @usableFromInline
 final class CacheEventBuffer<Key: Hashable & Sendable>: Sendable {
   @usableFromInline
   struct State: Sendable {
-    @usableFromInline var ring: [CacheEvent<Key>?]
+    @usableFromInline var ring: [CacheEvent<Key>?] = []
+    @usableFromInline let capacity: Int
     @usableFromInline var start = 0
     @usableFromInline var count = 0
     /// Events dropped since the observer last read; reported before the next event.
@@ -86,8 +87,29 @@ final class CacheEventBuffer<Key: Hashable & Sendable>: Sendable {
     @usableFromInline var nextReader: UInt64 = 0
     @usableFromInline var isFinished = false
 
-    init(ring: [CacheEvent<Key>?]) {
-      self.ring = ring
+    init(capacity: Int) {
+      self.capacity = capacity
+    }
+
+    /// Buffers `event`, dropping the oldest when full.
+    @inlinable
+    mutating func push(_ event: CacheEvent<Key>) {
+      if count == capacity {
+        _ = popOldest()
+        pendingDrops += 1
+        totalDrops += 1
+      }
+      if count == ring.count {
+        // Full, but under capacity: grow, the oldest first.
+        if start != 0 {
+          ring = Array(ring[start...]) + ring[..<start]
+          start = 0
+        }
+        ring.append(event)
+      } else {
+        ring[(start + count) % ring.count] = event
+      }
+      count += 1
     }
 
     /// The next event for the reader: the report of events dropped, if any, then the oldest.
@@ -114,7 +136,7 @@ final class CacheEventBuffer<Key: Hashable & Sendable>: Sendable {
   @usableFromInline let state: Locked<State>
 
   init(capacity: Int) {
-    state = Locked(State(ring: Array(repeating: nil, count: Swift.max(capacity, 1))))
+    state = Locked(State(capacity: Swift.max(capacity, 1)))
   }
 
   /// Hands `event` to a waiting reader, or buffers it, dropping the oldest when full.
@@ -124,19 +146,14 @@ final class CacheEventBuffer<Key: Hashable & Sendable>: Sendable {
       if state.isFinished { return nil }
       // A reader waits only while nothing is buffered or pending.
       if !state.readers.isEmpty { return state.readers.removeFirst().continuation }
-      if state.count == state.ring.count {
-        _ = state.popOldest()
-        state.pendingDrops += 1
-        state.totalDrops += 1
-      }
-      state.ring[(state.start + state.count) % state.ring.count] = event
-      state.count += 1
+      state.push(event)
       return nil
     }
     reader?.resume(returning: event)
   }
 
-  /// The next event; `nil` once the buffer is finished and read, or the calling task is cancelled.
+  /// The next event; `nil` once the buffer is finished and read, or when the calling task is
+  /// cancelled (which finishes the buffer).
   func next() async -> CacheEvent<Key>? {
     let id = state.withLock { state in
       state.nextReader &+= 1
@@ -145,11 +162,12 @@ final class CacheEventBuffer<Key: Hashable & Sendable>: Sendable {
     return await withTaskCancellationHandler {
       await withUnsafeContinuation { (continuation: UnsafeContinuation<CacheEvent<Key>?, Never>) in
         let ready = state.withLock { state -> CacheEvent<Key>?? in
-          if let event = state.pop() { return .some(event) }
-          if state.isFinished || Task.isCancelled {
+          if Task.isCancelled {
             state.isFinished = true
             return .some(nil)
           }
+          if let event = state.pop() { return .some(event) }
+          if state.isFinished { return .some(nil) }
           state.readers.append((id, continuation))
           return .none
         }

@@ -40,8 +40,8 @@ public struct CacheEvents<Key: Hashable & Sendable>: AsyncSequence, Sendable {
   public struct AsyncIterator: AsyncIteratorProtocol {
     let subscription: Subscription
 
-    /// The next event, waiting for one; `nil` once the sequence has ended or the calling task
-    /// is cancelled (which ends the sequence).
+    /// The next event, waiting for one; `nil` once the sequence has ended, or when the calling
+    /// task is cancelled, which ends the sequence (for every iterator of it).
     public mutating func next() async -> CacheEvent<Key>? {
       let event = await subscription.buffer.next()
       if event == nil { subscription.end() }

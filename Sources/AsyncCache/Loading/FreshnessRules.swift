@@ -19,6 +19,9 @@ struct FreshnessRules: Sendable, Hashable {
     case fresh
     /// Serve it, and refresh it in the background: it was read late in its lifetime.
     case refreshDue
+    /// Serve it, and extend it to a full lifetime from now: sliding expiry, and less than half
+    /// of its lifetime is left.
+    case extendDue
     /// Serve it at once (stale-while-revalidate), and refresh it in the background.
     case stale
     /// Load afresh, and serve it only if the load fails (stale-if-error).
@@ -35,13 +38,19 @@ struct FreshnessRules: Sendable, Hashable {
   @usableFromInline let refreshAhead: Double?
   /// The largest share of a lifetime jitter takes off (see ``state(expiry:now:lifetime:)``).
   @usableFromInline let jitter: Double
+  /// Whether reads extend entries (sliding expiry) once half their lifetime has passed.
+  @usableFromInline let sliding: Bool
 
   @usableFromInline
-  init(staleWhileRevalidate: Duration, staleIfError: Duration, refreshAhead: Double?, jitter: Double = 0) {
+  init(
+    staleWhileRevalidate: Duration, staleIfError: Duration, refreshAhead: Double?, jitter: Double = 0,
+    sliding: Bool = false
+  ) {
     self.staleWhileRevalidate = Swift.max(staleWhileRevalidate.saturatingNanoseconds, 0)
     self.staleIfError = Swift.max(staleIfError.saturatingNanoseconds, 0)
     self.refreshAhead = refreshAhead
     self.jitter = jitter
+    self.sliding = sliding
   }
 
   /// How long an entry is kept after it turns stale, in nanoseconds.
@@ -51,7 +60,7 @@ struct FreshnessRules: Sendable, Hashable {
   /// Whether a hit must look at the entry's expiry: with no grace and no refresh ahead, an
   /// entry a layer returns is fresh.
   @inlinable
-  var checksHits: Bool { grace > 0 || refreshAhead != nil }
+  var checksHits: Bool { grace > 0 || refreshAhead != nil || sliding }
 
   /// The expiry to store for an entry that is fresh for `lifetime` from `now`.
   @inlinable
@@ -65,16 +74,18 @@ struct FreshnessRules: Sendable, Hashable {
   /// The write time is not stored, so a refresh ahead falls due when the fresh time left is
   /// under `(1 - refreshAhead)` of the shortest lifetime jitter could have made: never on a
   /// freshly loaded entry, however the jitter fell. An entry inserted with a much shorter
-  /// time-to-live than the configured one falls due sooner.
+  /// time-to-live than the configured one falls due sooner. A sliding extension falls due the
+  /// same way, after half the lifetime.
   @inlinable
   func state(expiry: Int64, now: Int64, lifetime: () -> Duration?) -> State {
     guard expiry != .max else { return .fresh }
     guard now < expiry else { return .expired }
     let (staleAt, overflow) = expiry.subtractingReportingOverflow(grace)
     if overflow || now < staleAt {
-      guard let refreshAhead, let lifetime = lifetime() else { return .fresh }
-      let lead = Double(lifetime.saturatingNanoseconds) * (1 - jitter) * (1 - refreshAhead)
-      return Double(staleAt) - lead <= Double(now) ? .refreshDue : .fresh
+      guard let share = sliding ? 0.5 : refreshAhead, let lifetime = lifetime() else { return .fresh }
+      let lead = Double(lifetime.saturatingNanoseconds) * (1 - jitter) * (1 - share)
+      guard Double(staleAt) - lead <= Double(now) else { return .fresh }
+      return sliding ? .extendDue : .refreshDue
     }
     return now - staleAt < staleWhileRevalidate ? .stale : .staleIfError
   }

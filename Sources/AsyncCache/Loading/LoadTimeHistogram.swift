@@ -3,7 +3,7 @@
 ///
 /// Each power of two is split into 8 buckets, so a percentile is accurate to within 12.5% (it
 /// reports its bucket's upper end, never more than the largest duration recorded); durations
-/// under 8 ns are exact. The histogram takes the same 496 counters whatever it records.
+/// under 16 ns are exact. The histogram takes the same 488 counters whatever it records.
 ///
 /// ```swift
 /// let loads = cache.statistics.loadTime
@@ -54,8 +54,10 @@ public struct LoadTimeHistogram: Sendable, Hashable, CustomStringConvertible {
     guard count > 0 else { return nil }
     let clamped = fraction.isNaN ? 0 : Swift.min(Swift.max(fraction, 0), 1)
     if clamped == 0 { return minimum }
-    // The rank of the duration wanted, 1-based: the smallest that covers `clamped` of all.
-    let rank = Swift.max(Int((clamped * Double(count)).rounded(.up)), 1)
+    // The rank of the duration wanted, 1-based: the smallest that covers `clamped` of all. The
+    // product is nudged down so that a rounding error (0.07 * 100 = 7.000000000000001) does not
+    // skip a rank.
+    let rank = Swift.max(Int((clamped * Double(count) * (1 - 1e-12)).rounded(.up)), 1)
     var seen = 0
     for (index, bucketCount) in buckets.enumerated() where bucketCount > 0 {
       seen += bucketCount

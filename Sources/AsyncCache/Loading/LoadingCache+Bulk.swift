@@ -210,15 +210,16 @@ extension LoadingCache {
         missing.append(item)
         fallbacks[item.id] = located.fallback
       case .success(let located):
-        let (entry, tier, state) = located.found!
+        let (found, tier, state) = located.found!
         var tokenHandedOff = false
-        if tier > 0 {
+        let (entry, layers) = storing(found, state: state, for: item.key, foundIn: tier, top: 0)
+        if !layers.isEmpty {
           switch chain.configuration.backfill {
           case .awaited:
-            await chain.backfill(entry, for: item.key, into: 0..<tier, token: item.token)
+            await chain.backfill(entry, for: item.key, into: layers, token: item.token)
           case .background:
             tokenHandedOff = true
-            chain.backfillInBackground(entry, for: item.key, into: 0..<tier, token: item.token)
+            chain.backfillInBackground(entry, for: item.key, into: layers, token: item.token)
           }
         }
         if !tokenHandedOff { chain.coordinator.endRead(item.token) }

@@ -18,6 +18,9 @@ extension LoadingCache {
     case .refreshDue:
       refresh(key, servedStale: false)
       return value
+    case .extendDue:
+      extend(key, value: value, expiry: expiry, now: now)
+      return value
     case .stale:
       refresh(key, servedStale: true)
       return value
@@ -26,6 +29,38 @@ extension LoadingCache {
       if countingRequest { inFlight.withLock { $0.counters.declinedTopHits += 1 } }
       return nil
     }
+  }
+
+  /// Extends the top layer's entry for `key`, which expires at `expiry`, to a full lifetime from
+  /// `now` (sliding expiry), and then the layers below in the background. Of concurrent reads,
+  /// one extends; a write since the read wins (the entry's expiry changed, or the read token the
+  /// layers below are written under is overtaken).
+  @usableFromInline
+  func extend(_ key: Key, value: Value, expiry: Int64, now: Int64) {
+    guard let front, let lifetime = lifetime(of: key, value) else { return }
+    let extended = freshness.expiry(now: CacheInstant(nanosecondsSince1970: now), lifetime: lifetime)
+    // Begun before the top layer moves: a write that ends after that overtakes it.
+    let token = chain.tiers.count > 1 ? chain.coordinator.beginRead(key) : nil
+    let moved = front.store.extendExpiry(of: key, from: expiry, to: extended.nanosecondsSince1970, now: now)
+    guard let token else { return }
+    if moved {
+      chain.backfillInBackground(
+        CacheEntry(value, expiresAt: extended), for: key, into: 1..<chain.tiers.count, token: token)
+    } else {
+      chain.coordinator.endRead(token)
+    }
+  }
+
+  /// The entry a load answers with, and the layers to store it in: `entry`, found in layer
+  /// `tier`, goes to the layers above it from `top`; with sliding expiry, an entry due for it is
+  /// extended to a full lifetime from now and stored in every layer from `top`.
+  func storing(
+    _ entry: CacheEntry<Value>, state: FreshnessRules.State, for key: Key, foundIn tier: Int, top: Int
+  ) -> (entry: CacheEntry<Value>, layers: Range<Int>) {
+    guard state == .extendDue, let lifetime = lifetime(of: key, entry.value) else { return (entry, top..<tier) }
+    let extended = CacheEntry(
+      entry.value, expiresAt: freshness.expiry(now: configuration.clock.now, lifetime: lifetime))
+    return (extended, top..<chain.tiers.count)
   }
 
   /// The lifetime the configuration gives `value` for `key`, before jitter; `nil` for none.
@@ -76,7 +111,7 @@ extension LoadingCache {
       let state = freshness.state(of: entry, at: clock.now) { lifetime(of: key, entry.value) }
       accepted = state
       return switch state {
-      case .fresh: true
+      case .fresh, .extendDue: true
       case .refreshDue, .stale: !isRefresh
       case .staleIfError, .expired: false
       }
@@ -96,7 +131,7 @@ extension LoadingCache {
     let entry = fallback.entry
     switch freshness.state(of: entry, at: configuration.clock.now, lifetime: { lifetime(of: key, entry.value) }) {
     case .stale, .staleIfError: break
-    case .fresh, .refreshDue, .expired: return nil
+    case .fresh, .refreshDue, .extendDue, .expired: return nil
     }
     logServingStale(key, error: error)
     configuration.onLoadEvent?(.servedStale(key: key, error: error))

@@ -87,7 +87,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       staleWhileRevalidate: configuration.staleWhileRevalidate,
       staleIfError: configuration.staleIfError,
       refreshAhead: configuration.refreshAhead,
-      jitter: configuration.timeToLiveJitter)
+      jitter: configuration.timeToLiveJitter,
+      sliding: configuration.slidingExpiration)
     self.checksFreshness = freshness.checksHits
     // A memory layer that cuts every entry's life shorter than the grace would hold only stale
     // entries (the stale instant is read back as expiry minus grace).
@@ -245,18 +246,22 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// cache, and the size of the in-flight table. Safe from any context. O(layers + segments of
   /// the chain's memory layers).
   public var statistics: Statistics {
-    // Requests the top layer answered without a load: a memory layer counts them with its hits.
-    let topHits = (front?.store.totals.requestHits ?? 0) + synchronousHits.load(ordering: .relaxed)
-    var layers = chain.statistics.tiers.enumerated().map { index, tier in
-      LayerStatistics(
-        name: tier.name, hits: tier.hits, misses: tier.misses, failures: tier.failures,
-        evictions: (chain.tiers[index].layer as? MemoryLayer<Key, Value>)?.statistics.evictions ?? EvictionCounts())
-    }
+    // Read before the top layer's counter: a declined hit counts there first, so it can only be
+    // seen there and not yet here (a brief overcount), never the other way round.
     let (counters, loadsInFlight, requestsWaiting, urgentLoads, loadsAtGate, negativeEntries) = inFlight.withLock {
       ($0.counters, $0.loads.count, $0.waiterCount, $0.urgentLoads, $0.loadsAtGate, $0.negatives.count)
     }
+    // Requests the top layer answered without a load: a memory layer counts them with its hits.
+    let topHits = (front?.store.totals.requestHits ?? 0) + synchronousHits.load(ordering: .relaxed)
+    var layers = chain.statistics.tiers.map { tier in
+      LayerStatistics(
+        name: tier.name, hits: tier.hits, misses: tier.misses, failures: tier.failures, evictions: EvictionCounts())
+    }
+    for (memory, tier) in chain.memoryLayers {
+      layers[tier].evictions = layers[tier].evictions + memory.statistics.evictions
+    }
     // The top layer counted hits of entries the cache would not serve; those requests loaded.
-    let answeredAtTop = topHits - counters.declinedTopHits
+    let answeredAtTop = Swift.max(topHits - counters.declinedTopHits, 0)
     layers[0].hits += answeredAtTop
     return Statistics(
       hits: answeredAtTop + counters.layerAnswers,
@@ -284,20 +289,19 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     )
   }
 
-  /// This cache's events from now on, and the evictions of the ``MemoryLayer``s of its chain,
-  /// in a buffer of at most `limit` events (values under 1 count as 1) that drops the oldest
-  /// when the observer falls behind. Safe from any context.
+  /// This cache's events from now on, and the evictions of the ``MemoryLayer``s of its chain
+  /// (nested chains' included), in a buffer that holds at most `limit` events (values under 1
+  /// count as 1; it grows as needed) and drops the oldest when the observer falls behind. Safe
+  /// from any context.
   ///
   /// Each call subscribes one more observer. While nobody observes, no event is built: a hit
-  /// costs one more atomic load. With observers, each event costs a lock per observer; an
-  /// observer that falls behind is told how many events it lost by
-  /// ``CacheEvent/dropped(count:)``, and never slows the cache beyond that. The sequence ends
-  /// when the cache is deinitialized, after the events already buffered.
+  /// costs one more atomic load. With observers, each event takes the producer's lock and one
+  /// per observer, briefly (so concurrent hits contend while observed); an observer that falls
+  /// behind is told how many events it lost by ``CacheEvent/dropped(count:)``, and never slows
+  /// the cache beyond that. The sequence ends when the cache is deinitialized, after the events
+  /// already buffered.
   public func events(bufferingNewest limit: Int = 1_000) -> CacheEvents<Key> {
-    var hubs = [(hub: events, layer: 0)]
-    for (index, tier) in chain.tiers.enumerated() {
-      if let memory = tier.layer as? MemoryLayer<Key, Value> { hubs.append((memory.store.events, index)) }
-    }
+    let hubs = [(hub: events, layer: 0)] + chain.memoryLayers.map { (hub: $0.layer.store.events, layer: $0.tier) }
     return CacheEvents(capacity: limit, observing: hubs)
   }
 
@@ -441,13 +445,14 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         foundStale = state == .stale
         // A prefetch into the lower layers leaves the top layer alone.
         let top = tier > 0 && skipsTopLayer(id) ? 1 : 0
-        if tier > top {
+        let (entry, layers) = storing(entry, state: state, for: key, foundIn: tier, top: top)
+        if !layers.isEmpty {
           switch chain.configuration.backfill {
           case .awaited:
-            await chain.backfill(entry, for: key, into: top..<tier, token: token)
+            await chain.backfill(entry, for: key, into: layers, token: token)
           case .background:
             tokenHandedOff = true
-            chain.backfillInBackground(entry, for: key, into: top..<tier, token: token)
+            chain.backfillInBackground(entry, for: key, into: layers, token: token)
           }
         }
         result = .success((entry.value, .layer(tier)))
@@ -504,8 +509,12 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     let duration = startedAt.duration(to: configuration.clock.now)
     let answeredFromLayer: Bool = if case .success((_, .layer)) = result { true } else { false }
     let waiters = inFlight.withLock { state in
-      // An abandoned load is out of the table: its requests left, and it is not counted.
-      guard state.loads[id] != nil else { return [LoadWaiter<Key, Value>]() }
+      // An abandoned load is out of the table: its requests left, and it is not counted. It
+      // ended as cancelled, whatever it brought.
+      guard state.loads[id] != nil else {
+        if events.isObserved { events.emit(.loadFailed(key: key, error: CancellationError(), duration: duration)) }
+        return [LoadWaiter<Key, Value>]()
+      }
       state.counters.loadTime.record(duration)
       // Reported before the load leaves the table, so before anyone can see it gone (the event
       // locks are leaves).
@@ -680,6 +689,19 @@ extension LoadingCache {
     /// with 0.8 and no jitter, after 80% of the lifetime. An entry inserted with a much shorter
     /// time-to-live than the configured one falls due sooner.
     public var refreshAhead: Double?
+    /// Whether reading an entry extends its life (sliding expiry), so that entries read often
+    /// never expire and idle ones do. Default `false`.
+    ///
+    /// A request that finds a fresh entry with less than half of its lifetime left (the same
+    /// reckoning as ``refreshAhead`` at 0.5) extends it to a full lifetime from now: in the top
+    /// ``MemoryLayer`` at once, and in the layers below in the background, a write since the read
+    /// winning. So an entry read at least once every half lifetime never expires, one unread for
+    /// a full lifetime always does, and each key costs the layers below at most one write per
+    /// half lifetime. A load that finds such an entry below the top extends it in every layer.
+    /// The writes below are best effort: one overtaken by another write of the key (an earlier
+    /// extension's still running included) is dropped, and the next extension makes up for it.
+    /// Needs ``timeToLive`` or ``timeToLiveForValue``; cannot be combined with ``refreshAhead``.
+    public var slidingExpiration: Bool
     /// Which origin errors are remembered, and for how long; `nil` (the default) for none.
     public var negativeCaching: NegativeCachingPolicy?
     /// The clock expiry is computed from, and retry delays are slept on. Default ``WallClock``.
@@ -706,6 +728,7 @@ extension LoadingCache {
       staleWhileRevalidate: Duration = .zero,
       staleIfError: Duration = .zero,
       refreshAhead: Double? = nil,
+      slidingExpiration: Bool = false,
       timeToLiveJitter: Double = 0,
       timeToLiveForValue: (@Sendable (Key, Value) -> Duration?)? = nil,
       negativeCaching: NegativeCachingPolicy? = nil,
@@ -718,6 +741,7 @@ extension LoadingCache {
       self.staleWhileRevalidate = staleWhileRevalidate
       self.staleIfError = staleIfError
       self.refreshAhead = refreshAhead
+      self.slidingExpiration = slidingExpiration
       self.timeToLiveJitter = timeToLiveJitter
       self.timeToLiveForValue = timeToLiveForValue
       self.negativeCaching = negativeCaching
@@ -744,6 +768,15 @@ extension LoadingCache {
         throw AsyncCacheError.invalidConfiguration(
           "LoadingCache refreshAhead is \(refreshAhead); it must be in 0<..<1")
       }
+      if slidingExpiration, refreshAhead != nil {
+        throw AsyncCacheError.invalidConfiguration(
+          "LoadingCache slidingExpiration and refreshAhead cannot be combined: an entry read late in its life "
+            + "is either extended or refreshed")
+      }
+      if slidingExpiration, timeToLive == nil, timeToLiveForValue == nil {
+        throw AsyncCacheError.invalidConfiguration(
+          "LoadingCache slidingExpiration needs a timeToLive or a timeToLiveForValue to extend entries by")
+      }
       guard timeToLiveJitter >= 0, timeToLiveJitter < 1 else {
         throw AsyncCacheError.invalidConfiguration(
           "LoadingCache timeToLiveJitter is \(timeToLiveJitter); it must be in 0..<1")
@@ -763,7 +796,8 @@ extension LoadingCache {
     /// once included), or by a load that found the value in a layer below (or kept a stale one
     /// when the origin failed).
     public var hits: Int
-    /// Requests answered by a load that asked the origin, with its value or its error.
+    /// Requests answered by a load that did not find the value in a layer: with the origin's
+    /// value, or with an error (the origin's, or a failing layer's).
     public var misses: Int
     /// The share of requests that were hits, from 0 to 1; 0 before any request.
     public var hitRatio: Double { hits + misses == 0 ? 0 : Double(hits) / Double(hits + misses) }
@@ -809,8 +843,8 @@ extension LoadingCache {
     public var negativeHits: Int
     /// Errors remembered by negative caching now (expired ones until they are found).
     public var negativeEntries: Int
-    /// Entries evicted by the ``MemoryLayer``s of the chain, by reason (other layers report
-    /// theirs in their own statistics).
+    /// Entries evicted by the ``MemoryLayer``s of the chain (nested chains' included), by reason;
+    /// other layers report theirs in their own statistics.
     public var evictions: EvictionCounts
     /// Each layer of the chain, top first.
     public var layers: [LayerStatistics]
@@ -821,7 +855,8 @@ extension LoadingCache {
     /// The layer's name in the chain.
     public var name: String
     /// Lookups the layer answered: the chain's, during loads, and for the top layer also the
-    /// requests it answered without a load.
+    /// requests it answered without a load. A top ``MemoryLayer`` shared by several loading
+    /// caches counts the request hits of all of them.
     public var hits: Int
     /// The chain's lookups during loads that fell through the layer.
     public var misses: Int

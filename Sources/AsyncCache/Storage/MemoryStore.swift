@@ -232,6 +232,26 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     events.emitEviction(of: key, reason: .expired)
   }
 
+  /// Moves the expiry of the entry for `key` from `oldExpiry` to `newExpiry` (nanoseconds since
+  /// 1970), no later than the store's time-to-live from `now`, if the entry is still there and
+  /// still expires at `oldExpiry` (no write replaced it). Returns whether it moved. Does not
+  /// change recency or statistics.
+  func extendExpiry(of key: Key, from oldExpiry: Int64, to newExpiry: Int64, now: Int64) -> Bool {
+    var expiry = newExpiry
+    if let timeToLive {
+      expiry = Swift.min(expiry, CacheInstant(nanosecondsSince1970: now).advanced(by: timeToLive).nanosecondsSince1970)
+    }
+    guard expiry > oldExpiry else { return false }
+    let hash = key.hashValue
+    return segments.withLock(segmentIndex(for: hash)) { segment in
+      guard let (_, slot) = segment.find(key, hash: hash), segment.nodes[slot].expiry == oldExpiry else {
+        return false
+      }
+      segment.nodes[slot].expiry = expiry
+      return true
+    }
+  }
+
   /// Whether an unexpired entry for `key` exists; does not change recency or statistics.
   func contains(_ key: Key) -> Bool {
     let hash = key.hashValue

@@ -35,6 +35,21 @@ import Testing
     #expect(rules.checksHits)
     #expect(!FreshnessRules(staleWhileRevalidate: .zero, staleIfError: .zero, refreshAhead: nil).checksHits)
   }
+
+  @Test func aSlidingExtensionFallsDueAfterHalfTheLifetime() {
+    let rules = FreshnessRules(
+      staleWhileRevalidate: .seconds(20), staleIfError: .zero, refreshAhead: nil, sliding: true)
+    #expect(rules.checksHits)
+    let second: Int64 = 1_000_000_000
+    // Fresh for 100 s, stale for 20 s more.
+    let expiry = rules.expiry(now: CacheInstant(nanosecondsSince1970: 0), lifetime: .seconds(100)).nanosecondsSince1970
+    let state = { (now: Int64) in rules.state(expiry: expiry, now: now, lifetime: { .seconds(100) }) }
+    #expect(state(50 * second - 1) == .fresh)
+    #expect(state(50 * second) == .extendDue)
+    #expect(state(100 * second - 1) == .extendDue)
+    #expect(state(100 * second) == .stale, "a stale entry is refreshed, not extended")
+    #expect(rules.state(expiry: expiry, now: 60 * second, lifetime: { nil }) == .fresh, "no lifetime to extend by")
+  }
 }
 
 @Suite(.timeLimit(.minutes(1))) struct LoadingCacheFreshnessTests {
@@ -331,6 +346,107 @@ import Testing
   }
 
   // MARK: Lifetimes
+
+  // MARK: Sliding expiry
+
+  @Test func slidingExpiryKeepsEntriesReadOftenAndLetsIdleOnesExpire() async throws {
+    let origin = countingOrigin()
+    let disk = FakeLayer<String, Int>(clock: clock)
+    let cache = try cache(origin: origin, below: [disk]) {
+      $0.timeToLive = .seconds(10)
+      $0.slidingExpiration = true
+    }
+    let start = clock.now
+    let first = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k") == 1)
+    #expect(try await first.value == 1)
+    #expect(memory.entry(for: "k")?.expiresAt == start.advanced(by: .seconds(10)))
+
+    // More than half the lifetime left: nothing moves.
+    clock.advance(by: .seconds(4))
+    #expect(try await cache.value(for: "k") == 1)
+    #expect(memory.entry(for: "k")?.expiresAt == start.advanced(by: .seconds(10)))
+
+    // Half of it gone: a full lifetime from now, in the top layer at once, below in the background.
+    clock.advance(by: .seconds(1))
+    #expect(try await cache.value(for: "k") == 1)
+    #expect(memory.entry(for: "k")?.expiresAt == start.advanced(by: .seconds(15)))
+    await cache.chain.waitForBackfills()
+    #expect(disk.storedEntries["k"]?.expiresAt == start.advanced(by: .seconds(15)))
+    #expect(disk.storedEntries["k"]?.value == 1)
+
+    // Read once per half lifetime, it never expires.
+    for _ in 0..<5 {
+      clock.advance(by: .seconds(5))
+      #expect(try await cache.value(for: "k") == 1)
+      // Each extension's write below is a write of the key: one still running would overtake
+      // the next one's (which the extension after that makes up for).
+      await cache.chain.waitForBackfills()
+    }
+    #expect(memory.entry(for: "k")?.expiresAt == start.advanced(by: .seconds(40)))
+    await cache.chain.waitForBackfills()
+    #expect(disk.storedEntries["k"]?.expiresAt == start.advanced(by: .seconds(40)))
+
+    // Idle for a full lifetime, it expires everywhere: the next read loads.
+    clock.advance(by: .seconds(10))
+    let reload = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k") == 1)
+    #expect(try await reload.value == 2)
+    #expect(origin.callCount == 2)
+    #expect(cache.statistics.loads == 2)
+  }
+
+  @Test func aLoadThatFindsAnEntryDueForExtensionBelowExtendsItInEveryLayer() async throws {
+    let disk = FakeLayer<String, Int>(clock: clock)
+    disk.seed(CacheEntry(7, expiresAt: clock.now.advanced(by: .seconds(4))), for: "k")
+    let cache = try cache(origin: UnimplementedFetcher<String, Int>(), below: [disk]) {
+      $0.timeToLive = .seconds(10)
+      $0.slidingExpiration = true
+    }
+    #expect(try await cache.value(for: "k") == 7)
+    let extended = CacheEntry(7, expiresAt: clock.now.advanced(by: .seconds(10)))
+    #expect(memory.entry(for: "k") == extended)
+    #expect(disk.storedEntries["k"] == extended)
+  }
+
+  @Test func anExtensionLosesToAWriteAndNeverOutlivesTheTopLayersOwnLimit() async throws {
+    let capped = try MemoryLayer<String, Int>(configuration: .init(timeToLive: .seconds(12), clock: clock))
+    let cache = try LoadingCache(
+      layers: [capped], origin: UnimplementedFetcher<String, Int>(),
+      configuration: .init(timeToLive: .seconds(10), slidingExpiration: true, clock: clock))
+    try await cache.insert(1, for: "k")
+    let written = try #require(capped.entry(for: "k")?.expiresAt)
+    // A write replaced the entry the read saw: the stale read's extension does nothing.
+    try await cache.insert(2, for: "k", timeToLive: .seconds(8))
+    #expect(!capped.store.extendExpiry(of: "k", from: written.nanosecondsSince1970, to: .max, now: 0))
+    #expect(capped.entry(for: "k")?.value == 2)
+    // The layer keeps entries 12 s after the read that extends them at most.
+    clock.advance(by: .seconds(6))
+    #expect(try await cache.value(for: "k") == 2)
+    #expect(capped.entry(for: "k")?.expiresAt == clock.now.advanced(by: .seconds(10)))
+    #expect(
+      capped.store.extendExpiry(
+        of: "k", from: clock.now.advanced(by: .seconds(10)).nanosecondsSince1970, to: .max,
+        now: clock.now.nanosecondsSince1970))
+    #expect(capped.entry(for: "k")?.expiresAt == clock.now.advanced(by: .seconds(12)))
+  }
+
+  @Test func slidingExpiryNeedsALifetimeAndExcludesRefreshAhead() throws {
+    let withoutLifetime = #expect(throws: AsyncCacheError.self) {
+      try cache(origin: UnimplementedFetcher<String, Int>()) { $0.slidingExpiration = true }
+    }
+    #expect(withoutLifetime?.message.contains("slidingExpiration needs a timeToLive") == true)
+    let withRefreshAhead = #expect(throws: AsyncCacheError.self) {
+      try cache(origin: UnimplementedFetcher<String, Int>()) {
+        $0.timeToLive = .seconds(10)
+        $0.slidingExpiration = true
+        $0.refreshAhead = 0.8
+      }
+    }
+    #expect(withRefreshAhead?.message.contains("slidingExpiration and refreshAhead cannot be combined") == true)
+  }
 
   @Test func perEntryLifetimesAndJitterSetTheExpiry() async throws {
     let units = Locked([0.0, 0.5, 0.25])

@@ -139,6 +139,53 @@ extension CacheEvents {
     #expect(statistics.loadFailures == 1)
   }
 
+  @Test func aBatchOriginsLoadsAreCountedAndTimedPerKey() async throws {
+    let memory = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
+    try memory.insert(1, for: "a")
+    let clock = clock
+    let cache = try LoadingCache(
+      layers: [memory], origin: UnimplementedFetcher<String, Int>(),
+      batchOrigin: ClosureBatchFetcher { keys in
+        clock.advance(by: .seconds(3))
+        return Dictionary(uniqueKeysWithValues: keys.map { ($0, $0.count) })
+      },
+      configuration: .init(clock: clock))
+    let events = cache.events()
+    let values = await cache.values(for: ["a", "bb", "ccc"])
+    #expect(values.values == ["a": 1, "bb": 2, "ccc": 3])
+    let statistics = cache.statistics
+    #expect(statistics.hits == 1)
+    #expect(statistics.misses == 2)
+    #expect(statistics.loads == 2)
+    #expect(statistics.loadTime.count == 2)
+    #expect(statistics.loadTime.total == .seconds(6), "each key's load lasted the batch call")
+    events.finish()
+    let lines = await events.read(100)
+    #expect(lines.prefix(5) == ["hit a", "miss bb", "miss ccc", "loadStarted bb", "loadStarted ccc"])
+    #expect(
+      Set(lines.dropFirst(5)) == [
+        "loadFinished bb from origin in \(Duration.seconds(3))",
+        "loadFinished ccc from origin in \(Duration.seconds(3))",
+      ])
+    #expect(lines.count == 7)
+  }
+
+  @Test func theEvictionsOfAMemoryLayerInANestedChainAreCounted() async throws {
+    let memory = try MemoryLayer<String, Int>(configuration: .init(countLimit: 1, clock: clock))
+    let nested = try CacheChain<String, Int>([memory, FakeLayer<String, Int>()])
+    let origin = GatedFetcher<String, Int> { $0.count }
+    origin.open()
+    let cache = try LoadingCache(
+      layers: [nested, FakeLayer<String, Int>()], origin: origin, configuration: .init(clock: clock))
+    let events = cache.events()
+    _ = try await cache.value(for: "a")
+    _ = try await cache.value(for: "bb")
+    #expect(cache.statistics.evictions[.countLimit] == 1)
+    #expect(cache.statistics.layers[0].evictions[.countLimit] == 1)
+    events.finish()
+    #expect(await events.read(100).contains("eviction a from layer 0: countLimit"))
+  }
+
   @Test func bulkRequestsCountEachKey() async throws {
     let memory = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
     try memory.insert(1, for: "a")
@@ -264,8 +311,10 @@ extension CacheEvents {
     let expected = [
       "miss ab", "loadStarted ab", "loadFinished ab from origin in \(Duration.milliseconds(250))", "hit ab",
     ]
-    #expect(await first.read(4) == expected)
-    #expect(await second.read(4) == expected)
+    first.finish()
+    second.finish()
+    #expect(await first.read(100) == expected, "these events and no others")
+    #expect(await second.read(100) == expected)
     #expect(first.droppedCount == 0)
   }
 
@@ -317,6 +366,47 @@ extension CacheEvents {
     }
     #expect(!cache.events.isObserved, "unsubscribed when the sequence is gone")
     #expect(!memory.store.events.isObserved)
+  }
+
+  @Test func aLoadAbandonedByItsRequestsEndsAsCancelled() async throws {
+    let origin = GatedFetcher<String, Int> { $0.count }
+    let (cache, _) = try cache(origin: origin)
+    let events = cache.events()
+    let request = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    request.cancel()
+    await #expect(throws: CancellationError.self) { try await request.value }
+    await cache.waitUntilIdle()
+    events.finish()
+    #expect(
+      await events.read(100) == [
+        "miss k", "loadStarted k", "loadFailed k in \(Duration.zero): \(CancellationError())",
+      ])
+    #expect(cache.statistics.misses == 0, "a cancelled request is neither a hit nor a miss")
+    #expect(cache.statistics.hits == 0)
+    #expect(cache.statistics.loadTime.count == 0)
+  }
+
+  @Test func theBufferGrowsAsNeededKeepsOrderAndTakesAnyLimit() async throws {
+    let buffer = CacheEventBuffer<Int>(capacity: 4)
+    buffer.append(.hit(key: 1))
+    buffer.append(.hit(key: 2))
+    #expect(await buffer.next()?.description == "hit 1")
+    for key in 3...5 { buffer.append(.hit(key: key)) }  // wraps around, then grows
+    buffer.append(.hit(key: 6))  // full: drops "hit 2"
+    var lines: [String] = []
+    buffer.finish()
+    while let event = await buffer.next() { lines.append(event.description) }
+    #expect(lines == ["dropped 1", "hit 3", "hit 4", "hit 5", "hit 6"])
+
+    let origin = GatedFetcher<String, Int> { $0.count }
+    let (cache, memory) = try cache(origin: origin)
+    try memory.insert(1, for: "a")
+    let unbounded = cache.events(bufferingNewest: .max)
+    for _ in 0..<100 { _ = try await cache.value(for: "a") }
+    unbounded.finish()
+    #expect(await unbounded.read(1_000).count == 100)
+    #expect(unbounded.droppedCount == 0)
   }
 
   @Test func cancellingTheReaderEndsTheSequence() async throws {
