@@ -39,9 +39,15 @@ extension LoadingCache {
   func extend(_ key: Key, value: Value, expiry: Int64, now: Int64) {
     guard let front, let lifetime = lifetime(of: key, value) else { return }
     let extended = freshness.expiry(now: CacheInstant(nanosecondsSince1970: now), lifetime: lifetime)
+    let target = front.store.cappedExpiry(extended.nanosecondsSince1970, now: now)
+    // By half a lifetime at least: at most one extension per key per half lifetime, even when
+    // the top layer's own time-to-live keeps cutting entries shorter than their lifetime.
+    guard target.subtractingReportingOverflow(expiry).partialValue >= lifetime.saturatingNanoseconds / 2 else {
+      return
+    }
     // Begun before the top layer moves: a write that ends after that overtakes it.
     let token = chain.tiers.count > 1 ? chain.coordinator.beginRead(key) : nil
-    let moved = front.store.extendExpiry(of: key, from: expiry, to: extended.nanosecondsSince1970, now: now)
+    let moved = front.store.extendExpiry(of: key, from: expiry, to: target)
     guard let token else { return }
     if moved {
       chain.backfillInBackground(

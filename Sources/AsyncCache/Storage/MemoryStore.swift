@@ -232,16 +232,17 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     events.emitEviction(of: key, reason: .expired)
   }
 
+  /// `expiry` (nanoseconds since 1970), no later than the store's time-to-live from `now`.
+  func cappedExpiry(_ expiry: Int64, now: Int64) -> Int64 {
+    guard let timeToLive else { return expiry }
+    return Swift.min(expiry, CacheInstant(nanosecondsSince1970: now).advanced(by: timeToLive).nanosecondsSince1970)
+  }
+
   /// Moves the expiry of the entry for `key` from `oldExpiry` to `newExpiry` (nanoseconds since
-  /// 1970), no later than the store's time-to-live from `now`, if the entry is still there and
-  /// still expires at `oldExpiry` (no write replaced it). Returns whether it moved. Does not
-  /// change recency or statistics.
-  func extendExpiry(of key: Key, from oldExpiry: Int64, to newExpiry: Int64, now: Int64) -> Bool {
-    var expiry = newExpiry
-    if let timeToLive {
-      expiry = Swift.min(expiry, CacheInstant(nanosecondsSince1970: now).advanced(by: timeToLive).nanosecondsSince1970)
-    }
-    guard expiry > oldExpiry else { return false }
+  /// 1970; see ``cappedExpiry(_:now:)``), if the entry is still there and still expires at
+  /// `oldExpiry` (no write replaced it). Returns whether it moved. Does not change recency or
+  /// statistics.
+  func extendExpiry(of key: Key, from oldExpiry: Int64, to expiry: Int64) -> Bool {
     let hash = key.hashValue
     return segments.withLock(segmentIndex(for: hash)) { segment in
       guard let (_, slot) = segment.find(key, hash: hash), segment.nodes[slot].expiry == oldExpiry else {

@@ -412,25 +412,29 @@ import Testing
   }
 
   @Test func anExtensionLosesToAWriteAndNeverOutlivesTheTopLayersOwnLimit() async throws {
-    let capped = try MemoryLayer<String, Int>(configuration: .init(timeToLive: .seconds(12), clock: clock))
+    let capped = try MemoryLayer<String, Int>(configuration: .init(timeToLive: .seconds(6), clock: clock))
     let cache = try LoadingCache(
       layers: [capped], origin: UnimplementedFetcher<String, Int>(),
       configuration: .init(timeToLive: .seconds(10), slidingExpiration: true, clock: clock))
     try await cache.insert(1, for: "k")
     let written = try #require(capped.entry(for: "k")?.expiresAt)
-    // A write replaced the entry the read saw: the stale read's extension does nothing.
-    try await cache.insert(2, for: "k", timeToLive: .seconds(8))
-    #expect(!capped.store.extendExpiry(of: "k", from: written.nanosecondsSince1970, to: .max, now: 0))
-    #expect(capped.entry(for: "k")?.value == 2)
-    // The layer keeps entries 12 s after the read that extends them at most.
-    clock.advance(by: .seconds(6))
+    #expect(written == clock.now.advanced(by: .seconds(6)), "the layer's own limit")
+    // A write replaced the entry the read saw: that read's extension does nothing.
+    try await cache.insert(2, for: "k")
+    #expect(!capped.store.extendExpiry(of: "k", from: written.nanosecondsSince1970 - 1, to: .max))
+    #expect(capped.entry(for: "k")?.expiresAt == written)
+    // Due at once (4 s left of a 10 s lifetime), but the layer keeps entries 6 s: an extension
+    // needs to gain half a lifetime, so reads extend it once per 5 s, not on every hit.
+    let start = clock.now
+    clock.advance(by: .seconds(4))
     #expect(try await cache.value(for: "k") == 2)
-    #expect(capped.entry(for: "k")?.expiresAt == clock.now.advanced(by: .seconds(10)))
-    #expect(
-      capped.store.extendExpiry(
-        of: "k", from: clock.now.advanced(by: .seconds(10)).nanosecondsSince1970, to: .max,
-        now: clock.now.nanosecondsSince1970))
-    #expect(capped.entry(for: "k")?.expiresAt == clock.now.advanced(by: .seconds(12)))
+    #expect(capped.entry(for: "k")?.expiresAt == start.advanced(by: .seconds(6)), "a 4 s gain is not enough")
+    clock.advance(by: .seconds(1))
+    #expect(try await cache.value(for: "k") == 2)
+    #expect(capped.entry(for: "k")?.expiresAt == start.advanced(by: .seconds(11)), "5 s from now plus 6, capped")
+    clock.advance(by: .seconds(1))
+    #expect(try await cache.value(for: "k") == 2)
+    #expect(capped.entry(for: "k")?.expiresAt == start.advanced(by: .seconds(11)))
   }
 
   @Test func slidingExpiryNeedsALifetimeAndExcludesRefreshAhead() throws {
