@@ -62,7 +62,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   }
 
   deinit {
-    store.events.finishAll()
+    store.eventHub.finishAll()
   }
 
   // MARK: Reading
@@ -167,7 +167,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// other events, use ``LoadingCache/events(bufferingNewest:)``, which includes the evictions
   /// of the memory layers of its chain.
   public nonisolated func events(bufferingNewest limit: Int = 1_000) -> CacheEvents<Key> {
-    CacheEvents(capacity: limit, observing: [(store.events, 0)])
+    CacheEvents(capacity: limit, observing: [(store.eventHub, 0)])
   }
 
   /// Hits, misses and evictions since the layer was created. O(segments).

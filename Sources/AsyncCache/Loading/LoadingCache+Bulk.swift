@@ -61,7 +61,7 @@ extension LoadingCache {
       if let value = topValue(for: key) {
         values[key] = value
       } else {
-        if events.isObserved { events.emit(.miss(key: key)) }
+        if eventHub.isObserved { eventHub.emit(.miss(key: key)) }
         missing.append(key)
       }
     }
@@ -179,7 +179,7 @@ extension LoadingCache {
   private func runBatch(_ items: [BatchItem<Key>], origin: any AsyncBatchFetcher<Key, Value>) async {
     let startedAt = configuration.clock.now
     logLoadsStarted(items.lazy.map(\.key))
-    if events.isObserved { for item in items { events.emit(.loadStarted(key: item.key)) } }
+    if eventHub.isObserved { for item in items { eventHub.emit(.loadStarted(key: item.key)) } }
     // Lookups run concurrently, as the loads of single requests would.
     let lookups = await withTaskGroup(of: (item: BatchItem<Key>, found: Result<Located, any Error>)?.self) { group in
       for item in items {

@@ -154,7 +154,7 @@ extension LoadingCache {
       return nil
     }
     state.counters.negativeHits += 1
-    if events.isObserved { events.emit(.negativeHit(key: key, error: error)) }
+    if eventHub.isObserved { eventHub.emit(.negativeHit(key: key, error: error)) }
     return error
   }
 }

@@ -60,7 +60,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// Hits of a top layer that is not a ``MemoryLayer`` (a memory layer counts its own).
   @usableFromInline let synchronousHits = Atomic<Int>(0)
   /// Where the cache's events go while someone observes them.
-  @usableFromInline let events = CacheEventHub<Key>()
+  @usableFromInline let eventHub = CacheEventHub<Key>()
   /// How entries' expiry reads (see <doc:FreshnessAndStatistics>).
   @usableFromInline let freshness: FreshnessRules
   /// Whether a hit must read its entry's expiry: a grace period or a refresh ahead is set.
@@ -138,7 +138,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   @inlinable
   public nonisolated(nonsending) func value(for key: Key) async throws -> Value {
     if let value = topValue(for: key) { return value }
-    if events.isObserved { events.emit(.miss(key: key)) }
+    if eventHub.isObserved { eventHub.emit(.miss(key: key)) }
     return try await load(key)
   }
 
@@ -150,16 +150,16 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       // Optional chaining, not `if let front`: binding the reference would retain and release it
       // on every hit, and a reference count shared by all callers bounces between cores.
       if let value = front?.requestValue(for: key) {
-        if events.isObserved { events.emit(.hit(key: key)) }
+        if eventHub.isObserved { eventHub.emit(.hit(key: key)) }
         return value
       }
       if synchronousFront != nil, let value = synchronousValue(for: key) {
         synchronousHits.wrappingAdd(1, ordering: .relaxed)
-        if events.isObserved { events.emit(.hit(key: key)) }
+        if eventHub.isObserved { eventHub.emit(.hit(key: key)) }
         return value
       }
     } else if let value = servableValue(for: key, countingRequest: true) {
-      if events.isObserved { events.emit(.hit(key: key)) }
+      if eventHub.isObserved { eventHub.emit(.hit(key: key)) }
       return value
     }
     return nil
@@ -237,7 +237,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   }
 
   deinit {
-    events.finishAll()
+    eventHub.finishAll()
   }
 
   // MARK: Introspection
@@ -301,7 +301,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// the cache beyond that. The sequence ends when the cache is deinitialized, after the events
   /// already buffered.
   public func events(bufferingNewest limit: Int = 1_000) -> CacheEvents<Key> {
-    let hubs = [(hub: events, layer: 0)] + chain.memoryLayers.map { (hub: $0.layer.store.events, layer: $0.tier) }
+    let hubs = [(hub: eventHub, layer: 0)] + chain.memoryLayers.map { (hub: $0.layer.store.eventHub, layer: $0.tier) }
     return CacheEvents(capacity: limit, observing: hubs)
   }
 
@@ -431,7 +431,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     let startedAt = configuration.clock.now
     logLoadStarted(key)
     let isRefresh = checksFreshness && inFlight.withLock { $0.isRefresh(id) }
-    if events.isObserved { events.emit(isRefresh ? .refreshStarted(key: key) : .loadStarted(key: key)) }
+    if eventHub.isObserved { eventHub.emit(isRefresh ? .refreshStarted(key: key) : .loadStarted(key: key)) }
     var result: Result<(Value, LoadSource), any Error>
     var tokenHandedOff = false
     var refreshAfterwards = false
@@ -512,13 +512,13 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       // An abandoned load is out of the table: its requests left, and it is not counted. It
       // ended as cancelled, whatever it brought.
       guard state.loads[id] != nil else {
-        if events.isObserved { events.emit(.loadFailed(key: key, error: CancellationError(), duration: duration)) }
+        if eventHub.isObserved { eventHub.emit(.loadFailed(key: key, error: CancellationError(), duration: duration)) }
         return [LoadWaiter<Key, Value>]()
       }
       state.counters.loadTime.record(duration)
       // Reported before the load leaves the table, so before anyone can see it gone (the event
       // locks are leaves).
-      if events.isObserved { reportEnd(of: key, with: result, staleAfter: staleAfter, duration: duration) }
+      if eventHub.isObserved { reportEnd(of: key, with: result, staleAfter: staleAfter, duration: duration) }
       // A write during the load made it unjoinable: its error is as stale as its value, and no
       // one asked for the key since, so nothing is refreshed.
       let waiters = state.finish(id, failed: failed) { state in
@@ -545,12 +545,12 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   ) {
     switch (result, staleAfter) {
     case (.success, let error?):
-      events.emit(.loadFailed(key: key, error: error, duration: duration))
-      events.emit(.servedStale(key: key, error: error))
+      eventHub.emit(.loadFailed(key: key, error: error, duration: duration))
+      eventHub.emit(.servedStale(key: key, error: error))
     case (.success((_, let source)), nil):
-      events.emit(.loadFinished(key: key, source: source, duration: duration))
+      eventHub.emit(.loadFinished(key: key, source: source, duration: duration))
     case (.failure(let error), _):
-      events.emit(.loadFailed(key: key, error: error, duration: duration))
+      eventHub.emit(.loadFailed(key: key, error: error, duration: duration))
     }
   }
 
@@ -627,7 +627,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         inFlight.withLock { $0.counters.retries += 1 }
         for key in keys() {
           configuration.onLoadEvent?(.retrying(key: key, attempt: attempts, error: error, delay: delay))
-          if events.isObserved { events.emit(.retrying(key: key, attempt: attempts, error: error, delay: delay)) }
+          if eventHub.isObserved { eventHub.emit(.retrying(key: key, attempt: attempts, error: error, delay: delay)) }
         }
         let clock = configuration.clock
         try await clock.sleep(until: clock.now.advanced(by: delay), tolerance: nil)

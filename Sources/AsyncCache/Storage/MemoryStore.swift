@@ -95,7 +95,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline let entryCount = Atomic<Int>(0)
   @usableFromInline let entryCost = Atomic<Int>(0)
   /// Where evictions are reported while someone observes them.
-  @usableFromInline let events = CacheEventHub<Key>()
+  @usableFromInline let eventHub = CacheEventHub<Key>()
 
   init(
     countLimit: Int,
@@ -221,7 +221,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       return nil
     case .expired(let node):
       account(removed: node)
-      if events.isObserved { reportExpiry(of: node.key) }
+      if eventHub.isObserved { reportExpiry(of: node.key) }
       return nil
     }
   }
@@ -229,7 +229,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// Reports that a lookup found the entry for `key` expired and removed it.
   @usableFromInline
   func reportExpiry(of key: Key) {
-    events.emitEviction(of: key, reason: .expired)
+    eventHub.emitEviction(of: key, reason: .expired)
   }
 
   /// `expiry` (nanoseconds since 1970), no later than the store's time-to-live from `now`.
@@ -319,8 +319,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     if stillOver { evict(startingAfter: index, into: &released) }
     // The replaced value and the evicted nodes are released here, after the lock.
     withExtendedLifetime(replaced) {}
-    if !released.isEmpty, events.isObserved {
-      for (node, reason) in released { events.emitEviction(of: node.key, reason: reason) }
+    if !released.isEmpty, eventHub.isObserved {
+      for (node, reason) in released { eventHub.emitEviction(of: node.key, reason: reason) }
     }
   }
 
@@ -391,7 +391,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       return segment.remove(slot: slot, bucket: position)
     }
     // A refused entry is reported whether or not an older one was there.
-    if let reason, events.isObserved { events.emitEviction(of: key, reason: reason) }
+    if let reason, eventHub.isObserved { eventHub.emitEviction(of: key, reason: reason) }
     guard let removed else { return nil }
     account(removed: removed)
     return removed.value
@@ -401,7 +401,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// released after each segment is unlocked.
   func removeAll(countingAs reason: EvictionReason? = nil) {
     for index in 0..<segments.count {
-      let observed = reason != nil && events.isObserved
+      let observed = reason != nil && eventHub.isObserved
       let (detached, evictedKeys) = segments.withLock(index) { segment -> (_, [Key]) in
         if let reason { segment.evictions[reason] &+= segment.count }
         let keys = observed ? (0..<segment.count).map { segment.nodes[$0].key } : []
@@ -410,7 +410,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         return (segment.detachAllNodes(), keys)
       }
       withExtendedLifetime(detached) {}
-      if let reason { for key in evictedKeys { events.emitEviction(of: key, reason: reason) } }
+      if let reason { for key in evictedKeys { eventHub.emitEviction(of: key, reason: reason) } }
     }
   }
 
@@ -436,8 +436,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         segment.shrinkIfSparse()
       }
       removedCount &+= released.count
-      if !released.isEmpty, events.isObserved {
-        for node in released { events.emitEviction(of: node.key, reason: .expired) }
+      if !released.isEmpty, eventHub.isObserved {
+        for node in released { eventHub.emitEviction(of: node.key, reason: .expired) }
       }
     }
     return removedCount
@@ -477,7 +477,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       }
       if let node {
         account(removed: node)
-        if events.isObserved { events.emitEviction(of: node.key, reason: .memoryPressure) }
+        if eventHub.isObserved { eventHub.emitEviction(of: node.key, reason: .memoryPressure) }
         budget -= 1
         emptyInARow = 0
       } else {

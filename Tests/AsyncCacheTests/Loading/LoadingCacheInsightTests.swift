@@ -351,21 +351,21 @@ extension CacheEvents {
   @Test func noEventIsBuiltWhileNobodyObserves() async throws {
     let origin = GatedFetcher<String, Int> { $0.count }
     let (cache, memory) = try cache(origin: origin)
-    #expect(!cache.events.isObserved)
-    #expect(!memory.store.events.isObserved)
+    #expect(!cache.eventHub.isObserved)
+    #expect(!memory.store.eventHub.isObserved)
     do {
       let events = cache.events()
-      #expect(cache.events.isObserved)
-      #expect(memory.store.events.isObserved)
+      #expect(cache.eventHub.isObserved)
+      #expect(memory.store.eventHub.isObserved)
       events.finish()
-      #expect(!cache.events.isObserved, "finished")
+      #expect(!cache.eventHub.isObserved, "finished")
     }
     do {
       _ = cache.events()
       _ = memory.events()
     }
-    #expect(!cache.events.isObserved, "unsubscribed when the sequence is gone")
-    #expect(!memory.store.events.isObserved)
+    #expect(!cache.eventHub.isObserved, "unsubscribed when the sequence is gone")
+    #expect(!memory.store.eventHub.isObserved)
   }
 
   @Test func aLoadAbandonedByItsRequestsEndsAsCancelled() async throws {
@@ -420,7 +420,7 @@ extension CacheEvents {
     }
     reader.cancel()
     #expect(await reader.value == 0)
-    #expect(!cache.events.isObserved)
+    #expect(!cache.eventHub.isObserved)
     #expect(await events.read(1) == [])
   }
 
