@@ -21,7 +21,9 @@ let package = Package(
   ],
   // No package dependencies, now or later: the toolchain and the system only.
   targets: [
-    .target(name: "AsyncCache", swiftSettings: strict),
+    .target(name: "AsyncCache", dependencies: ["CAsyncCacheShims"], swiftSettings: strict),
+    // Processor hints that Swift does not spell (a prefetch), as inline C: no library, no symbols.
+    .target(name: "CAsyncCacheShims"),
     // The system's libsqlite3 (Debian: libsqlite3-dev), linked only by users of AsyncCacheSQLite.
     .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
     .target(name: "AsyncCacheSQLite", dependencies: ["AsyncCache", "CSQLite"], swiftSettings: strict),

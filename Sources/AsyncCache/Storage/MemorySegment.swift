@@ -67,17 +67,21 @@ struct SegmentAdmission {
   // `pending`, so these come first.
   /// Whether the policy is W-TinyLFU; `false` for LRU, which uses nothing else here.
   @usableFromInline let isEnabled: Bool
-  /// Sketch keys of hits not yet counted in the sketch: ``pendingCapacity`` 32-bit tags.
+  /// Uses not yet counted in the sketch: ``pendingCapacity`` keys' counter positions, each
+  /// packed as the first word of the key's block (high 32 bits; tables have at most 2^25
+  /// words) and its counter picks (low 32 bits), as ``FrequencySketch/slots(_:)`` gives them.
   ///
-  /// A hit only appends its tag here; a full buffer, or any read of the sketch, counts them
-  /// all at once. The increments of a batch are independent, so the processor overlaps their
-  /// cache misses on the table instead of stalling on each one; and every read sees every
-  /// increment, so the decisions are exactly those of counting at once.
-  @usableFromInline var pending: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) =
-    (0, 0, 0, 0, 0, 0, 0, 0)
+  /// A hit finds its key's counters, prefetches their cache line and appends them here; a full
+  /// queue, or any read of the sketch, counts them all at once. The prefetch retires at once, so
+  /// the hit does not wait for the line, and neither does the lock released next; by the time
+  /// the queue is counted the lines are in cache. Every read sees every increment, so the
+  /// decisions are exactly those of counting at once.
+  @usableFromInline var pending:
+    (
+      UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64,
+      UInt64, UInt64
+    ) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
   @usableFromInline var pendingCount = 0
-  /// Where the touching loads of ``countPendingUses()`` go, so that they are not optimized away.
-  @usableFromInline var touchSink: UInt64 = 0
 
   @usableFromInline var sketch: FrequencySketch
   @usableFromInline var climber: WindowClimber?
@@ -97,15 +101,19 @@ struct SegmentAdmission {
   /// The segment's hits and misses when the climber's sample started.
   @usableFromInline var sampleStartHits = 0
   @usableFromInline var sampleStartMisses = 0
-  /// How many tags ``pending`` holds.
+  /// How many uses ``pending`` holds.
   @usableFromInline static var pendingCapacity: Int { 16 }
 
-  /// Queues a use of the key with sketch key `tag`, counting the queue when it is full.
+  /// Queues a use of the key with sketch key `tag` (see ``pending``), counting the queue when
+  /// it is full.
   @inlinable
   @inline(__always)
   mutating func recordUse(_ tag: UInt32) {
+    let slots = sketch.slots(Self.sketchKey(tag))
+    sketch.prefetch(block: slots.block)
     let index = pendingCount
-    withUnsafeMutableBytes(of: &pending) { $0.storeBytes(of: tag, toByteOffset: index &* 4, as: UInt32.self) }
+    let packed = UInt64(UInt32(truncatingIfNeeded: slots.block)) << 32 | (slots.picks & 0xFFFF_FFFF)
+    withUnsafeMutableBytes(of: &pending) { $0.storeBytes(of: packed, toByteOffset: index &* 8, as: UInt64.self) }
     pendingCount = index &+ 1
     if pendingCount == Self.pendingCapacity { countPendingUses() }
   }
@@ -116,17 +124,11 @@ struct SegmentAdmission {
     let count = pendingCount
     guard count > 0 else { return }
     pendingCount = 0
-    let tags = pending
-    withUnsafeBytes(of: tags) { bytes in
-      // First touch every block with one load each: the loads are independent, so their cache
-      // misses are all in flight at once; the increments then find their lines in cache.
-      var touched: UInt64 = 0
+    let queued = pending
+    withUnsafeBytes(of: queued) { bytes in
       for index in 0..<count {
-        touched |= sketch.firstWord(ofBlockFor: Self.sketchKey(bytes.load(fromByteOffset: index &* 4, as: UInt32.self)))
-      }
-      touchSink = touched
-      for index in 0..<count {
-        sketch.increment(Self.sketchKey(bytes.load(fromByteOffset: index &* 4, as: UInt32.self)))
+        let packed = bytes.load(fromByteOffset: index &* 8, as: UInt64.self)
+        sketch.increment(slots: (block: Int(packed >> 32), picks: packed & 0xFFFF_FFFF))
       }
     }
   }
@@ -483,22 +485,23 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     link(slot, atMRUOf: nodes[slot].region)
   }
 
-  /// LRU's touch: every node is in the window's list, so it reads and writes no region.
+  /// Makes `slot`, a node of the list whose ends are `mru` and `lru`, its most recently used:
+  /// the touch of a hit, which reads and writes no region.
   @inlinable
   @inline(__always)
-  mutating func touchInWindow(_ slot: Int) {
+  static func moveToFront(_ slot: Int, in nodes: UnsafeMutablePointer<Node>, mru: inout UInt32, lru: inout UInt32) {
     let slot32 = UInt32(truncatingIfNeeded: slot)
-    let head = windowMRU
+    let head = mru
     guard head != slot32 else { return }
     // Not the most recently used, so it has a newer neighbour.
     let newer = nodes[slot].newer
     let older = nodes[slot].older
     nodes[Int(newer)].older = older
-    if older != Self.none { nodes[Int(older)].newer = newer } else { windowLRU = newer }
+    if older != Self.none { nodes[Int(older)].newer = newer } else { lru = newer }
     nodes[slot].newer = Self.none
     nodes[slot].older = head
     nodes[Int(head)].newer = slot32
-    windowMRU = slot32
+    mru = slot32
   }
 
   /// Adds one node of `cost` to `region`'s size (`sign` -1 takes it away). Probation's size is
@@ -554,11 +557,15 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   mutating func recordHit(_ slot: Int, hash: Int) {
     hits &+= 1
     guard admission.isEnabled else {
-      touchInWindow(slot)
+      Self.moveToFront(slot, in: nodes, mru: &windowMRU, lru: &windowLRU)
       return
     }
     admission.recordUse(Self.tag(of: hash))
-    promote(slot)
+    switch nodes[slot].region {
+    case .protected: Self.moveToFront(slot, in: nodes, mru: &protectedMRU, lru: &protectedLRU)
+    case .window: Self.moveToFront(slot, in: nodes, mru: &windowMRU, lru: &windowLRU)
+    case .probation: promote(slot)
+    }
   }
 
   /// Moves `slot` up after a use; a probation entry goes to protected unless it alone is
@@ -605,7 +612,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     account(region, cost: oldCost, sign: -1)
     account(region, cost: nodes[slot].cost, sign: 1)
     guard admission.isEnabled else {
-      touchInWindow(slot)
+      Self.moveToFront(slot, in: nodes, mru: &windowMRU, lru: &windowLRU)
       return
     }
     admission.recordUse(Self.tag(of: hash))
