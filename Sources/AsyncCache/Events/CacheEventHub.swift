@@ -196,4 +196,7 @@ final class CacheEventBuffer<Key: Hashable & Sendable>: Sendable {
 
   /// Events dropped in all since the observer subscribed.
   var droppedCount: Int { state.withLock { $0.totalDrops } }
+
+  /// The readers waiting for an event. For tests.
+  var parkedReaderCount: Int { state.withLock { $0.readers.count } }
 }

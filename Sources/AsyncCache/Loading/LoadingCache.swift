@@ -249,7 +249,11 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     // Read before the top layer's counter: a declined hit counts there first, so it can only be
     // seen there and not yet here (a brief overcount), never the other way round.
     let (counters, loadsInFlight, requestsWaiting, urgentLoads, loadsAtGate, negativeEntries) = inFlight.withLock {
-      ($0.counters, $0.loads.count, $0.waiterCount, $0.urgentLoads, $0.loadsAtGate, $0.negatives.count)
+      var counters = $0.counters
+      // The snapshot takes its own copy of the histogram: were the storage shared, the next load
+      // would copy it while holding this lock.
+      counters.loadTime = $0.counters.loadTime.independentCopy()
+      return (counters, $0.loads.count, $0.waiterCount, $0.urgentLoads, $0.loadsAtGate, $0.negatives.count)
     }
     // Requests the top layer answered without a load: a memory layer counts them with its hits.
     let topHits = (front?.store.totals.requestHits ?? 0) + synchronousHits.load(ordering: .relaxed)

@@ -121,7 +121,10 @@ extension CacheEvents {
 
   @Test func negativeHitsAndPrefetchesAreNeitherHitsNorMisses() async throws {
     let memory = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
-    let origin = GatedFetcher<String, Int> { _ in throw AsyncCacheError(code: .notFound, message: "no such key") }
+    let origin = GatedFetcher<String, Int> { key in
+      guard key == "k" else { return key.count }
+      throw AsyncCacheError(code: .notFound, message: "no such key")
+    }
     let cache = try LoadingCache(
       layers: [memory], origin: origin,
       configuration: .init(negativeCaching: .notFound(timeToLive: .seconds(5)), clock: clock))
@@ -131,6 +134,13 @@ extension CacheEvents {
     await #expect(throws: AsyncCacheError.self) { try await first.value }
     await #expect(throws: AsyncCacheError.self) { try await cache.value(for: "k") }
     #expect(cache.cachedValue(for: "k") == nil)
+    // A prefetch that loads, and one that finds the value in the top layer, are not requests.
+    let prefetch = Task { await cache.prefetch("p", ticket: cache.makePrefetchTicket(), skipsTopLayer: false) }
+    await origin.waitForFetches(1, for: "p")
+    #expect(origin.release("p") == 1)
+    _ = await prefetch.value
+    _ = await cache.prefetch("p", ticket: cache.makePrefetchTicket(), skipsTopLayer: false)
+    #expect(memory.value(for: "p") == 1)
 
     let statistics = cache.statistics
     #expect(statistics.misses == 1)
@@ -201,6 +211,27 @@ extension CacheEvents {
 }
 
 @Suite("LoadTimeHistogram") struct LoadTimeHistogramTests {
+  @Test func aStatisticsSnapshotDoesNotShareTheLoadTimeCounters() async throws {
+    let clock = ManualClock()
+    let memory = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
+    let origin = GatedFetcher<String, Int> { $0.count }
+    let cache = try LoadingCache(layers: [memory], origin: origin, configuration: .init(clock: clock))
+    let load = Task { try await cache.value(for: "a") }
+    await origin.waitForFetches(1, for: "a")
+    clock.advance(by: .seconds(1))
+    #expect(origin.release("a") == 1)
+    _ = try await load.value
+    let snapshot = cache.statistics.loadTime
+    #expect(snapshot.count == 1)
+    #expect(snapshot.total == .seconds(1))
+    // Were the storage shared, the next load would copy it under the in-flight lock.
+    #expect(!cache.inFlight.withLock { $0.counters.loadTime.sharesStorage(with: snapshot) })
+    var copy = snapshot
+    #expect(copy.sharesStorage(with: snapshot), "a plain copy shares, so the check can fail")
+    copy.record(.seconds(2))
+    #expect(!copy.sharesStorage(with: snapshot))
+  }
+
   @Test func anEmptyHistogramHasNoPercentiles() {
     let histogram = LoadTimeHistogram()
     #expect(histogram.count == 0)
@@ -422,6 +453,25 @@ extension CacheEvents {
     #expect(await reader.value == 0)
     #expect(!cache.eventHub.isObserved)
     #expect(await events.read(1) == [])
+  }
+
+  @Test func cancellingAParkedReaderEndsTheSequenceAndUnsubscribes() async throws {
+    let origin = GatedFetcher<String, Int> { $0.count }
+    let (cache, memory) = try cache(origin: origin)
+    let events = cache.events()
+    let reader = Task {
+      var lines: [String] = []
+      for await event in events { lines.append(event.description) }
+      return lines
+    }
+    while events.subscription.buffer.parkedReaderCount == 0 { await Task.yield() }
+    reader.cancel()
+    #expect(await reader.value == [])
+    #expect(events.subscription.buffer.parkedReaderCount == 0)
+    #expect(!cache.eventHub.isObserved)
+    try memory.insert(1, for: "a")
+    _ = try await cache.value(for: "a")
+    #expect(await events.read(1) == [], "nothing is delivered after the end")
   }
 
   @Test func finishingEndsTheSequenceAfterWhatIsBuffered() async throws {
