@@ -221,16 +221,19 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   /// The first unexpired entry for `key` and the index of the layer that had it; no back-fill.
   nonisolated func locate(_ key: Key) async throws -> (entry: CacheEntry<Value>, tier: Int)? {
-    try await locate(key) { _ in true }.found
+    var fallback: (entry: CacheEntry<Value>, tier: Int)?
+    return try await locate(key, fallback: &fallback) { _ in true }
   }
 
   /// The first unexpired entry for `key` that `accept` takes, and the index of the layer that
   /// had it; no back-fill. An entry `accept` declines does not stop the lookup: the one of
-  /// them that expires last comes back as `fallback`.
+  /// them that expires last is left in `fallback`, also when a layer's failure is then thrown
+  /// (``LayerFailurePolicy/propagate``), so that a caller can still serve it.
   nonisolated func locate(
-    _ key: Key, accepting accept: (CacheEntry<Value>) -> Bool
-  ) async throws -> (found: (entry: CacheEntry<Value>, tier: Int)?, fallback: (entry: CacheEntry<Value>, tier: Int)?) {
-    var fallback: (entry: CacheEntry<Value>, tier: Int)?
+    _ key: Key,
+    fallback: inout (entry: CacheEntry<Value>, tier: Int)?,
+    accepting accept: (CacheEntry<Value>) -> Bool
+  ) async throws -> (entry: CacheEntry<Value>, tier: Int)? {
     for index in tiers.indices {
       do {
         if let entry = try await tiers[index].layer.entry(for: key) {
@@ -239,7 +242,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
             return counters[index].answered()
           }
           if recovered { logRecovery(tier: index) }
-          if accept(entry) { return ((entry, index), fallback) }
+          if accept(entry) { return (entry, index) }
           if fallback == nil || entry.expiresAt ?? .distantFuture > fallback!.entry.expiresAt ?? .distantFuture {
             fallback = (entry, index)
           }
@@ -255,7 +258,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         counters.withLock { $0[index].misses += 1 }
       }
     }
-    return (nil, fallback)
+    return nil
   }
 
   /// Copies `entry` into the layers in `range` (above the one that had it), unless a write

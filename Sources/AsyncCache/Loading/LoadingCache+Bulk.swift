@@ -174,6 +174,13 @@ extension LoadingCache {
     for task in abandoned { task.cancel() }
   }
 
+  /// What the lookup of one key of a batch found, and the stale entry it passed over.
+  private struct BatchLookup: Sendable {
+    let item: BatchItem<Key>
+    let found: Result<(entry: CacheEntry<Value>, tier: Int, state: FreshnessRules.State)?, any Error>
+    let fallback: Fallback?
+  }
+
   /// The body of a batch: each key's layers (concurrently), then batch origin calls for the
   /// keys still missing; answers each key's load as soon as its outcome is known.
   private func runBatch(_ items: [BatchItem<Key>], origin: any AsyncBatchFetcher<Key, Value>) async {
@@ -181,7 +188,7 @@ extension LoadingCache {
     logLoadsStarted(items.lazy.map(\.key))
     if eventHub.isObserved { for item in items { eventHub.emit(.loadStarted(key: item.key)) } }
     // Lookups run concurrently, as the loads of single requests would.
-    let lookups = await withTaskGroup(of: (item: BatchItem<Key>, found: Result<Located, any Error>)?.self) { group in
+    let lookups = await withTaskGroup(of: BatchLookup?.self) { group in
       for item in items {
         group.addTask {
           // A load abandoned meanwhile is not looked up, nor fetched.
@@ -189,28 +196,39 @@ extension LoadingCache {
             self.chain.coordinator.endRead(item.token)
             return nil
           }
+          var fallback: Fallback?
           do {
-            return (item, .success(try await self.locateForLoad(item.key, isRefresh: false)))
+            let found = try await self.locateForLoad(item.key, isRefresh: false, fallback: &fallback)
+            return BatchLookup(item: item, found: .success(found), fallback: fallback)
           } catch {
-            return (item, .failure(error))
+            return BatchLookup(item: item, found: .failure(error), fallback: fallback)
           }
         }
       }
-      var lookups: [(item: BatchItem<Key>, found: Result<Located, any Error>)] = []
+      var lookups: [BatchLookup] = []
       for await lookup in group { if let lookup { lookups.append(lookup) } }
       // The batch asks for its keys in the order they were requested, whatever order the
       // lookups ended in.
       return lookups.sorted { $0.item.id < $1.item.id }
     }
     var missing: [BatchItem<Key>] = []
-    var fallbacks: [UInt64: (entry: CacheEntry<Value>, tier: Int)] = [:]
-    for (item, found) in lookups {
-      switch found {
-      case .success(let located) where located.found == nil:
+    var fallbacks: [UInt64: Fallback] = [:]
+    /// Answers the load of `item` with `error`, or with its stale value (stale-if-error).
+    func fail(_ item: BatchItem<Key>, with error: any Error) {
+      chain.coordinator.endRead(item.token)
+      if let stale = staleValue(after: error, fallback: fallbacks[item.id], key: item.key) {
+        finish(item.id, key: item.key, startedAt: startedAt, with: .success(stale), staleAfter: error)
+      } else {
+        finish(item.id, key: item.key, startedAt: startedAt, with: .failure(error))
+      }
+    }
+    for lookup in lookups {
+      let item = lookup.item
+      fallbacks[item.id] = lookup.fallback
+      switch lookup.found {
+      case .success(nil):
         missing.append(item)
-        fallbacks[item.id] = located.fallback
-      case .success(let located):
-        let (found, tier, state) = located.found!
+      case .success(let (found, tier, state)?):
         var tokenHandedOff = false
         let (entry, layers) = storing(found, state: state, for: item.key, foundIn: tier, top: 0)
         if !layers.isEmpty {
@@ -228,8 +246,8 @@ extension LoadingCache {
           servedStale: state == .stale,
           thenRefresh: state == .stale || state == .refreshDue)
       case .failure(let error):
-        chain.coordinator.endRead(item.token)
-        finish(item.id, key: item.key, startedAt: startedAt, with: .failure(error))
+        // A layer failed the lookup (`.propagate`): a stale entry found above it still serves.
+        fail(item, with: error)
       }
     }
     guard !missing.isEmpty else { return }
@@ -237,19 +255,11 @@ extension LoadingCache {
     // request waits for any of them (a batch whose requests were all demoted).
     let outcome = await fetchBatch(missing, from: origin)
     for item in missing {
-      /// Answers the load of `item` with `error`, or with its stale value (stale-if-error).
-      func fail(with error: any Error) {
-        chain.coordinator.endRead(item.token)
-        if let stale = staleValue(after: error, fallback: fallbacks[item.id], key: item.key) {
-          finish(item.id, key: item.key, startedAt: startedAt, with: .success(stale), staleAfter: error)
-        } else {
-          finish(item.id, key: item.key, startedAt: startedAt, with: .failure(error))
-        }
-      }
       switch outcome {
       case .success(let values):
         guard let value = values[item.key] else {
           fail(
+            item,
             with: AsyncCacheError(code: .notFound, message: "the batch origin returned no value for key \(item.key)"))
           continue
         }
@@ -259,7 +269,7 @@ extension LoadingCache {
         chain.coordinator.endRead(item.token)
         finish(item.id, key: item.key, startedAt: startedAt, with: .success((value, .origin)))
       case .failure(let error):
-        fail(with: error)
+        fail(item, with: error)
       }
     }
   }

@@ -96,24 +96,25 @@ extension LoadingCache {
     state.attach(task, token: token, to: id)
   }
 
-  /// What a load found in the layers: the entry it may answer with, its tier and state, and a
-  /// stale entry it passed over (the one expiring last), to answer with if the load fails.
-  struct Located {
-    var found: (entry: CacheEntry<Value>, tier: Int, state: FreshnessRules.State)?
-    var fallback: (entry: CacheEntry<Value>, tier: Int)?
-  }
+  /// A stale entry a load passed over (the one expiring last), with the index of its layer: the
+  /// answer if the load fails (stale-if-error).
+  typealias Fallback = (entry: CacheEntry<Value>, tier: Int)
 
-  /// Looks `key` up for a load. Without freshness rules the first entry is the answer; with
-  /// them, a request's load takes the first entry that may be served now (fresh, or stale
-  /// within stale-while-revalidate), and a refresh only a fresh one.
-  func locateForLoad(_ key: Key, isRefresh: Bool) async throws -> Located {
+  /// Looks `key` up for a load: the entry it may answer with, its tier and state. Without
+  /// freshness rules the first entry is the answer; with them, a request's load takes the first
+  /// entry that may be served now (fresh, or stale within stale-while-revalidate), and a
+  /// refresh only a fresh one. A stale entry passed over is left in `fallback`, also when a
+  /// layer below then fails the lookup.
+  func locateForLoad(
+    _ key: Key, isRefresh: Bool, fallback: inout Fallback?
+  ) async throws -> (entry: CacheEntry<Value>, tier: Int, state: FreshnessRules.State)? {
     guard checksFreshness else {
-      return Located(found: try await chain.locate(key).map { ($0.entry, $0.tier, .fresh) })
+      return try await chain.locate(key).map { ($0.entry, $0.tier, .fresh) }
     }
     let clock = configuration.clock
     // The state of the entry taken, as decided: read again, the clock may have moved on.
     var accepted = FreshnessRules.State.fresh
-    let located = try await chain.locate(key) { entry in
+    let found = try await chain.locate(key, fallback: &fallback) { entry in
       let state = freshness.state(of: entry, at: clock.now) { lifetime(of: key, entry.value) }
       accepted = state
       return switch state {
@@ -122,8 +123,7 @@ extension LoadingCache {
       case .staleIfError, .expired: false
       }
     }
-    guard let (entry, tier) = located.found else { return Located(fallback: located.fallback) }
-    return Located(found: (entry, tier, accepted), fallback: located.fallback)
+    return found.map { ($0.entry, $0.tier, accepted) }
   }
 
   /// The stale value to answer a failed load of `key` with, if `fallback` is stale and has not
@@ -131,7 +131,7 @@ extension LoadingCache {
   /// ``LoadEvent/servedStale(key:error:)``. `nil` when the load was cancelled (no one waits for
   /// it), or there is no stale fallback (a refresh ahead that failed leaves its fresh entry be).
   func staleValue(
-    after error: any Error, fallback: (entry: CacheEntry<Value>, tier: Int)?, key: Key
+    after error: any Error, fallback: Fallback?, key: Key
   ) -> (Value, LoadSource)? {
     guard let fallback, !(error is CancellationError) else { return nil }
     let entry = fallback.entry

@@ -440,11 +440,9 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     var tokenHandedOff = false
     var refreshAfterwards = false
     var foundStale = false
-    var fallback: (entry: CacheEntry<Value>, tier: Int)?
+    var fallback: Fallback?
     do {
-      let located = try await locateForLoad(key, isRefresh: isRefresh)
-      fallback = located.fallback
-      if let (entry, tier, state) = located.found {
+      if let (entry, tier, state) = try await locateForLoad(key, isRefresh: isRefresh, fallback: &fallback) {
         refreshAfterwards = state == .stale || state == .refreshDue
         foundStale = state == .stale
         // A prefetch into the lower layers leaves the top layer alone.

@@ -303,6 +303,38 @@ import Testing
     #expect(cache.statistics.staleServedOnError == 0)
   }
 
+  @Test(arguments: [false, true])
+  func aLayerThatFailsBelowAStaleEntryLeavesItToServe(batchOrigin: Bool) async throws {
+    let broken = FakeLayer<String, Int>()
+    broken.fail(.lookup, with: TestError("disk"))
+    let chain = try CacheChain<String, Int>([.init(memory), .init(broken, failurePolicy: .propagate)])
+    let configuration = LoadingCache<String, Int>.Configuration(
+      timeToLive: .seconds(60), staleIfError: .seconds(30), clock: clock, onLoadEvent: { [events] in events.record($0) }
+    )
+    let cache = try LoadingCache(
+      chain: chain, origin: UnimplementedFetcher<String, Int>(),
+      batchOrigin: batchOrigin ? ClosureBatchFetcher { _ in throw TestError("no origin call") } : nil,
+      configuration: configuration)
+    try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(30))), for: "k")
+    try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(30))), for: "b")
+    // Stale from the start: the loads look below, where the layer's failure is thrown.
+    #expect(try await cache.value(for: "k") == 1)
+    let result = await cache.values(for: ["b"])
+    #expect(result.values == ["b": 1])
+    #expect(result.failures.isEmpty)
+    #expect(cache.statistics.staleServedOnError == 2)
+    #expect(cache.statistics.loadFailures == 2)
+    let served = events.all.filter { $0.hasPrefix("served stale") }
+    #expect(served.count == 2)
+    #expect(served.allSatisfy { $0.contains("layerFailure") && $0.contains("TestError(disk)") })
+    // With no stale entry above it, the layer's failure reaches the request.
+    await #expect {
+      try await cache.value(for: "none")
+    } throws: {
+      ($0 as? AsyncCacheError)?.code == .layerFailure
+    }
+  }
+
   @Test func aBulkRequestServesStaleValuesAndFallsBackOnErrors() async throws {
     let origin = GatedFetcher<String, Int> { _ in 2 }
     let cache = try cache(origin: origin) {
