@@ -31,6 +31,19 @@ extension LoadingCache {
     }
   }
 
+  /// Whether the top layer has a value for `key` that a request would be served at once: a
+  /// prefetch's check. Unlike ``cachedValue(for:)`` it starts no refresh and extends nothing, so
+  /// that a prefetch does no work outside its prefetcher's limit (a stale value within
+  /// stale-while-revalidate is refreshed when a request reads it).
+  func hasServableTopValue(for key: Key) -> Bool {
+    guard checksFreshness else { return cachedValue(for: key) != nil }
+    guard let (value, expiry, now) = front?.store.timedValue(for: key) else { return false }
+    return switch freshness.state(expiry: expiry, now: now, lifetime: { self.lifetime(of: key, value) }) {
+    case .fresh, .extendDue, .refreshDue, .stale: true
+    case .staleIfError, .expired: false
+    }
+  }
+
   /// Extends the top layer's entry for `key`, which expires at `expiry`, to a full lifetime from
   /// `now` (sliding expiry), and then the layers below in the background. Of concurrent reads,
   /// one extends; a write since the read wins (the entry's expiry changed, or the read token the

@@ -66,7 +66,7 @@ extension LoadingCache {
   /// withdraws this prefetch: the load goes on if a request waits for it, and is cancelled
   /// otherwise; this method then returns once that load has ended, so no work outlives it.
   func prefetch(_ key: Key, ticket: PrefetchTicket, skipsTopLayer: Bool) async -> PrefetchOutcome {
-    if cachedValue(for: key) != nil { return .skipped }
+    if hasServableTopValue(for: key) { return .skipped }
     do {
       let source = try await withTaskCancellationHandler {
         try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<LoadSource, any Error>) in

@@ -507,6 +507,41 @@ import Testing
     #expect(memory.entry(for: "i")?.expiresAt == clock.now.advanced(by: .seconds(605)))
   }
 
+  @Test func aPrefetchOfAServableTopValueStartsNoRefresh() async throws {
+    let origin = countingOrigin()
+    let cache = try cache(origin: origin) {
+      $0.timeToLive = .seconds(100)
+      $0.staleWhileRevalidate = .seconds(50)
+      $0.refreshAhead = 0.5
+      $0.staleIfError = .seconds(100)
+    }
+    // Stored expiries include the 100 s of the longer stale window: fresh for 40 s more (60% of its
+    // lifetime gone), stale for 10 s, and past stale-while-revalidate for 10 s.
+    try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(140))), for: "due")
+    try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(90))), for: "stale")
+    try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(40))), for: "ifError")
+    for key in ["due", "stale"] {
+      let outcome = await cache.prefetch(key, ticket: cache.makePrefetchTicket(), skipsTopLayer: false)
+      guard case .skipped = outcome else {
+        Issue.record("a prefetch of \(key) skips it, not \(outcome)")
+        continue
+      }
+    }
+    // A refresh would have been registered before `prefetch` returned.
+    #expect(cache.statistics.loadsInFlight == 0, "no refresh outside the prefetcher's limit")
+    #expect(cache.statistics.refreshes == 0)
+    #expect(origin.callCount == 0)
+    // An entry only good for stale-if-error is not served at once: the prefetch loads it.
+    let prefetch = Task { await cache.prefetch("ifError", ticket: cache.makePrefetchTicket(), skipsTopLayer: false) }
+    await origin.waitForFetches(1, for: "ifError")
+    #expect(origin.release("ifError") == 1)
+    guard case .loaded = await prefetch.value else {
+      Issue.record("the prefetch of an entry past stale-while-revalidate loads it")
+      return
+    }
+    #expect(memory.value(for: "ifError") == 1)
+  }
+
   @Test func aThousandRequestsAtTheExpiryInstantCauseOneLoad() async throws {
     let origin = countingOrigin()
     let cache = try cache(origin: origin) { $0.timeToLive = .seconds(60) }
