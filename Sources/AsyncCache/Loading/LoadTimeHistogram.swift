@@ -35,13 +35,33 @@ public struct LoadTimeHistogram: Sendable, Hashable, CustomStringConvertible {
   /// The mean duration; `nil` when none was recorded.
   public var mean: Duration? { count == 0 ? nil : .nanoseconds(totalNanoseconds / Int64(count)) }
 
-  /// A copy that shares no storage with this histogram, so that recording into either one
-  /// never copies the counters. A snapshot taken under a lock is made with this: the lock's next
-  /// holder then records in place, instead of copying 4 KB while others wait.
-  func independentCopy() -> LoadTimeHistogram {
-    var copy = self
-    copy.buckets = buckets.withUnsafeBufferPointer { Array($0) }
-    return copy
+  /// An empty histogram whose counters are already allocated, for ``copyContents(of:)``.
+  static func allocated() -> LoadTimeHistogram {
+    var histogram = LoadTimeHistogram()
+    histogram.buckets = Array(repeating: 0, count: bucketCount)
+    return histogram
+  }
+
+  /// Makes this histogram equal to `other` without sharing its storage, copying the counters
+  /// into storage this one owns (from ``allocated()``): no allocation.
+  ///
+  /// A statistics snapshot is taken this way under the cache's lock. Were the storage shared,
+  /// the next load would copy it while holding that lock; this way only the snapshot pays, with
+  /// a 4 KB copy and no allocation under the lock.
+  mutating func copyContents(of other: LoadTimeHistogram) {
+    count = other.count
+    totalNanoseconds = other.totalNanoseconds
+    minimumNanoseconds = other.minimumNanoseconds
+    maximumNanoseconds = other.maximumNanoseconds
+    guard !other.buckets.isEmpty, buckets.count == other.buckets.count else {
+      // Nothing recorded (no counters, equal to an empty histogram), or storage not from
+      // `allocated()`.
+      buckets = other.buckets.isEmpty ? [] : other.buckets.withUnsafeBufferPointer { Array($0) }
+      return
+    }
+    buckets.withUnsafeMutableBufferPointer { mine in
+      other.buckets.withUnsafeBufferPointer { _ = mine.update(fromContentsOf: $0) }
+    }
   }
 
   /// Whether this histogram and `other` share their counters' storage. For tests.

@@ -248,11 +248,13 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   public var statistics: Statistics {
     // Read before the top layer's counter: a declined hit counts there first, so it can only be
     // seen there and not yet here (a brief overcount), never the other way round.
+    // The snapshot's histogram gets storage of its own, allocated before the lock: were the
+    // storage shared, the next load would copy it while holding the lock.
+    var loadTime = LoadTimeHistogram.allocated()
     let (counters, loadsInFlight, requestsWaiting, urgentLoads, loadsAtGate, negativeEntries) = inFlight.withLock {
       var counters = $0.counters
-      // The snapshot takes its own copy of the histogram: were the storage shared, the next load
-      // would copy it while holding this lock.
-      counters.loadTime = $0.counters.loadTime.independentCopy()
+      loadTime.copyContents(of: $0.counters.loadTime)
+      counters.loadTime = loadTime
       return (counters, $0.loads.count, $0.waiterCount, $0.urgentLoads, $0.loadsAtGate, $0.negatives.count)
     }
     // Requests the top layer answered without a load: a memory layer counts them with its hits.

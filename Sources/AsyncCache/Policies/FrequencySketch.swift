@@ -23,6 +23,9 @@ struct FrequencySketch {
   /// The counters, sixteen 4-bit counters per word, aligned on a cache line so that a block
   /// is one line. Its length is a power of two, at least one block of eight words.
   @usableFromInline let storage: SketchTable
+  /// `storage.words`, kept here (``storage`` keeps it alive) so that a hit reaches the table
+  /// without loading the table object first.
+  @usableFromInline let words: UnsafeMutablePointer<UInt64>
   /// `storage.count / 8 - 1`, to map a hash onto a block.
   @usableFromInline let blockMask: Int
   /// How many increments (that raised at least one counter) trigger an aging.
@@ -64,6 +67,7 @@ struct FrequencySketch {
     let size = Swift.min(Swift.max(maximumSize, 1), Self.maximumCapacity)
     let length = Self.tableLength(forMaximumSize: size)
     storage = SketchTable(count: length)
+    words = storage.words
     blockMask = length / Self.blockLength - 1
     sampleSize = Self.sampleFactor * size
     self.size = size
@@ -143,14 +147,14 @@ struct FrequencySketch {
   @inlinable
   @inline(__always)
   func prefetch(block: Int) {
-    async_cache_prefetch_for_write(storage.words + block)
+    async_cache_prefetch_for_write(words + block)
   }
 
   /// The counter at packed position `position` (`word << 4 | counter`).
   @inlinable
   @inline(__always)
   func counter(at position: Int) -> Int {
-    Int(truncatingIfNeeded: (storage.words[position >> 4] >> UInt64((position & 15) << 2)) & 0xF)
+    Int(truncatingIfNeeded: (words[position >> 4] >> UInt64((position & 15) << 2)) & 0xF)
   }
 
   /// The estimated number of times `hash` was seen since it was last aged, from 0 to 15.
@@ -171,7 +175,7 @@ struct FrequencySketch {
   @inline(__always)
   mutating func increment(at position: Int) -> Bool {
     let offset = UInt64((position & 15) << 2)
-    let word = storage.words + (position >> 4)
+    let word = words + (position >> 4)
     let value = word.pointee
     let raised = (value >> offset) & 0xF != 0xF
     word.pointee = value &+ (UInt64(raised ? 1 : 0) << offset)

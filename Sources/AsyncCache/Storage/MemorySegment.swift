@@ -63,10 +63,12 @@ struct MemoryNode<Key, Value> {
 /// policy of Caffeine's design.
 @usableFromInline
 struct SegmentAdmission {
-  // Field order is layout order: a hit reads `isEnabled` and writes `pendingCount` and
-  // `pending`, so these come first.
+  // Field order is layout order: a hit reads `isEnabled` and the sketch's table and mask,
+  // writes `pendingCount` and one word of `pending`, so these come first.
   /// Whether the policy is W-TinyLFU; `false` for LRU, which uses nothing else here.
   @usableFromInline let isEnabled: Bool
+  @usableFromInline var sketch: FrequencySketch
+  @usableFromInline var pendingCount = 0
   /// Uses not yet counted in the sketch: ``pendingCapacity`` keys' counter positions, each
   /// packed as the first word of the key's block (high 32 bits; tables have at most 2^25
   /// words) and its counter picks (low 32 bits), as ``FrequencySketch/slots(_:)`` gives them.
@@ -81,9 +83,6 @@ struct SegmentAdmission {
       UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64,
       UInt64, UInt64
     ) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-  @usableFromInline var pendingCount = 0
-
-  @usableFromInline var sketch: FrequencySketch
   @usableFromInline var climber: WindowClimber?
   @usableFromInline var random: SplitMix64
   /// The segment's share of the count limit, for the climber's steps.
@@ -146,7 +145,8 @@ struct SegmentAdmission {
 
   /// Gives a segment without a count limit a sketch sized for twice its `count` entries once it
   /// holds more than the sketch is sized for. The counts start over, as in Caffeine; doubling
-  /// makes that rare.
+  /// makes that rare. The queued uses are dropped with the old counts: they are positions in
+  /// the old table, which the new one must never count.
   @inlinable
   mutating func growSketchIfNeeded(count: Int) {
     guard countShare == .max, count > sketch.size, sketch.size < FrequencySketch.maximumCapacity else { return }

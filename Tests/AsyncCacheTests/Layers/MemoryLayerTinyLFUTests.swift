@@ -168,6 +168,32 @@ import Testing
     #expect(memory.invariantViolations.isEmpty)
   }
 
+  @Test("uses queued when the sketch grows are dropped, never counted at their old positions")
+  func queuedUsesDoNotReachAGrownSketch() throws {
+    let memory = try MemoryLayer<Int, Int>(
+      configuration: .init(
+        countLimit: .max, costLimit: 50_000, cost: { _ in 10 }, segmentCount: 1, evictionPolicy: .windowTinyLFU))
+    let size = SegmentAdmission.initialUnboundedSketchSize
+    for key in 0..<size { try memory.insert(key, for: key) }
+    let queued = memory.store.segments.withLock(0) { segment in
+      segment.admission.countPendingUses()
+      return segment.admission.pendingCount
+    }
+    #expect(queued == 0)
+    for _ in 0..<5 { #expect(memory.value(for: 0) == 0) }
+    #expect(memory.store.segments.withLock(0) { $0.admission.pendingCount } == 5, "five hits wait in the queue")
+    try memory.insert(size, for: size)  // one more entry than the sketch is sized for: it grows
+    let (grownSize, counted) = memory.store.segments.withLock(0) { segment in
+      segment.admission.countPendingUses()
+      let counters = segment.admission.sketch.table.reduce(0) { sum, word in
+        (0..<16).reduce(sum) { $0 + Int((word >> UInt64($1 * 4)) & 0xF) }
+      }
+      return (segment.admission.sketch.size, counters)
+    }
+    #expect(grownSize > size)
+    #expect(counted == 4, "only the new entry's use, one increment at each of its four depths")
+  }
+
   @Test("a cost of 2^61 or more is a typed error naming the key, and the layer is unchanged")
   func costTooLarge() throws {
     let memory = try MemoryLayer<String, Int>(configuration: .init(cost: { $0 }, evictionPolicy: .windowTinyLFU))
@@ -185,7 +211,8 @@ import Testing
     #expect(memory.invariantViolations.isEmpty)
   }
 
-  @Test("LRU is the default until W-TinyLFU's hit path meets its target; the policy prints its name")
+  @Test(
+    "LRU is the default (a LoadingCache hit within 2x a locked dictionary, 64 B an entry); the policy prints its name")
   func defaultPolicy() {
     #expect(MemoryLayer<Int, Int>.Configuration().evictionPolicy == .leastRecentlyUsed)
     #expect(EvictionPolicy.windowTinyLFU.description == "windowTinyLFU")

@@ -519,7 +519,7 @@ import Testing
     // lifetime gone), stale for 10 s, and past stale-while-revalidate for 10 s.
     try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(140))), for: "due")
     try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(90))), for: "stale")
-    try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(40))), for: "ifError")
+    try memory.insert(CacheEntry(99, expiresAt: clock.now.advanced(by: .seconds(40))), for: "ifError")
     for key in ["due", "stale"] {
       let outcome = await cache.prefetch(key, ticket: cache.makePrefetchTicket(), skipsTopLayer: false)
       guard case .skipped = outcome else {
