@@ -28,6 +28,8 @@ let package = Package(
     .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
     .target(name: "AsyncCacheSQLite", dependencies: ["AsyncCache", "CSQLite"], swiftSettings: strict),
     .target(name: "AsyncCacheTesting", dependencies: ["AsyncCache"], swiftSettings: strict),
+    // The shared tier: a Redis client of its own on POSIX sockets (in progress, not a product yet).
+    .target(name: "AsyncCacheRedis", dependencies: ["AsyncCache"], swiftSettings: strict),
     // URLSession origin; links FoundationNetworking on Linux only for those who use it.
     .target(name: "AsyncCacheURLSession", dependencies: ["AsyncCache"], swiftSettings: strict),
     .executableTarget(
@@ -70,6 +72,7 @@ let package = Package(
       dependencies: ["AsyncCache", "AsyncCacheTesting"],
       swiftSettings: strict
     ),
+    .testTarget(name: "AsyncCacheRedisTests", dependencies: ["AsyncCacheRedis"], swiftSettings: strict),
     // Runs URLSessionFetcher against a small HTTP/1.1 server of its own on a loopback port.
     .testTarget(
       name: "AsyncCacheURLSessionTests",
