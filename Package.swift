@@ -72,7 +72,7 @@ let package = Package(
       dependencies: ["AsyncCache", "AsyncCacheTesting"],
       swiftSettings: strict
     ),
-    .testTarget(name: "AsyncCacheRedisTests", dependencies: ["AsyncCacheRedis"], swiftSettings: strict),
+    .testTarget(name: "AsyncCacheRedisTests", dependencies: ["AsyncCache", "AsyncCacheRedis"], swiftSettings: strict),
     // Runs URLSessionFetcher against a small HTTP/1.1 server of its own on a loopback port.
     .testTarget(
       name: "AsyncCacheURLSessionTests",

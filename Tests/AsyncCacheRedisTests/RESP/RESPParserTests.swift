@@ -1,3 +1,4 @@
+import AsyncCache
 import Testing
 
 @testable import AsyncCacheRedis
@@ -227,7 +228,7 @@ private func problem(_ text: String, limits: RESPParser.Limits = .init()) -> (RE
   /// from whole frames, pieces of frames, the protocol's own characters and arbitrary bytes,
   /// so that they reach every outcome.
   @Test func randomBytesNeverCrashOrHang() throws {
-    var random = SeededGenerator(seed: 0x5EED)
+    var random = SplitMix64(seed: 0x5EED)
     let frames = [
       "+OK\r\n", ":-12\r\n", "$3\r\na\rb\r\n", "$-1\r\n", "*2\r\n:1\r\n_\r\n", "%1\r\n#t\r\n,1.5\r\n", ">1\r\n(7\r\n",
       "|1\r\n+a\r\n:1\r\n", "=5\r\ntxt:x\r\n", "!1\r\nE\r\n", "~0\r\n", "*1\r\n",
@@ -301,18 +302,5 @@ private func problem(_ text: String, limits: RESPParser.Limits = .init()) -> (RE
     #expect(command.encodedCount == command.encoded.count)
     #expect(try parse([command.encoded]) == [.array([.bulkString(Array(repeating: UInt8(ascii: "z"), count: length))])])
     #expect(RESPCommand("PING").encoded == wire("*1\r\n$4\r\nPING\r\n"))
-  }
-}
-
-/// SplitMix64, so that the random test replays exactly.
-struct SeededGenerator: RandomNumberGenerator {
-  var state: UInt64
-  init(seed: UInt64) { state = seed }
-  mutating func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
   }
 }
