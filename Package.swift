@@ -72,7 +72,10 @@ let package = Package(
       dependencies: ["AsyncCache", "AsyncCacheTesting"],
       swiftSettings: strict
     ),
-    .testTarget(name: "AsyncCacheRedisTests", dependencies: ["AsyncCache", "AsyncCacheRedis"], swiftSettings: strict),
+    // Starts redis-server processes of its own on loopback ports (skipped without one, outside CI).
+    .testTarget(
+      name: "AsyncCacheRedisTests", dependencies: ["AsyncCache", "AsyncCacheRedis", "AsyncCacheTesting"],
+      swiftSettings: strict),
     // Runs URLSessionFetcher against a small HTTP/1.1 server of its own on a loopback port.
     .testTarget(
       name: "AsyncCacheURLSessionTests",

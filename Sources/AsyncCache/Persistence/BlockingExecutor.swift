@@ -40,7 +40,7 @@ package final class BlockingExecutor: SerialExecutor {
   package init(label: String) throws {
     core = Core()
     let core = self.core
-    let thread = Thread(label: label) { core.run() }
+    let thread = DetachedThread(label: label) { core.run() }
     let result = thread.start()
     guard result == 0 else {
       throw PersistenceError(
@@ -207,51 +207,5 @@ extension BlockingExecutor {
         if checks & 63 == 0, clock.now >= deadline { return }
       }
     }
-  }
-}
-
-/// A detached POSIX thread running one closure.
-private struct Thread {
-  private let label: String
-  private let body: @Sendable () -> Void
-
-  init(label: String, body: @escaping @Sendable () -> Void) {
-    self.label = label
-    self.body = body
-  }
-
-  /// Starts the thread; returns `pthread_create`'s result (0 on success).
-  func start() -> Int32 {
-    final class Box: Sendable {
-      let label: String
-      let body: @Sendable () -> Void
-      init(_ label: String, _ body: @escaping @Sendable () -> Void) {
-        self.label = label
-        self.body = body
-      }
-    }
-    let box = Unmanaged.passRetained(Box(label, body)).toOpaque()
-    var attributes = pthread_attr_t()
-    pthread_attr_init(&attributes)
-    defer { pthread_attr_destroy(&attributes) }
-    pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-    pthread_attr_setstacksize(&attributes, 1 << 20)
-    #if canImport(Darwin)
-      var thread: pthread_t?
-    #else
-      var thread = pthread_t()
-    #endif
-    let result = pthread_create(
-      &thread, &attributes,
-      { argument in
-        let box = Unmanaged<Box>.fromOpaque(argument!).takeRetainedValue()
-        #if canImport(Darwin)
-          pthread_setname_np(String(box.label.prefix(63)))
-        #endif
-        box.body()
-        return nil
-      }, box)
-    if result != 0 { Unmanaged<Box>.fromOpaque(box).release() }
-    return result
   }
 }

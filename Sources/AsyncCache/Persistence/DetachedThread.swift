@@ -1,0 +1,54 @@
+#if canImport(Darwin)
+  import Darwin
+#elseif canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// A detached POSIX thread running one closure, with a 1 MiB stack: for the threads that do
+/// blocking work off the cooperative pool (executors, socket loops).
+package struct DetachedThread {
+  private let label: String
+  private let body: @Sendable () -> Void
+
+  package init(label: String, body: @escaping @Sendable () -> Void) {
+    self.label = label
+    self.body = body
+  }
+
+  /// Starts the thread; returns `pthread_create`'s result (0 on success).
+  package func start() -> Int32 {
+    final class Box: Sendable {
+      let label: String
+      let body: @Sendable () -> Void
+      init(_ label: String, _ body: @escaping @Sendable () -> Void) {
+        self.label = label
+        self.body = body
+      }
+    }
+    let box = Unmanaged.passRetained(Box(label, body)).toOpaque()
+    var attributes = pthread_attr_t()
+    pthread_attr_init(&attributes)
+    defer { pthread_attr_destroy(&attributes) }
+    pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+    pthread_attr_setstacksize(&attributes, 1 << 20)
+    #if canImport(Darwin)
+      var thread: pthread_t?
+    #else
+      var thread = pthread_t()
+    #endif
+    let result = pthread_create(
+      &thread, &attributes,
+      { argument in
+        let box = Unmanaged<Box>.fromOpaque(argument!).takeRetainedValue()
+        #if canImport(Darwin)
+          pthread_setname_np(String(box.label.prefix(63)))
+        #endif
+        box.body()
+        return nil
+      }, box)
+    if result != 0 { Unmanaged<Box>.fromOpaque(box).release() }
+    return result
+  }
+}

@@ -1,0 +1,123 @@
+import AsyncCache
+
+/// When a ``RedisLayer`` stops sending to a server that keeps failing, and when it tries again.
+///
+/// The breaker counts consecutive failures that say the server is unwell: a connection that
+/// cannot be made, a timeout, a broken connection, a protocol error. An error reply (`OOM`,
+/// `WRONGTYPE`) is an answer, and counts as a success. A failed connection attempt (or
+/// handshake) opens the breaker at once; other failures open it after ``failureThreshold`` in a
+/// row. While it is open, every operation fails at once with ``RedisError/Code/unavailable``,
+/// without touching the network, so a chain falls through to its next layer in microseconds
+/// instead of waiting out a timeout per request.
+///
+/// Once the delay has passed, one operation is let through as a probe (the others still fail
+/// fast). Its success closes the breaker; its failure opens it again for twice the delay, up
+/// to ``maximumDelay``. Each delay is shortened by a random factor between 0.5 and 1 (jitter),
+/// so that a fleet of instances does not probe a recovering server in step. Reconnecting
+/// after a server restart follows the same schedule.
+public struct RedisCircuitBreakerPolicy: Sendable, Hashable {
+  /// Failures in a row (other than failed connection attempts) that open the breaker.
+  /// Default 5.
+  public var failureThreshold: Int
+  /// How long the breaker stays open the first time, before jitter. Default 100 ms.
+  public var initialDelay: Duration
+  /// The longest the breaker stays open, before jitter. Default 10 seconds.
+  public var maximumDelay: Duration
+
+  /// Creates a policy.
+  public init(
+    failureThreshold: Int = 5, initialDelay: Duration = .milliseconds(100), maximumDelay: Duration = .seconds(10)
+  ) {
+    self.failureThreshold = failureThreshold
+    self.initialDelay = initialDelay
+    self.maximumDelay = maximumDelay
+  }
+
+  /// The delay after the `openings`-th opening in a row, with `jitter` in 0.5...1.
+  func delay(afterOpenings openings: Int, jitter: Double) -> Duration {
+    var delay = initialDelay
+    var doublings = openings - 1
+    while doublings > 0 && delay < maximumDelay {
+      delay *= 2
+      doublings -= 1
+    }
+    let capped = Swift.min(delay, maximumDelay)
+    return jitter >= 1 ? capped : capped * jitter
+  }
+}
+
+/// The breaker's state machine. Not thread-safe: the pool keeps it under its lock.
+struct CircuitBreaker {
+  enum State: Hashable {
+    case closed
+    case open(until: CacheInstant)
+    case halfOpen(probing: Bool)
+  }
+
+  enum Admission: Hashable {
+    /// Go ahead.
+    case pass
+    /// Go ahead as the probe: report the outcome, or ``CircuitBreaker/abandonProbe()``.
+    case probe
+    /// Fail fast; the next probe may go at `retryAt` (`nil`: when the probe in flight ends).
+    case reject(retryAt: CacheInstant?)
+  }
+
+  let policy: RedisCircuitBreakerPolicy
+  private(set) var state = State.closed
+  private(set) var consecutiveFailures = 0
+  /// Openings since the last success, which set the next delay.
+  private(set) var openings = 0
+
+  init(policy: RedisCircuitBreakerPolicy) {
+    self.policy = policy
+  }
+
+  /// Whether an operation may go at `now`.
+  mutating func admit(at now: CacheInstant) -> Admission {
+    switch state {
+    case .closed:
+      return .pass
+    case .open(let until):
+      guard now >= until else { return .reject(retryAt: until) }
+      state = .halfOpen(probing: true)
+      return .probe
+    case .halfOpen(let probing):
+      guard !probing else { return .reject(retryAt: nil) }
+      state = .halfOpen(probing: true)
+      return .probe
+    }
+  }
+
+  /// Records an answer; returns whether this closed an open breaker.
+  mutating func recordSuccess() -> Bool {
+    consecutiveFailures = 0
+    openings = 0
+    defer { state = .closed }
+    return state != .closed
+  }
+
+  /// Records a failure; returns the instant the breaker is open until, when this opened it.
+  mutating func recordFailure(at now: CacheInstant, opensAtOnce: Bool, jitter: Double) -> CacheInstant? {
+    consecutiveFailures += 1
+    switch state {
+    case .open:
+      // An operation admitted before the breaker opened: it is open already.
+      return nil
+    case .closed:
+      guard opensAtOnce || consecutiveFailures >= policy.failureThreshold else { return nil }
+    case .halfOpen:
+      break
+    }
+    openings += 1
+    let until = now.advanced(by: policy.delay(afterOpenings: openings, jitter: jitter))
+    state = .open(until: until)
+    return until
+  }
+
+  /// The probe ended without telling whether the server is well (it was cancelled): the next
+  /// operation becomes the probe.
+  mutating func abandonProbe() {
+    if case .halfOpen(probing: true) = state { state = .halfOpen(probing: false) }
+  }
+}

@@ -1,0 +1,292 @@
+import AsyncCache
+import Synchronization
+
+/// The connections of one layer to one server, with the circuit breaker in front of them.
+///
+/// Connections are shared: a command goes to the open connection with the fewest commands in
+/// flight, where it is pipelined behind them. When every open connection is busy, the pool
+/// opens another in the background, up to its maximum. Callers never wait for a connection
+/// while one is open; with none open, they wait for the one being made (one attempt at a time).
+///
+/// Every operation passes the ``CircuitBreaker`` first, which turns a server that is down into
+/// an immediate ``RedisError/Code/unavailable`` error until its delay has passed.
+final class RedisConnectionPool: Sendable {
+  struct Options: Sendable {
+    var host: String
+    var port: Int
+    var connectTimeout: Duration
+    var operationTimeout: Duration
+    var maximumConnections: Int
+    /// Sent first on every new connection, as one pipeline (`AUTH`, `SELECT`, `CLIENT SETNAME`).
+    var handshake: [RESPCommand]
+    var circuitBreaker: RedisCircuitBreakerPolicy
+    var clock: any CacheClock
+  }
+
+  let options: Options
+  /// `host:port`, for messages.
+  let server: String
+  let counters: RedisCounters
+  private let onEvent: @Sendable (RedisLayerEvent) -> Void
+  private let state: Mutex<State>
+  /// Set while the breaker has failures to forget, so that a success on a healthy pool takes
+  /// no lock to tell it.
+  private let hasFailures = Atomic<Bool>(false)
+
+  private struct State {
+    var connections: [RedisConnection] = []
+    var isConnecting = false
+    var waiters: [CheckedContinuation<RedisConnection, any Error>] = []
+    var breaker: CircuitBreaker
+    var isShutDown = false
+  }
+
+  init(options: Options, counters: RedisCounters, onEvent: @escaping @Sendable (RedisLayerEvent) -> Void) {
+    self.options = options
+    self.server = "\(options.host):\(options.port)"
+    self.counters = counters
+    self.onEvent = onEvent
+    self.state = Mutex(State(breaker: CircuitBreaker(policy: options.circuitBreaker)))
+  }
+
+  /// Sends `commands` as one pipeline and returns their replies (error replies included).
+  ///
+  /// - Throws: ``RedisError`` (``RedisError/Code/unavailable`` while the breaker is open),
+  ///   `CancellationError`.
+  func send(_ commands: [RESPCommand]) async throws -> [RESPValue] {
+    let (connection, isProbe) = try await acquire()
+    do {
+      let replies = try await connection.send(commands)
+      if hasFailures.load(ordering: .relaxed) { recordSuccess() }
+      return replies
+    } catch let error as RedisError where error.countsAsFailure {
+      recordFailure(error, opensAtOnce: false)
+      throw error
+    } catch {
+      if isProbe { state.withLock { $0.breaker.abandonProbe() } }
+      throw error
+    }
+  }
+
+  /// Sends one command and returns its reply.
+  func send(_ command: RESPCommand) async throws -> RESPValue {
+    try await send([command])[0]
+  }
+
+  /// Closes every connection; operations in flight and later ones fail with
+  /// ``RedisError/Code/shutDown``.
+  func shutDown() {
+    let error = RedisError(code: .shutDown, message: "the Redis layer for \(server) was shut down")
+    let (connections, waiters) = state.withLock { state in
+      state.isShutDown = true
+      defer {
+        state.connections = []
+        state.waiters = []
+      }
+      return (state.connections, state.waiters)
+    }
+    for connection in connections { connection.close(with: error) }
+    for waiter in waiters { waiter.resume(throwing: error) }
+  }
+
+  /// The breaker's state, for tests and statistics.
+  var breakerState: CircuitBreaker.State { state.withLock { $0.breaker.state } }
+
+  /// Open connections.
+  var openConnections: Int { state.withLock { $0.connections.count(where: { !$0.isClosed }) } }
+
+  /// Commands sent and not yet answered, on every connection.
+  var commandsInFlight: Int { state.withLock { $0.connections.reduce(0) { $0 + $1.commandsInFlight } } }
+
+  // MARK: - Connections
+
+  private enum Step {
+    case use(RedisConnection)
+    case connect
+    case wait
+    case reject(RedisError)
+  }
+
+  private func acquire() async throws -> (RedisConnection, isProbe: Bool) {
+    let now = options.clock.now
+    var isProbe = false
+    var connectsInBackground = false
+    let step = state.withLock { state -> Step in
+      if state.isShutDown {
+        return .reject(RedisError(code: .shutDown, message: "the Redis layer for \(server) was shut down"))
+      }
+      switch state.breaker.admit(at: now) {
+      case .pass: break
+      case .probe: isProbe = true
+      case .reject(let retryAt): return .reject(unavailable(retryAt: retryAt, now: now))
+      }
+      state.connections.removeAll(where: \.isClosed)
+      if let best = state.connections.min(by: { $0.commandsInFlight < $1.commandsInFlight }) {
+        if best.commandsInFlight > 0 && state.connections.count < options.maximumConnections
+          && !state.isConnecting
+        {
+          state.isConnecting = true
+          connectsInBackground = true
+        }
+        return .use(best)
+      }
+      if state.isConnecting { return .wait }
+      state.isConnecting = true
+      return .connect
+    }
+    if connectsInBackground {
+      Task { _ = try? await self.connect(inBackground: true) }
+    }
+    do {
+      switch step {
+      case .use(let connection):
+        return (connection, isProbe)
+      case .reject(let error):
+        counters.rejected.add(1, ordering: .relaxed)
+        throw error
+      case .connect:
+        return (try await connect(inBackground: false), isProbe)
+      case .wait:
+        return (try await withCheckedThrowingContinuation { continuation in waitForConnection(continuation) }, isProbe)
+      }
+    } catch {
+      if isProbe { state.withLock { $0.breaker.abandonProbe() } }
+      throw error
+    }
+  }
+
+  private func waitForConnection(_ continuation: CheckedContinuation<RedisConnection, any Error>) {
+    enum Outcome {
+      case queued
+      case ready(RedisConnection)
+      case retry
+    }
+    let outcome = state.withLock { state -> Outcome in
+      if let open = state.connections.first(where: { !$0.isClosed }) { return .ready(open) }
+      guard state.isConnecting else { return .retry }
+      state.waiters.append(continuation)
+      return .queued
+    }
+    switch outcome {
+    case .queued: break
+    case .ready(let connection): continuation.resume(returning: connection)
+    case .retry:
+      continuation.resume(
+        throwing: RedisError(code: .connectionFailed, message: "the connection to \(server) failed as it opened"))
+    }
+  }
+
+  /// Opens a connection, runs the handshake and adds it to the pool; the caller has set
+  /// `isConnecting`. A failure opens the breaker at once, unless the pool has other
+  /// connections (`inBackground`), when it counts like any other failure.
+  private func connect(inBackground: Bool) async throws -> RedisConnection {
+    do {
+      let connection = try await RedisConnection.open(
+        host: options.host, port: options.port, connectTimeout: options.connectTimeout,
+        operationTimeout: options.operationTimeout,
+        onClose: { [weak self, server] error in
+          guard error.code != .shutDown, let self else { return }
+          self.counters.connectionsDiscarded.add(1, ordering: .relaxed)
+          self.onEvent(.connectionDiscarded(server: server, reason: error))
+        })
+      do {
+        try await handshake(on: connection)
+      } catch {
+        connection.close(with: RedisError(code: .shutDown, message: "the handshake failed"))
+        throw error
+      }
+      let (waiters, isShutDown) = state.withLock { state in
+        state.isConnecting = false
+        if !state.isShutDown { state.connections.append(connection) }
+        defer { state.waiters = [] }
+        return (state.waiters, state.isShutDown)
+      }
+      if isShutDown {
+        let error = RedisError(code: .shutDown, message: "the Redis layer for \(server) was shut down")
+        connection.close(with: error)
+        for waiter in waiters { waiter.resume(throwing: error) }
+        throw error
+      }
+      counters.connectionsOpened.add(1, ordering: .relaxed)
+      onEvent(.connected(server: server))
+      for waiter in waiters { waiter.resume(returning: connection) }
+      return connection
+    } catch {
+      let waiters = state.withLock { state in
+        state.isConnecting = false
+        defer { state.waiters = [] }
+        return state.waiters
+      }
+      if let error = error as? RedisError, error.code != .shutDown {
+        recordFailure(error, opensAtOnce: !inBackground)
+      }
+      for waiter in waiters { waiter.resume(throwing: error) }
+      throw error
+    }
+  }
+
+  private func handshake(on connection: RedisConnection) async throws {
+    guard !options.handshake.isEmpty else { return }
+    let replies = try await connection.send(options.handshake)
+    for (command, reply) in zip(options.handshake, replies) {
+      guard case .error(let text) = reply else { continue }
+      let name = String(decoding: command.arguments[0], as: UTF8.self)
+      let error = RedisError.reply(text, to: name, server: server)
+      if error.code == .authenticationFailed { throw error }
+      throw RedisError(code: .connectionFailed, message: error.message)
+    }
+  }
+
+  // MARK: - The breaker
+
+  private func recordSuccess() {
+    let closed = state.withLock { state in
+      defer { hasFailures.store(false, ordering: .relaxed) }
+      return state.breaker.recordSuccess()
+    }
+    if closed { onEvent(.circuitClosed(server: server)) }
+  }
+
+  private func recordFailure(_ error: RedisError, opensAtOnce: Bool) {
+    if error.code == .timedOut { counters.timeouts.add(1, ordering: .relaxed) }
+    let now = options.clock.now
+    let jitter = Double.random(in: 0.5...1)
+    let openedUntil = state.withLock { state in
+      hasFailures.store(true, ordering: .relaxed)
+      return state.breaker.recordFailure(at: now, opensAtOnce: opensAtOnce, jitter: jitter)
+    }
+    if let openedUntil {
+      counters.circuitOpenings.add(1, ordering: .relaxed)
+      onEvent(.circuitOpened(server: server, until: openedUntil, lastError: error))
+    }
+  }
+
+  private func unavailable(retryAt: CacheInstant?, now: CacheInstant) -> RedisError {
+    guard let retryAt else {
+      return RedisError(
+        code: .unavailable,
+        message: "the circuit breaker for \(server) is waiting for a probe; nothing was sent")
+    }
+    let wait = now.duration(to: retryAt)
+    return RedisError(
+      code: .unavailable,
+      message: "the circuit breaker for \(server) is open after repeated failures; nothing was sent, "
+        + "the next attempt may go in \(wait)",
+      retryAfter: wait)
+  }
+}
+
+/// The layer's counters, shared with its pool; relaxed atomics, read together for statistics.
+final class RedisCounters: Sendable {
+  let hits = Atomic<Int>(0)
+  let misses = Atomic<Int>(0)
+  let writes = Atomic<Int>(0)
+  let removals = Atomic<Int>(0)
+  let failures = Atomic<Int>(0)
+  let timeouts = Atomic<Int>(0)
+  let rejected = Atomic<Int>(0)
+  let connectionsOpened = Atomic<Int>(0)
+  let connectionsDiscarded = Atomic<Int>(0)
+  let circuitOpenings = Atomic<Int>(0)
+  let discardedValues = Atomic<Int>(0)
+}

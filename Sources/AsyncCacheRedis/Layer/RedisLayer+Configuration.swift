@@ -1,0 +1,140 @@
+public import AsyncCache
+
+/// Where a Redis server listens.
+public struct RedisEndpoint: Sendable, Hashable, CustomStringConvertible {
+  /// A host name or an IPv4 or IPv6 address.
+  public var host: String
+  /// The TCP port. Default 6379.
+  public var port: Int
+
+  /// Creates an endpoint.
+  public init(host: String, port: Int = 6379) {
+    self.host = host
+    self.port = port
+  }
+
+  /// `host:port`.
+  public var description: String { "\(host):\(port)" }
+}
+
+extension RedisLayer {
+  /// The server, credentials, limits and timing of a ``RedisLayer``.
+  public struct Configuration: Sendable {
+    /// The server. Default `127.0.0.1:6379`.
+    public var endpoint: RedisEndpoint
+    /// The ACL user for `AUTH`, or `nil` for the default user.
+    public var username: String?
+    /// The password for `AUTH`, or `nil` when the server requires none.
+    public var password: String?
+    /// The database `SELECT`ed on every connection. Default 0.
+    public var database: Int
+    /// The name connections give themselves (`CLIENT SETNAME`), shown by `CLIENT LIST`, or
+    /// `nil` for none. Letters, digits and punctuation only: no spaces.
+    public var clientName: String?
+    /// The most connections the layer opens. Default 4. Commands from concurrent tasks share
+    /// connections (pipelined), so a handful serves many tasks.
+    public var maximumConnections: Int
+    /// How long making a connection may take, name resolution included. Default 1 second.
+    public var connectTimeout: Duration
+    /// How long the server may take to answer a command. Default 500 ms. A command that is not
+    /// answered in time fails with ``RedisError/Code/timedOut`` and its connection is
+    /// discarded. Keep it short: a cache that waits long for a slow server is slower than the
+    /// layer below it.
+    public var operationTimeout: Duration
+    /// The largest encoded value the layer sends; larger ones are refused with
+    /// `PersistenceError.Code.valueTooLarge` before anything is sent. Default 16 MiB (Redis
+    /// itself accepts up to 512 MiB).
+    public var maximumValueSize: Int
+    /// The lifetime of entries inserted without an expiry, or `nil` (the default) for none:
+    /// then they stay until removed or evicted by the server's `maxmemory-policy`.
+    public var timeToLive: Duration?
+    /// When the layer stops sending to a failing server and when it tries again.
+    public var circuitBreaker: RedisCircuitBreakerPolicy
+    /// The clock that expiry and the circuit breaker's delays are read from. Default
+    /// `WallClock`. Socket time limits are real time whatever the clock.
+    public var clock: any CacheClock
+    /// Called with every ``RedisLayerEvent``, possibly on a connection's thread: keep it short.
+    public var eventHandler: (@Sendable (RedisLayerEvent) -> Void)?
+    /// Where the layer logs every ``RedisLayerEvent``: a circuit that opens (`error`), a
+    /// connection discarded or a value it cannot read (`warning`), a circuit that closes
+    /// (`notice`), a connection made (`info`). Default `CacheLogger.disabled`. Errors the
+    /// layer throws are not logged by it: its `CacheChain` logs them.
+    public var logger: CacheLogger
+
+    /// Creates a configuration.
+    public init(
+      endpoint: RedisEndpoint = RedisEndpoint(host: "127.0.0.1"),
+      username: String? = nil,
+      password: String? = nil,
+      database: Int = 0,
+      clientName: String? = nil,
+      maximumConnections: Int = 4,
+      connectTimeout: Duration = .seconds(1),
+      operationTimeout: Duration = .milliseconds(500),
+      maximumValueSize: Int = 16 << 20,
+      timeToLive: Duration? = nil,
+      circuitBreaker: RedisCircuitBreakerPolicy = RedisCircuitBreakerPolicy(),
+      clock: any CacheClock = WallClock(),
+      eventHandler: (@Sendable (RedisLayerEvent) -> Void)? = nil,
+      logger: CacheLogger = .disabled
+    ) {
+      self.endpoint = endpoint
+      self.username = username
+      self.password = password
+      self.database = database
+      self.clientName = clientName
+      self.maximumConnections = maximumConnections
+      self.connectTimeout = connectTimeout
+      self.operationTimeout = operationTimeout
+      self.maximumValueSize = maximumValueSize
+      self.timeToLive = timeToLive
+      self.circuitBreaker = circuitBreaker
+      self.clock = clock
+      self.eventHandler = eventHandler
+      self.logger = logger
+    }
+
+    func validate() throws {
+      func invalid(_ message: String) -> AsyncCacheError { .invalidConfiguration("RedisLayer: \(message)") }
+      guard !endpoint.host.isEmpty else { throw invalid("the endpoint's host is empty") }
+      guard (1...65535).contains(endpoint.port) else {
+        throw invalid("the endpoint's port must be in 1...65535, got \(endpoint.port)")
+      }
+      if username != nil && password == nil { throw invalid("a username needs a password") }
+      guard database >= 0 else { throw invalid("database must not be negative, got \(database)") }
+      if let clientName, clientName.isEmpty || clientName.contains(where: { $0 == " " || $0.isNewline }) {
+        throw invalid("clientName must be non-empty and free of spaces and newlines, got \(clientName.debugDescription)")
+      }
+      guard maximumConnections > 0 else {
+        throw invalid("maximumConnections must be positive, got \(maximumConnections)")
+      }
+      guard connectTimeout > .zero else { throw invalid("connectTimeout must be positive, got \(connectTimeout)") }
+      guard operationTimeout > .zero else {
+        throw invalid("operationTimeout must be positive, got \(operationTimeout)")
+      }
+      guard (1...(512 << 20) - RedisEnvelope.maximumHeaderSize).contains(maximumValueSize) else {
+        throw invalid("maximumValueSize must be in 1...\((512 << 20) - RedisEnvelope.maximumHeaderSize), got \(maximumValueSize)")
+      }
+      if let timeToLive, timeToLive <= .zero { throw invalid("timeToLive must be positive, got \(timeToLive)") }
+      guard circuitBreaker.failureThreshold > 0 else {
+        throw invalid("circuitBreaker.failureThreshold must be positive, got \(circuitBreaker.failureThreshold)")
+      }
+      guard circuitBreaker.initialDelay > .zero, circuitBreaker.maximumDelay >= circuitBreaker.initialDelay else {
+        throw invalid("circuitBreaker needs 0 < initialDelay <= maximumDelay, got \(circuitBreaker.initialDelay) "
+          + "and \(circuitBreaker.maximumDelay)")
+      }
+    }
+
+    /// The commands every new connection sends first.
+    var handshake: [RESPCommand] {
+      var commands: [RESPCommand] = []
+      if let password {
+        if let username { commands.append(RESPCommand("AUTH", username, password)) }
+        else { commands.append(RESPCommand("AUTH", password)) }
+      }
+      if database != 0 { commands.append(RESPCommand("SELECT", String(database))) }
+      if let clientName { commands.append(RESPCommand("CLIENT", "SETNAME", clientName)) }
+      return commands
+    }
+  }
+}

@@ -1,0 +1,413 @@
+public import AsyncCache
+public import Foundation
+
+/// A cache layer in a Redis server: the tier that the instances of a service share.
+///
+/// Put it under each instance's ``MemoryLayer`` so that an origin is asked once per fleet
+/// rather than once per instance:
+///
+/// ```swift
+/// let redis = try RedisLayer<String, Data>(
+///     configuration: .init(endpoint: RedisEndpoint(host: "cache.internal")), namespace: "thumbnails")
+/// let cache = try LoadingCache(
+///     layers: [MemoryLayer<String, Data>(), redis], origin: ClosureFetcher { try await render($0) })
+/// ```
+///
+/// - **Keys** are stored as `<namespace>:<encoded key>`; ``removeAll()`` removes the namespace's
+///   keys only.
+/// - **Values** are stored with a small header that keeps their expiry (see ``CacheValueCoder``
+///   for the value's bytes); Redis expires them itself through `PX`. A value under the
+///   namespace that the layer cannot read is a miss, counted and reported as a
+///   ``RedisLayerEvent/valueDiscarded(key:reason:)``.
+/// - **Failures** are fast: every command has a time limit, and a circuit breaker stops
+///   sending to a server that keeps failing (see ``RedisCircuitBreakerPolicy``). Give the
+///   chain ``LayerFailurePolicy/skip`` for this layer and a Redis outage becomes misses in it:
+///   requests fall through to the next layer or the origin.
+/// - **Errors**: connection and server failures are ``RedisError``s; values refused before
+///   sending (too large, not encodable) are `PersistenceError`s, as in the other persistent
+///   layers.
+/// - **Threads**: socket I/O runs on the connections' own threads; no call blocks a thread of
+///   the cooperative pool. The layer's methods are `nonisolated`: calls do not queue on the
+///   actor.
+///
+/// The layer connects lazily: creating it does not touch the network, so a service starts
+/// while Redis is down. Call ``ping()`` to check the server at startup.
+public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
+  /// The namespace this layer's keys live under.
+  public nonisolated let namespace: String
+  /// The server, limits and timing.
+  public nonisolated let configuration: Configuration
+  /// How keys become stored strings.
+  public nonisolated let keyEncoding: CacheKeyEncoding<Key>
+  /// How values become stored bytes.
+  public nonisolated let valueCoder: CacheValueCoder<Value>
+
+  nonisolated let pool: RedisConnectionPool
+  private nonisolated let counters: RedisCounters
+  /// `<namespace>:` as bytes.
+  private nonisolated let keyPrefix: [UInt8]
+
+  /// Creates a layer for `namespace` on the configured server. Nothing is sent until the first
+  /// operation.
+  ///
+  /// - Parameters:
+  ///   - configuration: The server, credentials, limits and timing.
+  ///   - namespace: The prefix of this layer's keys; not empty. Default `"default"`.
+  ///   - keyEncoding: How keys become stored strings; must be injective.
+  ///   - valueCoder: How values become stored bytes.
+  /// - Throws: `AsyncCacheError.Code.invalidConfiguration` for an empty namespace or invalid
+  ///   settings.
+  public init(
+    configuration: Configuration = Configuration(),
+    namespace: String = "default",
+    keyEncoding: CacheKeyEncoding<Key>,
+    valueCoder: CacheValueCoder<Value>
+  ) throws {
+    guard !namespace.isEmpty else {
+      throw AsyncCacheError.invalidConfiguration("RedisLayer: the namespace must not be empty")
+    }
+    try configuration.validate()
+    self.namespace = namespace
+    self.configuration = configuration
+    self.keyEncoding = keyEncoding
+    self.valueCoder = valueCoder
+    self.keyPrefix = Array(namespace.utf8) + [UInt8(ascii: ":")]
+    let counters = RedisCounters()
+    self.counters = counters
+    let handler = configuration.eventHandler
+    let logger = configuration.logger
+    let namespace = namespace
+    self.pool = RedisConnectionPool(
+      options: RedisConnectionPool.Options(
+        host: configuration.endpoint.host, port: configuration.endpoint.port,
+        connectTimeout: configuration.connectTimeout, operationTimeout: configuration.operationTimeout,
+        maximumConnections: configuration.maximumConnections, handshake: configuration.handshake,
+        circuitBreaker: configuration.circuitBreaker, clock: configuration.clock),
+      counters: counters,
+      onEvent: { event in
+        Self.log(event, to: logger, namespace: namespace)
+        handler?(event)
+      })
+  }
+
+  deinit {
+    pool.shutDown()
+  }
+
+  // MARK: Reading
+
+  /// The entry stored for `key`, or `nil` when there is none, it expired, or the stored bytes
+  /// are not a value this layer can read (then it is counted and reported).
+  ///
+  /// One `GET`, pipelined with the other tasks' commands on a shared connection.
+  ///
+  /// - Throws: ``RedisError`` when the server cannot be reached, does not answer in time or
+  ///   the circuit breaker is open; `PersistenceError` when the key cannot be encoded.
+  public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
+    let storedKey = try self.storedKey(for: key)
+    let reply = try await run(RESPCommand([Array("GET".utf8), storedKey]), named: "GET")
+    return try entry(from: reply, for: key)
+  }
+
+  /// The value stored for `key`, or `nil`. See ``entry(for:)``.
+  public nonisolated func value(for key: Key) async throws -> Value? {
+    try await entry(for: key)?.value
+  }
+
+  /// The entries stored for `keys`, with one `MGET` per 512 keys, sent as one pipeline: one
+  /// round trip for the lot. Keys with no entry are absent from the result.
+  ///
+  /// - Throws: See ``entry(for:)``.
+  public nonisolated func entries(for keys: some Sequence<Key>) async throws -> [Key: CacheEntry<Value>] {
+    let keys = Array(keys)
+    guard !keys.isEmpty else { return [:] }
+    var commands: [RESPCommand] = []
+    commands.reserveCapacity((keys.count + 511) / 512)
+    var start = 0
+    while start < keys.count {
+      let end = Swift.min(start + 512, keys.count)
+      var arguments: [[UInt8]] = [Array("MGET".utf8)]
+      arguments.reserveCapacity(end - start + 1)
+      for key in keys[start..<end] { arguments.append(try storedKey(for: key)) }
+      commands.append(RESPCommand(arguments))
+      start = end
+    }
+    let replies = try await run(commands, named: "MGET")
+    var found: [Key: CacheEntry<Value>] = [:]
+    var index = 0
+    for reply in replies {
+      guard case .array(let values?) = reply else { throw unexpected(reply, to: "MGET") }
+      for value in values {
+        guard index < keys.count else { throw unexpected(reply, to: "MGET") }
+        if let entry = try entry(from: value, for: keys[index]) { found[keys[index]] = entry }
+        index += 1
+      }
+    }
+    guard index == keys.count else { throw unexpected(.array(nil), to: "MGET") }
+    return found
+  }
+
+  private nonisolated func entry(from reply: RESPValue, for key: Key) throws -> CacheEntry<Value>? {
+    let bytes: [UInt8]
+    switch reply {
+    case .bulkString(nil), .null:
+      counters.misses.add(1, ordering: .relaxed)
+      return nil
+    case .bulkString(let stored?):
+      bytes = stored
+    default:
+      throw unexpected(reply, to: "GET")
+    }
+    let expiresAt: CacheInstant?
+    let value: Value
+    do {
+      let (expiry, payload) = try RedisEnvelope.decode(bytes)
+      expiresAt = expiry.map(CacheInstant.init(nanosecondsSince1970:))
+      if let expiresAt, expiresAt <= configuration.clock.now {
+        counters.misses.add(1, ordering: .relaxed)
+        return nil
+      }
+      value = try valueCoder.decode(Data(bytes[payload]))
+    } catch {
+      counters.misses.add(1, ordering: .relaxed)
+      counters.discardedValues.add(1, ordering: .relaxed)
+      let reason = (error as? RedisEnvelope.Malformed)?.reason ?? "the value did not decode: \(error)"
+      report(.valueDiscarded(key: describe(key), reason: reason))
+      return nil
+    }
+    counters.hits.add(1, ordering: .relaxed)
+    return CacheEntry(value, expiresAt: expiresAt)
+  }
+
+  // MARK: Writing
+
+  /// Stores `entry` for `key` with one `SET`, replacing any previous entry; Redis expires it
+  /// at the earlier of `entry.expiresAt` and the configured time to live (`PX`). An entry that
+  /// has expired already removes the key instead.
+  ///
+  /// - Throws: `PersistenceError.Code.valueTooLarge` (nothing sent) when the encoded value is
+  ///   over ``Configuration-swift.struct/maximumValueSize``; `PersistenceError.Code.encodingFailed`;
+  ///   ``RedisError``, ``RedisError/Code/outOfMemory`` when the server is full.
+  public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
+    let storedKey = try self.storedKey(for: key)
+    let now = configuration.clock.now
+    let expiresAt = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) }).expiresAt
+    if let expiresAt, expiresAt <= now {
+      _ = try await run(RESPCommand([Array("UNLINK".utf8), storedKey]), named: "UNLINK")
+      return
+    }
+    let payload: Data
+    do {
+      payload = try valueCoder.encode(entry.value)
+    } catch {
+      throw PersistenceError(
+        code: .encodingFailed, message: "RedisLayer could not encode the value for key \(describe(key))",
+        underlying: error)
+    }
+    guard payload.count <= configuration.maximumValueSize else {
+      throw PersistenceError.valueTooLarge(
+        key: describe(key), size: payload.count, limit: configuration.maximumValueSize, layer: "RedisLayer",
+        limitName: "per-value limit (maximumValueSize)")
+    }
+    var arguments = [Array("SET".utf8), storedKey, RedisEnvelope.encode(payload: payload, expiresAt: expiresAt?.nanosecondsSince1970)]
+    if let expiresAt {
+      // Whole milliseconds, rounded up: Redis never drops the key before the entry expires.
+      let nanoseconds = now.duration(to: expiresAt).nanoseconds
+      let milliseconds = nanoseconds / 1_000_000 + (nanoseconds % 1_000_000 == 0 ? 0 : 1)
+      arguments.append(Array("PX".utf8))
+      arguments.append(Array(String(milliseconds).utf8))
+    }
+    let reply = try await run(RESPCommand(arguments), named: "SET")
+    guard case .simpleString = reply else { throw unexpected(reply, to: "SET") }
+    counters.writes.add(1, ordering: .relaxed)
+  }
+
+  /// Stores `value` for `key`, expiring after `timeToLive` (or the configured one).
+  public nonisolated func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) async throws {
+    try await insert(CacheEntry(value, expiresAt: timeToLive.map { configuration.clock.now.advanced(by: $0) }), for: key)
+  }
+
+  /// Removes the entry for `key` (`UNLINK`: the server frees a large value in the background).
+  public nonisolated func removeValue(for key: Key) async throws {
+    let storedKey = try self.storedKey(for: key)
+    _ = try await run(RESPCommand([Array("UNLINK".utf8), storedKey]), named: "UNLINK")
+    counters.removals.add(1, ordering: .relaxed)
+  }
+
+  /// Removes every entry of the namespace, and nothing else: the keys are found with `SCAN`
+  /// (which does not block the server) and removed with `UNLINK`, a batch at a time. Keys
+  /// written while it runs may survive.
+  public nonisolated func removeAll() async throws {
+    let pattern = Self.globEscaped(keyPrefix) + [UInt8(ascii: "*")]
+    var cursor: [UInt8] = Array("0".utf8)
+    repeat {
+      let reply = try await run(
+        RESPCommand([Array("SCAN".utf8), cursor, Array("MATCH".utf8), pattern, Array("COUNT".utf8), Array("1000".utf8)]),
+        named: "SCAN")
+      guard case .array(let parts?) = reply, parts.count == 2, case .bulkString(let next?) = parts[0],
+        case .array(let keys?) = parts[1]
+      else { throw unexpected(reply, to: "SCAN") }
+      var arguments = [Array("UNLINK".utf8)]
+      for key in keys {
+        guard case .bulkString(let bytes?) = key else { throw unexpected(reply, to: "SCAN") }
+        arguments.append(bytes)
+      }
+      if arguments.count > 1 {
+        _ = try await run(RESPCommand(arguments), named: "UNLINK")
+        counters.removals.add(arguments.count - 1, ordering: .relaxed)
+      }
+      cursor = next
+    } while cursor != Array("0".utf8)
+  }
+
+  // MARK: Health
+
+  /// Sends `PING`: succeeds when the server answers within the operation timeout.
+  ///
+  /// - Throws: ``RedisError``.
+  public nonisolated func ping() async throws {
+    let reply = try await run(RESPCommand("PING"), named: "PING")
+    guard case .simpleString = reply else { throw unexpected(reply, to: "PING") }
+  }
+
+  /// Closes the connections. Operations in flight and later ones fail with
+  /// ``RedisError/Code/shutDown``. Dropping the layer does the same.
+  public nonisolated func shutDown() {
+    pool.shutDown()
+  }
+
+  /// What the layer has counted since it was created.
+  public struct Statistics: Sendable, Hashable {
+    /// Lookups that found an unexpired, readable entry.
+    public var hits = 0
+    /// Lookups that found none (or one it could not read, or one expired by the layer's clock).
+    public var misses = 0
+    /// Entries written.
+    public var writes = 0
+    /// Keys removed (by ``removeValue(for:)`` and ``removeAll()``).
+    public var removals = 0
+    /// Operations that failed with a ``RedisError``, fast failures included.
+    public var failures = 0
+    /// Commands that timed out (each discarded its connection).
+    public var timeouts = 0
+    /// Operations refused at once by the open circuit breaker, nothing sent.
+    public var rejected = 0
+    /// Connections opened.
+    public var connectionsOpened = 0
+    /// Connections closed because they failed (a timeout, a protocol error, a broken socket).
+    public var connectionsDiscarded = 0
+    /// Times the circuit breaker opened.
+    public var circuitOpenings = 0
+    /// Stored values under the namespace the layer could not read.
+    public var discardedValues = 0
+  }
+
+  /// What the layer has counted. Safe from any context.
+  public nonisolated var statistics: Statistics {
+    Statistics(
+      hits: counters.hits.load(ordering: .relaxed), misses: counters.misses.load(ordering: .relaxed),
+      writes: counters.writes.load(ordering: .relaxed), removals: counters.removals.load(ordering: .relaxed),
+      failures: counters.failures.load(ordering: .relaxed), timeouts: counters.timeouts.load(ordering: .relaxed),
+      rejected: counters.rejected.load(ordering: .relaxed),
+      connectionsOpened: counters.connectionsOpened.load(ordering: .relaxed),
+      connectionsDiscarded: counters.connectionsDiscarded.load(ordering: .relaxed),
+      circuitOpenings: counters.circuitOpenings.load(ordering: .relaxed),
+      discardedValues: counters.discardedValues.load(ordering: .relaxed))
+  }
+
+  // MARK: Internals
+
+  /// Sends `commands` as one pipeline; throws the first error reply as a ``RedisError``.
+  nonisolated func run(_ commands: [RESPCommand], named name: String) async throws -> [RESPValue] {
+    let replies: [RESPValue]
+    do {
+      replies = try await pool.send(commands)
+    } catch let error as RedisError {
+      counters.failures.add(1, ordering: .relaxed)
+      throw error
+    }
+    for reply in replies {
+      if case .error(let text) = reply {
+        counters.failures.add(1, ordering: .relaxed)
+        throw RedisError.reply(text, to: name, server: pool.server)
+      }
+    }
+    return replies
+  }
+
+  nonisolated func run(_ command: RESPCommand, named name: String) async throws -> RESPValue {
+    try await run([command], named: name)[0]
+  }
+
+  private nonisolated func storedKey(for key: Key) throws -> [UInt8] {
+    let encoded: String
+    do {
+      encoded = try keyEncoding.encode(key)
+    } catch {
+      throw PersistenceError(
+        code: .encodingFailed, message: "RedisLayer could not encode the key \(String(describing: key).prefix(200))",
+        underlying: error)
+    }
+    return keyPrefix + Array(encoded.utf8)
+  }
+
+  private nonisolated func describe(_ key: Key) -> String {
+    (try? keyEncoding.encode(key)) ?? String(describing: key)
+  }
+
+  private nonisolated func unexpected(_ reply: RESPValue, to command: String) -> RedisError {
+    counters.failures.add(1, ordering: .relaxed)
+    return RedisError(
+      code: .protocolError, message: "\(pool.server) answered \(command) with an unexpected reply: \(String(describing: reply).prefix(200))")
+  }
+
+  private nonisolated func report(_ event: RedisLayerEvent) {
+    Self.log(event, to: configuration.logger, namespace: namespace)
+    configuration.eventHandler?(event)
+  }
+
+  /// `bytes` with the glob characters of `SCAN MATCH` escaped.
+  static func globEscaped(_ bytes: [UInt8]) -> [UInt8] {
+    var escaped: [UInt8] = []
+    escaped.reserveCapacity(bytes.count)
+    for byte in bytes {
+      if byte == UInt8(ascii: "*") || byte == UInt8(ascii: "?") || byte == UInt8(ascii: "[")
+        || byte == UInt8(ascii: "]") || byte == UInt8(ascii: "\\")
+      {
+        escaped.append(UInt8(ascii: "\\"))
+      }
+      escaped.append(byte)
+    }
+    return escaped
+  }
+
+  private static func log(_ event: RedisLayerEvent, to logger: CacheLogger, namespace: String) {
+    let level: CacheLogLevel =
+      switch event {
+      case .connected: .info
+      case .connectionDiscarded, .valueDiscarded: .warning
+      case .circuitOpened: .error
+      case .circuitClosed: .notice
+      }
+    logger.log(level, event.description, metadata: ["namespace": namespace], source: "RedisLayer")
+  }
+}
+
+extension RedisLayer where Key == String, Value == Data {
+  /// A layer of string keys and raw `Data` values. See
+  /// ``init(configuration:namespace:keyEncoding:valueCoder:)``.
+  public init(configuration: Configuration = Configuration(), namespace: String = "default") throws {
+    try self.init(configuration: configuration, namespace: namespace, keyEncoding: .string, valueCoder: .data)
+  }
+}
+
+extension RedisLayer where Key == String, Value: Codable {
+  /// A layer of string keys and `Codable` values, stored as JSON unless another coder is given.
+  /// See ``init(configuration:namespace:keyEncoding:valueCoder:)``.
+  public init(
+    configuration: Configuration = Configuration(), namespace: String = "default",
+    valueCoder: CacheValueCoder<Value> = .json
+  ) throws {
+    try self.init(configuration: configuration, namespace: namespace, keyEncoding: .string, valueCoder: valueCoder)
+  }
+}

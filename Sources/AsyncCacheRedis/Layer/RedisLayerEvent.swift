@@ -1,0 +1,30 @@
+public import AsyncCache
+
+/// Something a ``RedisLayer`` did on its own that its owner may want to log or count.
+public enum RedisLayerEvent: Sendable, CustomStringConvertible {
+  /// A connection to `server` opened (and passed its handshake).
+  case connected(server: String)
+  /// A connection closed because of `reason` (a timeout, a protocol error, the server closing
+  /// it); it is never reused.
+  case connectionDiscarded(server: String, reason: RedisError)
+  /// The circuit breaker opened after `lastError`: operations fail fast until `until`, then
+  /// one probes the server.
+  case circuitOpened(server: String, until: CacheInstant, lastError: RedisError)
+  /// A probe succeeded and the circuit breaker closed.
+  case circuitClosed(server: String)
+  /// A stored value under the layer's namespace was not one this layer can read (written by
+  /// another program, or a coder that changed); it was treated as a miss.
+  case valueDiscarded(key: String, reason: String)
+
+  /// A sentence describing the event, for logs.
+  public var description: String {
+    switch self {
+    case .connected(let server): "connected to \(server)"
+    case .connectionDiscarded(let server, let reason): "connection to \(server) discarded: \(reason)"
+    case .circuitOpened(let server, let until, let lastError):
+      "circuit breaker for \(server) opened until \(until) after: \(lastError)"
+    case .circuitClosed(let server): "circuit breaker for \(server) closed: the server answers again"
+    case .valueDiscarded(let key, let reason): "value for key \(key.debugDescription) discarded: \(reason)"
+    }
+  }
+}

@@ -1,0 +1,75 @@
+import AsyncCache
+import Testing
+
+@testable import AsyncCacheRedis
+
+@Suite("CircuitBreaker")
+struct CircuitBreakerTests {
+  let start = CacheInstant(secondsSince1970: 1_000)
+  let policy = RedisCircuitBreakerPolicy(
+    failureThreshold: 3, initialDelay: .milliseconds(100), maximumDelay: .milliseconds(350))
+
+  @Test("opens after the threshold of failures in a row; a success in between resets the count")
+  func threshold() {
+    var breaker = CircuitBreaker(policy: policy)
+    #expect(breaker.recordFailure(at: start, opensAtOnce: false, jitter: 1) == nil)
+    #expect(breaker.recordFailure(at: start, opensAtOnce: false, jitter: 1) == nil)
+    #expect(breaker.recordSuccess() == false)
+    #expect(breaker.recordFailure(at: start, opensAtOnce: false, jitter: 1) == nil)
+    #expect(breaker.recordFailure(at: start, opensAtOnce: false, jitter: 1) == nil)
+    #expect(breaker.admit(at: start) == .pass)
+    let until = breaker.recordFailure(at: start, opensAtOnce: false, jitter: 1)
+    #expect(until == start.advanced(by: .milliseconds(100)))
+    #expect(breaker.admit(at: start.advanced(by: .milliseconds(99))) == .reject(retryAt: until))
+  }
+
+  @Test("a failed connection opens it at once")
+  func opensAtOnce() {
+    var breaker = CircuitBreaker(policy: policy)
+    #expect(breaker.recordFailure(at: start, opensAtOnce: true, jitter: 1) == start.advanced(by: .milliseconds(100)))
+    // Failures of operations admitted before it opened change nothing.
+    #expect(breaker.recordFailure(at: start, opensAtOnce: true, jitter: 1) == nil)
+    #expect(breaker.state == .open(until: start.advanced(by: .milliseconds(100))))
+  }
+
+  @Test("after the delay one probe goes; the others fail fast until it ends")
+  func probe() {
+    var breaker = CircuitBreaker(policy: policy)
+    _ = breaker.recordFailure(at: start, opensAtOnce: true, jitter: 1)
+    let later = start.advanced(by: .milliseconds(100))
+    #expect(breaker.admit(at: later) == .probe)
+    #expect(breaker.admit(at: later) == .reject(retryAt: nil))
+    // A probe that ends without an answer (cancelled) hands the role to the next operation.
+    breaker.abandonProbe()
+    #expect(breaker.admit(at: later) == .probe)
+    #expect(breaker.recordSuccess() == true)
+    #expect(breaker.state == .closed)
+    #expect(breaker.admit(at: later) == .pass)
+  }
+
+  @Test("each failed probe doubles the delay up to the maximum; a success starts over")
+  func backoff() {
+    var breaker = CircuitBreaker(policy: policy)
+    var now = start
+    var delays: [Duration] = []
+    for _ in 0..<5 {
+      let until = breaker.recordFailure(at: now, opensAtOnce: true, jitter: 1)!
+      delays.append(now.duration(to: until))
+      now = until
+      #expect(breaker.admit(at: now) == .probe)
+    }
+    #expect(delays == [.milliseconds(100), .milliseconds(200), .milliseconds(350), .milliseconds(350), .milliseconds(350)])
+    _ = breaker.recordSuccess()
+    let until = breaker.recordFailure(at: now, opensAtOnce: true, jitter: 1)!
+    #expect(now.duration(to: until) == .milliseconds(100))
+  }
+
+  @Test("jitter shortens the delay by up to half")
+  func jitter() {
+    #expect(policy.delay(afterOpenings: 1, jitter: 0.5) == .milliseconds(50))
+    #expect(policy.delay(afterOpenings: 2, jitter: 0.75) == .milliseconds(150))
+    #expect(policy.delay(afterOpenings: 40, jitter: 1) == .milliseconds(350))
+    let huge = RedisCircuitBreakerPolicy(initialDelay: .seconds(1), maximumDelay: .seconds(86_400 * 365))
+    #expect(huge.delay(afterOpenings: 10_000, jitter: 1) == .seconds(86_400 * 365))
+  }
+}

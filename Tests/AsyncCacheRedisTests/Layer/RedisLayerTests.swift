@@ -1,0 +1,320 @@
+import AsyncCache
+import AsyncCacheTesting
+import Foundation
+import Synchronization
+import Testing
+
+@testable import AsyncCacheRedis
+
+/// A layer on `server` with string keys and `Data` values.
+func makeLayer(
+  _ server: RedisServer, namespace: String = "test",
+  _ configure: (inout RedisLayer<String, Data>.Configuration) -> Void = { _ in }
+) throws -> RedisLayer<String, Data> {
+  var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+  configure(&configuration)
+  return try RedisLayer(configuration: configuration, namespace: namespace)
+}
+
+/// The bytes of a bulk string reply, or `nil`.
+func bytes(_ reply: RESPValue) -> [UInt8]? {
+  if case .bulkString(let bytes) = reply { return bytes }
+  return nil
+}
+
+func integer(_ reply: RESPValue) -> Int64? {
+  if case .integer(let value) = reply { return value }
+  return nil
+}
+
+@Suite("RedisLayer against a real redis-server", .redisServer)
+struct RedisLayerTests {
+  @Test("values round-trip, misses are nil, and the statistics count both")
+  func roundTrip() async throws {
+    let server = try await RedisServer.start()
+    let layer = try makeLayer(server)
+    #expect(try await layer.entry(for: "absent") == nil)
+    try await layer.insert(Data("hello".utf8), for: "greeting")
+    #expect(try await layer.value(for: "greeting") == Data("hello".utf8))
+    let binary = Data((0...255).map(UInt8.init) + [13, 10, 13, 10])
+    try await layer.insert(binary, for: "binary\r\nkey")
+    #expect(try await layer.value(for: "binary\r\nkey") == binary)
+    try await layer.insert(Data(), for: "empty")
+    #expect(try await layer.value(for: "empty") == Data())
+    try await layer.removeValue(for: "greeting")
+    #expect(try await layer.value(for: "greeting") == nil)
+    // Stored under the namespace, with the layer's header in front of the value.
+    let stored = try await server.command("GET", "test:binary\r\nkey")
+    #expect(bytes(stored)?.first == 0xAC)
+    let statistics = layer.statistics
+    #expect(statistics.hits == 3)
+    #expect(statistics.misses == 2)
+    #expect(statistics.writes == 3)
+    #expect(statistics.removals == 1)
+    #expect(statistics.failures == 0)
+    #expect(statistics.connectionsOpened == 1)
+  }
+
+  @Test("Codable values go through the coder")
+  func codable() async throws {
+    struct User: Codable, Equatable, Sendable {
+      var id: Int
+      var name: String
+    }
+    let server = try await RedisServer.start()
+    let layer = try RedisLayer<String, User>(configuration: .init(endpoint: server.endpoint), namespace: "users")
+    try await layer.insert(User(id: 7, name: "Ada"), for: "7")
+    #expect(try await layer.value(for: "7") == User(id: 7, name: "Ada"))
+    let typed = try RedisLayer<Int, String>(
+      configuration: .init(endpoint: server.endpoint), namespace: "typed", keyEncoding: .description,
+      valueCoder: .utf8)
+    try await typed.insert("forty-two", for: 42)
+    #expect(try await typed.value(for: 42) == "forty-two")
+    #expect(bytes(try await server.command("EXISTS", "typed:42")) == nil)
+    #expect(integer(try await server.command("EXISTS", "typed:42")) == 1)
+  }
+
+  @Test("an entry keeps its expiry, Redis expires it by PX, and the layer's clock hides it once expired")
+  func expiry() async throws {
+    let server = try await RedisServer.start()
+    let clock = ManualClock()
+    let layer = try makeLayer(server) { $0.clock = clock }
+    let expiresAt = clock.now.advanced(by: .seconds(60))
+    try await layer.insert(CacheEntry(Data("v".utf8), expiresAt: expiresAt), for: "k")
+    #expect(try await layer.entry(for: "k") == CacheEntry(Data("v".utf8), expiresAt: expiresAt))
+    let remaining = try #require(integer(try await server.command("PTTL", "test:k")))
+    #expect(remaining > 50_000 && remaining <= 60_000)
+    // Entries without an expiry have none in Redis either.
+    try await layer.insert(Data("forever".utf8), for: "forever")
+    #expect(integer(try await server.command("PTTL", "test:forever")) == -1)
+    #expect(try await layer.entry(for: "forever")?.expiresAt == nil)
+
+    clock.advance(by: .seconds(60))
+    #expect(try await layer.entry(for: "k") == nil)
+    // An entry that has expired already removes the key instead of storing it.
+    try await layer.insert(CacheEntry(Data("old".utf8), expiresAt: clock.now), for: "forever")
+    #expect(integer(try await server.command("EXISTS", "test:forever")) == 0)
+  }
+
+  @Test("the configured time to live caps entries, with or without their own expiry")
+  func timeToLive() async throws {
+    let server = try await RedisServer.start()
+    let clock = ManualClock()
+    let layer = try makeLayer(server) {
+      $0.clock = clock
+      $0.timeToLive = .seconds(10)
+    }
+    try await layer.insert(Data("a".utf8), for: "a")
+    try await layer.insert(CacheEntry(Data("b".utf8), expiresAt: clock.now.advanced(by: .seconds(3600))), for: "b")
+    for key in ["a", "b"] {
+      #expect(try await layer.entry(for: key)?.expiresAt == clock.now.advanced(by: .seconds(10)))
+      let remaining = try #require(integer(try await server.command("PTTL", "test:\(key)")))
+      #expect(remaining > 5_000 && remaining <= 10_000)
+    }
+  }
+
+  @Test("namespaces keep layers apart, and removeAll removes its own keys only, even with glob characters")
+  func namespaces() async throws {
+    let server = try await RedisServer.start()
+    let plain = try makeLayer(server, namespace: "a")
+    let glob = try makeLayer(server, namespace: "a*[?]\\")
+    let other = try makeLayer(server, namespace: "ab")
+    for index in 0..<2_500 {
+      try await plain.insert(Data("plain \(index)".utf8), for: "\(index)")
+    }
+    try await glob.insert(Data("glob".utf8), for: "0")
+    try await other.insert(Data("other".utf8), for: "0")
+    _ = try await server.command("SET", "unrelated", "x")
+    #expect(try await glob.value(for: "0") == Data("glob".utf8))
+    #expect(try await plain.value(for: "0") == Data("plain 0".utf8))
+
+    try await glob.removeAll()
+    #expect(try await glob.value(for: "0") == nil)
+    #expect(try await plain.value(for: "0") == Data("plain 0".utf8))
+
+    try await plain.removeAll()
+    #expect(plain.statistics.removals == 2_500)
+    #expect(integer(try await server.command("DBSIZE")) == 2)
+    #expect(try await other.value(for: "0") == Data("other".utf8))
+  }
+
+  @Test("entries(for:) reads many keys in one round trip, across MGET batches, skipping misses")
+  func bulk() async throws {
+    let server = try await RedisServer.start()
+    let clock = ManualClock()
+    let layer = try makeLayer(server) { $0.clock = clock }
+    let keys = (0..<1_200).map { "key \($0)" }
+    for (index, key) in keys.enumerated() where index % 3 != 0 {
+      let expiresAt = index % 3 == 2 ? clock.now.advanced(by: .seconds(5)) : nil
+      try await layer.insert(CacheEntry(Data(key.utf8), expiresAt: expiresAt), for: key)
+    }
+    let found = try await layer.entries(for: keys)
+    #expect(found.count == 800)
+    for (index, key) in keys.enumerated() {
+      let expected: CacheEntry<Data>? =
+        switch index % 3 {
+        case 0: nil
+        case 1: CacheEntry(Data(key.utf8))
+        default: CacheEntry(Data(key.utf8), expiresAt: clock.now.advanced(by: .seconds(5)))
+        }
+      #expect(found[key] == expected, "\(key)")
+    }
+    #expect(try await layer.entries(for: [String]()).isEmpty)
+    clock.advance(by: .seconds(5))
+    #expect(try await layer.entries(for: keys).count == 400)
+  }
+
+  @Test("concurrent tasks pipelined on shared connections each get their own reply")
+  func concurrentPipelining() async throws {
+    let server = try await RedisServer.start()
+    let layer = try makeLayer(server) { $0.maximumConnections = 2 }
+    try await withThrowingTaskGroup(of: Void.self) { group in
+      for task in 0..<64 {
+        group.addTask {
+          for round in 0..<20 {
+            let key = "task \(task) round \(round)"
+            try await layer.insert(Data(key.utf8), for: key)
+            let read = try await layer.value(for: key)
+            #expect(read == Data(key.utf8))
+          }
+        }
+      }
+      try await group.waitForAll()
+    }
+    #expect(layer.statistics.hits == 64 * 20)
+    #expect(layer.statistics.connectionsOpened <= 2)
+    #expect(layer.statistics.connectionsDiscarded == 0)
+  }
+
+  @Test("a value over the size limit is refused before anything is sent")
+  func valueTooLarge() async throws {
+    let server = try await RedisServer.start()
+    let layer = try makeLayer(server) { $0.maximumValueSize = 100 }
+    try await layer.insert(Data(count: 100), for: "fits")
+    let opened = layer.statistics.connectionsOpened
+    await #expect {
+      try await layer.insert(Data(count: 101), for: "big")
+    } throws: { error in
+      let error = error as? PersistenceError
+      return error?.code == .valueTooLarge && error?.message.contains("101 bytes") == true
+        && error?.message.contains("\"big\"") == true
+    }
+    #expect(integer(try await server.command("EXISTS", "test:big")) == 0)
+    #expect(layer.statistics.connectionsOpened == opened)
+  }
+
+  @Test("a value the layer cannot read is a miss, counted and reported")
+  func foreignValue() async throws {
+    let server = try await RedisServer.start()
+    let events = Mutex<[String]>([])
+    let layer = try makeLayer(server) { configuration in
+      configuration.eventHandler = { event in
+        if case .valueDiscarded(let key, let reason) = event { events.withLock { $0.append("\(key): \(reason)") } }
+      }
+    }
+    _ = try await server.command("SET", "test:plain", "written by someone else")
+    _ = try await server.command("SET", "test:short", "\u{AC}")
+    #expect(try await layer.entry(for: "plain") == nil)
+    #expect(try await layer.entry(for: "short") == nil)
+    let typed = try RedisLayer<String, Int>(configuration: .init(endpoint: server.endpoint), namespace: "test")
+    try await layer.insert(Data("not json".utf8), for: "json")
+    #expect(try await typed.entry(for: "json") == nil)
+    #expect(layer.statistics.discardedValues == 2)
+    #expect(typed.statistics.discardedValues == 1)
+    let reported = events.withLock { $0 }
+    #expect(reported.count == 2)
+    #expect(reported.first?.contains("not written by a RedisLayer") == true)
+  }
+
+  @Test("invalid configurations are refused with a message naming the setting")
+  func invalidConfiguration() {
+    func refuses(_ fragment: String, _ configure: (inout RedisLayer<String, Data>.Configuration) -> Void) {
+      var configuration = RedisLayer<String, Data>.Configuration()
+      configure(&configuration)
+      #expect {
+        _ = try RedisLayer(configuration: configuration)
+      } throws: { error in
+        let error = error as? AsyncCacheError
+        return error?.code == .invalidConfiguration && error?.message.contains(fragment) == true
+      }
+    }
+    refuses("port") { $0.endpoint.port = 0 }
+    refuses("host") { $0.endpoint.host = "" }
+    refuses("username") { $0.username = "alice" }
+    refuses("database") { $0.database = -1 }
+    refuses("maximumConnections") { $0.maximumConnections = 0 }
+    refuses("operationTimeout") { $0.operationTimeout = .zero }
+    refuses("connectTimeout") { $0.connectTimeout = .seconds(-1) }
+    refuses("maximumValueSize") { $0.maximumValueSize = 600 << 20 }
+    refuses("timeToLive") { $0.timeToLive = .zero }
+    refuses("clientName") { $0.clientName = "has space" }
+    refuses("failureThreshold") { $0.circuitBreaker.failureThreshold = 0 }
+    refuses("initialDelay") { $0.circuitBreaker.maximumDelay = .milliseconds(1) }
+    #expect(throws: AsyncCacheError.self) { _ = try RedisLayer<String, Data>(namespace: "") }
+  }
+
+  @Test("AUTH with a password or an ACL user, SELECT and CLIENT SETNAME run on every connection")
+  func handshake() async throws {
+    let server = try await RedisServer.start([
+      "--requirepass", "s3cret", "--user", "alice", "on", ">wonderland", "~*", "&*", "+@all",
+    ])
+    let withPassword = try makeLayer(server) {
+      $0.password = "s3cret"
+      $0.database = 3
+      $0.clientName = "thumbnails-7"
+    }
+    try await withPassword.insert(Data("x".utf8), for: "k")
+    #expect(try await withPassword.value(for: "k") == Data("x".utf8))
+    let asAlice = try makeLayer(server) {
+      $0.username = "alice"
+      $0.password = "wonderland"
+      $0.database = 3
+    }
+    #expect(try await asAlice.value(for: "k") == Data("x".utf8))
+    let admin = try makeLayer(server) { $0.password = "s3cret" }
+    #expect(try await admin.value(for: "k") == nil, "database 0 does not have it")
+
+    let wrong = try makeLayer(server) { $0.password = "guess" }
+    await #expect {
+      try await wrong.ping()
+    } throws: { error in
+      let error = error as? RedisError
+      return error?.code == .authenticationFailed && error?.message.contains("AUTH") == true
+    }
+    let none = try makeLayer(server)
+    await #expect {
+      try await none.ping()
+    } throws: { error in
+      (error as? RedisError)?.code == .authenticationFailed
+    }
+    let badDatabase = try makeLayer(server) {
+      $0.password = "s3cret"
+      $0.database = 4096
+    }
+    await #expect {
+      try await badDatabase.ping()
+    } throws: { error in
+      let error = error as? RedisError
+      return error?.code == .connectionFailed && error?.message.contains("SELECT") == true
+    }
+  }
+
+  @Test("a memory layer over Redis: the second instance is served by Redis, not the origin")
+  func sharedByTwoInstances() async throws {
+    let server = try await RedisServer.start()
+    let origin = Mutex(0)
+    func instance() throws -> LoadingCache<String, Data> {
+      try LoadingCache(
+        layers: [try MemoryLayer<String, Data>(), try makeLayer(server, namespace: "fleet")],
+        origin: ClosureFetcher { key in
+          origin.withLock { $0 += 1 }
+          return Data("rendered \(key)".utf8)
+        })
+    }
+    let first = try instance()
+    let second = try instance()
+    #expect(try await first.value(for: "page") == Data("rendered page".utf8))
+    #expect(try await second.value(for: "page") == Data("rendered page".utf8))
+    #expect(origin.withLock { $0 } == 1)
+  }
+}

@@ -1,0 +1,183 @@
+import AsyncCache
+import Foundation
+import Synchronization
+import Testing
+
+@testable import AsyncCacheRedis
+
+#if canImport(Darwin)
+  import Darwin
+#elseif canImport(Glibc)
+  import Glibc
+#endif
+
+/// A `redis-server` of the test's own: started on a free loopback port with no persistence,
+/// stopped (or killed) by its pid.
+///
+/// Tests that need one carry ``RedisServer/required``: without `redis-server` on the `PATH`
+/// they are skipped with a message saying how to install it, except in CI (`CI=true`), where
+/// they run and fail.
+final class RedisServer: Sendable {
+  /// The port the server listens on, on 127.0.0.1.
+  let port: Int
+  /// The server's process id.
+  let pid: Int32
+  private let process: Mutex<Process?>
+  private let output: Output
+
+  /// The condition that skips a suite without `redis-server`, outside CI.
+  static let isInstalled = executable != nil
+  static let isCI = ProcessInfo.processInfo.environment["CI"] == "true"
+  static let skipMessage =
+    "redis-server is not installed: install it (Debian/Ubuntu: apt-get install redis-server; macOS: brew install "
+    + "redis) to run the Redis tests"
+
+  /// `redis-server` on the `PATH`, or in the usual places.
+  static let executable: String? = {
+    let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
+    let directories = path.split(separator: ":").map(String.init) + ["/usr/bin", "/usr/local/bin", "/opt/homebrew/bin"]
+    return directories.map { "\($0)/redis-server" }.first { FileManager.default.isExecutableFile(atPath: $0) }
+  }()
+
+  private init(port: Int, process: Process, output: Output) {
+    self.port = port
+    self.pid = process.processIdentifier
+    self.process = Mutex(process)
+    self.output = output
+  }
+
+  deinit {
+    stop()
+  }
+
+  /// The endpoint to configure a layer with.
+  var endpoint: RedisEndpoint { RedisEndpoint(host: "127.0.0.1", port: port) }
+
+  /// Starts a server with `arguments` added to the defaults (`--save "" --appendonly no`), on
+  /// `port` or a free one, and returns once it accepts connections.
+  static func start(_ arguments: [String] = [], port: Int? = nil) async throws -> RedisServer {
+    guard let executable else {
+      throw ServerError("redis-server is required here (CI=true) but is not installed. \(skipMessage)")
+    }
+    var lastError: (any Error)?
+    for _ in 0..<5 {
+      let chosen = try port ?? freePort()
+      do {
+        return try await launch(executable, port: chosen, arguments: arguments)
+      } catch {
+        lastError = error
+        // A port chosen here may have been taken by another process in between: try another.
+        if port != nil { break }
+      }
+    }
+    throw lastError ?? ServerError("redis-server did not start")
+  }
+
+  private static func launch(_ executable: String, port: Int, arguments: [String]) async throws -> RedisServer {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments =
+      [
+        "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no",
+        "--logfile", "", "--loglevel", "notice", "--protected-mode", "no",
+      ] + arguments
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    let output = Output()
+    let ready: Bool = await withCheckedContinuation { continuation in
+      // Reads the server's log until it exits, so that it never blocks on a full pipe; says
+      // when the server is ready, or that it exited first.
+      let thread = DetachedThread(label: "redis-server log") {
+        let handle = pipe.fileHandleForReading
+        var reported = false
+        while true {
+          let data = handle.availableData
+          if data.isEmpty { break }
+          output.append(data)
+          if !reported && output.contains("Ready to accept connections") {
+            reported = true
+            continuation.resume(returning: true)
+          }
+        }
+        if !reported { continuation.resume(returning: false) }
+      }
+      if thread.start() != 0 { continuation.resume(returning: false) }
+    }
+    guard ready else {
+      process.waitUntilExit()
+      throw ServerError("redis-server on port \(port) exited before it was ready:\n\(output.text)")
+    }
+    return RedisServer(port: port, process: process, output: output)
+  }
+
+  /// Stops the server with `SIGKILL` (no chance to say goodbye) or `SIGTERM`, by its pid, and
+  /// waits for it to exit.
+  func stop(killing: Bool = true) {
+    guard let process = self.process.withLock({ process in defer { process = nil }; return process }) else {
+      return
+    }
+    kill(pid, killing ? SIGKILL : SIGTERM)
+    process.waitUntilExit()
+  }
+
+  /// The server's log so far.
+  var log: String { output.text }
+
+  /// Sends one command on a connection of its own and returns the reply (error replies too).
+  func command(_ words: String...) async throws -> RESPValue {
+    try await Self.command(RESPCommand(words.map { Array($0.utf8) }), port: port)
+  }
+
+  static func command(_ command: RESPCommand, port: Int) async throws -> RESPValue {
+    let connection = try await RedisConnection.open(
+      host: "127.0.0.1", port: port, connectTimeout: .seconds(5), operationTimeout: .seconds(10), onClose: { _ in })
+    defer { connection.close(with: RedisError(code: .shutDown, message: "done")) }
+    return try await connection.send(command)
+  }
+
+  /// A port that was free a moment ago.
+  static func freePort() throws -> Int {
+    #if canImport(Darwin)
+      let fd = socket(AF_INET, SOCK_STREAM, 0)
+    #else
+      let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    #endif
+    guard fd >= 0 else { throw ServerError("socket() failed") }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = 0
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer -> Bool in
+        bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+      }
+    }
+    guard bound else { throw ServerError("cannot bind a loopback port: errno \(errno)") }
+    return Int(UInt16(bigEndian: address.sin_port))
+  }
+
+  struct ServerError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+  }
+
+  private final class Output: Sendable {
+    private let bytes = Mutex(Data())
+
+    func append(_ data: Data) { bytes.withLock { $0.append(data) } }
+    func contains(_ text: String) -> Bool { bytes.withLock { $0.range(of: Data(text.utf8)) != nil } }
+    var text: String { bytes.withLock { String(decoding: $0, as: UTF8.self) } }
+  }
+}
+
+extension Trait where Self == ConditionTrait {
+  /// Runs the test where `redis-server` is installed, or in CI, where its absence fails it.
+  static var redisServer: Self {
+    .enabled(if: RedisServer.isInstalled || RedisServer.isCI, Comment(rawValue: RedisServer.skipMessage))
+  }
+}
