@@ -28,7 +28,7 @@ final class RedisConnectionPool: Sendable {
   let server: String
   let counters: RedisCounters
   private let onEvent: @Sendable (RedisLayerEvent) -> Void
-  private let state: Mutex<State>
+  private let state: Locked<State>
   /// Set while the breaker has failures to forget, so that a success on a healthy pool takes
   /// no lock to tell it.
   private let hasFailures = Atomic<Bool>(false)
@@ -46,7 +46,7 @@ final class RedisConnectionPool: Sendable {
     self.server = "\(options.host):\(options.port)"
     self.counters = counters
     self.onEvent = onEvent
-    self.state = Mutex(State(breaker: CircuitBreaker(policy: options.circuitBreaker)))
+    self.state = Locked(State(breaker: CircuitBreaker(policy: options.circuitBreaker)))
   }
 
   /// Sends `commands` as one pipeline and returns their replies (error replies included).

@@ -103,7 +103,8 @@ extension RedisLayer {
       if username != nil && password == nil { throw invalid("a username needs a password") }
       guard database >= 0 else { throw invalid("database must not be negative, got \(database)") }
       if let clientName, clientName.isEmpty || clientName.contains(where: { $0 == " " || $0.isNewline }) {
-        throw invalid("clientName must be non-empty and free of spaces and newlines, got \(clientName.debugDescription)")
+        throw invalid(
+          "clientName must be non-empty and free of spaces and newlines, got \(clientName.debugDescription)")
       }
       guard maximumConnections > 0 else {
         throw invalid("maximumConnections must be positive, got \(maximumConnections)")
@@ -113,15 +114,17 @@ extension RedisLayer {
         throw invalid("operationTimeout must be positive, got \(operationTimeout)")
       }
       guard (1...(512 << 20) - RedisEnvelope.maximumHeaderSize).contains(maximumValueSize) else {
-        throw invalid("maximumValueSize must be in 1...\((512 << 20) - RedisEnvelope.maximumHeaderSize), got \(maximumValueSize)")
+        throw invalid(
+          "maximumValueSize must be in 1...\((512 << 20) - RedisEnvelope.maximumHeaderSize), got \(maximumValueSize)")
       }
       if let timeToLive, timeToLive <= .zero { throw invalid("timeToLive must be positive, got \(timeToLive)") }
       guard circuitBreaker.failureThreshold > 0 else {
         throw invalid("circuitBreaker.failureThreshold must be positive, got \(circuitBreaker.failureThreshold)")
       }
       guard circuitBreaker.initialDelay > .zero, circuitBreaker.maximumDelay >= circuitBreaker.initialDelay else {
-        throw invalid("circuitBreaker needs 0 < initialDelay <= maximumDelay, got \(circuitBreaker.initialDelay) "
-          + "and \(circuitBreaker.maximumDelay)")
+        throw invalid(
+          "circuitBreaker needs 0 < initialDelay <= maximumDelay, got \(circuitBreaker.initialDelay) "
+            + "and \(circuitBreaker.maximumDelay)")
       }
     }
 
@@ -129,8 +132,11 @@ extension RedisLayer {
     var handshake: [RESPCommand] {
       var commands: [RESPCommand] = []
       if let password {
-        if let username { commands.append(RESPCommand("AUTH", username, password)) }
-        else { commands.append(RESPCommand("AUTH", password)) }
+        if let username {
+          commands.append(RESPCommand("AUTH", username, password))
+        } else {
+          commands.append(RESPCommand("AUTH", password))
+        }
       }
       if database != 0 { commands.append(RESPCommand("SELECT", String(database))) }
       if let clientName { commands.append(RESPCommand("CLIENT", "SETNAME", clientName)) }

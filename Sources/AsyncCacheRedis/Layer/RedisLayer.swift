@@ -209,7 +209,9 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         key: describe(key), size: payload.count, limit: configuration.maximumValueSize, layer: "RedisLayer",
         limitName: "per-value limit (maximumValueSize)")
     }
-    var arguments = [Array("SET".utf8), storedKey, RedisEnvelope.encode(payload: payload, expiresAt: expiresAt?.nanosecondsSince1970)]
+    var arguments = [
+      Array("SET".utf8), storedKey, RedisEnvelope.encode(payload: payload, expiresAt: expiresAt?.nanosecondsSince1970),
+    ]
     if let expiresAt {
       // Whole milliseconds, rounded up: Redis never drops the key before the entry expires.
       let nanoseconds = now.duration(to: expiresAt).nanoseconds
@@ -224,7 +226,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   /// Stores `value` for `key`, expiring after `timeToLive` (or the configured one).
   public nonisolated func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) async throws {
-    try await insert(CacheEntry(value, expiresAt: timeToLive.map { configuration.clock.now.advanced(by: $0) }), for: key)
+    try await insert(
+      CacheEntry(value, expiresAt: timeToLive.map { configuration.clock.now.advanced(by: $0) }), for: key)
   }
 
   /// Removes the entry for `key` (`UNLINK`: the server frees a large value in the background).
@@ -242,7 +245,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     var cursor: [UInt8] = Array("0".utf8)
     repeat {
       let reply = try await run(
-        RESPCommand([Array("SCAN".utf8), cursor, Array("MATCH".utf8), pattern, Array("COUNT".utf8), Array("1000".utf8)]),
+        RESPCommand([Array("SCAN".utf8), cursor, Array("MATCH".utf8), pattern, Array("COUNT".utf8), Array("1000".utf8)]
+        ),
         named: "SCAN")
       guard case .array(let parts?) = reply, parts.count == 2, case .bulkString(let next?) = parts[0],
         case .array(let keys?) = parts[1]
@@ -358,7 +362,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   private nonisolated func unexpected(_ reply: RESPValue, to command: String) -> RedisError {
     counters.failures.add(1, ordering: .relaxed)
     return RedisError(
-      code: .protocolError, message: "\(pool.server) answered \(command) with an unexpected reply: \(String(describing: reply).prefix(200))")
+      code: .protocolError,
+      message: "\(pool.server) answered \(command) with an unexpected reply: \(String(describing: reply).prefix(200))")
   }
 
   private nonisolated func report(_ event: RedisLayerEvent) {

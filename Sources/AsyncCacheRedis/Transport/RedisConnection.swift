@@ -40,7 +40,7 @@ final class RedisConnection: Sendable {
   private let isSubscriber: Bool
   private let onPush: (@Sendable (RESPValue) -> Void)?
   private let onClose: @Sendable (RedisError) -> Void
-  private let state: Mutex<State>
+  private let state: Locked<State>
   private let broken = Atomic<Bool>(false)
   private let inFlight = Atomic<Int>(0)
   private let nextID = Atomic<UInt64>(0)
@@ -92,7 +92,7 @@ final class RedisConnection: Sendable {
     self.isSubscriber = isSubscriber
     self.onPush = onPush
     self.onClose = onClose
-    self.state = Mutex(State())
+    self.state = Locked(State())
   }
 
   /// Connects on a new thread, which then serves the connection until it closes.
@@ -107,10 +107,14 @@ final class RedisConnection: Sendable {
     onPush: (@Sendable (RESPValue) -> Void)? = nil, onClose: @escaping @Sendable (RedisError) -> Void
   ) async throws -> RedisConnection {
     let server = "\(host):\(port)"
-    return try await withCheckedThrowingContinuation { continuation in
+    // The connection is built on the new thread and handed over through a lock as well as the
+    // continuation, so that the caller's reads of it are ordered after its initialization for
+    // ThreadSanitizer too, which does not see every ordering the continuation gives.
+    let handoff = Locked<Result<RedisConnection, RedisError>?>(nil)
+    await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
       let thread = DetachedThread(label: "Redis \(server)") {
         let connection: RedisConnection
-        do {
+        do throws(RedisError) {
           let fd = try Socket.connect(host: host, port: port, timeout: connectTimeout)
           guard let wake = makeWakePipe() else {
             closeDescriptor(fd)
@@ -120,19 +124,27 @@ final class RedisConnection: Sendable {
             server: server, fd: fd, wake: wake, timeout: operationTimeout, isSubscriber: isSubscriber,
             onPush: onPush, onClose: onClose)
         } catch {
-          continuation.resume(throwing: error)
+          handoff.withLock { $0 = .failure(error) }
+          continuation.resume()
           return
         }
-        continuation.resume(returning: connection)
+        handoff.withLock { $0 = .success(connection) }
+        continuation.resume()
         connection.run()
       }
       let result = thread.start()
       if result != 0 {
-        continuation.resume(
-          throwing: RedisError(
-            code: .connectionFailed, message: "cannot start a thread for \(server): error \(result)"))
+        handoff.withLock {
+          $0 = .failure(
+            RedisError(code: .connectionFailed, message: "cannot start a thread for \(server): error \(result)"))
+        }
+        continuation.resume()
       }
     }
+    guard let outcome = handoff.withLock({ $0 }) else {
+      preconditionFailure("the connection thread resumed without a result")
+    }
+    return try outcome.get()
   }
 
   /// Whether the connection closed; it never opens again.
@@ -268,12 +280,13 @@ final class RedisConnection: Sendable {
     let idleTimeout = Monotonic.milliseconds(until: timeoutNanoseconds, from: 0)
     var descriptors = [pollfd](repeating: pollfd(), count: 2)
     while true {
-      let (pollTimeout, wantsWrite) = state.withLock { state -> (Int32, Bool)? in
-        if state.failure != nil { return nil }
-        guard state.head < state.pending.count else { return (idleTimeout, state.hasOutbound) }
-        let deadline = state.pending[state.head].deadline
-        return (Monotonic.milliseconds(until: deadline, from: Monotonic.now), state.hasOutbound)
-      } ?? (-1, false)
+      let (pollTimeout, wantsWrite) =
+        state.withLock { state -> (Int32, Bool)? in
+          if state.failure != nil { return nil }
+          guard state.head < state.pending.count else { return (idleTimeout, state.hasOutbound) }
+          let deadline = state.pending[state.head].deadline
+          return (Monotonic.milliseconds(until: deadline, from: Monotonic.now), state.hasOutbound)
+        } ?? (-1, false)
       if pollTimeout < 0 { return }
       descriptors[0] = pollfd(fd: fd, events: Int16(POLLIN) | (wantsWrite ? Int16(POLLOUT) : 0), revents: 0)
       descriptors[1] = pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)
@@ -308,7 +321,8 @@ final class RedisConnection: Sendable {
           }
         } catch {
           fail(
-            RedisError(code: .protocolError, message: "\(server) sent a reply this client cannot read", underlying: error)
+            RedisError(
+              code: .protocolError, message: "\(server) sent a reply this client cannot read", underlying: error)
           )
           return false
         }

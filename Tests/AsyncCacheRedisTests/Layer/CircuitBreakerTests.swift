@@ -58,7 +58,8 @@ struct CircuitBreakerTests {
       now = until
       #expect(breaker.admit(at: now) == .probe)
     }
-    #expect(delays == [.milliseconds(100), .milliseconds(200), .milliseconds(350), .milliseconds(350), .milliseconds(350)])
+    #expect(
+      delays == [.milliseconds(100), .milliseconds(200), .milliseconds(350), .milliseconds(350), .milliseconds(350)])
     _ = breaker.recordSuccess()
     let until = breaker.recordFailure(at: now, opensAtOnce: true, jitter: 1)!
     #expect(now.duration(to: until) == .milliseconds(100))

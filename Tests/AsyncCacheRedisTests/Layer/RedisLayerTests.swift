@@ -206,7 +206,7 @@ struct RedisLayerTests {
   @Test("a value the layer cannot read is a miss, counted and reported")
   func foreignValue() async throws {
     let server = try await RedisServer.start()
-    let events = Mutex<[String]>([])
+    let events = Locked<[String]>([])
     let layer = try makeLayer(server) { configuration in
       configuration.eventHandler = { event in
         if case .valueDiscarded(let key, let reason) = event { events.withLock { $0.append("\(key): \(reason)") } }
@@ -302,7 +302,7 @@ struct RedisLayerTests {
   @Test("a memory layer over Redis: the second instance is served by Redis, not the origin")
   func sharedByTwoInstances() async throws {
     let server = try await RedisServer.start()
-    let origin = Mutex(0)
+    let origin = Locked(0)
     func instance() throws -> LoadingCache<String, Data> {
       try LoadingCache(
         layers: [try MemoryLayer<String, Data>(), try makeLayer(server, namespace: "fleet")],

@@ -22,7 +22,7 @@ final class RedisServer: Sendable {
   let port: Int
   /// The server's process id.
   let pid: Int32
-  private let process: Mutex<Process?>
+  private let process: Locked<Process?>
   private let output: Output
 
   /// The condition that skips a suite without `redis-server`, outside CI.
@@ -42,7 +42,7 @@ final class RedisServer: Sendable {
   private init(port: Int, process: Process, output: Output) {
     self.port = port
     self.pid = process.processIdentifier
-    self.process = Mutex(process)
+    self.process = Locked(process)
     self.output = output
   }
 
@@ -116,7 +116,12 @@ final class RedisServer: Sendable {
   /// Stops the server with `SIGKILL` (no chance to say goodbye) or `SIGTERM`, by its pid, and
   /// waits for it to exit.
   func stop(killing: Bool = true) {
-    guard let process = self.process.withLock({ process in defer { process = nil }; return process }) else {
+    guard
+      let process = self.process.withLock({ process in
+        defer { process = nil }
+        return process
+      })
+    else {
       return
     }
     kill(pid, killing ? SIGKILL : SIGTERM)
@@ -167,7 +172,7 @@ final class RedisServer: Sendable {
   }
 
   private final class Output: Sendable {
-    private let bytes = Mutex(Data())
+    private let bytes = Locked(Data())
 
     func append(_ data: Data) { bytes.withLock { $0.append(data) } }
     func contains(_ text: String) -> Bool { bytes.withLock { $0.range(of: Data(text.utf8)) != nil } }
