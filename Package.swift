@@ -36,7 +36,7 @@ let package = Package(
       name: "AsyncCacheDemo", dependencies: ["AsyncCache", "AsyncCacheSQLite"], swiftSettings: strict),
     .executableTarget(
       name: "AsyncCacheBenchmarks",
-      dependencies: ["AsyncCache", "AsyncCacheSQLite", "CSQLite"],
+      dependencies: ["AsyncCache", "AsyncCacheSQLite", "AsyncCacheRedis", "CSQLite"],
       path: "Benchmarks/AsyncCacheBenchmarks",
       swiftSettings: strict
     ),

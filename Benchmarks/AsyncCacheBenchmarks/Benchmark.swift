@@ -17,6 +17,9 @@ enum Benchmark: String, CaseIterable {
   case operatorsOverhead = "operators.overhead"
   case loggingOff = "logging.off"
   case cacheHitRatio = "cache.hitRatio"
+  case redisGetHit = "redis.get.hit"
+  case redisMGet100 = "redis.mget.100"
+  case chainMemoryOverRedisHit = "chain.memoryOverRedis.hit"
 
   /// Runs the benchmark and returns its rows, the project's first.
   ///
@@ -40,6 +43,9 @@ enum Benchmark: String, CaseIterable {
     case .operatorsOverhead: try await OperatorBenchmarks.overhead(configuration)
     case .loggingOff: try await LoggingBenchmarks.off(configuration)
     case .cacheHitRatio: try await HitRatioBenchmark.run(configuration)
+    case .redisGetHit: try await RedisBenchmarks.getHit(configuration)
+    case .redisMGet100: try await RedisBenchmarks.mget100(configuration)
+    case .chainMemoryOverRedisHit: try await RedisBenchmarks.memoryOverRedisHit(configuration)
     }
   }
 }

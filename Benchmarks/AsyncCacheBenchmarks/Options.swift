@@ -108,6 +108,10 @@ struct RunConfiguration {
   var hitRatioScanLength = 20_000
   /// The cache sizes (in keys) every hit-ratio trace is replayed at.
   var hitRatioCacheSizes = [1_000, 10_000, 50_000, 100_000]
+  /// Round trips per repetition of the Redis single-read benchmarks.
+  var redisReads = 20_000
+  /// 100-key bulk reads per repetition of the Redis bulk benchmark.
+  var redisBulkReads = 2_000
 
   static let full = RunConfiguration(
     isQuick: false,
@@ -142,6 +146,8 @@ struct RunConfiguration {
     hitRatioKeyCount: 100_000,
     hitRatioAccesses: 400_000,
     hitRatioLoopKeyCount: 12_000,
-    hitRatioCacheSizes: [1_000, 10_000]
+    hitRatioCacheSizes: [1_000, 10_000],
+    redisReads: 2_000,
+    redisBulkReads: 200
   )
 }

@@ -54,9 +54,19 @@ final class RedisConnectionPool: Sendable {
   /// - Throws: ``RedisError`` (``RedisError/Code/unavailable`` while the breaker is open),
   ///   `CancellationError`.
   func send(_ commands: [RESPCommand]) async throws -> [RESPValue] {
+    var writer = RESPCommandWriter(reservingCapacity: commands.reduce(0) { $0 + $1.encodedCount })
+    for command in commands {
+      writer.beginCommand(argumentCount: command.arguments.count)
+      for argument in command.arguments { writer.argument(argument) }
+    }
+    return try await send(writer)
+  }
+
+  /// Sends the commands of `writer` as one pipeline and returns their replies.
+  func send(_ writer: RESPCommandWriter) async throws -> [RESPValue] {
     let (connection, isProbe) = try await acquire()
     do {
-      let replies = try await connection.send(commands)
+      let replies = try await connection.send(encoded: writer.bytes, replies: writer.commandCount)
       if hasFailures.load(ordering: .relaxed) { recordSuccess() }
       return replies
     } catch let error as RedisError where error.countsAsFailure {

@@ -104,9 +104,21 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// - Throws: ``RedisError`` when the server cannot be reached, does not answer in time or
   ///   the circuit breaker is open; `PersistenceError` when the key cannot be encoded.
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
-    let storedKey = try self.storedKey(for: key)
-    let reply = try await run(RESPCommand([Array("GET".utf8), storedKey]), named: "GET")
-    return try entry(from: reply, for: key)
+    let encodedKey = try self.encodedKey(key)
+    var writer = RESPCommandWriter(reservingCapacity: 32 + keyPrefix.count + encodedKey.utf8.count)
+    writer.beginCommand(argumentCount: 2)
+    writer.argument("GET")
+    writer.argument(keyPrefix, encodedKey)
+    let reply = try await run(writer, named: "GET")[0]
+    guard let stored = try storedValue(from: reply, key: encodedKey, command: "GET") else { return nil }
+    do {
+      let entry = CacheEntry(try valueCoder.decode(stored.payload), expiresAt: stored.expiresAt)
+      countHits(1)
+      return entry
+    } catch {
+      discardUndecodable(encodedKey, error: error)
+      return nil
+    }
   }
 
   /// The value stored for `key`, or `nil`. See ``entry(for:)``.
@@ -118,36 +130,66 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// round trip for the lot. Keys with no entry are absent from the result.
   ///
   /// - Throws: See ``entry(for:)``.
+  // Inlinable, so that the decoding and the dictionary are specialized for the caller's types.
+  @inlinable
   public nonisolated func entries(for keys: some Sequence<Key>) async throws -> [Key: CacheEntry<Value>] {
     let keys = Array(keys)
     guard !keys.isEmpty else { return [:] }
-    var commands: [RESPCommand] = []
-    commands.reserveCapacity((keys.count + 511) / 512)
-    var start = 0
-    while start < keys.count {
-      let end = Swift.min(start + 512, keys.count)
-      var arguments: [[UInt8]] = [Array("MGET".utf8)]
-      arguments.reserveCapacity(end - start + 1)
-      for key in keys[start..<end] { arguments.append(try storedKey(for: key)) }
-      commands.append(RESPCommand(arguments))
-      start = end
-    }
-    let replies = try await run(commands, named: "MGET")
-    var found: [Key: CacheEntry<Value>] = [:]
-    var index = 0
-    for reply in replies {
-      guard case .array(let values?) = reply else { throw unexpected(reply, to: "MGET") }
-      for value in values {
-        guard index < keys.count else { throw unexpected(reply, to: "MGET") }
-        if let entry = try entry(from: value, for: keys[index]) { found[keys[index]] = entry }
-        index += 1
+    let encodedKeys = try keys.map { try encodedKey($0) }
+    let stored = try await storedValues(for: encodedKeys)
+    var found = [Key: CacheEntry<Value>](minimumCapacity: keys.count)
+    var hits = 0
+    for index in keys.indices {
+      guard let value = stored[index] else { continue }
+      do {
+        found[keys[index]] = CacheEntry(try valueCoder.decode(value.payload), expiresAt: value.expiresAt)
+        hits += 1
+      } catch {
+        discardUndecodable(encodedKeys[index], error: error)
       }
     }
-    guard index == keys.count else { throw unexpected(.array(nil), to: "MGET") }
+    countHits(hits)
     return found
   }
 
-  private nonisolated func entry(from reply: RESPValue, for key: Key) throws -> CacheEntry<Value>? {
+  /// A value as stored: its expiry and the bytes the value coder reads.
+  @usableFromInline
+  struct StoredValue: Sendable {
+    @usableFromInline var expiresAt: CacheInstant?
+    @usableFromInline var payload: Data
+  }
+
+  /// The stored values of `encodedKeys`, in order: `MGET`s of 512 keys, in one pipeline. Absent,
+  /// expired and unreadable values are `nil`, counted as misses (and reported when unreadable).
+  @usableFromInline
+  nonisolated func storedValues(for encodedKeys: [String]) async throws -> [StoredValue?] {
+    let batch = 512
+    var writer = RESPCommandWriter(reservingCapacity: encodedKeys.count * (keyPrefix.count + 32) + 32)
+    var start = 0
+    while start < encodedKeys.count {
+      let end = Swift.min(start + batch, encodedKeys.count)
+      writer.beginCommand(argumentCount: end - start + 1)
+      writer.argument("MGET")
+      for key in encodedKeys[start..<end] { writer.argument(keyPrefix, key) }
+      start = end
+    }
+    let replies = try await run(writer, named: "MGET")
+    var stored: [StoredValue?] = []
+    stored.reserveCapacity(encodedKeys.count)
+    for reply in replies {
+      guard case .array(let values?) = reply, values.count == Swift.min(batch, encodedKeys.count - stored.count) else {
+        throw unexpected(reply, to: "MGET")
+      }
+      for value in values {
+        stored.append(try storedValue(from: value, key: encodedKeys[stored.count], command: "MGET"))
+      }
+    }
+    return stored
+  }
+
+  /// The stored value in a reply to `GET` or `MGET`, or `nil` (a miss, counted) when there is
+  /// none, it expired by the layer's clock, or it is not a value this layer wrote (reported).
+  private nonisolated func storedValue(from reply: RESPValue, key: String, command: String) throws -> StoredValue? {
     let bytes: [UInt8]
     switch reply {
     case .bulkString(nil), .null:
@@ -156,27 +198,35 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     case .bulkString(let stored?):
       bytes = stored
     default:
-      throw unexpected(reply, to: "GET")
+      throw unexpected(reply, to: command)
     }
-    let expiresAt: CacheInstant?
-    let value: Value
     do {
       let (expiry, payload) = try RedisEnvelope.decode(bytes)
-      expiresAt = expiry.map(CacheInstant.init(nanosecondsSince1970:))
+      let expiresAt = expiry.map(CacheInstant.init(nanosecondsSince1970:))
       if let expiresAt, expiresAt <= configuration.clock.now {
         counters.misses.add(1, ordering: .relaxed)
         return nil
       }
-      value = try valueCoder.decode(Data(bytes[payload]))
+      return StoredValue(expiresAt: expiresAt, payload: bytes.withUnsafeBufferPointer { Data($0[payload]) })
     } catch {
       counters.misses.add(1, ordering: .relaxed)
       counters.discardedValues.add(1, ordering: .relaxed)
-      let reason = (error as? RedisEnvelope.Malformed)?.reason ?? "the value did not decode: \(error)"
-      report(.valueDiscarded(key: describe(key), reason: reason))
+      report(.valueDiscarded(key: key, reason: error.reason))
       return nil
     }
-    counters.hits.add(1, ordering: .relaxed)
-    return CacheEntry(value, expiresAt: expiresAt)
+  }
+
+  /// Counts a stored value the value coder could not decode as a miss, and reports it.
+  @usableFromInline
+  nonisolated func discardUndecodable(_ encodedKey: String, error: any Error) {
+    counters.misses.add(1, ordering: .relaxed)
+    counters.discardedValues.add(1, ordering: .relaxed)
+    report(.valueDiscarded(key: encodedKey, reason: "the value did not decode: \(error)"))
+  }
+
+  @usableFromInline
+  nonisolated func countHits(_ hits: Int) {
+    if hits > 0 { counters.hits.add(hits, ordering: .relaxed) }
   }
 
   // MARK: Writing
@@ -189,11 +239,11 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   ///   over ``Configuration-swift.struct/maximumValueSize``; `PersistenceError.Code.encodingFailed`;
   ///   ``RedisError``, ``RedisError/Code/outOfMemory`` when the server is full.
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
-    let storedKey = try self.storedKey(for: key)
+    let encodedKey = try self.encodedKey(key)
     let now = configuration.clock.now
     let expiresAt = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) }).expiresAt
     if let expiresAt, expiresAt <= now {
-      _ = try await run(RESPCommand([Array("UNLINK".utf8), storedKey]), named: "UNLINK")
+      try await unlink(encodedKey)
       return
     }
     let payload: Data
@@ -209,17 +259,23 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         key: describe(key), size: payload.count, limit: configuration.maximumValueSize, layer: "RedisLayer",
         limitName: "per-value limit (maximumValueSize)")
     }
-    var arguments = [
-      Array("SET".utf8), storedKey, RedisEnvelope.encode(payload: payload, expiresAt: expiresAt?.nanosecondsSince1970),
-    ]
+    let stored = RedisEnvelope.encode(payload: payload, expiresAt: expiresAt?.nanosecondsSince1970)
+    var milliseconds: String?
     if let expiresAt {
       // Whole milliseconds, rounded up: Redis never drops the key before the entry expires.
       let nanoseconds = now.duration(to: expiresAt).nanoseconds
-      let milliseconds = nanoseconds / 1_000_000 + (nanoseconds % 1_000_000 == 0 ? 0 : 1)
-      arguments.append(Array("PX".utf8))
-      arguments.append(Array(String(milliseconds).utf8))
+      milliseconds = String(nanoseconds / 1_000_000 + (nanoseconds % 1_000_000 == 0 ? 0 : 1))
     }
-    let reply = try await run(RESPCommand(arguments), named: "SET")
+    var writer = RESPCommandWriter(reservingCapacity: 64 + keyPrefix.count + encodedKey.utf8.count + stored.count)
+    writer.beginCommand(argumentCount: milliseconds == nil ? 3 : 5)
+    writer.argument("SET")
+    writer.argument(keyPrefix, encodedKey)
+    writer.argument(stored)
+    if let milliseconds {
+      writer.argument("PX")
+      writer.argument(milliseconds.utf8)
+    }
+    let reply = try await run(writer, named: "SET")[0]
     guard case .simpleString = reply else { throw unexpected(reply, to: "SET") }
     counters.writes.add(1, ordering: .relaxed)
   }
@@ -232,9 +288,16 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   /// Removes the entry for `key` (`UNLINK`: the server frees a large value in the background).
   public nonisolated func removeValue(for key: Key) async throws {
-    let storedKey = try self.storedKey(for: key)
-    _ = try await run(RESPCommand([Array("UNLINK".utf8), storedKey]), named: "UNLINK")
+    try await unlink(try encodedKey(key))
     counters.removals.add(1, ordering: .relaxed)
+  }
+
+  private nonisolated func unlink(_ encodedKey: String) async throws {
+    var writer = RESPCommandWriter(reservingCapacity: 32 + keyPrefix.count + encodedKey.utf8.count)
+    writer.beginCommand(argumentCount: 2)
+    writer.argument("UNLINK")
+    writer.argument(keyPrefix, encodedKey)
+    _ = try await run(writer, named: "UNLINK")
   }
 
   /// Removes every entry of the namespace, and nothing else: the keys are found with `SCAN`
@@ -323,9 +386,20 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   /// Sends `commands` as one pipeline; throws the first error reply as a ``RedisError``.
   nonisolated func run(_ commands: [RESPCommand], named name: String) async throws -> [RESPValue] {
+    var writer = RESPCommandWriter()
+    for command in commands {
+      writer.beginCommand(argumentCount: command.arguments.count)
+      for argument in command.arguments { writer.argument(argument) }
+    }
+    return try await run(writer, named: name)
+  }
+
+  /// Sends the commands of `writer` as one pipeline; throws the first error reply as a
+  /// ``RedisError``.
+  nonisolated func run(_ writer: RESPCommandWriter, named name: String) async throws -> [RESPValue] {
     let replies: [RESPValue]
     do {
-      replies = try await pool.send(commands)
+      replies = try await pool.send(writer)
     } catch let error as RedisError {
       counters.failures.add(1, ordering: .relaxed)
       throw error
@@ -343,16 +417,16 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     try await run([command], named: name)[0]
   }
 
-  private nonisolated func storedKey(for key: Key) throws -> [UInt8] {
-    let encoded: String
+  /// The key as the key encoding writes it, without the namespace.
+  @usableFromInline
+  nonisolated func encodedKey(_ key: Key) throws -> String {
     do {
-      encoded = try keyEncoding.encode(key)
+      return try keyEncoding.encode(key)
     } catch {
       throw PersistenceError(
         code: .encodingFailed, message: "RedisLayer could not encode the key \(String(describing: key).prefix(200))",
         underlying: error)
     }
-    return keyPrefix + Array(encoded.utf8)
   }
 
   private nonisolated func describe(_ key: Key) -> String {

@@ -22,14 +22,11 @@ struct RESPCommand: Hashable, Sendable {
   /// Appends the command's bytes to `buffer`: `*<count>\r\n`, then `$<length>\r\n<bytes>\r\n`
   /// for each argument.
   func encode(into buffer: inout [UInt8]) {
-    buffer.reserveCapacity(buffer.count + encodedCount)
-    Self.appendHeader(UInt8(ascii: "*"), arguments.count, to: &buffer)
-    for argument in arguments {
-      Self.appendHeader(UInt8(ascii: "$"), argument.count, to: &buffer)
-      buffer.append(contentsOf: argument)
-      buffer.append(13)
-      buffer.append(10)
-    }
+    var writer = RESPCommandWriter(buffer: buffer, reservingCapacity: encodedCount)
+    buffer = []  // The writer's copy is then the only one, and grows in place.
+    writer.beginCommand(argumentCount: arguments.count)
+    for argument in arguments { writer.argument(argument) }
+    buffer = writer.bytes
   }
 
   /// The command's bytes.
@@ -50,7 +47,7 @@ struct RESPCommand: Hashable, Sendable {
     return digits + 3
   }
 
-  private static func appendHeader(_ type: UInt8, _ count: Int, to buffer: inout [UInt8]) {
+  static func appendHeader(_ type: UInt8, _ count: Int, to buffer: inout [UInt8]) {
     buffer.append(type)
     // Digits of a non-negative count, most significant first, without a String.
     var divisor = 1
@@ -63,5 +60,50 @@ struct RESPCommand: Hashable, Sendable {
     }
     buffer.append(13)
     buffer.append(10)
+  }
+}
+
+/// Commands written straight into their wire form, for the paths that send many keys: no array
+/// per argument, one buffer for the lot.
+struct RESPCommandWriter {
+  /// The commands written so far.
+  private(set) var bytes: [UInt8]
+  /// How many commands were begun.
+  private(set) var commandCount = 0
+
+  init(buffer: [UInt8] = [], reservingCapacity capacity: Int = 0) {
+    bytes = buffer
+    bytes.reserveCapacity(bytes.count + capacity)
+  }
+
+  /// Starts a command of `argumentCount` arguments, its name included.
+  mutating func beginCommand(argumentCount: Int) {
+    RESPCommand.appendHeader(UInt8(ascii: "*"), argumentCount, to: &bytes)
+    commandCount += 1
+  }
+
+  /// Appends one argument.
+  mutating func argument(_ argument: some Collection<UInt8>) {
+    RESPCommand.appendHeader(UInt8(ascii: "$"), argument.count, to: &bytes)
+    bytes.append(contentsOf: argument)
+    bytes.append(13)
+    bytes.append(10)
+  }
+
+  /// Appends one argument made of `prefix` and the UTF-8 of `text`.
+  mutating func argument(_ prefix: [UInt8], _ text: String) {
+    var text = text
+    text.withUTF8 { utf8 in
+      RESPCommand.appendHeader(UInt8(ascii: "$"), prefix.count + utf8.count, to: &bytes)
+      bytes.append(contentsOf: prefix)
+      bytes.append(contentsOf: utf8)
+    }
+    bytes.append(13)
+    bytes.append(10)
+  }
+
+  /// Appends one argument, the UTF-8 of a word such as a command's name.
+  mutating func argument(_ word: StaticString) {
+    word.withUTF8Buffer { argument($0) }
   }
 }

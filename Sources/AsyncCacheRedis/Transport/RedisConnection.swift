@@ -162,10 +162,15 @@ final class RedisConnection: Sendable {
     var bytes: [UInt8] = []
     bytes.reserveCapacity(commands.reduce(0) { $0 + $1.encodedCount })
     for command in commands { command.encode(into: &bytes) }
+    return try await send(encoded: bytes, replies: commands.count)
+  }
+
+  /// Sends commands already in their wire form (`replies` of them) as one pipeline.
+  func send(encoded bytes: [UInt8], replies: Int) async throws -> [RESPValue] {
     let id = nextID.wrappingAdd(1, ordering: .relaxed).newValue
     return try await withTaskCancellationHandler {
       try await withCheckedThrowingContinuation { continuation in
-        enqueue(bytes, replies: commands.count, id: id, continuation: continuation)
+        enqueue(bytes, replies: replies, id: id, continuation: continuation)
       }
     } onCancel: {
       abandon(id)
