@@ -14,6 +14,7 @@ let package = Package(
   products: [
     .library(name: "AsyncCache", targets: ["AsyncCache"]),
     .library(name: "AsyncCacheSQLite", targets: ["AsyncCacheSQLite"]),
+    .library(name: "AsyncCacheRedis", targets: ["AsyncCacheRedis"]),
     .library(name: "AsyncCacheTesting", targets: ["AsyncCacheTesting"]),
     .library(name: "AsyncCacheURLSession", targets: ["AsyncCacheURLSession"]),
     .executable(name: "AsyncCacheDemo", targets: ["AsyncCacheDemo"]),
@@ -28,7 +29,7 @@ let package = Package(
     .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
     .target(name: "AsyncCacheSQLite", dependencies: ["AsyncCache", "CSQLite"], swiftSettings: strict),
     .target(name: "AsyncCacheTesting", dependencies: ["AsyncCache"], swiftSettings: strict),
-    // The shared tier: a Redis client of its own on POSIX sockets (in progress, not a product yet).
+    // The shared tier: a Redis client of its own on POSIX sockets; tests and benchmarks need redis-server.
     .target(name: "AsyncCacheRedis", dependencies: ["AsyncCache"], swiftSettings: strict),
     // URLSession origin; links FoundationNetworking on Linux only for those who use it.
     .target(name: "AsyncCacheURLSession", dependencies: ["AsyncCache"], swiftSettings: strict),

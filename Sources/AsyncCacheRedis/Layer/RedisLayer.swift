@@ -3,7 +3,7 @@ public import Foundation
 
 /// A cache layer in a Redis server: the tier that the instances of a service share.
 ///
-/// Put it under each instance's ``MemoryLayer`` so that an origin is asked once per fleet
+/// Put it under each instance's `MemoryLayer` so that an origin is asked once per fleet
 /// rather than once per instance:
 ///
 /// ```swift
@@ -15,13 +15,13 @@ public import Foundation
 ///
 /// - **Keys** are stored as `<namespace>:<encoded key>`; ``removeAll()`` removes the namespace's
 ///   keys only.
-/// - **Values** are stored with a small header that keeps their expiry (see ``CacheValueCoder``
+/// - **Values** are stored with a small header that keeps their expiry (see `CacheValueCoder`
 ///   for the value's bytes); Redis expires them itself through `PX`. A value under the
 ///   namespace that the layer cannot read is a miss, counted and reported as a
 ///   ``RedisLayerEvent/valueDiscarded(key:reason:)``.
 /// - **Failures** are fast: every command has a time limit, and a circuit breaker stops
 ///   sending to a server that keeps failing (see ``RedisCircuitBreakerPolicy``). Give the
-///   chain ``LayerFailurePolicy/skip`` for this layer and a Redis outage becomes misses in it:
+///   chain `LayerFailurePolicy.skip` for this layer and a Redis outage becomes misses in it:
 ///   requests fall through to the next layer or the origin.
 /// - **Errors**: connection and server failures are ``RedisError``s; values refused before
 ///   sending (too large, not encodable) are `PersistenceError`s, as in the other persistent

@@ -318,3 +318,29 @@ struct RedisLayerTests {
     #expect(origin.withLock { $0 } == 1)
   }
 }
+
+@Suite("The Redis article's example", .redisServer)
+struct RedisArticleExampleTests {
+  @Test("memory over Redis with the Redis tier skipped on failure, as the module page shows")
+  func overview() async throws {
+    let server = try await RedisServer.start()
+    let renders = Locked(0)
+    let redis = try RedisLayer<String, Data>(configuration: .init(endpoint: server.endpoint), namespace: "thumbnails")
+    let thumbnails = try LoadingCache(
+      chain: CacheChain([
+        .init(MemoryLayer<String, Data>(configuration: .init(timeToLive: .seconds(30)))),
+        .init(redis, failurePolicy: .skip),
+      ]),
+      origin: ClosureFetcher { id in
+        renders.withLock { $0 += 1 }
+        return Data("thumbnail \(id)".utf8)
+      })
+    #expect(try await thumbnails.value(for: "a") == Data("thumbnail a".utf8))
+    #expect(try await redis.value(for: "a") == Data("thumbnail a".utf8))
+    server.stop()
+    // Redis gone: the memory layer still answers, and a new key falls through to the origin.
+    #expect(try await thumbnails.value(for: "a") == Data("thumbnail a".utf8))
+    #expect(try await thumbnails.value(for: "b") == Data("thumbnail b".utf8))
+    #expect(renders.withLock { $0 } == 2)
+  }
+}
