@@ -79,17 +79,18 @@ struct RedisLayerTests {
     let server = try await RedisServer.start()
     let clock = ManualClock()
     let layer = try makeLayer(server) { $0.clock = clock }
-    let expiresAt = clock.now.advanced(by: .seconds(60))
+    // An hour, so that real time passing on a loaded machine (Redis's clock) changes nothing.
+    let expiresAt = clock.now.advanced(by: .seconds(3_600))
     try await layer.insert(CacheEntry(Data("v".utf8), expiresAt: expiresAt), for: "k")
     #expect(try await layer.entry(for: "k") == CacheEntry(Data("v".utf8), expiresAt: expiresAt))
     let remaining = try #require(integer(try await server.command("PTTL", "test:k")))
-    #expect(remaining > 50_000 && remaining <= 60_000)
+    #expect(remaining > 3_000_000 && remaining <= 3_600_000)
     // Entries without an expiry have none in Redis either.
     try await layer.insert(Data("forever".utf8), for: "forever")
     #expect(integer(try await server.command("PTTL", "test:forever")) == -1)
     #expect(try await layer.entry(for: "forever")?.expiresAt == nil)
 
-    clock.advance(by: .seconds(60))
+    clock.advance(by: .seconds(3_600))
     #expect(try await layer.entry(for: "k") == nil)
     // An entry that has expired already removes the key instead of storing it.
     try await layer.insert(CacheEntry(Data("old".utf8), expiresAt: clock.now), for: "forever")
@@ -102,14 +103,14 @@ struct RedisLayerTests {
     let clock = ManualClock()
     let layer = try makeLayer(server) {
       $0.clock = clock
-      $0.timeToLive = .seconds(10)
+      $0.timeToLive = .seconds(3_600)
     }
     try await layer.insert(Data("a".utf8), for: "a")
-    try await layer.insert(CacheEntry(Data("b".utf8), expiresAt: clock.now.advanced(by: .seconds(3600))), for: "b")
+    try await layer.insert(CacheEntry(Data("b".utf8), expiresAt: clock.now.advanced(by: .seconds(7_200))), for: "b")
     for key in ["a", "b"] {
-      #expect(try await layer.entry(for: key)?.expiresAt == clock.now.advanced(by: .seconds(10)))
+      #expect(try await layer.entry(for: key)?.expiresAt == clock.now.advanced(by: .seconds(3_600)))
       let remaining = try #require(integer(try await server.command("PTTL", "test:\(key)")))
-      #expect(remaining > 5_000 && remaining <= 10_000)
+      #expect(remaining > 3_000_000 && remaining <= 3_600_000)
     }
   }
 
@@ -145,7 +146,7 @@ struct RedisLayerTests {
     let layer = try makeLayer(server) { $0.clock = clock }
     let keys = (0..<1_200).map { "key \($0)" }
     for (index, key) in keys.enumerated() where index % 3 != 0 {
-      let expiresAt = index % 3 == 2 ? clock.now.advanced(by: .seconds(5)) : nil
+      let expiresAt = index % 3 == 2 ? clock.now.advanced(by: .seconds(3_600)) : nil
       try await layer.insert(CacheEntry(Data(key.utf8), expiresAt: expiresAt), for: key)
     }
     let found = try await layer.entries(for: keys)
@@ -155,12 +156,12 @@ struct RedisLayerTests {
         switch index % 3 {
         case 0: nil
         case 1: CacheEntry(Data(key.utf8))
-        default: CacheEntry(Data(key.utf8), expiresAt: clock.now.advanced(by: .seconds(5)))
+        default: CacheEntry(Data(key.utf8), expiresAt: clock.now.advanced(by: .seconds(3_600)))
         }
       #expect(found[key] == expected, "\(key)")
     }
     #expect(try await layer.entries(for: [String]()).isEmpty)
-    clock.advance(by: .seconds(5))
+    clock.advance(by: .seconds(3_600))
     #expect(try await layer.entries(for: keys).count == 400)
   }
 
