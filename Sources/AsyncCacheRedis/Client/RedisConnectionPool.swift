@@ -37,6 +37,8 @@ final class RedisConnectionPool: Sendable {
     var connections: [RedisConnection] = []
     var isConnecting = false
     var waiters: [CheckedContinuation<RedisConnection, any Error>] = []
+    /// Why the last attempt to connect failed, for callers that come to wait just after it.
+    var lastConnectError: RedisError?
     var breaker: CircuitBreaker
     var isShutDown = false
   }
@@ -69,10 +71,10 @@ final class RedisConnectionPool: Sendable {
       let replies = try await connection.send(encoded: writer.bytes, replies: writer.commandCount)
       if hasFailures.load(ordering: .relaxed) { recordSuccess() }
       return replies
-    } catch let error as RedisError where error.countsAsFailure {
-      recordFailure(error, opensAtOnce: false)
-      throw error
     } catch {
+      // A connection that fails tells the breaker once, as it closes, however many commands
+      // it fails. A probe that failed without that (cancelled, or sent on a connection that had
+      // just closed) hands the role to the next operation.
       if isProbe { state.withLock { $0.breaker.abandonProbe() } }
       throw error
     }
@@ -115,6 +117,10 @@ final class RedisConnectionPool: Sendable {
     case connect
     case wait
     case reject(RedisError)
+
+    var isConnect: Bool {
+      if case .connect = self { true } else { false }
+    }
   }
 
   private func acquire() async throws -> (RedisConnection, isProbe: Bool) {
@@ -144,8 +150,11 @@ final class RedisConnectionPool: Sendable {
       state.isConnecting = true
       return .connect
     }
-    if connectsInBackground {
-      Task { _ = try? await self.connect(inBackground: true) }
+    // Connections are made in tasks of their own, never in a caller's: a caller cancelled
+    // during the handshake must not fail the others waiting for the connection.
+    if connectsInBackground || step.isConnect {
+      let inBackground = connectsInBackground
+      Task { _ = try? await self.connect(inBackground: inBackground) }
     }
     do {
       switch step {
@@ -154,9 +163,7 @@ final class RedisConnectionPool: Sendable {
       case .reject(let error):
         counters.rejected.add(1, ordering: .relaxed)
         throw error
-      case .connect:
-        return (try await connect(inBackground: false), isProbe)
-      case .wait:
+      case .connect, .wait:
         return (try await withCheckedThrowingContinuation { continuation in waitForConnection(continuation) }, isProbe)
       }
     } catch {
@@ -169,20 +176,21 @@ final class RedisConnectionPool: Sendable {
     enum Outcome {
       case queued
       case ready(RedisConnection)
-      case retry
+      case failed(RedisError?)
     }
     let outcome = state.withLock { state -> Outcome in
       if let open = state.connections.first(where: { !$0.isClosed }) { return .ready(open) }
-      guard state.isConnecting else { return .retry }
+      guard state.isConnecting else { return .failed(state.lastConnectError) }
       state.waiters.append(continuation)
       return .queued
     }
     switch outcome {
     case .queued: break
     case .ready(let connection): continuation.resume(returning: connection)
-    case .retry:
+    case .failed(let error):
       continuation.resume(
-        throwing: RedisError(code: .connectionFailed, message: "the connection to \(server) failed as it opened"))
+        throwing: error
+          ?? RedisError(code: .connectionFailed, message: "the connection to \(server) closed as it opened"))
     }
   }
 
@@ -198,6 +206,7 @@ final class RedisConnectionPool: Sendable {
           guard error.code != .shutDown, let self else { return }
           self.counters.connectionsDiscarded.add(1, ordering: .relaxed)
           self.onEvent(.connectionDiscarded(server: server, reason: error))
+          if error.countsAsFailure { self.recordFailure(error, opensAtOnce: false) }
         })
       do {
         try await handshake(on: connection)
@@ -207,6 +216,7 @@ final class RedisConnectionPool: Sendable {
       }
       let (waiters, isShutDown) = state.withLock { state in
         state.isConnecting = false
+        state.lastConnectError = nil
         if !state.isShutDown { state.connections.append(connection) }
         defer { state.waiters = [] }
         return (state.waiters, state.isShutDown)
@@ -224,6 +234,7 @@ final class RedisConnectionPool: Sendable {
     } catch {
       let waiters = state.withLock { state in
         state.isConnecting = false
+        state.lastConnectError = error as? RedisError
         defer { state.waiters = [] }
         return state.waiters
       }

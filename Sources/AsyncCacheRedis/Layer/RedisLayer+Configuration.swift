@@ -34,9 +34,10 @@ extension RedisLayer {
     /// The most connections the layer opens. Default 4. Commands from concurrent tasks share
     /// connections (pipelined), so a handful serves many tasks.
     public var maximumConnections: Int
-    /// How long making a connection may take, name resolution included. Default 1 second.
+    /// How long connecting may take once the name is resolved (resolution itself is bounded by
+    /// the system's resolver). Default 1 second; at most a day.
     public var connectTimeout: Duration
-    /// How long the server may take to answer a command. Default 500 ms. A command that is not
+    /// How long the server may take to answer a command. Default 500 ms; at most a day. A command that is not
     /// answered in time fails with ``RedisError/Code/timedOut`` and its connection is
     /// discarded. Keep it short: a cache that waits long for a slow server is slower than the
     /// layer below it.
@@ -109,9 +110,13 @@ extension RedisLayer {
       guard maximumConnections > 0 else {
         throw invalid("maximumConnections must be positive, got \(maximumConnections)")
       }
-      guard connectTimeout > .zero else { throw invalid("connectTimeout must be positive, got \(connectTimeout)") }
-      guard operationTimeout > .zero else {
-        throw invalid("operationTimeout must be positive, got \(operationTimeout)")
+      // A day at most: a cache that waits longer has stopped being one, and deadlines stay
+      // far from overflowing the monotonic clock.
+      guard connectTimeout > .zero, connectTimeout <= .seconds(86_400) else {
+        throw invalid("connectTimeout must be in (0, 1 day], got \(connectTimeout)")
+      }
+      guard operationTimeout > .zero, operationTimeout <= .seconds(86_400) else {
+        throw invalid("operationTimeout must be in (0, 1 day], got \(operationTimeout)")
       }
       guard (1...(512 << 20) - RedisEnvelope.maximumHeaderSize).contains(maximumValueSize) else {
         throw invalid(

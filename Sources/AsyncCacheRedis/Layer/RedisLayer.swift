@@ -289,15 +289,20 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Removes the entry for `key` (`UNLINK`: the server frees a large value in the background).
   public nonisolated func removeValue(for key: Key) async throws {
     try await unlink(try encodedKey(key))
-    counters.removals.add(1, ordering: .relaxed)
   }
 
+  /// Removes a key; counts it when it was there.
   private nonisolated func unlink(_ encodedKey: String) async throws {
     var writer = RESPCommandWriter(reservingCapacity: 32 + keyPrefix.count + encodedKey.utf8.count)
     writer.beginCommand(argumentCount: 2)
     writer.argument("UNLINK")
     writer.argument(keyPrefix, encodedKey)
-    _ = try await run(writer, named: "UNLINK")
+    countRemovals(try await run(writer, named: "UNLINK")[0])
+  }
+
+  /// Counts the keys an `UNLINK` reply says it removed.
+  private nonisolated func countRemovals(_ reply: RESPValue) {
+    if case .integer(let removed) = reply, removed > 0 { counters.removals.add(Int(removed), ordering: .relaxed) }
   }
 
   /// Removes every entry of the namespace, and nothing else: the keys are found with `SCAN`
@@ -320,8 +325,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         arguments.append(bytes)
       }
       if arguments.count > 1 {
-        _ = try await run(RESPCommand(arguments), named: "UNLINK")
-        counters.removals.add(arguments.count - 1, ordering: .relaxed)
+        // SCAN may return a key twice; UNLINK's count is of the keys it removed.
+        countRemovals(try await run(RESPCommand(arguments), named: "UNLINK"))
       }
       cursor = next
     } while cursor != Array("0".utf8)
@@ -351,11 +356,12 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     public var misses = 0
     /// Entries written.
     public var writes = 0
-    /// Keys removed (by ``removeValue(for:)`` and ``removeAll()``).
+    /// Keys removed (by ``removeValue(for:)`` and ``removeAll()``) that were there.
     public var removals = 0
     /// Operations that failed with a ``RedisError``, fast failures included.
     public var failures = 0
-    /// Commands that timed out (each discarded its connection).
+    /// Timeouts: connections discarded because a command was not answered in time (the
+    /// commands pipelined behind it failed with it, and count once).
     public var timeouts = 0
     /// Operations refused at once by the open circuit breaker, nothing sent.
     public var rejected = 0

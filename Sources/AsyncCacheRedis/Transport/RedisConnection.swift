@@ -147,6 +147,12 @@ final class RedisConnection: Sendable {
     return try outcome.get()
   }
 
+  deinit {
+    closeDescriptor(fd)
+    closeDescriptor(wakeRead)
+    closeDescriptor(wakeWrite)
+  }
+
   /// Whether the connection closed; it never opens again.
   var isClosed: Bool { broken.load(ordering: .relaxed) }
 
@@ -167,6 +173,7 @@ final class RedisConnection: Sendable {
 
   /// Sends commands already in their wire form (`replies` of them) as one pipeline.
   func send(encoded bytes: [UInt8], replies: Int) async throws -> [RESPValue] {
+    guard replies > 0 else { return [] }
     let id = nextID.wrappingAdd(1, ordering: .relaxed).newValue
     return try await withTaskCancellationHandler {
       try await withCheckedThrowingContinuation { continuation in
@@ -190,17 +197,17 @@ final class RedisConnection: Sendable {
   private func enqueue(
     _ bytes: [UInt8], replies: Int, id: UInt64, continuation: CheckedContinuation<[RESPValue], any Error>
   ) {
-    if Task.isCancelled {
-      continuation.resume(throwing: CancellationError())
-      return
-    }
     enum Outcome {
       case sent
       case handedToThread
+      case cancelled
       case closed(RedisError)
       case sendFailed(Int32)
     }
     let outcome = state.withLock { state -> Outcome in
+      // Checked under the lock that `abandon` takes, so that a cancellation is either seen here
+      // or finds the command queued.
+      if Task.isCancelled { return .cancelled }
       if let failure = state.failure { return .closed(failure) }
       state.pending.append(
         Pending(
@@ -229,6 +236,7 @@ final class RedisConnection: Sendable {
     switch outcome {
     case .sent: break
     case .handedToThread: wake()
+    case .cancelled: continuation.resume(throwing: CancellationError())
     case .closed(let error): continuation.resume(throwing: error)
     case .sendFailed(let code):
       fail(RedisError(code: .connectionClosed, message: "cannot send to \(server): \(Socket.errorText(code))"))
@@ -278,9 +286,9 @@ final class RedisConnection: Sendable {
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 16)
     defer {
       buffer.deallocate()
-      closeDescriptor(fd)
-      closeDescriptor(wakeRead)
-      closeDescriptor(wakeWrite)
+      // Ends the TCP connection now; the descriptors are closed in `deinit`, once no caller
+      // can write to the wake-up pipe or send on the socket any more.
+      _ = shutdown(fd, Int32(SHUT_RDWR))
     }
     let idleTimeout = Monotonic.milliseconds(until: timeoutNanoseconds, from: 0)
     var descriptors = [pollfd](repeating: pollfd(), count: 2)

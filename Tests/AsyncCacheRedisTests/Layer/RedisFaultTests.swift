@@ -149,6 +149,36 @@ struct RedisFaultTests {
     #expect(layer.statistics.circuitOpenings == 1)
   }
 
+  @Test("commands pipelined behind one that times out fail with it, and the breaker counts one failure")
+  func oneTimeoutIsOneFailure() async throws {
+    let server = try await RedisServer.start()
+    let layer = try makeLayer(server) {
+      $0.operationTimeout = .seconds(1)
+      $0.maximumConnections = 1
+      $0.circuitBreaker = RedisCircuitBreakerPolicy(failureThreshold: 2)
+    }
+    try await layer.ping()
+    _ = try await server.command("CLIENT", "PAUSE", "60000", "WRITE")
+    try await withThrowingTaskGroup(of: RedisError.Code?.self) { group in
+      for index in 0..<3 {
+        group.addTask {
+          do {
+            try await layer.insert(Data("x".utf8), for: "\(index)")
+            return nil
+          } catch {
+            return code(of: error)
+          }
+        }
+      }
+      for try await failure in group { #expect(failure == .timedOut) }
+    }
+    #expect(layer.statistics.timeouts == 1)
+    #expect(layer.statistics.connectionsDiscarded == 1)
+    #expect(layer.statistics.circuitOpenings == 0)
+    _ = try await server.command("CLIENT", "UNPAUSE")
+    try await layer.ping()
+  }
+
   @Test("a cancelled caller returns at once; its late reply is dropped and the connection goes on")
   func cancellation() async throws {
     let server = try await RedisServer.start()
