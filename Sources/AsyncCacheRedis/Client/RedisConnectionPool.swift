@@ -51,20 +51,11 @@ final class RedisConnectionPool: Sendable {
     self.state = Locked(State(breaker: CircuitBreaker(policy: options.circuitBreaker)))
   }
 
-  /// Sends `commands` as one pipeline and returns their replies (error replies included).
+  /// Sends the commands of `writer` as one pipeline and returns their replies (error replies
+  /// included).
   ///
   /// - Throws: ``RedisError`` (``RedisError/Code/unavailable`` while the breaker is open),
   ///   `CancellationError`.
-  func send(_ commands: [RESPCommand]) async throws -> [RESPValue] {
-    var writer = RESPCommandWriter(reservingCapacity: commands.reduce(0) { $0 + $1.encodedCount })
-    for command in commands {
-      writer.beginCommand(argumentCount: command.arguments.count)
-      for argument in command.arguments { writer.argument(argument) }
-    }
-    return try await send(writer)
-  }
-
-  /// Sends the commands of `writer` as one pipeline and returns their replies.
   func send(_ writer: RESPCommandWriter) async throws -> [RESPValue] {
     let (connection, isProbe) = try await acquire()
     do {
@@ -78,11 +69,6 @@ final class RedisConnectionPool: Sendable {
       if isProbe { state.withLock { $0.breaker.abandonProbe() } }
       throw error
     }
-  }
-
-  /// Sends one command and returns its reply.
-  func send(_ command: RESPCommand) async throws -> RESPValue {
-    try await send([command])[0]
   }
 
   /// Closes every connection; operations in flight and later ones fail with

@@ -251,12 +251,12 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       payload = try valueCoder.encode(entry.value)
     } catch {
       throw PersistenceError(
-        code: .encodingFailed, message: "RedisLayer could not encode the value for key \(describe(key))",
+        code: .encodingFailed, message: "RedisLayer could not encode the value for key \(encodedKey.debugDescription)",
         underlying: error)
     }
     guard payload.count <= configuration.maximumValueSize else {
       throw PersistenceError.valueTooLarge(
-        key: describe(key), size: payload.count, limit: configuration.maximumValueSize, layer: "RedisLayer",
+        key: encodedKey, size: payload.count, limit: configuration.maximumValueSize, layer: "RedisLayer",
         limitName: "per-value limit (maximumValueSize)")
     }
     let stored = RedisEnvelope.encode(payload: payload, expiresAt: expiresAt?.nanosecondsSince1970)
@@ -392,12 +392,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   /// Sends `commands` as one pipeline; throws the first error reply as a ``RedisError``.
   nonisolated func run(_ commands: [RESPCommand], named name: String) async throws -> [RESPValue] {
-    var writer = RESPCommandWriter()
-    for command in commands {
-      writer.beginCommand(argumentCount: command.arguments.count)
-      for argument in command.arguments { writer.argument(argument) }
-    }
-    return try await run(writer, named: name)
+    try await run(RESPCommandWriter(commands), named: name)
   }
 
   /// Sends the commands of `writer` as one pipeline; throws the first error reply as a
@@ -433,10 +428,6 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         code: .encodingFailed, message: "RedisLayer could not encode the key \(String(describing: key).prefix(200))",
         underlying: error)
     }
-  }
-
-  private nonisolated func describe(_ key: Key) -> String {
-    (try? keyEncoding.encode(key)) ?? String(describing: key)
   }
 
   private nonisolated func unexpected(_ reply: RESPValue, to command: String) -> RedisError {

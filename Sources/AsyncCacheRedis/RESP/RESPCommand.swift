@@ -24,8 +24,7 @@ struct RESPCommand: Hashable, Sendable {
   func encode(into buffer: inout [UInt8]) {
     var writer = RESPCommandWriter(buffer: buffer, reservingCapacity: encodedCount)
     buffer = []  // The writer's copy is then the only one, and grows in place.
-    writer.beginCommand(argumentCount: arguments.count)
-    for argument in arguments { writer.argument(argument) }
+    writer.append(self)
     buffer = writer.bytes
   }
 
@@ -74,6 +73,18 @@ struct RESPCommandWriter {
   init(buffer: [UInt8] = [], reservingCapacity capacity: Int = 0) {
     bytes = buffer
     bytes.reserveCapacity(bytes.count + capacity)
+  }
+
+  /// A writer holding `commands`, in order.
+  init(_ commands: [RESPCommand]) {
+    self.init(reservingCapacity: commands.reduce(0) { $0 + $1.encodedCount })
+    for command in commands { append(command) }
+  }
+
+  /// Appends a whole command.
+  mutating func append(_ command: RESPCommand) {
+    beginCommand(argumentCount: command.arguments.count)
+    for argument in command.arguments { self.argument(argument) }
   }
 
   /// Starts a command of `argumentCount` arguments, its name included.

@@ -165,10 +165,7 @@ final class RedisConnection: Sendable {
   /// - Throws: ``RedisError`` when the connection is or becomes closed (``RedisError/Code/timedOut``
   ///   and the others), `CancellationError` when the calling task is cancelled first.
   func send(_ commands: [RESPCommand]) async throws -> [RESPValue] {
-    var bytes: [UInt8] = []
-    bytes.reserveCapacity(commands.reduce(0) { $0 + $1.encodedCount })
-    for command in commands { command.encode(into: &bytes) }
-    return try await send(encoded: bytes, replies: commands.count)
+    try await send(encoded: RESPCommandWriter(commands).bytes, replies: commands.count)
   }
 
   /// Sends commands already in their wire form (`replies` of them) as one pipeline.
