@@ -195,7 +195,7 @@ final class RedisConnectionPool: Sendable {
           if error.countsAsFailure { self.recordFailure(error, opensAtOnce: false) }
         })
       do {
-        try await handshake(on: connection)
+        try await Self.handshake(options.handshake, on: connection)
       } catch {
         connection.close(with: RedisError(code: .shutDown, message: "the handshake failed"))
         throw error
@@ -232,13 +232,15 @@ final class RedisConnectionPool: Sendable {
     }
   }
 
-  private func handshake(on connection: RedisConnection) async throws {
-    guard !options.handshake.isEmpty else { return }
-    let replies = try await connection.send(options.handshake)
-    for (command, reply) in zip(options.handshake, replies) {
+  /// Sends `commands` (`AUTH`, `SELECT`, `CLIENT SETNAME`) as one pipeline on a new
+  /// connection; an error reply fails it.
+  static func handshake(_ commands: [RESPCommand], on connection: RedisConnection) async throws {
+    guard !commands.isEmpty else { return }
+    let replies = try await connection.send(commands)
+    for (command, reply) in zip(commands, replies) {
       guard case .error(let text) = reply else { continue }
       let name = String(decoding: command.arguments[0], as: UTF8.self)
-      let error = RedisError.reply(text, to: name, server: server)
+      let error = RedisError.reply(text, to: name, server: connection.server)
       if error.code == .authenticationFailed { throw error }
       throw RedisError(code: .connectionFailed, message: error.message)
     }
@@ -296,4 +298,6 @@ final class RedisCounters: Sendable {
   let connectionsDiscarded = Atomic<Int>(0)
   let circuitOpenings = Atomic<Int>(0)
   let discardedValues = Atomic<Int>(0)
+  let redirects = Atomic<Int>(0)
+  let topologyRefreshes = Atomic<Int>(0)
 }

@@ -16,6 +16,7 @@ public struct RedisError: Error, Sendable, CustomStringConvertible {
       case authenticationFailed
       case outOfMemory
       case serverError
+      case routingFailed
       case shutDown
     }
 
@@ -45,6 +46,10 @@ public struct RedisError: Error, Sendable, CustomStringConvertible {
     public static let outOfMemory = Code(.outOfMemory)
     /// The server answered with any other error reply; ``RedisError/message`` quotes it.
     public static let serverError = Code(.serverError)
+    /// A Redis Cluster could not route the command: no master serves its slot (the cluster is
+    /// down or being set up), no node answered with the topology, or the command was
+    /// redirected (`MOVED`, `ASK`) more times than the layer follows.
+    public static let routingFailed = Code(.routingFailed)
     /// The layer was shut down.
     public static let shutDown = Code(.shutDown)
 
@@ -59,6 +64,7 @@ public struct RedisError: Error, Sendable, CustomStringConvertible {
       case .authenticationFailed: "authenticationFailed"
       case .outOfMemory: "outOfMemory"
       case .serverError: "serverError"
+      case .routingFailed: "routingFailed"
       case .shutDown: "shutDown"
       }
     }

@@ -17,16 +17,42 @@ public struct RedisEndpoint: Sendable, Hashable, CustomStringConvertible {
   public var description: String { "\(host):\(port)" }
 }
 
+/// The Redis servers a ``RedisLayer`` uses: one server, or a Redis Cluster.
+public enum RedisServers: Sendable, Hashable, CustomStringConvertible {
+  /// One server: a standalone Redis, or a primary behind an address that follows failovers.
+  case standalone(RedisEndpoint)
+  /// A Redis Cluster, found through `seeds`: nodes of the cluster, any of which the layer
+  /// asks for the rest of the topology (`CLUSTER SLOTS`). Give more than one, so that the
+  /// layer starts while one is down.
+  case cluster(seeds: [RedisEndpoint])
+
+  /// The endpoints the layer is configured with.
+  public var endpoints: [RedisEndpoint] {
+    switch self {
+    case .standalone(let endpoint): [endpoint]
+    case .cluster(let seeds): seeds
+    }
+  }
+
+  /// `host:port`, or `cluster of host:port, …`.
+  public var description: String {
+    switch self {
+    case .standalone(let endpoint): endpoint.description
+    case .cluster(let seeds): "cluster of \(seeds.map(\.description).joined(separator: ", "))"
+    }
+  }
+}
+
 extension RedisLayer {
   /// The server, credentials, limits and timing of a ``RedisLayer``.
   public struct Configuration: Sendable {
-    /// The server. Default `127.0.0.1:6379`.
-    public var endpoint: RedisEndpoint
+    /// The server, or the seed nodes of a cluster. Default `127.0.0.1:6379`, standalone.
+    public var servers: RedisServers
     /// The ACL user for `AUTH`, or `nil` for the default user.
     public var username: String?
     /// The password for `AUTH`, or `nil` when the server requires none.
     public var password: String?
-    /// The database `SELECT`ed on every connection. Default 0.
+    /// The database `SELECT`ed on every connection. Default 0, the only one a cluster has.
     public var database: Int
     /// The name connections give themselves (`CLIENT SETNAME`), shown by `CLIENT LIST`, or
     /// `nil` for none. Letters, digits and punctuation only: no spaces.
@@ -62,7 +88,8 @@ extension RedisLayer {
     /// layer throws are not logged by it: its `CacheChain` logs them.
     public var logger: CacheLogger
 
-    /// Creates a configuration.
+    /// Creates a configuration for one server at `endpoint`; see ``init(cluster:)`` for a
+    /// Redis Cluster.
     public init(
       endpoint: RedisEndpoint = RedisEndpoint(host: "127.0.0.1"),
       username: String? = nil,
@@ -79,7 +106,7 @@ extension RedisLayer {
       eventHandler: (@Sendable (RedisLayerEvent) -> Void)? = nil,
       logger: CacheLogger = .disabled
     ) {
-      self.endpoint = endpoint
+      self.servers = .standalone(endpoint)
       self.username = username
       self.password = password
       self.database = database
@@ -95,11 +122,33 @@ extension RedisLayer {
       self.logger = logger
     }
 
+    /// Creates a configuration for the Redis Cluster that `seeds` belong to, with the other
+    /// settings at their defaults; set them on the result.
+    ///
+    /// ```swift
+    /// var configuration = RedisLayer<String, Data>.Configuration(cluster: [
+    ///     RedisEndpoint(host: "10.0.0.11"), RedisEndpoint(host: "10.0.0.12"), RedisEndpoint(host: "10.0.0.13"),
+    /// ])
+    /// configuration.password = secret
+    /// ```
+    public init(cluster seeds: [RedisEndpoint]) {
+      self.init()
+      servers = .cluster(seeds: seeds)
+    }
+
     func validate() throws {
       func invalid(_ message: String) -> AsyncCacheError { .invalidConfiguration("RedisLayer: \(message)") }
-      guard !endpoint.host.isEmpty else { throw invalid("the endpoint's host is empty") }
-      guard (1...65535).contains(endpoint.port) else {
-        throw invalid("the endpoint's port must be in 1...65535, got \(endpoint.port)")
+      if case .cluster(let seeds) = servers {
+        guard !seeds.isEmpty else { throw invalid("a cluster needs at least one seed endpoint") }
+        guard database == 0 else {
+          throw invalid("a Redis Cluster has database 0 only, got database \(database)")
+        }
+      }
+      for endpoint in servers.endpoints {
+        guard !endpoint.host.isEmpty else { throw invalid("the endpoint \(endpoint) has an empty host") }
+        guard (1...65535).contains(endpoint.port) else {
+          throw invalid("the port of \(endpoint) must be in 1...65535")
+        }
       }
       if username != nil && password == nil { throw invalid("a username needs a password") }
       guard database >= 0 else { throw invalid("database must not be negative, got \(database)") }

@@ -42,7 +42,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// How values become stored bytes.
   public nonisolated let valueCoder: CacheValueCoder<Value>
 
-  nonisolated let pool: RedisConnectionPool
+  /// Where commands go: one server's pool, or a cluster's.
+  nonisolated let backend: Backend
   private nonisolated let counters: RedisCounters
   /// `<namespace>:` as bytes.
   private nonisolated let keyPrefix: [UInt8]
@@ -77,21 +78,31 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     let handler = configuration.eventHandler
     let logger = configuration.logger
     let namespace = namespace
-    self.pool = RedisConnectionPool(
-      options: RedisConnectionPool.Options(
-        host: configuration.endpoint.host, port: configuration.endpoint.port,
-        connectTimeout: configuration.connectTimeout, operationTimeout: configuration.operationTimeout,
-        maximumConnections: configuration.maximumConnections, handshake: configuration.handshake,
-        circuitBreaker: configuration.circuitBreaker, clock: configuration.clock),
-      counters: counters,
-      onEvent: { event in
-        Self.log(event, to: logger, namespace: namespace)
-        handler?(event)
-      })
+    let onEvent: @Sendable (RedisLayerEvent) -> Void = { event in
+      Self.log(event, to: logger, namespace: namespace)
+      handler?(event)
+    }
+    let makePool: @Sendable (RedisEndpoint) -> RedisConnectionPool = { endpoint in
+      RedisConnectionPool(
+        options: RedisConnectionPool.Options(
+          host: endpoint.host, port: endpoint.port, connectTimeout: configuration.connectTimeout,
+          operationTimeout: configuration.operationTimeout, maximumConnections: configuration.maximumConnections,
+          handshake: configuration.handshake, circuitBreaker: configuration.circuitBreaker,
+          clock: configuration.clock),
+        counters: counters, onEvent: onEvent)
+    }
+    switch configuration.servers {
+    case .standalone(let endpoint):
+      self.backend = .standalone(makePool(endpoint))
+    case .cluster(let seeds):
+      self.backend = .cluster(
+        RedisClusterClient(
+          seeds: seeds, counters: counters, clock: configuration.clock, onEvent: onEvent, makePool: makePool))
+    }
   }
 
   deinit {
-    pool.shutDown()
+    backend.shutDown()
   }
 
   // MARK: Reading
@@ -109,7 +120,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     writer.beginCommand(argumentCount: 2)
     writer.argument("GET")
     writer.argument(keyPrefix, encodedKey)
-    let reply = try await run(writer, named: "GET")[0]
+    let reply = try await run(writer, named: "GET", key: encodedKey)[0]
     guard let stored = try storedValue(from: reply, key: encodedKey, command: "GET") else { return nil }
     do {
       let entry = CacheEntry(try valueCoder.decode(stored.payload), expiresAt: stored.expiresAt)
@@ -127,7 +138,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   }
 
   /// The entries stored for `keys`, with one `MGET` per 512 keys, sent as one pipeline: one
-  /// round trip for the lot. Keys with no entry are absent from the result.
+  /// round trip for the lot. In a cluster, keys are grouped by slot, and each master gets one
+  /// pipeline of `MGET`s, all masters at once. Keys with no entry are absent from the result.
   ///
   /// - Throws: See ``entry(for:)``.
   // Inlinable, so that the decoding and the dictionary are specialized for the caller's types.
@@ -163,6 +175,11 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// expired and unreadable values are `nil`, counted as misses (and reported when unreadable).
   @usableFromInline
   nonisolated func storedValues(for encodedKeys: [String]) async throws -> [StoredValue?] {
+    let pool: RedisConnectionPool
+    switch backend {
+    case .standalone(let standalone): pool = standalone
+    case .cluster(let cluster): return try await storedValues(for: encodedKeys, in: cluster)
+    }
     let batch = 512
     var writer = RESPCommandWriter(reservingCapacity: encodedKeys.count * (keyPrefix.count + 32) + 32)
     var start = 0
@@ -173,7 +190,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       for key in encodedKeys[start..<end] { writer.argument(keyPrefix, key) }
       start = end
     }
-    let replies = try await run(writer, named: "MGET")
+    let replies = try await run(writer, named: "MGET", on: pool)
     var stored: [StoredValue?] = []
     stored.reserveCapacity(encodedKeys.count)
     for reply in replies {
@@ -182,6 +199,42 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       }
       for value in values {
         stored.append(try storedValue(from: value, key: encodedKeys[stored.count], command: "MGET"))
+      }
+    }
+    return stored
+  }
+
+  /// ``storedValues(for:)`` in a cluster: an `MGET` per slot (and per 512 keys).
+  private nonisolated func storedValues(
+    for encodedKeys: [String], in cluster: RedisClusterClient
+  ) async throws -> [StoredValue?] {
+    var indicesBySlot: [Int: [Int]] = [:]
+    for (index, key) in encodedKeys.enumerated() {
+      indicesBySlot[Int(ClusterSlot.of(prefix: keyPrefix, key: key)), default: []].append(index)
+    }
+    var groups: [RedisClusterClient.Group] = []
+    var groupIndices: [ArraySlice<Int>] = []
+    for (slot, indices) in indicesBySlot {
+      var start = 0
+      while start < indices.count {
+        let chunk = indices[start..<Swift.min(start + 512, indices.count)]
+        var writer = RESPCommandWriter(reservingCapacity: chunk.count * (keyPrefix.count + 32) + 32)
+        writer.beginCommand(argumentCount: chunk.count + 1)
+        writer.argument("MGET")
+        for index in chunk { writer.argument(keyPrefix, encodedKeys[index]) }
+        groups.append(RedisClusterClient.Group(slot: slot, writer: writer))
+        groupIndices.append(chunk)
+        start = chunk.endIndex
+      }
+    }
+    let replies = try await run(groups, named: "MGET", in: cluster)
+    var stored = [StoredValue?](repeating: nil, count: encodedKeys.count)
+    for (indices, groupReplies) in zip(groupIndices, replies) {
+      guard case .array(let values?) = groupReplies[0], values.count == indices.count else {
+        throw unexpected(groupReplies[0], to: "MGET")
+      }
+      for (index, value) in zip(indices, values) {
+        stored[index] = try storedValue(from: value, key: encodedKeys[index], command: "MGET")
       }
     }
     return stored
@@ -275,7 +328,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       writer.argument("PX")
       writer.argument(milliseconds.utf8)
     }
-    let reply = try await run(writer, named: "SET")[0]
+    let reply = try await run(writer, named: "SET", key: encodedKey)[0]
     guard case .simpleString = reply else { throw unexpected(reply, to: "SET") }
     counters.writes.add(1, ordering: .relaxed)
   }
@@ -297,7 +350,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     writer.beginCommand(argumentCount: 2)
     writer.argument("UNLINK")
     writer.argument(keyPrefix, encodedKey)
-    countRemovals(try await run(writer, named: "UNLINK")[0])
+    countRemovals(try await run(writer, named: "UNLINK", key: encodedKey)[0])
   }
 
   /// Counts the keys an `UNLINK` reply says it removed.
@@ -306,27 +359,48 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   }
 
   /// Removes every entry of the namespace, and nothing else: the keys are found with `SCAN`
-  /// (which does not block the server) and removed with `UNLINK`, a batch at a time. Keys
-  /// written while it runs may survive.
+  /// (which does not block the server) and removed with `UNLINK`, a batch at a time; in a
+  /// cluster, on every master, with an `UNLINK` per slot. Keys written while it runs may
+  /// survive.
   public nonisolated func removeAll() async throws {
+    switch backend {
+    case .standalone(let pool):
+      try await removeAll(on: pool, cluster: nil)
+    case .cluster(let cluster):
+      let masters: [RedisConnectionPool]
+      do {
+        masters = try await cluster.masters()
+      } catch let error as RedisError {
+        counters.failures.add(1, ordering: .relaxed)
+        throw error
+      }
+      for master in masters { try await removeAll(on: master, cluster: cluster) }
+    }
+  }
+
+  /// Scans one server for the namespace's keys and unlinks them.
+  private nonisolated func removeAll(on pool: RedisConnectionPool, cluster: RedisClusterClient?) async throws {
     let pattern = Self.globEscaped(keyPrefix) + [UInt8(ascii: "*")]
     var cursor: [UInt8] = Array("0".utf8)
     repeat {
-      let reply = try await run(
-        RESPCommand([Array("SCAN".utf8), cursor, Array("MATCH".utf8), pattern, Array("COUNT".utf8), Array("1000".utf8)]
-        ),
-        named: "SCAN")
+      let scan = RESPCommand(
+        [Array("SCAN".utf8), cursor, Array("MATCH".utf8), pattern, Array("COUNT".utf8), Array("1000".utf8)])
+      let reply = try await run(RESPCommandWriter([scan]), named: "SCAN", on: pool)[0]
       guard case .array(let parts?) = reply, parts.count == 2, case .bulkString(let next?) = parts[0],
         case .array(let keys?) = parts[1]
       else { throw unexpected(reply, to: "SCAN") }
-      var arguments = [Array("UNLINK".utf8)]
+      var keysBySlot: [Int: [[UInt8]]] = [:]
       for key in keys {
         guard case .bulkString(let bytes?) = key else { throw unexpected(reply, to: "SCAN") }
-        arguments.append(bytes)
+        keysBySlot[cluster == nil ? 0 : Int(ClusterSlot.of(bytes)), default: []].append(bytes)
       }
-      if arguments.count > 1 {
-        // SCAN may return a key twice; UNLINK's count is of the keys it removed.
-        countRemovals(try await run(RESPCommand(arguments), named: "UNLINK"))
+      let commands = keysBySlot.map { slot, keys in (slot, RESPCommand([Array("UNLINK".utf8)] + keys)) }
+      // SCAN may return a key twice; UNLINK's count is of the keys it removed.
+      if let cluster, !commands.isEmpty {
+        let groups = commands.map { RedisClusterClient.Group(slot: $0.0, writer: RESPCommandWriter([$0.1])) }
+        for replies in try await run(groups, named: "UNLINK", in: cluster) { countRemovals(replies[0]) }
+      } else if let command = commands.first?.1 {
+        countRemovals(try await run(RESPCommandWriter([command]), named: "UNLINK", on: pool)[0])
       }
       cursor = next
     } while cursor != Array("0".utf8)
@@ -338,14 +412,28 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   ///
   /// - Throws: ``RedisError``.
   public nonisolated func ping() async throws {
-    let reply = try await run(RESPCommand("PING"), named: "PING")
-    guard case .simpleString = reply else { throw unexpected(reply, to: "PING") }
+    let pools: [RedisConnectionPool]
+    switch backend {
+    case .standalone(let pool):
+      pools = [pool]
+    case .cluster(let cluster):
+      do {
+        pools = try await cluster.masters()
+      } catch let error as RedisError {
+        counters.failures.add(1, ordering: .relaxed)
+        throw error
+      }
+    }
+    for pool in pools {
+      let reply = try await run(RESPCommandWriter([RESPCommand("PING")]), named: "PING", on: pool)[0]
+      guard case .simpleString = reply else { throw unexpected(reply, to: "PING") }
+    }
   }
 
   /// Closes the connections. Operations in flight and later ones fail with
   /// ``RedisError/Code/shutDown``. Dropping the layer does the same.
   public nonisolated func shutDown() {
-    pool.shutDown()
+    backend.shutDown()
   }
 
   /// What the layer has counted since it was created.
@@ -373,6 +461,10 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     public var circuitOpenings = 0
     /// Stored values under the namespace the layer could not read.
     public var discardedValues = 0
+    /// Commands a cluster redirected (`MOVED` or `ASK`) that the layer sent again.
+    public var redirects = 0
+    /// Times the layer read a cluster's topology.
+    public var topologyRefreshes = 0
   }
 
   /// What the layer has counted. Safe from any context.
@@ -385,19 +477,30 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       connectionsOpened: counters.connectionsOpened.load(ordering: .relaxed),
       connectionsDiscarded: counters.connectionsDiscarded.load(ordering: .relaxed),
       circuitOpenings: counters.circuitOpenings.load(ordering: .relaxed),
-      discardedValues: counters.discardedValues.load(ordering: .relaxed))
+      discardedValues: counters.discardedValues.load(ordering: .relaxed),
+      redirects: counters.redirects.load(ordering: .relaxed),
+      topologyRefreshes: counters.topologyRefreshes.load(ordering: .relaxed))
   }
 
   // MARK: Internals
 
-  /// Sends `commands` as one pipeline; throws the first error reply as a ``RedisError``.
-  nonisolated func run(_ commands: [RESPCommand], named name: String) async throws -> [RESPValue] {
-    try await run(RESPCommandWriter(commands), named: name)
+  /// Sends the commands of `writer`, all for `key`, as one pipeline to the server (or the
+  /// cluster's master) that holds it; throws the first error reply as a ``RedisError``.
+  nonisolated func run(_ writer: RESPCommandWriter, named name: String, key: String) async throws -> [RESPValue] {
+    switch backend {
+    case .standalone(let pool):
+      return try await run(writer, named: name, on: pool)
+    case .cluster(let cluster):
+      let group = RedisClusterClient.Group(slot: Int(ClusterSlot.of(prefix: keyPrefix, key: key)), writer: writer)
+      return try await run([group], named: name, in: cluster)[0]
+    }
   }
 
-  /// Sends the commands of `writer` as one pipeline; throws the first error reply as a
-  /// ``RedisError``.
-  nonisolated func run(_ writer: RESPCommandWriter, named name: String) async throws -> [RESPValue] {
+  /// Sends the commands of `writer` as one pipeline on `pool`; throws the first error reply as
+  /// a ``RedisError``.
+  nonisolated func run(
+    _ writer: RESPCommandWriter, named name: String, on pool: RedisConnectionPool
+  ) async throws -> [RESPValue] {
     let replies: [RESPValue]
     do {
       replies = try await pool.send(writer)
@@ -405,17 +508,40 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       counters.failures.add(1, ordering: .relaxed)
       throw error
     }
-    for reply in replies {
-      if case .error(let text) = reply {
-        counters.failures.add(1, ordering: .relaxed)
-        throw RedisError.reply(text, to: name, server: pool.server)
-      }
-    }
+    try checkErrors(in: replies, named: name, server: pool.server)
     return replies
   }
 
-  nonisolated func run(_ command: RESPCommand, named name: String) async throws -> RESPValue {
-    try await run([command], named: name)[0]
+  /// Sends each group to its slot's master; throws the first error reply as a ``RedisError``.
+  private nonisolated func run(
+    _ groups: [RedisClusterClient.Group], named name: String, in cluster: RedisClusterClient
+  ) async throws -> [[RESPValue]] {
+    let replies: [[RESPValue]]
+    do {
+      replies = try await cluster.send(groups)
+    } catch let error as RedisError {
+      counters.failures.add(1, ordering: .relaxed)
+      throw error
+    }
+    for groupReplies in replies { try checkErrors(in: groupReplies, named: name, server: cluster.name) }
+    return replies
+  }
+
+  private nonisolated func checkErrors(in replies: [RESPValue], named name: String, server: String) throws {
+    for reply in replies {
+      if case .error(let text) = reply {
+        counters.failures.add(1, ordering: .relaxed)
+        throw RedisError.reply(text, to: name, server: server)
+      }
+    }
+  }
+
+  /// Commands sent and not yet answered, on every connection.
+  nonisolated var commandsInFlight: Int {
+    switch backend {
+    case .standalone(let pool): pool.commandsInFlight
+    case .cluster(let cluster): cluster.commandsInFlight
+    }
   }
 
   /// The key as the key encoding writes it, without the namespace.
@@ -434,7 +560,9 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     counters.failures.add(1, ordering: .relaxed)
     return RedisError(
       code: .protocolError,
-      message: "\(pool.server) answered \(command) with an unexpected reply: \(String(describing: reply).prefix(200))")
+      message:
+        "\(configuration.servers) answered \(command) with an unexpected reply: \(String(describing: reply).prefix(200))"
+    )
   }
 
   private nonisolated func report(_ event: RedisLayerEvent) {
@@ -463,7 +591,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       case .connected: .info
       case .connectionDiscarded, .valueDiscarded: .warning
       case .circuitOpened: .error
-      case .circuitClosed: .notice
+      case .circuitClosed, .topologyChanged: .notice
       }
     logger.log(level, event.description, metadata: ["namespace": namespace], source: "RedisLayer")
   }
@@ -485,5 +613,20 @@ extension RedisLayer where Key == String, Value: Codable {
     valueCoder: CacheValueCoder<Value> = .json
   ) throws {
     try self.init(configuration: configuration, namespace: namespace, keyEncoding: .string, valueCoder: valueCoder)
+  }
+}
+
+extension RedisLayer {
+  /// Where a layer's commands go.
+  enum Backend: Sendable {
+    case standalone(RedisConnectionPool)
+    case cluster(RedisClusterClient)
+
+    func shutDown() {
+      switch self {
+      case .standalone(let pool): pool.shutDown()
+      case .cluster(let cluster): cluster.shutDown()
+      }
+    }
   }
 }

@@ -15,6 +15,9 @@ public enum RedisLayerEvent: Sendable, CustomStringConvertible {
   /// A stored value under the layer's namespace was not one this layer can read (written by
   /// another program, or a coder that changed); it was treated as a miss.
   case valueDiscarded(key: String, reason: String)
+  /// The layer read a Redis Cluster's topology and found it changed (or read it for the first
+  /// time): `masters` serve its slots now.
+  case topologyChanged(masters: [RedisEndpoint])
 
   /// A sentence describing the event, for logs.
   public var description: String {
@@ -25,6 +28,8 @@ public enum RedisLayerEvent: Sendable, CustomStringConvertible {
       "circuit breaker for \(server) opened until \(until) after: \(lastError)"
     case .circuitClosed(let server): "circuit breaker for \(server) closed: the server answers again"
     case .valueDiscarded(let key, let reason): "value for key \(key.debugDescription) discarded: \(reason)"
+    case .topologyChanged(let masters):
+      "cluster topology: \(masters.count) masters (\(masters.map(\.description).joined(separator: ", ")))"
     }
   }
 }

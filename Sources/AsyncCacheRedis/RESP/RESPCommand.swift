@@ -87,6 +87,12 @@ struct RESPCommandWriter {
     for argument in command.arguments { self.argument(argument) }
   }
 
+  /// Appends the commands of `other`.
+  mutating func append(contentsOf other: RESPCommandWriter) {
+    bytes.append(contentsOf: other.bytes)
+    commandCount += other.commandCount
+  }
+
   /// Starts a command of `argumentCount` arguments, its name included.
   mutating func beginCommand(argumentCount: Int) {
     RESPCommand.appendHeader(UInt8(ascii: "*"), argumentCount, to: &bytes)

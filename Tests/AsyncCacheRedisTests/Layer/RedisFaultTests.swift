@@ -189,12 +189,12 @@ struct RedisFaultTests {
     try await layer.insert(Data("B".utf8), for: "b")
     _ = try await server.command("CLIENT", "PAUSE", "60000", "WRITE")
     let blocked = Task { try await layer.insert(Data("late".utf8), for: "a") }
-    await waitUntil { layer.pool.commandsInFlight == 1 }
+    await waitUntil { layer.commandsInFlight == 1 }
     blocked.cancel()
     await #expect(throws: CancellationError.self) { try await blocked.value }
     // Queued behind the cancelled command on the same connection.
     let read = Task { try await layer.value(for: "b") }
-    await waitUntil { layer.pool.commandsInFlight == 2 }
+    await waitUntil { layer.commandsInFlight == 2 }
     _ = try await server.command("CLIENT", "UNPAUSE")
     #expect(try await read.value == Data("B".utf8))
     #expect(layer.statistics.connectionsDiscarded == 0)

@@ -256,8 +256,8 @@ struct RedisLayerTests {
         return error?.code == .invalidConfiguration && error?.message.contains(fragment) == true
       }
     }
-    refuses("port") { $0.endpoint.port = 0 }
-    refuses("host") { $0.endpoint.host = "" }
+    refuses("port") { $0.servers = .standalone(RedisEndpoint(host: "127.0.0.1", port: 0)) }
+    refuses("host") { $0.servers = .standalone(RedisEndpoint(host: "")) }
     refuses("username") { $0.username = "alice" }
     refuses("database") { $0.database = -1 }
     refuses("maximumConnections") { $0.maximumConnections = 0 }

@@ -145,6 +145,11 @@ final class RedisServer: Sendable {
 
   /// A port that was free a moment ago.
   static func freePort() throws -> Int {
+    try bindable(0)
+  }
+
+  /// Binds `port` on 127.0.0.1 (any free one for 0) and returns the port bound, then lets it go.
+  static func bindable(_ port: Int) throws -> Int {
     #if canImport(Darwin)
       let fd = socket(AF_INET, SOCK_STREAM, 0)
     #else
@@ -154,7 +159,7 @@ final class RedisServer: Sendable {
     defer { close(fd) }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = 0
+    address.sin_port = UInt16(port).bigEndian
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
     let bound = withUnsafeMutablePointer(to: &address) {
@@ -162,7 +167,7 @@ final class RedisServer: Sendable {
         bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
       }
     }
-    guard bound else { throw ServerError("cannot bind a loopback port: errno \(errno)") }
+    guard bound else { throw ServerError("cannot bind loopback port \(port): errno \(errno)") }
     return Int(UInt16(bigEndian: address.sin_port))
   }
 
