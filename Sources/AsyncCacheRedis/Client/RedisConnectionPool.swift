@@ -300,4 +300,6 @@ final class RedisCounters: Sendable {
   let discardedValues = Atomic<Int>(0)
   let redirects = Atomic<Int>(0)
   let topologyRefreshes = Atomic<Int>(0)
+  let invalidationsPublished = Atomic<Int>(0)
+  let invalidationsReceived = Atomic<Int>(0)
 }

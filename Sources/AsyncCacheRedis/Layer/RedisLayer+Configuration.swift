@@ -75,6 +75,10 @@ extension RedisLayer {
     /// The lifetime of entries inserted without an expiry, or `nil` (the default) for none:
     /// then they stay until removed or evicted by the server's `maxmemory-policy`.
     public var timeToLive: Duration?
+    /// Whether writes are announced to the other instances so that they drop the key from
+    /// their upper layers, and how; `nil` (the default) for not at all. See
+    /// ``RedisInvalidation`` and ``RedisLayer/forwardInvalidations(to:)``.
+    public var invalidation: RedisInvalidation?
     /// When the layer stops sending to a failing server and when it tries again.
     public var circuitBreaker: RedisCircuitBreakerPolicy
     /// The clock that expiry and the circuit breaker's delays are read from. Default
@@ -101,6 +105,7 @@ extension RedisLayer {
       operationTimeout: Duration = .milliseconds(500),
       maximumValueSize: Int = 16 << 20,
       timeToLive: Duration? = nil,
+      invalidation: RedisInvalidation? = nil,
       circuitBreaker: RedisCircuitBreakerPolicy = RedisCircuitBreakerPolicy(),
       clock: any CacheClock = WallClock(),
       eventHandler: (@Sendable (RedisLayerEvent) -> Void)? = nil,
@@ -116,6 +121,7 @@ extension RedisLayer {
       self.operationTimeout = operationTimeout
       self.maximumValueSize = maximumValueSize
       self.timeToLive = timeToLive
+      self.invalidation = invalidation
       self.circuitBreaker = circuitBreaker
       self.clock = clock
       self.eventHandler = eventHandler
@@ -172,6 +178,12 @@ extension RedisLayer {
           "maximumValueSize must be in 1...\((512 << 20) - RedisEnvelope.maximumHeaderSize), got \(maximumValueSize)")
       }
       if let timeToLive, timeToLive <= .zero { throw invalid("timeToLive must be positive, got \(timeToLive)") }
+      if let invalidation {
+        if let channel = invalidation.channel, channel.isEmpty { throw invalid("invalidation.channel is empty") }
+        guard invalidation.healthCheckInterval > .zero else {
+          throw invalid("invalidation.healthCheckInterval must be positive, got \(invalidation.healthCheckInterval)")
+        }
+      }
       guard circuitBreaker.failureThreshold > 0 else {
         throw invalid("circuitBreaker.failureThreshold must be positive, got \(circuitBreaker.failureThreshold)")
       }

@@ -47,6 +47,12 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   private nonisolated let counters: RedisCounters
   /// `<namespace>:` as bytes.
   private nonisolated let keyPrefix: [UInt8]
+  /// The invalidation channel and this instance's id in its messages, when writes are announced.
+  private nonisolated let announcement: (channel: [UInt8], sender: [UInt8])?
+  /// The subscription that forwards other instances' invalidations, when configured.
+  private nonisolated let subscription: RedisSubscription?
+  /// The layers invalidations are forwarded to.
+  private nonisolated let invalidationTargets: Locked<[any AsyncCacheLayer<Key, Value>]>
 
   /// Creates a layer for `namespace` on the configured server. Nothing is sent until the first
   /// operation.
@@ -91,18 +97,92 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
           clock: configuration.clock),
         counters: counters, onEvent: onEvent)
     }
+    let backend: Backend
     switch configuration.servers {
     case .standalone(let endpoint):
-      self.backend = .standalone(makePool(endpoint))
+      backend = .standalone(makePool(endpoint))
     case .cluster(let seeds):
-      self.backend = .cluster(
+      backend = .cluster(
         RedisClusterClient(
           seeds: seeds, counters: counters, clock: configuration.clock, onEvent: onEvent, makePool: makePool))
     }
+    self.backend = backend
+    let targets = Locked<[any AsyncCacheLayer<Key, Value>]>([])
+    self.invalidationTargets = targets
+    guard let invalidation = configuration.invalidation else {
+      self.announcement = nil
+      self.subscription = nil
+      return
+    }
+    let channel = Array(invalidation.channel(for: namespace).utf8)
+    let sender = InvalidationMessage.makeSender()
+    self.announcement = (channel, sender)
+    let decode = keyEncoding.decode
+    self.subscription = RedisSubscription(
+      options: RedisSubscription.Options(
+        channel: channel, sender: sender, connectTimeout: configuration.connectTimeout,
+        operationTimeout: configuration.operationTimeout, handshake: configuration.handshake,
+        healthCheckInterval: invalidation.healthCheckInterval, backoff: configuration.circuitBreaker,
+        clock: configuration.clock),
+      counters: counters,
+      endpoint: { try await backend.subscriptionEndpoint() },
+      deliver: { change in
+        let layers = targets.withLock { $0 }
+        switch change {
+        case .key(let encodedKey):
+          // A key this layer's encoding cannot read was not written by an instance of it.
+          guard let key = try? decode(encodedKey) else { return }
+          for layer in layers { try? await layer.removeValue(for: key) }
+        case .all:
+          for layer in layers { try? await layer.removeAll() }
+        }
+      },
+      resynchronize: {
+        for layer in targets.withLock({ $0 }) { try? await layer.removeAll() }
+      },
+      onEvent: onEvent)
   }
 
   deinit {
+    subscription?.stop()
     backend.shutDown()
+  }
+
+  // MARK: Invalidation
+
+  /// Removes a key from `layers` whenever another instance writes or removes it in Redis, and
+  /// empties them when another instance calls ``removeAll()``: pass the layers above this one
+  /// in the chain (its memory layer). Can be called more than once; the layers add up.
+  ///
+  /// The layer subscribes to the namespace's invalidation channel on a connection of its own,
+  /// in the background, and keeps the subscription until it is shut down. Its own writes do
+  /// not come back to it. When the subscription breaks, it subscribes again and then empties
+  /// `layers`, because messages sent in between are lost. See ``RedisInvalidation`` for the
+  /// consistency this gives.
+  ///
+  /// - Throws: `AsyncCacheError.Code.invalidConfiguration` when the configuration has no
+  ///   ``Configuration-swift.struct/invalidation``: writes are not announced then.
+  public nonisolated func forwardInvalidations(to layers: [any AsyncCacheLayer<Key, Value>]) throws {
+    guard let subscription else {
+      throw AsyncCacheError.invalidConfiguration(
+        "RedisLayer: forwardInvalidations(to:) needs Configuration.invalidation to be set on every instance")
+    }
+    invalidationTargets.withLock { $0.append(contentsOf: layers) }
+    subscription.start()
+  }
+
+  /// Whether the layer is subscribed to invalidations now (it forwards them and the
+  /// subscription is open).
+  public nonisolated var isReceivingInvalidations: Bool { subscription?.isSubscribed ?? false }
+
+  /// Appends `PUBLISH <channel> <message>` to `writer` when writes are announced.
+  private nonisolated func announce(_ change: InvalidationMessage.Change, in writer: inout RESPCommandWriter) {
+    guard let announcement else { return }
+    writer.beginCommand(argumentCount: 3)
+    writer.argument("PUBLISH")
+    writer.argument(announcement.channel)
+    writer.argument(InvalidationMessage(sender: announcement.sender, change: change).encoded)
+    counters.invalidationsPublished.add(1, ordering: .relaxed)
   }
 
   // MARK: Reading
@@ -328,6 +408,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       writer.argument("PX")
       writer.argument(milliseconds.utf8)
     }
+    announce(.key(encodedKey), in: &writer)
     let reply = try await run(writer, named: "SET", key: encodedKey)[0]
     guard case .simpleString = reply else { throw unexpected(reply, to: "SET") }
     counters.writes.add(1, ordering: .relaxed)
@@ -350,6 +431,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     writer.beginCommand(argumentCount: 2)
     writer.argument("UNLINK")
     writer.argument(keyPrefix, encodedKey)
+    announce(.key(encodedKey), in: &writer)
     countRemovals(try await run(writer, named: "UNLINK", key: encodedKey)[0])
   }
 
@@ -363,19 +445,24 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// cluster, on every master, with an `UNLINK` per slot. Keys written while it runs may
   /// survive.
   public nonisolated func removeAll() async throws {
+    let pools: [RedisConnectionPool]
     switch backend {
     case .standalone(let pool):
       try await removeAll(on: pool, cluster: nil)
+      pools = [pool]
     case .cluster(let cluster):
-      let masters: [RedisConnectionPool]
       do {
-        masters = try await cluster.masters()
+        pools = try await cluster.masters()
       } catch let error as RedisError {
         counters.failures.add(1, ordering: .relaxed)
         throw error
       }
-      for master in masters { try await removeAll(on: master, cluster: cluster) }
+      for master in pools { try await removeAll(on: master, cluster: cluster) }
     }
+    var writer = RESPCommandWriter()
+    announce(.all, in: &writer)
+    // A cluster passes a message on to every node.
+    if writer.commandCount > 0, let pool = pools.first { _ = try await run(writer, named: "PUBLISH", on: pool) }
   }
 
   /// Scans one server for the namespace's keys and unlinks them.
@@ -433,6 +520,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Closes the connections. Operations in flight and later ones fail with
   /// ``RedisError/Code/shutDown``. Dropping the layer does the same.
   public nonisolated func shutDown() {
+    subscription?.stop()
     backend.shutDown()
   }
 
@@ -465,6 +553,10 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     public var redirects = 0
     /// Times the layer read a cluster's topology.
     public var topologyRefreshes = 0
+    /// Invalidation messages published (one per write or removal, when writes are announced).
+    public var invalidationsPublished = 0
+    /// Invalidation messages received from other instances and forwarded.
+    public var invalidationsReceived = 0
   }
 
   /// What the layer has counted. Safe from any context.
@@ -479,7 +571,9 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       circuitOpenings: counters.circuitOpenings.load(ordering: .relaxed),
       discardedValues: counters.discardedValues.load(ordering: .relaxed),
       redirects: counters.redirects.load(ordering: .relaxed),
-      topologyRefreshes: counters.topologyRefreshes.load(ordering: .relaxed))
+      topologyRefreshes: counters.topologyRefreshes.load(ordering: .relaxed),
+      invalidationsPublished: counters.invalidationsPublished.load(ordering: .relaxed),
+      invalidationsReceived: counters.invalidationsReceived.load(ordering: .relaxed))
   }
 
   // MARK: Internals
@@ -589,9 +683,9 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     let level: CacheLogLevel =
       switch event {
       case .connected: .info
-      case .connectionDiscarded, .valueDiscarded: .warning
+      case .connectionDiscarded, .valueDiscarded, .invalidationsInterrupted: .warning
       case .circuitOpened: .error
-      case .circuitClosed, .topologyChanged: .notice
+      case .circuitClosed, .topologyChanged, .invalidationsResubscribed: .notice
       }
     logger.log(level, event.description, metadata: ["namespace": namespace], source: "RedisLayer")
   }
@@ -626,6 +720,20 @@ extension RedisLayer {
       switch self {
       case .standalone(let pool): pool.shutDown()
       case .cluster(let cluster): cluster.shutDown()
+      }
+    }
+
+    /// Where the invalidation subscription connects: the server, or a master of the cluster
+    /// (a cluster passes published messages on to every node).
+    func subscriptionEndpoint() async throws -> RedisEndpoint {
+      switch self {
+      case .standalone(let pool):
+        return RedisEndpoint(host: pool.options.host, port: pool.options.port)
+      case .cluster(let cluster):
+        guard let master = try await cluster.masters().randomElement() else {
+          throw RedisError(code: .routingFailed, message: "\(cluster.name) has no master to subscribe on")
+        }
+        return RedisEndpoint(host: master.options.host, port: master.options.port)
       }
     }
   }

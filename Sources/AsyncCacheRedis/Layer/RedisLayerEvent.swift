@@ -18,6 +18,12 @@ public enum RedisLayerEvent: Sendable, CustomStringConvertible {
   /// The layer read a Redis Cluster's topology and found it changed (or read it for the first
   /// time): `masters` serve its slots now.
   case topologyChanged(masters: [RedisEndpoint])
+  /// The subscription to the invalidation `channel` broke (`reason`); until it is back,
+  /// writes by other instances do not reach the layers this one forwards to.
+  case invalidationsInterrupted(channel: String, reason: String)
+  /// The subscription to the invalidation `channel` is back; the layers it forwards to were
+  /// emptied, since messages sent while it was away are lost.
+  case invalidationsResubscribed(channel: String)
 
   /// A sentence describing the event, for logs.
   public var description: String {
@@ -28,6 +34,10 @@ public enum RedisLayerEvent: Sendable, CustomStringConvertible {
       "circuit breaker for \(server) opened until \(until) after: \(lastError)"
     case .circuitClosed(let server): "circuit breaker for \(server) closed: the server answers again"
     case .valueDiscarded(let key, let reason): "value for key \(key.debugDescription) discarded: \(reason)"
+    case .invalidationsInterrupted(let channel, let reason):
+      "invalidations on \(channel.debugDescription) interrupted: \(reason)"
+    case .invalidationsResubscribed(let channel):
+      "invalidations on \(channel.debugDescription) resubscribed; the layers they reach were emptied"
     case .topologyChanged(let masters):
       "cluster topology: \(masters.count) masters (\(masters.map(\.description).joined(separator: ", ")))"
     }

@@ -1,0 +1,261 @@
+import AsyncCache
+
+/// How the instances that share a ``RedisLayer`` namespace tell each other about writes, so
+/// that each drops its own copies of a key from the layers above Redis.
+///
+/// With it set in the layer's configuration, every write and removal the layer makes is
+/// followed, in the same pipeline, by a `PUBLISH` on the namespace's channel naming the key and
+/// the instance. A layer that forwards invalidations (``RedisLayer/forwardInvalidations(to:)``)
+/// subscribes to the channel and removes the keys that *other* instances wrote from the layers
+/// it was given; messages of its own are ignored.
+///
+/// Pub/sub delivers a message at most once, to the subscribers connected at the time. When the
+/// subscription breaks, the layer subscribes again (with the circuit breaker's delays) and then
+/// empties the layers it forwards to, because messages sent in between are lost.
+public struct RedisInvalidation: Sendable, Hashable {
+  /// The pub/sub channel, or `nil` (the default) for `asynccache:invalidations:<namespace>`.
+  /// Every instance of a namespace must use the same one.
+  public var channel: String?
+  /// How often an idle subscription is checked with `PING`, so that a connection that died
+  /// without closing (a host that vanished) is noticed and replaced. Default 10 seconds, on the
+  /// layer's clock.
+  public var healthCheckInterval: Duration
+
+  /// Creates invalidation settings.
+  public init(channel: String? = nil, healthCheckInterval: Duration = .seconds(10)) {
+    self.channel = channel
+    self.healthCheckInterval = healthCheckInterval
+  }
+
+  /// The channel for `namespace`.
+  func channel(for namespace: String) -> String {
+    channel ?? "asynccache:invalidations:\(namespace)"
+  }
+}
+
+/// What one message on the invalidation channel says: `<sender id> K <encoded key>` (the key
+/// was written or removed) or `<sender id> A` (the namespace was emptied).
+struct InvalidationMessage: Sendable, Equatable {
+  enum Change: Sendable, Equatable {
+    case key(String)
+    case all
+  }
+
+  /// The instance that made the change: 32 hexadecimal digits.
+  var sender: [UInt8]
+  var change: Change
+
+  /// The message's bytes.
+  var encoded: [UInt8] {
+    switch change {
+    case .key(let key): sender + Array(" K ".utf8) + Array(key.utf8)
+    case .all: sender + Array(" A".utf8)
+    }
+  }
+
+  init(sender: [UInt8], change: Change) {
+    self.sender = sender
+    self.change = change
+  }
+
+  /// Reads a message; `nil` for bytes that are not one.
+  init?(_ bytes: [UInt8]) {
+    guard bytes.count >= 34, bytes[32] == UInt8(ascii: " ") else { return nil }
+    sender = Array(bytes[..<32])
+    switch (bytes[33], bytes.count) {
+    case (UInt8(ascii: "A"), 34):
+      change = .all
+    case (UInt8(ascii: "K"), 35...) where bytes[34] == UInt8(ascii: " "):
+      guard let key = String(validating: bytes[35...], as: UTF8.self) else { return nil }
+      change = .key(key)
+    default:
+      return nil
+    }
+  }
+
+  /// A new random instance id.
+  static func makeSender() -> [UInt8] {
+    let digits = Array("0123456789abcdef".utf8)
+    var generator = SystemRandomNumberGenerator()
+    return (0..<32).map { _ in digits[Int(generator.next() & 15)] }
+  }
+}
+
+/// The subscription to a namespace's invalidation channel: a connection of its own in
+/// subscriber mode, kept open (and opened again after a failure) until ``stop()``.
+final class RedisSubscription: Sendable {
+  struct Options: Sendable {
+    var channel: [UInt8]
+    var sender: [UInt8]
+    var connectTimeout: Duration
+    var operationTimeout: Duration
+    var handshake: [RESPCommand]
+    var healthCheckInterval: Duration
+    var backoff: RedisCircuitBreakerPolicy
+    var clock: any CacheClock
+  }
+
+  private let options: Options
+  /// Where to subscribe: the server, or a master of the cluster.
+  private let endpoint: @Sendable () async throws -> RedisEndpoint
+  /// Applies a message from another instance; called in order.
+  private let deliver: @Sendable (InvalidationMessage.Change) async -> Void
+  /// Called after subscribing again: messages may have been lost.
+  private let resynchronize: @Sendable () async -> Void
+  private let counters: RedisCounters
+  private let onEvent: @Sendable (RedisLayerEvent) -> Void
+  private let state = Locked(State())
+
+  private struct State {
+    var task: Task<Void, Never>?
+    var connection: RedisConnection?
+    var isSubscribed = false
+    var isStopped = false
+  }
+
+  init(
+    options: Options, counters: RedisCounters, endpoint: @escaping @Sendable () async throws -> RedisEndpoint,
+    deliver: @escaping @Sendable (InvalidationMessage.Change) async -> Void,
+    resynchronize: @escaping @Sendable () async -> Void, onEvent: @escaping @Sendable (RedisLayerEvent) -> Void
+  ) {
+    self.options = options
+    self.counters = counters
+    self.endpoint = endpoint
+    self.deliver = deliver
+    self.resynchronize = resynchronize
+    self.onEvent = onEvent
+  }
+
+  /// Starts subscribing, once.
+  func start() {
+    state.withLock { state in
+      guard state.task == nil, !state.isStopped else { return }
+      state.task = Task { await self.run() }
+    }
+  }
+
+  /// Stops for good and closes the connection.
+  func stop() {
+    let (task, connection) = state.withLock { state in
+      state.isStopped = true
+      return (state.task, state.connection)
+    }
+    task?.cancel()
+    connection?.close(with: RedisError(code: .shutDown, message: "the invalidation subscription was stopped"))
+  }
+
+  /// Whether the subscription is open now.
+  var isSubscribed: Bool { state.withLock { $0.isSubscribed } }
+
+  private func run() async {
+    var failures = 0
+    var subscribedBefore = false
+    while !Task.isCancelled {
+      if failures > 0 {
+        let delay = backoff(after: failures)
+        do { try await options.clock.sleep(for: delay) } catch { return }
+      }
+      let connection: RedisConnection
+      let messages: AsyncStream<InvalidationMessage>
+      do {
+        (connection, messages) = try await subscribe()
+      } catch {
+        failures += 1
+        continue
+      }
+      failures = 0
+      if subscribedBefore {
+        await resynchronize()
+        onEvent(.invalidationsResubscribed(channel: String(decoding: options.channel, as: UTF8.self)))
+      }
+      subscribedBefore = true
+      let reason = await serve(connection, messages)
+      state.withLock {
+        $0.isSubscribed = false
+        $0.connection = nil
+      }
+      if Task.isCancelled { return }
+      onEvent(.invalidationsInterrupted(channel: String(decoding: options.channel, as: UTF8.self), reason: reason))
+    }
+  }
+
+  /// Opens a subscriber connection and subscribes to the channel.
+  private func subscribe() async throws -> (RedisConnection, AsyncStream<InvalidationMessage>) {
+    let endpoint = try await endpoint()
+    let (messages, continuation) = AsyncStream<InvalidationMessage>.makeStream()
+    let channel = options.channel
+    let sender = options.sender
+    let counters = counters
+    let connection = try await RedisConnection.open(
+      host: endpoint.host, port: endpoint.port, connectTimeout: options.connectTimeout,
+      operationTimeout: options.operationTimeout, isSubscriber: true,
+      onPush: { push in
+        // ["message", channel, payload]
+        guard case .array(let parts?) = push, parts.count == 3, case .bulkString(let from?) = parts[1],
+          from == channel, case .bulkString(let payload?) = parts[2], let message = InvalidationMessage(payload),
+          message.sender != sender
+        else { return }
+        counters.invalidationsReceived.add(1, ordering: .relaxed)
+        continuation.yield(message)
+      },
+      onClose: { _ in continuation.finish() })
+    let registered = state.withLock { state in
+      guard !state.isStopped else { return false }
+      state.connection = connection
+      return true
+    }
+    guard registered else {
+      connection.close(with: RedisError(code: .shutDown, message: "the invalidation subscription was stopped"))
+      throw CancellationError()
+    }
+    do {
+      try await RedisConnectionPool.handshake(options.handshake, on: connection)
+      let reply = try await connection.send(RESPCommand([Array("SUBSCRIBE".utf8), channel]))
+      guard case .array(let parts?) = reply, parts.first == .bulkString(Array("subscribe".utf8)) else {
+        throw RedisError(
+          code: .protocolError,
+          message: "\(connection.server) answered SUBSCRIBE with \(String(describing: reply).prefix(200))")
+      }
+    } catch {
+      connection.close(with: RedisError(code: .shutDown, message: "the subscription failed: \(error)"))
+      throw error
+    }
+    state.withLock { $0.isSubscribed = true }
+    return (connection, messages)
+  }
+
+  /// Applies messages until the connection closes, checking it with `PING` when idle; returns
+  /// why it closed.
+  private func serve(_ connection: RedisConnection, _ messages: AsyncStream<InvalidationMessage>) async -> String {
+    let interval = options.healthCheckInterval
+    let clock = options.clock
+    let deliver = deliver
+    await withTaskGroup(of: Void.self) { group in
+      group.addTask {
+        for await message in messages { await deliver(message.change) }
+      }
+      group.addTask {
+        while !Task.isCancelled {
+          do { try await clock.sleep(for: interval) } catch { return }
+          // A failed or late reply closes the connection, which ends the messages.
+          _ = try? await connection.send(RESPCommand("PING"))
+        }
+      }
+      await group.next()
+      group.cancelAll()
+    }
+    if Task.isCancelled { return "stopped" }
+    connection.close(with: RedisError(code: .connectionClosed, message: "the subscription ended"))
+    return "the subscriber connection to \(connection.server) closed"
+  }
+
+  /// The delay before attempt `failures + 1`: the breaker's initial delay, doubled per failure
+  /// up to its maximum, with jitter.
+  private func backoff(after failures: Int) -> Duration {
+    let initial = options.backoff.initialDelay
+    let maximum = options.backoff.maximumDelay
+    var delay = initial
+    for _ in 1..<min(failures, 32) where delay < maximum { delay *= 2 }
+    return min(delay, maximum) * Double.random(in: 0.5...1)
+  }
+}

@@ -1,0 +1,150 @@
+import AsyncCache
+import AsyncCacheTesting
+import Foundation
+import Testing
+
+@testable import AsyncCacheRedis
+
+/// Waits (yielding) until `condition` holds.
+func eventually(_ condition: () async throws -> Bool) async rethrows {
+  while !(try await condition()) { await Task.yield() }
+}
+
+/// One instance of a service: a memory layer over a Redis layer that forwards invalidations to
+/// it, and a cache whose origin answers `<name> <version>`.
+struct ServiceInstance {
+  let memory: MemoryLayer<String, Data>
+  let redis: RedisLayer<String, Data>
+  let cache: LoadingCache<String, Data>
+  let events = EventLog()
+
+  init(
+    servers: RedisServers, namespace: String = "shared", forwards: Bool = true,
+    origin: @escaping @Sendable (String) -> Data
+  ) throws {
+    var configuration = RedisLayer<String, Data>.Configuration(invalidation: RedisInvalidation())
+    configuration.servers = servers
+    configuration.operationTimeout = .seconds(2)
+    configuration.eventHandler = events.handler
+    memory = try MemoryLayer<String, Data>()
+    redis = try RedisLayer(configuration: configuration, namespace: namespace)
+    cache = try LoadingCache(
+      chain: CacheChain([.init(memory), .init(redis)]), origin: ClosureFetcher { key in origin(key) })
+    if forwards { try redis.forwardInvalidations(to: [memory]) }
+  }
+
+  func inMemory(_ key: String) -> Data? {
+    memory.value(for: key)
+  }
+}
+
+@Suite("Invalidation between instances that share Redis", .redisServer)
+struct RedisInvalidationTests {
+  @Test("a write or removal by one instance drops the key from the other's memory layer, not from its own")
+  func twoInstances() async throws {
+    let server = try await RedisServer.start()
+    let a = try ServiceInstance(servers: .standalone(server.endpoint)) { Data("a \($0)".utf8) }
+    let b = try ServiceInstance(servers: .standalone(server.endpoint)) { Data("b \($0)".utf8) }
+    await eventually { a.redis.isReceivingInvalidations && b.redis.isReceivingInvalidations }
+
+    // A loads from its origin; B finds A's value in Redis and keeps a copy in memory.
+    #expect(try await a.cache.value(for: "k") == Data("a k".utf8))
+    #expect(try await b.cache.value(for: "k") == Data("a k".utf8))
+    #expect(b.inMemory("k") == Data("a k".utf8))
+
+    // A writes a new value: B drops its copy and reads the new one from Redis.
+    try await a.cache.insert(Data("new".utf8), for: "k")
+    await eventually { b.inMemory("k") == nil }
+    #expect(try await b.cache.value(for: "k") == Data("new".utf8))
+
+    // A's own messages do not come back to it. Messages on a channel arrive in order, so once
+    // A has received B's later one, it has passed over its own.
+    let received = a.redis.statistics.invalidationsReceived
+    try await b.cache.removeValue(for: "unrelated")
+    await eventually { a.redis.statistics.invalidationsReceived > received }
+    #expect(a.inMemory("k") == Data("new".utf8))
+
+    // A removal reaches the other instance too.
+    try await b.cache.removeValue(for: "k")
+    await eventually { a.inMemory("k") == nil }
+
+    // So does emptying the namespace.
+    #expect(try await a.cache.value(for: "x") == Data("a x".utf8))
+    #expect(a.inMemory("x") != nil)
+    try await b.cache.removeAll()
+    await eventually { a.inMemory("x") == nil }
+
+    #expect(a.redis.statistics.invalidationsPublished >= 2)
+    #expect(b.redis.statistics.invalidationsReceived >= 2)
+    #expect(a.redis.statistics.failures == 0 && b.redis.statistics.failures == 0)
+  }
+
+  @Test("a lost subscription comes back, and the forwarded-to layers are emptied because messages were lost")
+  func resubscribes() async throws {
+    let server = try await RedisServer.start()
+    let a = try ServiceInstance(servers: .standalone(server.endpoint)) { Data("a \($0)".utf8) }
+    await eventually { a.redis.isReceivingInvalidations }
+    #expect(try await a.cache.value(for: "k") == Data("a k".utf8))
+    #expect(a.inMemory("k") != nil)
+
+    #expect(integer(try await server.command("CLIENT", "KILL", "TYPE", "pubsub")) == 1)
+    await eventually {
+      a.events.all.contains { if case .invalidationsResubscribed = $0 { true } else { false } }
+    }
+    #expect(a.inMemory("k") == nil)
+    #expect(a.events.all.contains { if case .invalidationsInterrupted = $0 { true } else { false } })
+    #expect(a.redis.isReceivingInvalidations)
+
+    // Invalidations flow again.
+    let b = try ServiceInstance(servers: .standalone(server.endpoint), forwards: false) { Data("b \($0)".utf8) }
+    #expect(try await a.cache.value(for: "k") == Data("a k".utf8))
+    try await b.cache.insert(Data("new".utf8), for: "k")
+    await eventually { a.inMemory("k") == nil }
+  }
+
+  @Test("instances of a Redis Cluster hear each other whichever master they subscribed on")
+  func cluster() async throws {
+    let cluster = try await RedisClusterServers.start()
+    let a = try ServiceInstance(servers: .cluster(seeds: cluster.seeds)) { Data("a \($0)".utf8) }
+    let b = try ServiceInstance(servers: .cluster(seeds: cluster.seeds)) { Data("b \($0)".utf8) }
+    await eventually { a.redis.isReceivingInvalidations && b.redis.isReceivingInvalidations }
+    let keys = (0..<12).map { "k\($0)" }
+    for key in keys { #expect(try await b.cache.value(for: key) == Data("b \(key)".utf8)) }
+    for key in keys { #expect(try await a.cache.value(for: key) == Data("b \(key)".utf8)) }
+    for key in keys { try await b.cache.insert(Data("new".utf8), for: key) }
+    for key in keys { await eventually { a.inMemory(key) == nil } }
+  }
+
+  @Test("forwarding needs invalidation in the configuration")
+  func needsConfiguration() throws {
+    let layer = try RedisLayer<String, Data>(configuration: .init(endpoint: RedisEndpoint(host: "127.0.0.1", port: 1)))
+    #expect {
+      try layer.forwardInvalidations(to: [try MemoryLayer<String, Data>()])
+    } throws: { error in
+      "\(error)".contains("Configuration.invalidation")
+    }
+    #expect(throws: (any Error).self) {
+      try RedisLayer<String, Data>(configuration: .init(invalidation: RedisInvalidation(channel: "")))
+    }
+    #expect(throws: (any Error).self) {
+      try RedisLayer<String, Data>(configuration: .init(invalidation: RedisInvalidation(healthCheckInterval: .zero)))
+    }
+  }
+
+  @Test("invalidation messages round-trip; other bytes are not messages")
+  func messages() {
+    let sender = InvalidationMessage.makeSender()
+    #expect(sender.count == 32)
+    #expect(sender != InvalidationMessage.makeSender())
+    for change in [InvalidationMessage.Change.key("k"), .key(""), .key("a b\r\n{é}"), .all] {
+      let message = InvalidationMessage(sender: sender, change: change)
+      #expect(InvalidationMessage(message.encoded) == message)
+    }
+    for bytes in [
+      [], Array("short".utf8), sender + Array(" X k".utf8), sender + Array(" A extra".utf8), sender + [32, 75],
+    ] {
+      #expect(InvalidationMessage(bytes) == nil, "\(bytes)")
+    }
+    #expect(InvalidationMessage(sender + [32, 75, 32, 0xFF]) == nil, "a key that is not UTF-8")
+  }
+}
