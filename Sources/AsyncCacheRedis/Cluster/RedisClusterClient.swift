@@ -9,15 +9,17 @@ import AsyncCache
 /// - **Routing.** Commands are sent in groups whose keys share a slot. Groups for the same
 ///   master go as one pipeline; groups for different masters go concurrently.
 /// - **Redirects.** `MOVED` repoints the slot at once, resends the group to its new master and
-///   refreshes the whole topology in the background. `ASK` resends the group to the node the
+///   refreshes the whole topology in the background (at most once per ``refreshInterval`` of the
+///   layer's clock). `ASK` resends the group to the node the
 ///   slot is migrating to, after `ASKING`, without repointing the slot. A group redirected more
 ///   than ``maximumRedirects`` times fails with ``RedisError/Code/routingFailed``.
 /// - **Failures.** Each master's pool has its own circuit breaker, so a master that is down
-///   fails its slots fast and leaves the others alone. A connection failure also refreshes the
-///   topology (at most once per ``failureRefreshInterval`` of the layer's clock), which finds
-///   a replica promoted in its place.
+///   fails its slots fast and leaves the others alone. A failure to reach a master (its breaker
+///   open included) also refreshes the topology, at most once per ``refreshInterval``, so
+///   that once the cluster has promoted a replica in its place, the slots point at it.
 final class RedisClusterClient: Sendable {
-  /// Commands whose keys are all in `slot`, in their wire form.
+  /// Commands whose keys are all in `slot`, in their wire form: one command with keys, first,
+  /// and keyless ones (`PUBLISH`) after it. A redirected group is sent again whole.
   struct Group: Sendable {
     var slot: Int
     var writer: RESPCommandWriter
@@ -25,8 +27,8 @@ final class RedisClusterClient: Sendable {
 
   /// Redirects a group may follow before it fails.
   static let maximumRedirects = 5
-  /// The least time between refreshes that failures ask for.
-  static let failureRefreshInterval: Duration = .seconds(1)
+  /// The least time between the refreshes that redirects and failures ask for.
+  static let refreshInterval: Duration = .seconds(1)
 
   /// The nodes the topology is first read from.
   let seeds: [RedisEndpoint]
@@ -46,8 +48,8 @@ final class RedisClusterClient: Sendable {
     /// Every pool in use: the masters', and those of nodes that left the topology (retired)
     /// or were only asked for it (seeds).
     var pools: [RedisEndpoint: RedisConnectionPool] = [:]
-    /// Nodes that were not masters at the last refresh; their pools close at the next one, so
-    /// that commands in flight on them finish.
+    /// Nodes that were not masters at the last refresh; their pools close at a later one with
+    /// nothing in flight, so that commands sent to them finish.
     var retired: Set<RedisEndpoint> = []
     var topology: ClusterTopology?
     var refresh: Task<Void, any Error>?
@@ -107,6 +109,8 @@ final class RedisClusterClient: Sendable {
       switch route(pending, groups) {
       case .routed(let routed):
         batches = routed
+      case .shutDown:
+        throw shutDownError
       case .unknownSlot(let slot):
         // A slot with no master: the topology may be out of date. Read it once, then give up.
         guard !refreshedForUnknownSlot else {
@@ -156,7 +160,8 @@ final class RedisClusterClient: Sendable {
   /// The masters, for commands that go to every one of them (`SCAN`, `PING`).
   func masters() async throws -> [RedisConnectionPool] {
     try await requireTopology()
-    return state.withLock { state in
+    return try state.withLock { state throws(RedisError) in
+      guard !state.isShutDown else { throw shutDownError }
       var seen = Set<ObjectIdentifier>()
       return state.slots.compactMap { index -> RedisConnectionPool? in
         guard index >= 0 else { return nil }
@@ -169,15 +174,18 @@ final class RedisClusterClient: Sendable {
   /// Closes every pool; operations in flight and later ones fail with
   /// ``RedisError/Code/shutDown``.
   func shutDown() {
-    let pools = state.withLock { state in
+    let (pools, refresh) = state.withLock { state in
       state.isShutDown = true
-      state.refresh?.cancel()
       defer {
         state.pools = [:]
         state.nodes = []
+        state.slots = [Int16](repeating: -1, count: ClusterSlot.count)
+        state.retired = []
+        state.refresh = nil
       }
-      return Array(state.pools.values)
+      return (Array(state.pools.values), state.refresh)
     }
+    refresh?.cancel()
     for pool in pools { pool.shutDown() }
   }
 
@@ -190,11 +198,13 @@ final class RedisClusterClient: Sendable {
   private enum Routing {
     case routed([(pool: RedisConnectionPool, attempts: [(index: Int, asking: RedisEndpoint?)])])
     case unknownSlot(Int)
+    case shutDown
   }
 
   /// The groups by the pool they go to, in the order each pool was first needed.
   private func route(_ pending: [(index: Int, asking: RedisEndpoint?)], _ groups: [Group]) -> Routing {
     state.withLock { state -> Routing in
+      guard !state.isShutDown else { return .shutDown }
       var batches: [(pool: RedisConnectionPool, attempts: [(index: Int, asking: RedisEndpoint?)])] = []
       var batchOfPool: [ObjectIdentifier: Int] = [:]
       for attempt in pending {
@@ -227,6 +237,8 @@ final class RedisClusterClient: Sendable {
       var writer = RESPCommandWriter(
         reservingCapacity: attempts.reduce(0) { $0 + groups[$1.index].writer.bytes.count + 20 })
       for attempt in attempts {
+        // ASKING covers the next command: a group holds one keyed command, first, and keyless
+        // ones (PUBLISH) after it.
         if attempt.asking != nil { writer.append(RESPCommand("ASKING")) }
         writer.append(contentsOf: groups[attempt.index].writer)
       }
@@ -253,7 +265,7 @@ final class RedisClusterClient: Sendable {
       return try await pool.send(writer)
     } catch let error as RedisError {
       switch error.code {
-      case .connectionFailed, .connectionClosed, .timedOut: refreshInBackground(rateLimited: true)
+      case .connectionFailed, .connectionClosed, .timedOut, .unavailable: refreshInBackground(rateLimited: true)
       default: break
       }
       throw error
@@ -278,14 +290,18 @@ final class RedisClusterClient: Sendable {
       guard !state.isShutDown else { return }
       state.slots[slot] = state.nodeIndex(for: target, make: makePool)
     }
-    refreshInBackground(rateLimited: false)
+    refreshInBackground(rateLimited: true)
   }
 
   // MARK: - The topology
 
   /// Returns once a topology has been read.
   private func requireTopology() async throws {
-    if state.withLock({ $0.topology != nil }) { return }
+    let ready = try state.withLock { state throws(RedisError) in
+      guard !state.isShutDown else { throw shutDownError }
+      return state.topology != nil
+    }
+    if ready { return }
     try await refreshTopology()
   }
 
@@ -302,12 +318,12 @@ final class RedisClusterClient: Sendable {
   }
 
   /// Starts a refresh unless one is under way (or, when `rateLimited`, one ran within the last
-  /// ``failureRefreshInterval``).
+  /// ``refreshInterval``).
   private func refreshInBackground(rateLimited: Bool) {
     let now = clock.now
     state.withLock { state in
       guard !state.isShutDown, state.refresh == nil else { return }
-      if rateLimited, let last = state.lastRefresh, last.duration(to: now) < Self.failureRefreshInterval { return }
+      if rateLimited, let last = state.lastRefresh, last.duration(to: now) < Self.refreshInterval { return }
       state.refresh = Task { try await self.discover() }
     }
   }
@@ -376,8 +392,12 @@ final class RedisClusterClient: Sendable {
       state.slots = slots
       let masters = Set(topology.masters)
       var closing: [RedisConnectionPool] = []
+      // A pool retired at the refresh before is closed once it has nothing in flight.
       for endpoint in state.retired where !masters.contains(endpoint) {
-        if let pool = state.pools.removeValue(forKey: endpoint) { closing.append(pool) }
+        if let pool = state.pools[endpoint], pool.commandsInFlight == 0 {
+          state.pools.removeValue(forKey: endpoint)
+          closing.append(pool)
+        }
       }
       state.retired = Set(state.pools.keys).subtracting(masters)
       return (changed, closing)

@@ -10,15 +10,17 @@ import AsyncCache
 /// it was given; messages of its own are ignored.
 ///
 /// Pub/sub delivers a message at most once, to the subscribers connected at the time. When the
-/// subscription breaks, the layer subscribes again (with the circuit breaker's delays) and then
-/// empties the layers it forwards to, because messages sent in between are lost.
+/// subscription breaks (or the first attempt to subscribe fails), the layer subscribes again,
+/// after the circuit breaker's delays, and then empties the layers it forwards to, because
+/// messages sent in between are lost.
 public struct RedisInvalidation: Sendable, Hashable {
   /// The pub/sub channel, or `nil` (the default) for `asynccache:invalidations:<namespace>`.
   /// Every instance of a namespace must use the same one.
   public var channel: String?
-  /// How often an idle subscription is checked with `PING`, so that a connection that died
-  /// without closing (a host that vanished) is noticed and replaced. Default 10 seconds, on the
-  /// layer's clock.
+  /// How often the subscription is checked with `PING`, so that a connection that died
+  /// without closing (a host that vanished) is noticed within this interval and the operation
+  /// timeout, and replaced. Default 10 seconds, on the layer's clock (as are the delays before
+  /// subscribing again).
   public var healthCheckInterval: Duration
 
   /// Creates invalidation settings.
@@ -148,41 +150,55 @@ final class RedisSubscription: Sendable {
   var isSubscribed: Bool { state.withLock { $0.isSubscribed } }
 
   private func run() async {
+    let channel = String(decoding: options.channel, as: UTF8.self)
+    // Failures in a row; a subscription that closes before it has lived the breaker's maximum
+    // delay counts as one, so that a connection closed as soon as it subscribes is not
+    // reopened (and the layers emptied) in a tight loop.
     var failures = 0
-    var subscribedBefore = false
+    // Whether messages may have been missed since forwarding began.
+    var missedMessages = false
     while !Task.isCancelled {
       if failures > 0 {
-        let delay = backoff(after: failures)
-        do { try await options.clock.sleep(for: delay) } catch { return }
+        do { try await options.clock.sleep(for: backoff(after: failures)) } catch { return }
       }
       let connection: RedisConnection
       let messages: AsyncStream<InvalidationMessage>
+      let closeReason: Locked<RedisError?>
       do {
-        (connection, messages) = try await subscribe()
+        (connection, messages, closeReason) = try await subscribe()
       } catch {
+        if Task.isCancelled { return }
         failures += 1
+        missedMessages = true
+        onEvent(.invalidationsInterrupted(channel: channel, reason: "cannot subscribe: \(error)"))
         continue
       }
-      failures = 0
-      if subscribedBefore {
+      let subscribedAt = options.clock.now
+      if missedMessages {
         await resynchronize()
-        onEvent(.invalidationsResubscribed(channel: String(decoding: options.channel, as: UTF8.self)))
+        onEvent(.invalidationsResubscribed(channel: channel))
       }
-      subscribedBefore = true
-      let reason = await serve(connection, messages)
+      await serve(connection, messages)
       state.withLock {
         $0.isSubscribed = false
         $0.connection = nil
       }
       if Task.isCancelled { return }
-      onEvent(.invalidationsInterrupted(channel: String(decoding: options.channel, as: UTF8.self), reason: reason))
+      missedMessages = true
+      let lived = subscribedAt.duration(to: options.clock.now)
+      failures = lived >= options.backoff.maximumDelay ? 0 : failures + 1
+      let reason = closeReason.withLock { $0 }.map { "\($0)" } ?? "the subscriber connection closed"
+      onEvent(.invalidationsInterrupted(channel: channel, reason: reason))
     }
   }
 
   /// Opens a subscriber connection and subscribes to the channel.
-  private func subscribe() async throws -> (RedisConnection, AsyncStream<InvalidationMessage>) {
+  private func subscribe() async throws -> (
+    RedisConnection, AsyncStream<InvalidationMessage>, closeReason: Locked<RedisError?>
+  ) {
     let endpoint = try await endpoint()
     let (messages, continuation) = AsyncStream<InvalidationMessage>.makeStream()
+    let closeReason = Locked<RedisError?>(nil)
     let channel = options.channel
     let sender = options.sender
     let counters = counters
@@ -198,7 +214,10 @@ final class RedisSubscription: Sendable {
         counters.invalidationsReceived.add(1, ordering: .relaxed)
         continuation.yield(message)
       },
-      onClose: { _ in continuation.finish() })
+      onClose: { error in
+        closeReason.withLock { $0 = error }
+        continuation.finish()
+      })
     let registered = state.withLock { state in
       guard !state.isStopped else { return false }
       state.connection = connection
@@ -221,12 +240,12 @@ final class RedisSubscription: Sendable {
       throw error
     }
     state.withLock { $0.isSubscribed = true }
-    return (connection, messages)
+    return (connection, messages, closeReason)
   }
 
-  /// Applies messages until the connection closes, checking it with `PING` when idle; returns
-  /// why it closed.
-  private func serve(_ connection: RedisConnection, _ messages: AsyncStream<InvalidationMessage>) async -> String {
+  /// Applies messages until the connection closes, checking it with `PING` every health-check
+  /// interval.
+  private func serve(_ connection: RedisConnection, _ messages: AsyncStream<InvalidationMessage>) async {
     let interval = options.healthCheckInterval
     let clock = options.clock
     let deliver = deliver
@@ -244,9 +263,8 @@ final class RedisSubscription: Sendable {
       await group.next()
       group.cancelAll()
     }
-    if Task.isCancelled { return "stopped" }
-    connection.close(with: RedisError(code: .connectionClosed, message: "the subscription ended"))
-    return "the subscriber connection to \(connection.server) closed"
+    connection.close(
+      with: RedisError(code: .connectionClosed, message: "the subscription to \(connection.server) ended"))
   }
 
   /// The delay before attempt `failures + 1`: the breaker's initial delay, doubled per failure

@@ -330,6 +330,11 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       return nil
     case .bulkString(let stored?):
       bytes = stored
+    case .error(let text) where text.hasPrefix("WRONGTYPE"):
+      counters.misses.add(1, ordering: .relaxed)
+      counters.discardedValues.add(1, ordering: .relaxed)
+      report(.valueDiscarded(key: key, reason: "the key holds another Redis type (\(text.prefix(200)))"))
+      return nil
     default:
       throw unexpected(reply, to: command)
     }
@@ -448,7 +453,6 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     let pools: [RedisConnectionPool]
     switch backend {
     case .standalone(let pool):
-      try await removeAll(on: pool, cluster: nil)
       pools = [pool]
     case .cluster(let cluster):
       do {
@@ -457,12 +461,33 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         counters.failures.add(1, ordering: .relaxed)
         throw error
       }
-      for master in pools { try await removeAll(on: master, cluster: cluster) }
     }
+    do {
+      for pool in pools { try await removeAll(on: pool, cluster: backend.cluster) }
+    } catch {
+      // Some keys may be gone: the other instances empty their layers all the same.
+      try? await announceRemoveAll(on: pools)
+      throw error
+    }
+    try await announceRemoveAll(on: pools)
+  }
+
+  /// Publishes that the namespace was emptied, on the first of `pools` that takes it (a
+  /// cluster passes a message on to every node).
+  private nonisolated func announceRemoveAll(on pools: [RedisConnectionPool]) async throws {
     var writer = RESPCommandWriter()
     announce(.all, in: &writer)
-    // A cluster passes a message on to every node.
-    if writer.commandCount > 0, let pool = pools.first { _ = try await run(writer, named: "PUBLISH", on: pool) }
+    guard writer.commandCount > 0 else { return }
+    var lastError: (any Error)?
+    for pool in pools {
+      do {
+        _ = try await run(writer, named: "PUBLISH", on: pool)
+        return
+      } catch {
+        lastError = error
+      }
+    }
+    if let lastError { throw lastError }
   }
 
   /// Scans one server for the namespace's keys and unlinks them.
@@ -624,6 +649,9 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   private nonisolated func checkErrors(in replies: [RESPValue], named name: String, server: String) throws {
     for reply in replies {
       if case .error(let text) = reply {
+        // A key of another type under the namespace is not a value this layer can read: a
+        // miss, as MGET's nil for it is (see `storedValue(from:key:command:)`).
+        if name == "GET" && text.hasPrefix("WRONGTYPE") { continue }
         counters.failures.add(1, ordering: .relaxed)
         throw RedisError.reply(text, to: name, server: server)
       }
@@ -721,6 +749,10 @@ extension RedisLayer {
       case .standalone(let pool): pool.shutDown()
       case .cluster(let cluster): cluster.shutDown()
       }
+    }
+
+    var cluster: RedisClusterClient? {
+      if case .cluster(let cluster) = self { cluster } else { nil }
     }
 
     /// Where the invalidation subscription connects: the server, or a master of the cluster

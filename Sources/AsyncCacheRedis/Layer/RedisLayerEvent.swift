@@ -18,8 +18,8 @@ public enum RedisLayerEvent: Sendable, CustomStringConvertible {
   /// The layer read a Redis Cluster's topology and found it changed (or read it for the first
   /// time): `masters` serve its slots now.
   case topologyChanged(masters: [RedisEndpoint])
-  /// The subscription to the invalidation `channel` broke (`reason`); until it is back,
-  /// writes by other instances do not reach the layers this one forwards to.
+  /// The subscription to the invalidation `channel` broke or could not be made (`reason`);
+  /// until it is back, writes by other instances do not reach the layers this one forwards to.
   case invalidationsInterrupted(channel: String, reason: String)
   /// The subscription to the invalidation `channel` is back; the layers it forwards to were
   /// emptied, since messages sent while it was away are lost.

@@ -55,6 +55,20 @@ struct RedisClusterTests {
     #expect(masters.count == 1)
     #expect(Set(masters.first ?? []) == Set(cluster.seeds))
     try await layer.ping()
+
+    // After shutDown, every operation fails with shutDown.
+    layer.shutDown()
+    let operations: [@Sendable () async throws -> Void] = [
+      { _ = try await layer.value(for: "key-1") }, { _ = try await layer.entries(for: keys) },
+      { try await layer.insert(Data(), for: "k") }, { try await layer.removeAll() }, { try await layer.ping() },
+    ]
+    for operation in operations {
+      await #expect {
+        try await operation()
+      } throws: { error in
+        code(of: error) == .shutDown
+      }
+    }
   }
 
   @Test("the layer computes the slot the server does (CLUSTER KEYSLOT), hash tags included")

@@ -5,9 +5,19 @@ import Testing
 
 @testable import AsyncCacheRedis
 
-/// Waits (yielding) until `condition` holds.
-func eventually(_ condition: () async throws -> Bool) async rethrows {
-  while !(try await condition()) { await Task.yield() }
+/// Waits (yielding) until `condition` holds; records an issue when it does not within 30
+/// seconds, a bound no passing run comes near.
+func eventually(
+  _ condition: () async throws -> Bool, sourceLocation: SourceLocation = #_sourceLocation
+) async rethrows {
+  let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+  while !(try await condition()) {
+    guard ContinuousClock.now < deadline else {
+      Issue.record("the condition did not hold within 30 seconds", sourceLocation: sourceLocation)
+      return
+    }
+    await Task.yield()
+  }
 }
 
 /// One instance of a service: a memory layer over a Redis layer that forwards invalidations to
@@ -47,8 +57,10 @@ struct RedisInvalidationTests {
     let b = try ServiceInstance(servers: .standalone(server.endpoint)) { Data("b \($0)".utf8) }
     await eventually { a.redis.isReceivingInvalidations && b.redis.isReceivingInvalidations }
 
-    // A loads from its origin; B finds A's value in Redis and keeps a copy in memory.
+    // A loads from its origin; B finds A's value in Redis and keeps a copy in memory (once A's
+    // message about its write has reached B, so that it cannot drop that copy).
     #expect(try await a.cache.value(for: "k") == Data("a k".utf8))
+    await eventually { b.redis.statistics.invalidationsReceived == 1 }
     #expect(try await b.cache.value(for: "k") == Data("a k".utf8))
     #expect(b.inMemory("k") == Data("a k".utf8))
 
@@ -110,7 +122,9 @@ struct RedisInvalidationTests {
     await eventually { a.redis.isReceivingInvalidations && b.redis.isReceivingInvalidations }
     let keys = (0..<12).map { "k\($0)" }
     for key in keys { #expect(try await b.cache.value(for: key) == Data("b \(key)".utf8)) }
+    await eventually { a.redis.statistics.invalidationsReceived == keys.count }
     for key in keys { #expect(try await a.cache.value(for: key) == Data("b \(key)".utf8)) }
+    #expect(keys.allSatisfy { a.inMemory($0) != nil })
     for key in keys { try await b.cache.insert(Data("new".utf8), for: key) }
     for key in keys { await eventually { a.inMemory(key) == nil } }
   }

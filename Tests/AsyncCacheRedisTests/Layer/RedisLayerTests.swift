@@ -239,9 +239,17 @@ struct RedisLayerTests {
     #expect(try await typed.entry(for: "json") == nil)
     #expect(layer.statistics.discardedValues == 2)
     #expect(typed.statistics.discardedValues == 1)
+    // A key of another Redis type: GET refuses it (WRONGTYPE) where MGET answers nil; both are
+    // misses for the layer, and the GET is reported.
+    _ = try await server.command("RPUSH", "test:list", "x")
+    #expect(try await layer.entry(for: "list") == nil)
+    #expect(try await layer.entries(for: ["list", "plain"]).isEmpty)
+    #expect(layer.statistics.failures == 0)
+    #expect(layer.statistics.discardedValues == 4)
     let reported = events.withLock { $0 }
-    #expect(reported.count == 2)
+    #expect(reported.count == 4)
     #expect(reported.first?.contains("not written by a RedisLayer") == true)
+    #expect(reported.contains { $0.hasPrefix("list: ") && $0.contains("WRONGTYPE") })
   }
 
   @Test("invalid configurations are refused with a message naming the setting")
