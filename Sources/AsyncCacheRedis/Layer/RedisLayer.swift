@@ -450,18 +450,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// cluster, on every master, with an `UNLINK` per slot. Keys written while it runs may
   /// survive.
   public nonisolated func removeAll() async throws {
-    let pools: [RedisConnectionPool]
-    switch backend {
-    case .standalone(let pool):
-      pools = [pool]
-    case .cluster(let cluster):
-      do {
-        pools = try await cluster.masters()
-      } catch let error as RedisError {
-        counters.failures.add(1, ordering: .relaxed)
-        throw error
-      }
-    }
+    let pools = try await servers()
     do {
       for pool in pools { try await removeAll(on: pool, cluster: backend.cluster) }
     } catch {
@@ -470,6 +459,21 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       throw error
     }
     try await announceRemoveAll(on: pools)
+  }
+
+  /// The server, or the cluster's masters: where commands without a key go.
+  private nonisolated func servers() async throws -> [RedisConnectionPool] {
+    switch backend {
+    case .standalone(let pool):
+      return [pool]
+    case .cluster(let cluster):
+      do {
+        return try await cluster.masters()
+      } catch let error as RedisError {
+        counters.failures.add(1, ordering: .relaxed)
+        throw error
+      }
+    }
   }
 
   /// Publishes that the namespace was emptied, on the first of `pools` that takes it (a
@@ -524,18 +528,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   ///
   /// - Throws: ``RedisError``.
   public nonisolated func ping() async throws {
-    let pools: [RedisConnectionPool]
-    switch backend {
-    case .standalone(let pool):
-      pools = [pool]
-    case .cluster(let cluster):
-      do {
-        pools = try await cluster.masters()
-      } catch let error as RedisError {
-        counters.failures.add(1, ordering: .relaxed)
-        throw error
-      }
-    }
+    let pools = try await servers()
     for pool in pools {
       let reply = try await run(RESPCommandWriter([RESPCommand("PING")]), named: "PING", on: pool)[0]
       guard case .simpleString = reply else { throw unexpected(reply, to: "PING") }
