@@ -295,9 +295,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     do {
       payload = try valueCoder.encode(entry.value)
     } catch {
-      throw PersistenceError(
-        code: .encodingFailed, message: "cannot encode the value for key \(encoded.prefix(200).debugDescription)",
-        underlying: error)
+      throw PersistenceError.unencodableValue(key: encoded, layer: "SQLiteLayer", underlying: error)
     }
     let size = encoded.utf8.count + SQLiteRecord.headerSize + payload.count
     guard payload.count <= entryLimit, size <= configuration.sizeLimit else {

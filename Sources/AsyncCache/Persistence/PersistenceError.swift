@@ -110,6 +110,13 @@ extension PersistenceError {
       underlying: underlying)
   }
 
+  /// The error for a value that `layer`'s value coder could not encode.
+  package static func unencodableValue(key: String, layer: String, underlying: any Error) -> PersistenceError {
+    PersistenceError(
+      code: .encodingFailed, message: "\(layer) cannot encode the value for key \(key.prefix(200).debugDescription)",
+      underlying: underlying)
+  }
+
   package static func valueTooLarge(
     key: String, size: Int, limit: Int, layer: String, limitName: String = "per-entry limit (maximumEntrySize)"
   ) -> PersistenceError {

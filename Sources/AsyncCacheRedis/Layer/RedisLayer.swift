@@ -388,9 +388,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     do {
       payload = try valueCoder.encode(entry.value)
     } catch {
-      throw PersistenceError(
-        code: .encodingFailed, message: "RedisLayer could not encode the value for key \(encodedKey.debugDescription)",
-        underlying: error)
+      throw PersistenceError.unencodableValue(key: encodedKey, layer: "RedisLayer", underlying: error)
     }
     guard payload.count <= configuration.maximumValueSize else {
       throw PersistenceError.valueTooLarge(

@@ -202,9 +202,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
     do {
       payload = try valueCoder.encode(entry.value)
     } catch {
-      throw PersistenceError(
-        code: .encodingFailed, message: "DiskLayer cannot encode the value for key \(Self.describe(encodedKey))",
-        underlying: error)
+      throw PersistenceError.unencodableValue(key: encodedKey, layer: "DiskLayer", underlying: error)
     }
     guard encodedKey.utf8.count <= Self.longestKey else {
       throw PersistenceError.valueTooLarge(
