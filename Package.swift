@@ -75,7 +75,8 @@ let package = Package(
     ),
     // Starts redis-server processes of its own on loopback ports (skipped without one, outside CI).
     .testTarget(
-      name: "AsyncCacheRedisTests", dependencies: ["AsyncCache", "AsyncCacheRedis", "AsyncCacheTesting"],
+      name: "AsyncCacheRedisTests",
+      dependencies: ["AsyncCache", "AsyncCacheRedis", "AsyncCacheTesting", "PersistenceTestSupport"],
       swiftSettings: strict),
     // Runs URLSessionFetcher against a small HTTP/1.1 server of its own on a loopback port.
     .testTarget(

@@ -31,7 +31,8 @@ import Synchronization
 public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
   /// The database file.
   public nonisolated let url: URL
-  /// The namespace this layer reads and writes.
+  /// The namespace this layer reads and writes, in Unicode Normalization Form C (namespaces
+  /// that Swift calls equal are one namespace).
   public nonisolated let namespace: String
   /// The layer's limits, timing and clock.
   public nonisolated let configuration: Configuration
@@ -97,7 +98,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     // checked again in `open()`.
     try configuration.validate(sqliteMaximumLength: 1_000_000_000)
     self.url = url
-    self.namespace = namespace
+    // One namespace, whichever way its accents are written (see CacheKeyEncoding's key identity).
+    self.namespace = namespace.nfcNormalized
     self.configuration = configuration
     self.keyEncoding = keyEncoding
     self.valueCoder = valueCoder
@@ -298,9 +300,12 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       throw PersistenceError.unencodableValue(key: encoded, layer: "SQLiteLayer", underlying: error)
     }
     let size = encoded.utf8.count + SQLiteRecord.headerSize + payload.count
-    guard payload.count <= entryLimit, size <= configuration.sizeLimit else {
-      throw PersistenceError.valueTooLarge(
-        key: encoded, size: payload.count, limit: Swift.min(entryLimit, configuration.sizeLimit), layer: "SQLiteLayer")
+    guard payload.count <= entryLimit else {
+      throw PersistenceError.valueTooLarge(key: encoded, size: payload.count, limit: entryLimit, layer: "SQLiteLayer")
+    }
+    guard size <= configuration.sizeLimit else {
+      throw PersistenceError.entryOverSizeLimit(
+        key: encoded, size: size, limit: configuration.sizeLimit, layer: "SQLiteLayer")
     }
     let now = configuration.clock.now
     let expiresAt = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) }).expiresAt

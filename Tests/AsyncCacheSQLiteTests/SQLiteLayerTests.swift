@@ -205,6 +205,30 @@ struct SQLiteLayerTests {
     #expect(try RawDatabase(url).rowCount() == 0)
   }
 
+  @Test("a value within the per-entry cap but over the size limit with its key and header names the size limit")
+  func refusalNamesTheLimitItBroke() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    let layer = try await SQLiteLayer<String, Data>(
+      url: url, configuration: .init(sizeLimit: 1_000, maximumEntrySize: 1_000))
+    // 990 bytes of value + 2 of key + a 24-byte header = 1,016 bytes: over the size limit only.
+    let error = await #expect(throws: PersistenceError.self) { try await layer.insert(Data(count: 990), for: "k9") }
+    #expect(error?.code == .valueTooLarge)
+    #expect(error?.message.contains("1016 bytes") == true, "\(String(describing: error))")
+    #expect(error?.message.contains("sizeLimit") == true, "\(String(describing: error))")
+    #expect(error?.message.contains("maximumEntrySize") == false, "\(String(describing: error))")
+    // Over the per-entry cap: that cap is named, with the value's own size.
+    let capped = try await SQLiteLayer<String, Data>(
+      url: url, namespace: "capped", configuration: .init(sizeLimit: 10_000, maximumEntrySize: 500))
+    let overCap = await #expect(throws: PersistenceError.self) { try await capped.insert(Data(count: 501), for: "k") }
+    #expect(overCap?.message.contains("501 bytes") == true, "\(String(describing: overCap))")
+    #expect(overCap?.message.contains("maximumEntrySize") == true, "\(String(describing: overCap))")
+    #expect(overCap?.message.contains("of 500 bytes") == true, "\(String(describing: overCap))")
+    try await layer.close()
+    try await capped.close()
+  }
+
   @Test(
     "keys that look alike, long keys and keys with NUL bytes stay apart",
     arguments: [

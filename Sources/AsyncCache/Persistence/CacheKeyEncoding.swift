@@ -2,13 +2,25 @@ public import Foundation
 
 /// How a persistent layer turns keys into strings and back.
 ///
-/// Persistent layers (the disk, SQLite, Redis and UserDefaults layers) store
-/// keys as strings. An encoding must be **injective**: two different keys must never encode to
-/// the same string, or one key would read the other's value. The built-in encodings are:
+/// Persistent layers (the disk, SQLite, Redis and UserDefaults layers) store keys as strings.
+///
+/// ## Key identity
+///
+/// Every layer, and the in-flight table of a ``LoadingCache``, tells keys apart the way Swift
+/// does: two keys are the same entry exactly when they are `==`. For strings, `==` is canonical
+/// equivalence: `"caf\u{E9}"` (precomposed) and `"cafe\u{301}"` (a combining accent) are one
+/// key. So that a persistent layer agrees with a ``MemoryLayer`` above it, ``encode`` returns its
+/// string in Unicode Normalization Form C (NFC), whatever the closure it was made from returns:
+/// canonically equivalent strings become the same bytes, and persistent layers compare those
+/// bytes. A chain therefore gives the same answer as any one of its layers.
+///
+/// An encoding must be **injective** up to that rule: keys that are not `==` must encode to
+/// strings that are not canonically equivalent, or one key would read the other's value. Keys
+/// that are `==` must encode to canonically equivalent strings. The built-in encodings are:
 ///
 /// | Encoding | Keys | Encoded form |
 /// |---|---|---|
-/// | ``string`` | `String` | the string itself |
+/// | ``string`` | `String` | the string itself (in NFC) |
 /// | ``description`` | `LosslessStringConvertible` (integers, `Character`, …) | `description` |
 /// | ``rawValue`` | `RawRepresentable` with `String` raw values | `rawValue` |
 /// | ``uuid`` | `UUID` | `uuidString` |
@@ -21,19 +33,43 @@ public import Foundation
 /// encode differently after a restart and miss. Likewise `description` encodes `0.0` and
 /// `-0.0`, which are equal, differently. `decode` makes stored keys enumerable; it throws for
 /// strings that no key encodes to.
+///
+/// Keys whose identity is their exact bytes (say, a type whose `==` compares `utf8` views)
+/// must encode to strings that keep those bytes apart under NFC, for example as hexadecimal.
 public struct CacheKeyEncoding<Key: Sendable>: Sendable {
-  /// Encodes a key. Throws when the key cannot be represented.
+  /// Encodes a key, in Unicode Normalization Form C (see "Key identity" in ``CacheKeyEncoding``). Throws when the
+  /// key cannot be represented.
+  ///
+  /// Costs the closure the encoding was made from, plus a scan of its result: a string whose
+  /// scalars are all below U+0300 (ASCII and the Latin-1 and Latin Extended letters) is in NFC
+  /// already; any other string is normalized.
   public let encode: @Sendable (Key) throws -> String
   /// Decodes a string produced by ``encode``. Throws for any other string.
   public let decode: @Sendable (String) throws -> Key
 
-  /// An encoding from a pair of closures; `encode` must be injective and `decode` its inverse.
+  /// An encoding from a pair of closures: `encode` must be injective up to canonical
+  /// equivalence (see "Key identity" in ``CacheKeyEncoding``), and `decode` its inverse. What `encode` returns is
+  /// normalized to NFC before any layer sees it.
   public init(
     encode: @escaping @Sendable (Key) throws -> String,
     decode: @escaping @Sendable (String) throws -> Key
   ) {
-    self.encode = encode
+    self.encode = { key in try encode(key).nfcNormalized }
     self.decode = decode
+  }
+}
+
+extension String {
+  /// The string in Unicode Normalization Form C: how persistent layers store encoded keys and
+  /// namespaces (see "Key identity" in ``CacheKeyEncoding``).
+  ///
+  /// Canonically equivalent strings, which Swift calls equal, come out as the same bytes; a
+  /// string already in NFC comes out unchanged. O(n); a string whose scalars are all below
+  /// U+0300 is in NFC (no scalar there composes or decomposes) and is returned after one scan
+  /// of its UTF-8 bytes (lead bytes below `0xCC`).
+  package var nfcNormalized: String {
+    if utf8.allSatisfy({ $0 < 0xCC }) { return self }
+    return precomposedStringWithCanonicalMapping
   }
 }
 

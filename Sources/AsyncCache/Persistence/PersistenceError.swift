@@ -117,6 +117,8 @@ extension PersistenceError {
       underlying: underlying)
   }
 
+  /// The error for a value refused because its encoded bytes alone exceed `limit`, the layer's
+  /// per-entry limit (or the one `limitName` names).
   package static func valueTooLarge(
     key: String, size: Int, limit: Int, layer: String, limitName: String = "per-entry limit (maximumEntrySize)"
   ) -> PersistenceError {
@@ -124,5 +126,15 @@ extension PersistenceError {
       code: .valueTooLarge,
       message: "\(layer) refused the value for key \(key.prefix(200).debugDescription): \(size) bytes, above its "
         + "\(limitName) of \(limit) bytes")
+  }
+
+  /// The error for an entry refused because its whole stored size (`size`: the value, the key
+  /// and the layer's header) exceeds the layer's total size limit, although the value alone is
+  /// within its per-entry limit.
+  package static func entryOverSizeLimit(key: String, size: Int, limit: Int, layer: String) -> PersistenceError {
+    PersistenceError(
+      code: .valueTooLarge,
+      message: "\(layer) refused the value for key \(key.prefix(200).debugDescription): \(size) bytes with its key "
+        + "and header, above its size limit (sizeLimit) of \(limit) bytes")
   }
 }

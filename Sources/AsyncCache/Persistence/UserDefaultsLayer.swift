@@ -86,7 +86,8 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
     self.configuration = configuration
     self.keyEncoding = keyEncoding
     self.valueCoder = valueCoder
-    self.prefix = "asynccache.\(configuration.namespace)."
+    // One namespace, whichever way its accents are written (see CacheKeyEncoding's key identity).
+    self.prefix = "asynccache.\(configuration.namespace.nfcNormalized)."
     self.executor = try BlockingExecutor(label: "AsyncCache.UserDefaultsLayer(\(suiteName))")
     self.defaults = defaults
   }
@@ -178,7 +179,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
       try removeStored(defaultsKey)
       return
     }
-    let encodedKey = defaultsKey.dropFirst(prefix.count)
+    let encodedKey = encodedKey(of: defaultsKey)
     let payload: Data
     do {
       payload = try valueCoder.encode(capped.value)
@@ -273,7 +274,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
       guard let (expiry, _) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey), expiry > now else {
         return nil
       }
-      return try? keyEncoding.decode(String(defaultsKey.dropFirst(prefix.count)))
+      return try? keyEncoding.decode(encodedKey(of: defaultsKey))
     }
   }
 
@@ -298,7 +299,15 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   /// or registration defaults), with their stored objects.
   private func ownedEntries() -> [(String, Any)] {
     guard let domain = defaults.persistentDomain(forName: suiteName) else { return [] }
-    return domain.filter { $0.key.hasPrefix(prefix) }.map { ($0.key, $0.value) }
+    // Compared as bytes: `hasPrefix` compares characters, and an encoded key that starts with a
+    // combining mark joins the prefix's final `.` into one character that is not `.`.
+    return domain.filter { $0.key.utf8.starts(with: prefix.utf8) }.map { ($0.key, $0.value) }
+  }
+
+  /// The encoded key in one of this layer's defaults keys: what follows the prefix, in bytes
+  /// (not characters, for the reason ``ownedEntries()`` gives).
+  private func encodedKey(of defaultsKey: String) -> String {
+    String(decoding: defaultsKey.utf8.dropFirst(prefix.utf8.count), as: UTF8.self)
   }
 
   private func removeStored(_ defaultsKey: String) throws {
@@ -318,7 +327,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
     } catch {
       log(
         .warning, "could not write the suite after removing a stored value; the removal may not last",
-        metadata: ["key": CacheLogger.describe(defaultsKey.dropFirst(prefix.count)), "error": "\(error)"])
+        metadata: ["key": CacheLogger.describe(encodedKey(of: defaultsKey)), "error": "\(error)"])
     }
   }
 
@@ -326,7 +335,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   private func logDiscarded(_ defaultsKey: String, reason: @autoclosure () -> String) {
     log(
       .warning, "a stored value was removed; a miss",
-      metadata: ["key": CacheLogger.describe(defaultsKey.dropFirst(prefix.count)), "reason": reason()])
+      metadata: ["key": CacheLogger.describe(encodedKey(of: defaultsKey)), "reason": reason()])
   }
 
   /// Logs through the configuration's logger as `UserDefaultsLayer`, adding the suite and

@@ -13,8 +13,12 @@ public import Foundation
 ///     layers: [MemoryLayer<String, Data>(), redis], origin: ClosureFetcher { try await render($0) })
 /// ```
 ///
-/// - **Keys** are stored as `<namespace>:<encoded key>`; ``removeAll()`` removes the namespace's
-///   keys only.
+/// - **Keys** are stored as `<namespace>:<encoded key>`, the namespace with every `\` and `:`
+///   escaped by a `\` (namespace `a:b` and key `c` are `a\:b:c`; namespace `a` and key `b:c`
+///   are `a:b:c`), so that no namespace's keys start with another namespace's prefix:
+///   ``removeAll()`` removes the namespace's keys only, and namespaces never read each other's
+///   values. Encoded keys and the namespace are in Unicode Normalization Form C (see
+///   `CacheKeyEncoding`).
 /// - **Values** are stored with a small header that keeps their expiry (see `CacheValueCoder`
 ///   for the value's bytes); Redis expires them itself through `PX`. A value under the
 ///   namespace that the layer cannot read is a miss, counted and reported as a
@@ -33,7 +37,7 @@ public import Foundation
 /// The layer connects lazily: creating it does not touch the network, so a service starts
 /// while Redis is down. Call ``ping()`` to check the server at startup.
 public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
-  /// The namespace this layer's keys live under.
+  /// The namespace this layer's keys live under, in Unicode Normalization Form C.
   public nonisolated let namespace: String
   /// The server, limits and timing.
   public nonisolated let configuration: Configuration
@@ -45,7 +49,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Where commands go: one server's pool, or a cluster's.
   nonisolated let backend: Backend
   private nonisolated let counters: RedisCounters
-  /// `<namespace>:` as bytes.
+  /// `<escaped namespace>:` as bytes (see ``keyPrefix(of:)``).
   private nonisolated let keyPrefix: [UInt8]
   /// The invalidation channel and this instance's id in its messages, when writes are announced.
   private nonisolated let announcement: (channel: [UInt8], sender: [UInt8])?
@@ -59,7 +63,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   ///
   /// - Parameters:
   ///   - configuration: The server, credentials, limits and timing.
-  ///   - namespace: The prefix of this layer's keys; not empty. Default `"default"`.
+  ///   - namespace: The prefix of this layer's keys; not empty. Any characters: `:` and `\`
+  ///     are escaped in stored keys. Default `"default"`.
   ///   - keyEncoding: How keys become stored strings; must be injective.
   ///   - valueCoder: How values become stored bytes.
   /// - Throws: `AsyncCacheError.Code.invalidConfiguration` for an empty namespace or invalid
@@ -74,16 +79,16 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       throw AsyncCacheError.invalidConfiguration("RedisLayer: the namespace must not be empty")
     }
     try configuration.validate()
+    let namespace = namespace.nfcNormalized
     self.namespace = namespace
     self.configuration = configuration
     self.keyEncoding = keyEncoding
     self.valueCoder = valueCoder
-    self.keyPrefix = Array(namespace.utf8) + [UInt8(ascii: ":")]
+    self.keyPrefix = Self.keyPrefix(of: namespace)
     let counters = RedisCounters()
     self.counters = counters
     let handler = configuration.eventHandler
     let logger = configuration.logger
-    let namespace = namespace
     let onEvent: @Sendable (RedisLayerEvent) -> Void = { event in
       Self.log(event, to: logger, namespace: namespace)
       handler?(event)
@@ -681,6 +686,24 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   private nonisolated func report(_ event: RedisLayerEvent) {
     Self.log(event, to: configuration.logger, namespace: namespace)
     configuration.eventHandler?(event)
+  }
+
+  /// The start of every stored key of `namespace`: the namespace with `\` and `:` escaped by
+  /// a `\`, then `:`.
+  ///
+  /// An escaped namespace has no unescaped `:`, so the first unescaped `:` of a stored key ends
+  /// its namespace: no prefix starts another (`a:` never starts `a\:b:…`), and a `SCAN` for
+  /// one prefix matches that namespace's keys only. A namespace without `:` or `\` keeps the
+  /// prefix it had before this escaping.
+  static func keyPrefix(of namespace: String) -> [UInt8] {
+    var prefix: [UInt8] = []
+    prefix.reserveCapacity(namespace.utf8.count + 1)
+    for byte in namespace.utf8 {
+      if byte == UInt8(ascii: ":") || byte == UInt8(ascii: "\\") { prefix.append(UInt8(ascii: "\\")) }
+      prefix.append(byte)
+    }
+    prefix.append(UInt8(ascii: ":"))
+    return prefix
   }
 
   /// `bytes` with the glob characters of `SCAN MATCH` escaped.

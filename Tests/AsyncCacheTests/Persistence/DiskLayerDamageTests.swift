@@ -157,7 +157,8 @@ struct DiskLayerDamageTests {
   @Test func keysThatFlattenAlikeStayApart() async throws {
     let fixture = try DiskFixture()
     defer { fixture.remove() }
-    let keys = ["a/b", "a_b", "a\\b", "a:b", "A/B", "a/b/", "é", "e\u{301}"]
+    // "é" and "e\u{301}" are one key (Swift calls them equal): see KeyIdentityTests.
+    let keys = ["a/b", "a_b", "a\\b", "a:b", "A/B", "a/b/", "é", "e\u{300}"]
     let layer = try await fixture.open()
     for (index, key) in keys.enumerated() { try await layer.insert(diskBytes(16, seed: UInt8(index)), for: key) }
     let reopened = try await fixture.open()

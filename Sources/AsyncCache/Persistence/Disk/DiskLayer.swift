@@ -218,9 +218,8 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
         throw PersistenceError.valueTooLarge(
           key: encodedKey, size: payload.count, limit: maximumEntrySize, layer: "DiskLayer")
       }
-      throw PersistenceError.valueTooLarge(
-        key: encodedKey, size: size, limit: configuration.sizeLimit, layer: "DiskLayer",
-        limitName: "size limit (sizeLimit, counting the header and key)")
+      throw PersistenceError.entryOverSizeLimit(
+        key: encodedKey, size: size, limit: configuration.sizeLimit, layer: "DiskLayer")
     }
     do {
       try makeRoom(for: size, replacing: name)
