@@ -14,6 +14,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case notFound
       case transformFailed
       case conditionFailed
+      case recursiveLoad
     }
 
     private let base: Base
@@ -41,6 +42,11 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
     /// ``AsyncCacheError/underlying`` holds its error. A ``CacheChain`` passes it to the caller,
     /// whatever the layer's failure policy.
     public static let conditionFailed = Code(.conditionFailed)
+    /// A request would wait for its own load: a ``LoadingCache``'s origin (or a layer below it),
+    /// while loading a key, asked a cache for that key again, directly or through loads of other
+    /// keys (A loads B, B loads A), in this cache or another. The request fails at once instead of
+    /// waiting for ever; the message names the key. Never retried.
+    public static let recursiveLoad = Code(.recursiveLoad)
 
     public var description: String {
       switch base {
@@ -51,6 +57,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case .notFound: "notFound"
       case .transformFailed: "transformFailed"
       case .conditionFailed: "conditionFailed"
+      case .recursiveLoad: "recursiveLoad"
       }
     }
   }

@@ -74,10 +74,14 @@ extension LoadingCache {
   private func collect(_ keys: [Key], failsFast: Bool) async -> (values: [Key: Value], failures: [Key: any Error]) {
     let collector = BulkCollector<Key, Value>(keys: keys, failsFast: failsFast)
     let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
+    // The loads whose body makes this request, if any: it must not wait for one of them.
+    let dependents = LoadDependencies.current
+    var dependencies: [LoadIdentity] = []
+    defer { for target in dependencies { LoadDependencies.shared.remove(dependents, waitingFor: target) } }
     if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
       // A request escalated while it waits raises the priority of its keys' loads too.
       await withTaskPriorityEscalationHandler {
-        await register(waiter, collector: collector, keys: keys)
+        dependencies = await register(waiter, collector: collector, keys: keys, dependents: dependents)
       } onPriorityEscalated: { _, newPriority in
         let tasks = self.inFlight.withLock { state in
           keys.compactMap { state.escalate(waiter: waiter, key: $0, to: newPriority) }
@@ -85,7 +89,7 @@ extension LoadingCache {
         for task in Set(tasks) { escalate(task, to: newPriority) }
       }
     } else {
-      await register(waiter, collector: collector, keys: keys)
+      dependencies = await register(waiter, collector: collector, keys: keys, dependents: dependents)
     }
     let (outstanding, values, failures) = collector.snapshot
     // Failed fast: the other keys are no longer wanted by this request.
@@ -95,7 +99,14 @@ extension LoadingCache {
 
   /// Registers `waiter` (collecting into `collector`) with the load of each of `keys`, starting
   /// the loads not in flight, and waits until the collector is done or the task is cancelled.
-  private func register(_ waiter: UInt64, collector: BulkCollector<Key, Value>, keys: [Key]) async {
+  ///
+  /// When the request is made inside loads (`dependents`), a key whose load waits for one of
+  /// them fails with ``AsyncCacheError/Code/recursiveLoad`` instead of joining it. Returns the
+  /// loads that `dependents` were recorded as waiting for, to forget once the request ends.
+  private func register(
+    _ waiter: UInt64, collector: BulkCollector<Key, Value>, keys: [Key], dependents: [LoadIdentity]
+  ) async -> [LoadIdentity] {
+    var dependencies: [LoadIdentity] = []
     await withTaskCancellationHandler {
       await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
         collector.wait(with: continuation)
@@ -116,10 +127,22 @@ extension LoadingCache {
           }
           var escalations: [Task<Void, Never>] = []
           var started: [(id: UInt64, key: Key)] = []
-          for key in keys where !remembered.contains(where: { $0.key == key }) {
+          joining: for key in keys where !remembered.contains(where: { $0.key == key }) {
+            if !dependents.isEmpty {
+              switch dependOnLoad(state.joinable[key], of: key, from: dependents) {
+              case .success(let target): if let target { dependencies.append(target) }
+              case .failure(let error):
+                remembered.append((key, error))
+                // Failing fast, the request fails with it: nothing else is asked for.
+                if collector.failsFast { break joining }
+                continue
+              }
+            }
             switch state.join(key, waiter: waiter, continuation: .bulk(collector), priority: priority) {
             case .joined(let task): if let task { escalations.append(task) }
-            case .started(let id): started.append((id, key))
+            case .started(let id):
+              started.append((id, key))
+              if !dependents.isEmpty { dependencies.append(dependOnStartedLoad(id, from: dependents)) }
             }
           }
           startLoads(started, priority: priority, in: &state)
@@ -132,6 +155,7 @@ extension LoadingCache {
       withdraw(waiter, from: keys)
       collector.failOutstanding(with: CancellationError())
     }
+    return dependencies
   }
 
   /// Starts the loads `started` (new records in `state`): one batch task per batch with a
@@ -154,7 +178,11 @@ extension LoadingCache {
         BatchItem(id: item.id, key: item.key, token: chain.coordinator.beginRead(item.key))
       }
       let batch = state.startBatch(items.map(\.id))
-      let task = Task(priority: priority) { await self.runBatch(items, origin: batchOrigin) }
+      // The batch's body runs as each of its loads (see LoadDependencies).
+      let loads = items.map { LoadIdentity(table: ObjectIdentifier(inFlight), load: $0.id) }
+      let task = Task(priority: priority) {
+        await LoadDependencies.$current.withValue(loads) { await self.runBatch(items, origin: batchOrigin) }
+      }
       state.attachBatch(batch, task: task, tokens: items.map { ($0.id, $0.token) })
     }
   }

@@ -27,6 +27,9 @@ public import Synchronization  // Atomic
 ///   flight: the load still answers the requests already waiting for it, but does not store its
 ///   value, and new requests start afresh.
 /// - A load runs at the highest priority of the requests waiting for it.
+/// - A request that would wait for its own load (the origin, while loading a key, asks for it
+///   again, directly or through other keys or caches) fails at once with
+///   ``AsyncCacheError/Code/recursiveLoad``.
 ///
 /// Urgent and background work:
 /// - Requests (``value(for:)`` and the bulk variants) are *urgent*; the loads of an
@@ -133,8 +136,9 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// key's load (see the type's documentation for coalescing and cancellation).
   ///
   /// - Throws: The origin's error; ``AsyncCacheError/Code/layerFailure`` when a layer whose
-  ///   policy is ``LayerFailurePolicy/propagate`` fails; `CancellationError` when the calling
-  ///   task is cancelled (the shared load goes on for the other requests).
+  ///   policy is ``LayerFailurePolicy/propagate`` fails; ``AsyncCacheError/Code/recursiveLoad``
+  ///   when the request is made while loading `key` (see <doc:Semantics>); `CancellationError`
+  ///   when the calling task is cancelled (the shared load goes on for the other requests).
   @inlinable
   public nonisolated(nonsending) func value(for key: Key) async throws -> Value {
     if let value = topValue(for: key) { return value }
@@ -316,6 +320,12 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     inFlight.withLock { $0.waiterCount(for: key) }
   }
 
+  /// The waits that requests made inside this cache's loads have recorded, or that requests made
+  /// inside other loads recorded for this cache's loads (see ``LoadDependencies``); zero at rest.
+  package var recordedLoadWaits: Int {
+    LoadDependencies.shared.waitCount(involving: ObjectIdentifier(inFlight))
+  }
+
   /// Returns once at least `count` requests wait for a load of `key` (for tests: it replaces
   /// polling; `AsyncCacheTesting` offers it as `waitForRequests(_:for:)`).
   package func waitForWaiters(_ count: Int, for key: Key) async {
@@ -368,7 +378,11 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   @inlinable
   nonisolated(nonsending) func wait(for key: Key, as waiter: UInt64) async throws -> Value {
-    try await withTaskCancellationHandler {
+    // The loads whose body makes this request, if any: it must not wait for one of them.
+    let dependents = LoadDependencies.loadsOfCurrentTask
+    var dependency: LoadIdentity?
+    defer { if let dependency { LoadDependencies.shared.remove(dependents, waitingFor: dependency) } }
+    return try await withTaskCancellationHandler {
       try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, any Error>) in
         // Decided under the lock: the cancellation flag is set before `onCancel` runs, so
         // either this sees it and never joins, or `onCancel` finds the waiter.
@@ -380,10 +394,17 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
           if !state.negatives.isEmpty, let error = rememberedError(for: key, in: &state) {
             return (error, nil, priority)
           }
+          if !dependents.isEmpty {
+            switch dependOnLoad(state.joinable[key], of: key, from: dependents) {
+            case .success(let target): dependency = target
+            case .failure(let error): return (error, nil, priority)
+            }
+          }
           switch state.join(key, waiter: waiter, continuation: .request(continuation), priority: priority) {
           case .joined(let task):
             return (nil, task, priority)
           case .started(let id):
+            if !dependents.isEmpty { dependency = dependOnStartedLoad(id, from: dependents) }
             let (task, token) = startLoad(id, key: key, priority: priority)
             state.attach(task, token: token, to: id)
             return (nil, nil, priority)
@@ -413,11 +434,44 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// An unstructured task: it is shared, so it must not be cancelled with the request that
   /// started it, but it inherits that request's task-local values (tracing context, the current
   /// test), as single-flight loads conventionally run in the first caller's context.
+  ///
+  /// The body runs as the load's (see ``LoadDependencies``), so that a request it makes for a key
+  /// whose load waits for this one fails instead of waiting for ever.
   @usableFromInline
   func startLoad(_ id: UInt64, key: Key, priority: TaskPriority) -> (Task<Void, Never>, ReadToken<Key>) {
     let token = chain.coordinator.beginRead(key)
-    let task = Task(priority: priority) { await self.run(id, key: key, token: token) }
+    let load = LoadIdentity(table: ObjectIdentifier(inFlight), load: id)
+    let task = Task(priority: priority) {
+      await LoadDependencies.$current.withValue([load]) { await self.run(id, key: key, token: token) }
+    }
     return (task, token)
+  }
+
+  /// Records that `dependents` (the loads whose body makes a request for `key`) wait for `id`,
+  /// the joinable load of `key`, if there is one, and returns it; fails with
+  /// ``AsyncCacheError/Code/recursiveLoad`` when that load waits for one of them (or is one),
+  /// recording nothing. `nil` when no load of `key` is joinable: the request starts one, which
+  /// ``dependOnStartedLoad(_:from:)`` records. Called under the in-flight lock, on misses made
+  /// inside a load only.
+  @usableFromInline
+  func dependOnLoad(
+    _ id: UInt64?, of key: Key, from dependents: [LoadIdentity]
+  ) -> Result<LoadIdentity?, AsyncCacheError> {
+    guard let id else { return .success(nil) }
+    let target = LoadIdentity(table: ObjectIdentifier(inFlight), load: id)
+    guard LoadDependencies.shared.add(dependents, waitingFor: target, checkingCycles: true) else {
+      return .failure(.recursiveLoad(key))
+    }
+    return .success(target)
+  }
+
+  /// Records that `dependents` wait for load `id`, just started by their request: a new load
+  /// waits for nothing yet, so this closes no cycle.
+  @usableFromInline
+  func dependOnStartedLoad(_ id: UInt64, from dependents: [LoadIdentity]) -> LoadIdentity {
+    let target = LoadIdentity(table: ObjectIdentifier(inFlight), load: id)
+    _ = LoadDependencies.shared.add(dependents, waitingFor: target, checkingCycles: false)
+    return target
   }
 
   /// Marks the read of an abandoned load as overtaken, so that a late value is not stored.
@@ -505,7 +559,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     logLoadFinished(key, with: result)
     var negative: (error: any Error, expiry: Int64, limit: Int)?
     if case .failure(let error) = result, let policy = configuration.negativeCaching,
-      !(error is CancellationError), policy.remembers(error)
+      !(error is CancellationError), (error as? AsyncCacheError)?.code != .recursiveLoad, policy.remembers(error)
     {
       let expiry = configuration.clock.now.advanced(by: policy.timeToLive).nanosecondsSince1970
       negative = (error, expiry, policy.countLimit)
@@ -618,7 +672,9 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         throw CancellationError()
       } catch {
         if Task.isCancelled { throw CancellationError() }
-        let isFatal = policy.classify(error) == .fatal
+        // A recursive load fails the same way however often it is tried.
+        let isRecursive = (error as? AsyncCacheError)?.code == .recursiveLoad
+        let isFatal = isRecursive || policy.classify(error) == .fatal
         guard !isFatal, attempts < policy.maximumAttempts else {
           logGivingUp(on: keys(), attempts: attempts, error: error, isFatal: isFatal)
           for key in keys() {

@@ -1,0 +1,188 @@
+import AsyncCacheTesting
+import Synchronization
+import Testing
+
+@testable import AsyncCache
+
+/// A reference to a cache that its own origin uses, set once the cache exists.
+final class CacheReference<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+  private let stored = Mutex<LoadingCache<Key, Value>?>(nil)
+
+  var cache: LoadingCache<Key, Value> {
+    get { stored.withLock { $0! } }
+    set { stored.withLock { $0 = newValue } }
+  }
+}
+
+/// How `body` ended.
+func outcome<T>(_ body: () async throws -> T) async -> Result<T, any Error> {
+  do { return .success(try await body()) } catch { return .failure(error) }
+}
+
+/// RELIABILITY.md row 18: a load that waits on itself fails at once with a typed error, and
+/// leaves nothing behind.
+@Suite(.timeLimit(.minutes(1))) struct LoadingCacheRecursionTests {
+  /// Whether `result` failed with `recursiveLoad`.
+  func isRecursive<T>(_ result: Result<T, any Error>) -> Bool {
+    if case .failure(let error) = result { return (error as? AsyncCacheError)?.code == .recursiveLoad }
+    return false
+  }
+
+  /// Expects the in-flight table of `cache` to be empty and no wait of its loads recorded.
+  func expectAtRest<Key, Value>(_ cache: LoadingCache<Key, Value>, sourceLocation: SourceLocation = #_sourceLocation) {
+    let statistics = cache.statistics
+    #expect(statistics.loadsInFlight == 0, sourceLocation: sourceLocation)
+    #expect(statistics.requestsWaiting == 0, sourceLocation: sourceLocation)
+    #expect(cache.recordedLoadWaits == 0, sourceLocation: sourceLocation)
+  }
+
+  @Test func aFetcherThatAsksForItsOwnKeyFailsAtOnceNamingTheKey() async throws {
+    let reference = CacheReference<String, Int>()
+    let calls = Atomic<Int>(0)
+    let cache = try LoadingCache(
+      layers: [MemoryLayer<String, Int>()],
+      origin: ClosureFetcher { key in
+        calls.wrappingAdd(1, ordering: .relaxed)
+        return try await reference.cache.value(for: key) + 1
+      },
+      configuration: .init(retryPolicy: RetryPolicy(maximumAttempts: 5, initialDelay: .zero)))
+    reference.cache = cache
+    let result = await outcome { try await cache.value(for: "self") }
+    #expect(isRecursive(result))
+    if case .failure(let error as AsyncCacheError) = result {
+      #expect(error.message.contains("self"), "\(error)")
+    }
+    #expect(calls.load(ordering: .relaxed) == 1, "a recursive load is never retried")
+    #expect(cache.waitingRequestCount(for: "self") == 0)
+    expectAtRest(cache)
+    #expect(cache.statistics.loadFailures == 1)
+  }
+
+  @Test func aCycleThroughOtherKeysFailsEveryRequestInIt() async throws {
+    let reference = CacheReference<String, Int>()
+    // a loads b, b loads c, c loads a.
+    let next = ["a": "b", "b": "c", "c": "a"]
+    let cache = try LoadingCache(
+      layers: [MemoryLayer<String, Int>()],
+      origin: ClosureFetcher { key in try await reference.cache.value(for: next[key]!) + 1 })
+    reference.cache = cache
+    #expect(isRecursive(await outcome { try await cache.value(for: "a") }))
+    expectAtRest(cache)
+    #expect(cache.cachedValue(for: "a") == nil)
+    #expect(cache.cachedValue(for: "b") == nil)
+  }
+
+  @Test func aCycleThroughAnotherCacheIsFound() async throws {
+    let reference = CacheReference<String, Int>()
+    let other = try LoadingCache(
+      layers: [MemoryLayer<String, Int>()],
+      origin: ClosureFetcher { key in try await reference.cache.value(for: key) * 2 })
+    let cache = try LoadingCache(
+      layers: [MemoryLayer<String, Int>()], origin: ClosureFetcher { key in try await other.value(for: key) })
+    reference.cache = cache
+    #expect(isRecursive(await outcome { try await cache.value(for: "k") }))
+    expectAtRest(cache)
+    expectAtRest(other)
+  }
+
+  @Test func aCycleClosedByJoiningALoadStartedElsewhereFailsInsteadOfDeadlocking() async throws {
+    // Two requests from outside start the loads of a and b. Each fetcher is held, then a's asks
+    // for b (joining b's load) and b's asks for a: that request would close the cycle.
+    let reference = CacheReference<String, Int>()
+    let gate = GatedFetcher<String, Int> { _ in 0 }
+    let next = ["a": "b", "b": "a"]
+    let cache = try LoadingCache(
+      layers: [MemoryLayer<String, Int>()],
+      origin: ClosureFetcher { key in
+        _ = try await gate.fetch(key)
+        return try await reference.cache.value(for: next[key]!) + 1
+      })
+    reference.cache = cache
+    let a = Task { try await cache.value(for: "a") }
+    let b = Task { try await cache.value(for: "b") }
+    await gate.waitForFetches(1, for: "a")
+    await gate.waitForFetches(1, for: "b")
+    gate.release("a")
+    // a's fetcher now waits for b's load.
+    await cache.waitForWaiters(2, for: "b")
+    gate.release("b")
+    #expect(isRecursive(await a.result))
+    #expect(isRecursive(await b.result))
+    expectAtRest(cache)
+  }
+
+  @Test func aFetcherThatLoadsOtherKeysStillWorks() async throws {
+    let reference = CacheReference<String, Int>()
+    let cache = try LoadingCache(
+      layers: [MemoryLayer<String, Int>()],
+      origin: ClosureFetcher { key in
+        // A key's value is its length plus the values of its suffixes.
+        key.isEmpty ? 0 : try await reference.cache.value(for: String(key.dropFirst())) + key.count
+      })
+    reference.cache = cache
+    #expect(try await cache.value(for: "abcd") == 4 + 3 + 2 + 1)
+    #expect(try await cache.value(for: "xbcd") == 4 + 6, "the suffix bcd is a hit")
+    // Concurrent loads of keys that share suffixes join each other's loads without a cycle.
+    let keys = ["wxyz", "vxyz", "uxyz", "xyz", "yz"]
+    let values = try await withThrowingTaskGroup(of: Int.self) { group in
+      for key in keys { group.addTask { try await cache.value(for: key) } }
+      return try await group.reduce(into: []) { $0.append($1) }
+    }
+    #expect(values.sorted() == [3, 6, 10, 10, 10])
+    expectAtRest(cache)
+  }
+
+  @Test func bulkRequestsInsideALoadFailOnlyTheKeysThatWouldWaitForIt() async throws {
+    let reference = CacheReference<String, Int>()
+    let lenient = Mutex<LoadingCache<String, Int>.BulkValues?>(nil)
+    let cache = try LoadingCache(
+      layers: [MemoryLayer<String, Int>()],
+      origin: ClosureFetcher { key in
+        guard key == "parent" else { return key.count }
+        let values = await reference.cache.values(for: ["parent", "child", "sibling"])
+        lenient.withLock { $0 = values }
+        return try await reference.cache.allValues(for: ["child", "parent"]).values.reduce(0, +)
+      })
+    reference.cache = cache
+    #expect(isRecursive(await outcome { try await cache.value(for: "parent") }))
+    let values = try #require(lenient.withLock { $0 })
+    #expect(values.values == ["child": 5, "sibling": 7])
+    #expect((values.failures["parent"] as? AsyncCacheError)?.code == .recursiveLoad)
+    expectAtRest(cache)
+  }
+
+  @Test func aBatchOriginThatAsksForOneOfItsKeysFails() async throws {
+    let reference = CacheReference<String, Int>()
+    let cache = try LoadingCache(
+      layers: [MemoryLayer<String, Int>()],
+      origin: UnimplementedFetcher<String, Int>(),
+      batchOrigin: ClosureBatchFetcher { keys in
+        var values: [String: Int] = [:]
+        for key in keys { values[key] = key == "b" ? try await reference.cache.value(for: "a") : 1 }
+        return values
+      })
+    reference.cache = cache
+    let result = await cache.values(for: ["a", "b"])
+    #expect((result.failures["a"] as? AsyncCacheError)?.code == .recursiveLoad)
+    #expect((result.failures["b"] as? AsyncCacheError)?.code == .recursiveLoad)
+    expectAtRest(cache)
+  }
+
+  @Test func aRequestCancelledWhileItWaitsInsideALoadLeavesNoWaitBehind() async throws {
+    let reference = CacheReference<String, Int>()
+    let gate = GatedFetcher<String, Int> { $0.count }
+    let cache = try LoadingCache(
+      layers: [MemoryLayer<String, Int>()],
+      origin: ClosureFetcher { key in
+        key == "outer" ? try await reference.cache.value(for: "inner") : try await gate.fetch(key)
+      })
+    reference.cache = cache
+    let outer = Task { try await cache.value(for: "outer") }
+    await gate.waitForFetches(1, for: "inner")
+    #expect(cache.recordedLoadWaits == 1)
+    outer.cancel()
+    #expect(await outer.result.isCancellation)
+    await cache.waitForNoLoads()
+    expectAtRest(cache)
+  }
+}
