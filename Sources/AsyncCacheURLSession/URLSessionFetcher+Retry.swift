@@ -13,6 +13,8 @@ extension URLSessionFetcher {
   /// | any other status 500...599 | transient |
   /// | any other unacceptable status (a 3xx that was not followed, a 2xx left out of the acceptable codes) | fatal |
   /// | a response that is not HTTP | fatal |
+  /// | ``URLSessionFetcherError/Code/timeLimitExceeded`` (the fetcher's time limit) | transient |
+  /// | ``URLSessionFetcherError/Code/bodyTooLarge`` (over the fetcher's maximum body size) | fatal |
   /// | `URLError` timed out, network connection lost, cannot connect to host, not connected to the internet, cannot find host, DNS lookup failed, cannot load from network, resource unavailable, international roaming off, call is active, data not allowed, background session disconnected, bad server response | transient |
   /// | `URLError` bad URL, unsupported URL, too many redirects, redirect to a missing location, authentication required or cancelled, TLS and certificate failures, App Transport Security, cannot decode or parse the response, data length exceeds maximum, file does not exist, no permission to read a file, zero byte resource | fatal |
   /// | any other `URLError` | transient |
@@ -39,7 +41,8 @@ extension URLSessionFetcher {
     if let error = error as? URLSessionFetcherError {
       switch error.code {
       case .unacceptableStatus: return classify(statusCode: error.statusCode ?? 0)
-      case .notHTTP: return .fatal
+      case .notHTTP, .bodyTooLarge: return .fatal
+      case .timeLimitExceeded: return .transient
       case .transport:
         guard let underlying = error.underlying, let urlError = urlError(underlying) else { return .transient }
         return classify(urlError.code)
@@ -48,6 +51,17 @@ extension URLSessionFetcher {
     }
     if let urlError = urlError(error) { return classify(urlError.code) }
     return .transient
+  }
+
+  /// The delay a ``URLSessionFetcher`` error asks for before the next attempt: the
+  /// ``URLSessionFetcherError/retryAfter`` of a 429 or 503, for a `RetryPolicy`'s `retryAfter`.
+  ///
+  /// Safe from any context; pure and O(1).
+  ///
+  /// - Parameter error: An error thrown by ``fetch(_:)``, directly or through operators.
+  /// - Returns: The server's `Retry-After`, or `nil` when the error carries none.
+  public static func retryAfter(_ error: any Error) -> Duration? {
+    (error as? URLSessionFetcherError)?.retryAfter
   }
 
   static func classify(statusCode: Int) -> RetryPolicy.ErrorKind {

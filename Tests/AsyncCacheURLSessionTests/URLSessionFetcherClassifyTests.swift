@@ -61,6 +61,14 @@ struct URLSessionFetcherClassifyTests {
     #expect(URLSessionFetcher.classify(transform) == .fatal, "the same bytes would fail again")
   }
 
+  @Test("past the time limit is transient (the next attempt may be quicker); a body over the limit is fatal")
+  func limits() {
+    let late = URLSessionFetcherError(code: .timeLimitExceeded, message: "too slow", url: Self.url)
+    let large = URLSessionFetcherError(code: .bodyTooLarge, message: "too large", url: Self.url, statusCode: 200)
+    #expect(URLSessionFetcher.classify(late) == .transient)
+    #expect(URLSessionFetcher.classify(large) == .fatal)
+  }
+
   @Test("RetryPolicy.urlSession takes the schedule it is given and classifies with URLSessionFetcher.classify")
   func retryPolicy() {
     let policy = RetryPolicy.urlSession(
@@ -72,6 +80,10 @@ struct URLSessionFetcherClassifyTests {
     #expect(policy.classify(Self.status(404)) == .fatal)
     #expect(policy.classify(Self.status(503)) == .transient)
     #expect(policy.classify(URLError(.timedOut)) == .transient)
+    let busy = URLSessionFetcherError(
+      code: .unacceptableStatus, message: "HTTP 503", url: Self.url, statusCode: 503, retryAfter: .seconds(5))
+    #expect(policy.retryAfter(busy) == .seconds(5))
+    #expect(policy.retryAfter(Self.status(503)) == nil && policy.retryAfter(URLError(.timedOut)) == nil)
 
     let defaults = RetryPolicy.urlSession()
     let plain = RetryPolicy()
@@ -90,9 +102,12 @@ struct URLSessionFetcherClassifyTests {
     #expect(!error.description.contains(String(repeating: "a", count: 513)))
     let transport = Self.transport(.timedOut)
     #expect(transport.description.contains("underlying:") && transport.bodyExcerpt.isEmpty)
+    #expect(!error.description.contains("retry after"))
+    let busy = URLSessionFetcherError(
+      code: .unacceptableStatus, message: "HTTP 429", url: Self.url, statusCode: 429, retryAfter: .seconds(30))
+    #expect(busy.description.contains("(retry after: 30.0 seconds)"))
     #expect(
-      [URLSessionFetcherError.Code.unacceptableStatus, .notHTTP, .transport].map(\.description) == [
-        "unacceptableStatus", "notHTTP", "transport",
-      ])
+      [URLSessionFetcherError.Code.unacceptableStatus, .notHTTP, .transport, .timeLimitExceeded, .bodyTooLarge].map(
+        \.description) == ["unacceptableStatus", "notHTTP", "transport", "timeLimitExceeded", "bodyTooLarge"])
   }
 }

@@ -157,6 +157,51 @@ struct URLSessionFetcherCompositionTests {
     }
   }
 
+  @Test("a 503's Retry-After makes the retry wait that long on the cache's clock, longer than the policy's delay")
+  func honoursRetryAfter() async throws {
+    let body = seededBytes(1_000)
+    let busy = LoopbackHTTPServer.response(status: 503, fields: ["Retry-After": "5"], body: Data("busy".utf8))
+    let route: LoopbackHTTPServer.Route = { request in request.number == 1 ? .raw(busy) : .status(200, body: body) }
+    try await withLoopbackHTTPServer(routes: ["/busy": route]) { server in
+      let clock = ManualClock()
+      let events = Events()
+      let cache = try Self.cache(clock: clock, events: events)
+      let url = server.url("/busy")
+      let request = Task { try await cache.value(for: url) }
+
+      await clock.waitForSleepers(1)
+      #expect(clock.nextDeadline == ManualClock.defaultStart.advanced(by: .seconds(5)), "not after the policy's 1 s")
+      clock.advance(by: .seconds(5))
+      #expect(try await request.value == body)
+      #expect(server.requestCount(for: "/busy") == 2)
+      let delays = events.all.compactMap { event -> Duration? in
+        guard case .retrying(_, _, _, let delay) = event else { return nil }
+        return delay
+      }
+      #expect(delays == [.seconds(5)])
+    }
+  }
+
+  @Test("a Retry-After longer than the policy's maximum delay ends the retries at once, with the error")
+  func retryAfterPastTheMaximumDelay() async throws {
+    let busy = LoopbackHTTPServer.response(status: 429, fields: ["Retry-After": "120"], body: Data("later".utf8))
+    try await withLoopbackHTTPServer(routes: ["/busy": { _ in .raw(busy) }]) { server in
+      let clock = ManualClock()
+      let events = Events()
+      let cache = try Self.cache(clock: clock, events: events)
+      let url = server.url("/busy")
+      let error = await #expect(throws: URLSessionFetcherError.self) { try await cache.value(for: url) }
+      #expect(error?.statusCode == 429 && error?.retryAfter == .seconds(120))
+      #expect(server.requestCount(for: "/busy") == 1)
+      #expect(clock.sleeperCount == 0, "no retry is waiting")
+      guard case .failed(_, let attempts, _, let isFatal) = events.all.last else {
+        Issue.record("no failure event: \(events.all)")
+        return
+      }
+      #expect(attempts == 1 && !isFatal)
+    }
+  }
+
   // MARK: Cancellation
 
   @Test("cancelling the only request of a LoadingCache cancels the download: the server sees the client leave")

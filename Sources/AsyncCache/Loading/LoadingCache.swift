@@ -675,14 +675,16 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         // A recursive load fails the same way however often it is tried.
         let isRecursive = (error as? AsyncCacheError)?.code == .recursiveLoad
         let isFatal = isRecursive || policy.classify(error) == .fatal
-        guard !isFatal, attempts < policy.maximumAttempts else {
+        // No delay either when the error asks for a longer one than the policy allows: give up.
+        let mayRetry = !isFatal && attempts < policy.maximumAttempts
+        let delay = mayRetry ? policy.delay(beforeRetry: attempts, after: error, unit: Double.random(in: 0..<1)) : nil
+        guard let delay else {
           logGivingUp(on: keys(), attempts: attempts, error: error, isFatal: isFatal)
           for key in keys() {
             configuration.onLoadEvent?(.failed(key: key, attempts: attempts, error: error, isFatal: isFatal))
           }
           throw error
         }
-        let delay = policy.delay(beforeRetry: attempts, unit: Double.random(in: 0..<1))
         logRetry(of: keys(), attempt: attempts, error: error, delay: delay)
         inFlight.withLock { $0.counters.retries += 1 }
         for key in keys() {

@@ -8,8 +8,15 @@
 /// ```swift
 /// let policy = RetryPolicy(
 ///     maximumAttempts: 4, initialDelay: .milliseconds(200), maximumDelay: .seconds(5),
-///     classify: { error in (error as? HTTPError)?.status == 404 ? .fatal : .transient })
+///     classify: { error in (error as? HTTPError)?.status == 404 ? .fatal : .transient },
+///     retryAfter: { error in (error as? HTTPError)?.retryAfter })
 /// ```
+///
+/// An origin that says when to come back (an HTTP `Retry-After`) is asked again no sooner than
+/// that: ``retryAfter`` reads the delay from the error, and a retry waits the longer of it and
+/// the computed delay. One that asks for more than ``maximumDelay`` ends the retries at once:
+/// the load fails with its error rather than keep its requests waiting that long, or ask sooner
+/// than the origin allowed.
 public struct RetryPolicy: Sendable {
   /// Whether a failure may go away if the origin is asked again.
   public enum ErrorKind: Sendable, Hashable {
@@ -33,6 +40,11 @@ public struct RetryPolicy: Sendable {
   public var jitter: Double
   /// Sorts errors into fatal and transient. `CancellationError` is never retried.
   public var classify: @Sendable (any Error) -> ErrorKind
+  /// The least delay a transient error asks for before the origin is asked again (an HTTP
+  /// `Retry-After`), or `nil` when it asks for none. A retry waits at least that long; an error
+  /// that asks for more than ``maximumDelay`` is not retried. Called on the load's task once per
+  /// transient failure: keep it quick.
+  public var retryAfter: @Sendable (any Error) -> Duration?
 
   /// Creates a policy.
   ///
@@ -43,13 +55,16 @@ public struct RetryPolicy: Sendable {
   ///   - maximumDelay: The longest delay. Default 10 s.
   ///   - jitter: The random share of each delay, in 0...1. Default 0.2.
   ///   - classify: Sorts errors into fatal and transient. Default: every error is transient.
+  ///   - retryAfter: Reads the least delay an error asks for before the next attempt, `nil` for
+  ///     none. Default: no error asks for one.
   public init(
     maximumAttempts: Int = 3,
     initialDelay: Duration = .milliseconds(100),
     multiplier: Double = 2,
     maximumDelay: Duration = .seconds(10),
     jitter: Double = 0.2,
-    classify: @escaping @Sendable (any Error) -> ErrorKind = { _ in .transient }
+    classify: @escaping @Sendable (any Error) -> ErrorKind = { _ in .transient },
+    retryAfter: @escaping @Sendable (any Error) -> Duration? = { _ in nil }
   ) {
     self.maximumAttempts = maximumAttempts
     self.initialDelay = initialDelay
@@ -57,6 +72,7 @@ public struct RetryPolicy: Sendable {
     self.maximumDelay = maximumDelay
     self.jitter = jitter
     self.classify = classify
+    self.retryAfter = retryAfter
   }
 
   /// No retries: a failure of the origin fails the load at once.
@@ -78,6 +94,16 @@ public struct RetryPolicy: Sendable {
   func delay(beforeRetry retry: Int, unit: Double) -> Duration {
     let base = baseDelay(beforeRetry: retry)
     return base * (1 - Swift.min(Swift.max(jitter, 0), 1) * unit)
+  }
+
+  /// The delay before retry number `retry` after the transient `error`: the jittered delay, or
+  /// the delay the error asks for (``retryAfter``) when that is longer; `nil` when the error asks
+  /// for more than ``maximumDelay``, so the load gives up instead.
+  func delay(beforeRetry retry: Int, after error: any Error, unit: Double) -> Duration? {
+    let computed = delay(beforeRetry: retry, unit: unit)
+    guard let requested = retryAfter(error) else { return computed }
+    guard requested <= maximumDelay else { return nil }
+    return Swift.max(computed, requested)
   }
 }
 

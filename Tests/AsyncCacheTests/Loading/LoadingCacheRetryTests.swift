@@ -142,4 +142,52 @@ struct LoadingCacheRetryTests {
     #expect(policy.delay(beforeRetry: 2, unit: 0.5) == .milliseconds(300) * (1 - jitter / 2))
     #expect(RetryPolicy.never.maximumAttempts == 1)
   }
+
+  struct Busy: Error, Equatable {
+    var retryAfter: Duration
+  }
+
+  @Test("an error that asks for a delay is retried no sooner; one that asks for more than the maximum delay is not")
+  func retryAfter() async throws {
+    let clock = ManualClock()
+    let origin = GatedFetcher<String, String> { "value of \($0)" }
+    let events = Events()
+    var policy = Self.policy()
+    policy.retryAfter = { ($0 as? Busy)?.retryAfter }
+    let cache = try Self.cache(origin, clock: clock, events: events, policy: policy)
+    let request = Task { try await cache.value(for: "k") }
+
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k", throwing: Busy(retryAfter: .milliseconds(250))) == 1)
+    await clock.waitForSleepers(1)
+    clock.advance(by: .milliseconds(249))
+    #expect(clock.sleeperCount == 1, "the policy's 100 ms is not enough")
+    clock.advance(by: .milliseconds(1))
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k", throwing: Busy(retryAfter: .milliseconds(50))) == 1)
+    await clock.waitForSleepers(1)
+    clock.advance(by: .milliseconds(200))
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k", throwing: Busy(retryAfter: .milliseconds(301))) == 1)
+    // A retry scheduled anyway would wait on the manual clock for ever: end it at the time limit.
+    await #expect(throws: Busy.self) {
+      try await withTaskCancellationHandler {
+        try await request.value
+      } onCancel: {
+        request.cancel()
+      }
+    }
+    #expect(origin.callCount(for: "k") == 3)
+    #expect(
+      events.all == [
+        "retrying k 1 Busy(retryAfter: 0.25 seconds) 0.25 seconds",
+        "retrying k 2 Busy(retryAfter: 0.05 seconds) 0.2 seconds",
+        "failed k 3 Busy(retryAfter: 0.301 seconds) fatal:false",
+      ])
+
+    #expect(policy.delay(beforeRetry: 1, after: Busy(retryAfter: .milliseconds(300)), unit: 0) == .milliseconds(300))
+    #expect(policy.delay(beforeRetry: 1, after: Busy(retryAfter: .milliseconds(301)), unit: 0) == nil)
+    #expect(policy.delay(beforeRetry: 1, after: Transient(), unit: 0) == .milliseconds(100))
+    #expect(RetryPolicy().retryAfter(Busy(retryAfter: .seconds(1))) == nil, "no error asks by default")
+  }
 }

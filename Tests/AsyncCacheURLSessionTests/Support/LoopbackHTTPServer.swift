@@ -10,7 +10,10 @@ import Foundation
 #endif
 
 /// A small HTTP/1.1 server on 127.0.0.1 and an ephemeral port that answers as the test scripts
-/// it, one request per connection (`Connection: close`).
+/// it, one request per connection (`Connection: close`), honestly or in the hostile ways a
+/// client must survive: a body trickled a byte at a time, header lines or `100 Continue`s
+/// without end, a body of hundreds of megabytes, bytes of the test's own making (a gzip bomb, a
+/// `Retry-After`), and a second response on a kept-alive connection.
 ///
 /// All socket I/O is blocking and runs on threads of the server's own (one accepts, one per
 /// connection), never on the cooperative pool. Every thread waits with `poll` on its socket *and*
@@ -36,14 +39,37 @@ final class LoopbackHTTPServer: Sendable {
     case partial(declaredLength: Int, sent: Data)
     /// No answer at all: the connection is held until the client closes it or the server stops.
     case noAnswer
+    /// `bytes` as they are (a head and body of the test's making, see
+    /// ``LoopbackHTTPServer/response(status:fields:body:)``), then the connection is closed as
+    /// after `.status`.
+    case raw(Data)
+    /// `head`, then `chunk` again every `interval`, for as long as the client keeps the
+    /// connection open: a body one byte at a time, header lines without end, `100 Continue`s
+    /// without end. The connection is held once the head and the first chunk are written.
+    case trickle(head: Data, chunk: Data, interval: Duration)
+    /// `head`, then `bodySize` bytes, as fast as the client takes them; the bytes of the body
+    /// written are counted (``bodyBytesSent(for:)``). With `pausingAfter` less than `bodySize`,
+    /// the server writes that much of the body, and then holds the connection: a client that
+    /// waits for the rest waits forever.
+    case flood(head: Data, bodySize: Int, pausingAfter: Int = .max)
+    /// `first` (a whole response) on a connection left open, as a server that keeps connections
+    /// alive would; then, once the test calls ``release(_:)`` for the path, `second` on the same
+    /// connection, unasked for. The connection is held until the client closes it or the server
+    /// stops; later requests on it are read and left unanswered.
+    case keepAlive(first: Data, second: Data)
   }
 
   /// Something the test can wait for with ``waitFor(_:)``.
   enum Event: Hashable, Sendable {
-    /// A `.partial` or `.noAnswer` response to `path` has been written and its connection is held.
+    /// A `.partial`, `.noAnswer`, `.trickle`, `.keepAlive` or pausing `.flood` response to `path`
+    /// has been written (the head and first chunk of a `.trickle`, the body up to the pause of a
+    /// `.flood`) and its connection is held.
     case held(path: String)
-    /// The client closed a held connection to `path` (it gave up or cancelled).
+    /// The client closed a held, trickled or flooded connection to `path` (it gave up or
+    /// cancelled), or closed a `.flood` connection after the whole body.
     case clientClosed(path: String)
+    /// The second response of a `.keepAlive` to `path` has been written.
+    case secondResponseSent(path: String)
   }
 
   typealias Route = @Sendable (Request) -> Response
@@ -52,6 +78,9 @@ final class LoopbackHTTPServer: Sendable {
     var isStopping = false
     var threads = 0
     var requestCounts: [String: Int] = [:]
+    var connections = 0
+    var bodyBytesSent: [String: Int] = [:]
+    var released: Set<String> = []
     var events: [Event: Int] = [:]
     var nextWaiterID: UInt64 = 0
     var eventWaiters: [UInt64: (event: Event, continuation: CheckedContinuation<Void, any Error>)] = [:]
@@ -119,6 +148,39 @@ final class LoopbackHTTPServer: Sendable {
 
   /// How many requests for `path` the server has read.
   func requestCount(for path: String) -> Int { state.withLock { $0.requestCounts[path, default: 0] } }
+
+  /// How many connections the server has accepted.
+  var connectionCount: Int { state.withLock { $0.connections } }
+
+  /// How many bytes of `.flood` bodies to `path` the server has written.
+  func bodyBytesSent(for path: String) -> Int { state.withLock { $0.bodyBytesSent[path, default: 0] } }
+
+  /// Lets the `.keepAlive` connections to `path` write their second response.
+  func release(_ path: String) { state.withLock { _ = $0.released.insert(path) } }
+
+  /// The bytes of a response: the status line, `Content-Length` unless `fields` has one (or has
+  /// `Transfer-Encoding`), `fields` in order, and `body`.
+  static func response(status: Int, fields: KeyValuePairs<String, String> = [:], body: Data = Data()) -> Data {
+    head(status: status, fields: fields, contentLength: body.count) + body
+  }
+
+  /// The head of a response: the status line, `fields` in order, then `Content-Length:
+  /// contentLength` unless `contentLength` is `nil` or `fields` sets the length or
+  /// `Transfer-Encoding`, then the empty line.
+  static func head(status: Int, fields: KeyValuePairs<String, String> = [:], contentLength: Int?) -> Data {
+    var text = "HTTP/1.1 \(status) \(reasons[status] ?? "Status")\r\n"
+    for (name, value) in fields { text += "\(name): \(value)\r\n" }
+    let names = Set(fields.map { $0.key.lowercased() })
+    if let contentLength, names.isDisjoint(with: ["content-length", "transfer-encoding"]) {
+      text += "Content-Length: \(contentLength)\r\n"
+    }
+    return Data((text + "\r\n").utf8)
+  }
+
+  private static let reasons = [
+    100: "Continue", 200: "OK", 404: "Not Found", 410: "Gone", 429: "Too Many Requests", 500: "Internal Server Error",
+    503: "Service Unavailable",
+  ]
 
   /// Returns once `event` has happened (at once if it already has).
   ///
@@ -194,6 +256,7 @@ final class LoopbackHTTPServer: Sendable {
     while waitUntilReady(listener, for: POLLIN) {
       let connection = accept(listener, nil, nil)
       guard connection >= 0 else { continue }
+      state.withLock { $0.connections += 1 }
       #if canImport(Darwin)
         var on: Int32 = 1
         setsockopt(connection, SOL_SOCKET, SO_NOSIGPIPE, &on, socklen_t(MemoryLayout<Int32>.size))
@@ -222,7 +285,72 @@ final class LoopbackHTTPServer: Sendable {
       hold(connection, path: request.path)
     case .noAnswer:
       hold(connection, path: request.path)
+    case .raw(let bytes):
+      guard sendAll(connection, bytes) else { return }
+      shutdown(connection, Int32(SHUT_WR))
+      drainUntilClosed(connection)
+    case .trickle(let head, let chunk, let interval):
+      trickle(connection, path: request.path, head: head, chunk: chunk, interval: interval)
+    case .flood(let head, let bodySize, let pausingAfter):
+      flood(connection, path: request.path, head: head, bodySize: bodySize, pausingAfter: pausingAfter)
+    case .keepAlive(let first, let second):
+      keepAlive(connection, path: request.path, first: first, second: second)
     }
+  }
+
+  private func keepAlive(_ connection: Int32, path: String, first: Data, second: Data) {
+    guard sendAll(connection, first) else { return }
+    record(.held(path: path))
+    // The release comes from the test, not the socket: look for it between short waits.
+    while !state.withLock({ $0.released.contains(path) }) {
+      switch waitForClose(connection, milliseconds: 10) {
+      case .closed: return record(.clientClosed(path: path))
+      case .stopping: return
+      case .open: continue
+      }
+    }
+    guard sendAll(connection, second) else { return record(.clientClosed(path: path)) }
+    record(.secondResponseSent(path: path))
+    hold(connection, path: path)
+  }
+
+  private func trickle(_ connection: Int32, path: String, head: Data, chunk: Data, interval: Duration) {
+    guard sendAll(connection, head + chunk) else { return }
+    record(.held(path: path))
+    let milliseconds = Int32(interval / .milliseconds(1))
+    while true {
+      switch waitForClose(connection, milliseconds: milliseconds) {
+      case .closed:
+        record(.clientClosed(path: path))
+        return
+      case .stopping:
+        return
+      case .open:
+        guard sendAll(connection, chunk) else {
+          record(.clientClosed(path: path))
+          return
+        }
+      }
+    }
+  }
+
+  private func flood(_ connection: Int32, path: String, head: Data, bodySize: Int, pausingAfter: Int) {
+    guard sendAll(connection, head) else { return }
+    let block = Data(repeating: UInt8(ascii: "z"), count: 65_536)
+    var remaining = Swift.min(bodySize, pausingAfter)
+    while remaining > 0 {
+      let part = block.prefix(remaining)
+      guard sendAll(connection, part) else {
+        // The client went away before the whole body: it stopped the transfer.
+        if !state.withLock({ $0.isStopping }) { record(.clientClosed(path: path)) }
+        return
+      }
+      remaining -= part.count
+      state.withLock { $0.bodyBytesSent[path, default: 0] += part.count }
+    }
+    if pausingAfter < bodySize { return hold(connection, path: path) }
+    shutdown(connection, Int32(SHUT_WR))
+    if drainUntilClosed(connection) { record(.clientClosed(path: path)) }
   }
 
   private func hold(_ connection: Int32, path: String) {
@@ -244,6 +372,25 @@ final class LoopbackHTTPServer: Sendable {
       guard ready > 0, descriptors[1].revents == 0 else { return false }
       if descriptors[0].revents != 0 { return true }
     }
+  }
+
+  private enum ConnectionState { case open, closed, stopping }
+
+  /// Waits up to `milliseconds` for the client to close `connection`, reading and dropping what
+  /// it sends meanwhile.
+  private func waitForClose(_ connection: Int32, milliseconds: Int32) -> ConnectionState {
+    var descriptors = [
+      pollfd(fd: connection, events: Int16(POLLIN), revents: 0),
+      pollfd(fd: wakePipe.read, events: Int16(POLLIN), revents: 0),
+    ]
+    let ready = poll(&descriptors, 2, milliseconds)
+    if ready < 0 { return errno == EINTR ? .open : .closed }
+    if descriptors[1].revents != 0 { return .stopping }
+    guard descriptors[0].revents != 0 else { return .open }
+    var buffer = [UInt8](repeating: 0, count: 16_384)
+    let count = recv(connection, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+    if count > 0 || (count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) { return .open }
+    return .closed
   }
 
   /// Reads the request line and header fields; `nil` when the client or the server gave up.
@@ -323,10 +470,9 @@ final class LoopbackHTTPServer: Sendable {
   }
 
   private static func head(status: Int, contentLength: Int) -> Data {
-    let reason = [200: "OK", 404: "Not Found", 410: "Gone", 500: "Internal Server Error", 503: "Service Unavailable"]
-    return Data(
-      ("HTTP/1.1 \(status) \(reason[status] ?? "Status")\r\nContent-Length: \(contentLength)\r\n"
-        + "Content-Type: application/octet-stream\r\nConnection: close\r\n\r\n").utf8)
+    head(
+      status: status, fields: ["Content-Type": "application/octet-stream", "Connection": "close"],
+      contentLength: contentLength)
   }
 
   private static func posixError(_ call: String) -> any Error {
