@@ -220,7 +220,8 @@ enum SnapshotFile {
     if let code = payload.withUnsafeBytes({ writeFully(descriptor, $0) }) {
       throw failure(code, "cannot write the snapshot", url)
     }
-    guard fsync(descriptor) == 0 else { throw failure(errno, "cannot flush the snapshot", url) }
+    let flushed = Durability.synchronize(descriptor)
+    guard flushed == 0 else { throw failure(flushed, "cannot flush the snapshot", url) }
     isOpen = false
     // A failing close may report a delayed write error (NFS); the file is unusable then.
     guard close(descriptor) == 0 else { throw failure(errno, "cannot write the snapshot", url) }
@@ -232,8 +233,9 @@ enum SnapshotFile {
     let directoryDescriptor = open(directoryPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
     if directoryDescriptor >= 0 {
       defer { close(directoryDescriptor) }
-      if fsync(directoryDescriptor) != 0, errno != EINVAL, errno != ENOTSUP {
-        throw failure(errno, "cannot flush the directory of the snapshot", url)
+      let code = Durability.synchronize(directoryDescriptor)
+      if code != 0, code != EINVAL, code != ENOTSUP {
+        throw failure(code, "cannot flush the directory of the snapshot", url)
       }
     }
   }

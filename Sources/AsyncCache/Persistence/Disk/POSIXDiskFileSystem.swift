@@ -44,7 +44,8 @@ struct POSIXDiskFileSystem: DiskFileSystem {
   }
 
   func synchronize(_ descriptor: Int32) throws(DiskSystemError) {
-    _ = try retrying("fsync", "fd \(descriptor)") { Int(fsync(descriptor)) }
+    let code = Durability.synchronize(descriptor)
+    guard code == 0 else { throw DiskSystemError(code: code, operation: "fsync", path: "fd \(descriptor)") }
   }
 
   func close(_ descriptor: Int32) throws(DiskSystemError) {
