@@ -138,7 +138,11 @@ enum SnapshotFile {
     guard status.st_mode & S_IFMT == S_IFREG else {
       throw PersistenceError(code: .ioFailure, message: "the snapshot \(url.path) is not a regular file")
     }
-    let fileSize = Int(status.st_size)
+    guard let fileSize = Int(exactly: status.st_size) else {
+      throw PersistenceError(
+        code: .ioFailure,
+        message: "the snapshot \(url.path) is \(status.st_size) bytes long, more than this platform reads")
+    }
     var headerBytes = [UInt8](repeating: 0, count: Swift.min(fileSize, headerSize))
     let headerRead = headerBytes.withUnsafeMutableBytes { readFully(descriptor, into: $0) }
     if let code = headerRead.error { throw failure(code, "cannot read the snapshot", url) }

@@ -39,7 +39,8 @@ struct POSIXDiskFileSystem: DiskFileSystem {
       let time = info.st_mtim
     #endif
     return DiskFileStatus(
-      size: Int(info.st_size),
+      // Clamped where `Int` has 32 bits: such a file is no entry of the layer's (damage), not a trap.
+      size: Int(clamping: info.st_size),
       modificationTime: Int64(time.tv_sec) &* 1_000_000_000 &+ Int64(time.tv_nsec))
   }
 
