@@ -48,7 +48,7 @@ let package = Package(
       path: "Tests/PersistenceProbe",
       swiftSettings: strict
     ),
-    // Fixtures shared by the persistence tests: temporary directories, tmpfs mounts, probes.
+    // Fixtures shared by the tests: temporary directories, tmpfs mounts, probes, child processes.
     .target(
       name: "PersistenceTestSupport",
       dependencies: ["AsyncCache"],
@@ -75,7 +75,8 @@ let package = Package(
     ),
     // Starts redis-server processes of its own on loopback ports (skipped without one, outside CI).
     .testTarget(
-      name: "AsyncCacheRedisTests", dependencies: ["AsyncCache", "AsyncCacheRedis", "AsyncCacheTesting"],
+      name: "AsyncCacheRedisTests",
+      dependencies: ["AsyncCache", "AsyncCacheRedis", "AsyncCacheTesting", "PersistenceTestSupport"],
       swiftSettings: strict),
     // Runs URLSessionFetcher against a small HTTP/1.1 server of its own on a loopback port.
     .testTarget(
