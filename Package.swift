@@ -23,7 +23,8 @@ let package = Package(
   // No package dependencies, now or later: the toolchain and the system only.
   targets: [
     .target(name: "AsyncCache", dependencies: ["CAsyncCacheShims"], swiftSettings: strict),
-    // Processor hints that Swift does not spell (a prefetch), as inline C: no library, no symbols.
+    // What Swift does not spell, as inline C (no library, no symbols): a prefetch hint, and for
+    // the benchmarks `mach_task_self()` on Apple platforms.
     .target(name: "CAsyncCacheShims"),
     // The system's libsqlite3 (Debian: libsqlite3-dev), linked only by users of AsyncCacheSQLite.
     .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
@@ -37,7 +38,7 @@ let package = Package(
       name: "AsyncCacheDemo", dependencies: ["AsyncCache", "AsyncCacheSQLite"], swiftSettings: strict),
     .executableTarget(
       name: "AsyncCacheBenchmarks",
-      dependencies: ["AsyncCache", "AsyncCacheSQLite", "AsyncCacheRedis", "CSQLite"],
+      dependencies: ["AsyncCache", "AsyncCacheSQLite", "AsyncCacheRedis", "CAsyncCacheShims", "CSQLite"],
       path: "Benchmarks/AsyncCacheBenchmarks",
       swiftSettings: strict
     ),
@@ -48,7 +49,7 @@ let package = Package(
       path: "Tests/PersistenceProbe",
       swiftSettings: strict
     ),
-    // Fixtures shared by the persistence tests: temporary directories, tmpfs mounts, probes.
+    // Fixtures shared by the tests: temporary directories, tmpfs mounts, probes, child processes.
     .target(
       name: "PersistenceTestSupport",
       dependencies: ["AsyncCache"],

@@ -1,4 +1,5 @@
 #if canImport(Darwin)
+  import CAsyncCacheShims
   import Darwin
 #elseif canImport(Glibc)
   import Glibc
@@ -28,7 +29,7 @@ enum ResidentMemory {
       var count = mach_msg_type_number_t(MemoryLayout<mach_task_basic_info>.size / MemoryLayout<natural_t>.size)
       let result = withUnsafeMutablePointer(to: &info) { pointer in
         pointer.withMemoryRebound(to: integer_t.self, capacity: Int(count)) {
-          task_info(mach_task_self_, task_flavor_t(MACH_TASK_BASIC_INFO), $0, &count)
+          task_info(async_cache_mach_task_self(), task_flavor_t(MACH_TASK_BASIC_INFO), $0, &count)
         }
       }
       return result == KERN_SUCCESS ? Int(info.resident_size) : nil

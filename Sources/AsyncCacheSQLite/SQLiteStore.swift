@@ -34,6 +34,10 @@ final class SQLiteStore {
     _ = try mode.step()
     mode.reset()
     try connection.execute("PRAGMA synchronous = FULL")
+    // Apple platforms: with these off (the default) commits and checkpoints sync with a plain
+    // fsync, which leaves the data in the drive's cache; on, they ask the drive to flush it
+    // (F_FULLFSYNC). Elsewhere SQLite ignores them (fsync is full already), hence no #if.
+    try connection.execute("PRAGMA fullfsync = ON; PRAGMA checkpoint_fullfsync = ON")
     return try SQLiteSchema.prepare(connection)
   }
 

@@ -6,7 +6,9 @@ import PersistenceTestSupport
 import Testing
 
 /// RELIABILITY rows 9 and 10: other processes holding locks, writing, and dying mid-write.
-@Suite("SQLiteLayer with other processes", .timeLimit(.minutes(5)))
+@Suite(
+  "SQLiteLayer with other processes", .timeLimit(.minutes(5)),
+  .enabled(if: Probe.unavailableReason == nil, "\(Probe.unavailableReason ?? "")"))
 struct SQLiteLayerProcessTests {
   @Test("a write lock held by another process past the busy timeout is a typed busy error, not a hang")
   func busy() async throws {

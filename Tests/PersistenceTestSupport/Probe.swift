@@ -10,26 +10,25 @@ import Foundation
 /// and stops or kills.
 ///
 /// The probe prints one line per step it completes (`ready`, `wrote 12`, …), so tests wait for
-/// a line instead of sleeping, and kill it at a chosen step.
+/// a line instead of sleeping, and kill it at a chosen step. Suites that start probes carry
+/// `.enabled(if: Probe.unavailableReason == nil, …)`: only macOS and Linux start processes.
 public final class Probe: Sendable {
-  private let process: Process
+  private let process: ChildProcess
   private let input: FileHandle
   private let lines: LineReader
+
+  /// Why probes cannot be started here, or `nil` where they can (macOS and Linux).
+  public static var unavailableReason: String? { ChildProcess.unavailableReason }
 
   /// The probe's process identifier.
   public var pid: Int32 { process.processIdentifier }
 
   /// Starts the probe with `arguments` (the first one names its command).
   public init(_ arguments: [String]) throws {
-    process = Process()
-    process.executableURL = try Self.executable()
-    process.arguments = arguments
     let stdin = Pipe()
     let stdout = Pipe()
-    process.standardInput = stdin
-    process.standardOutput = stdout
-    process.standardError = FileHandle.standardError
-    try process.run()
+    process = try ChildProcess(
+      try Self.executable(), arguments: arguments, standardInput: .pipe(stdin), standardOutput: .pipe(stdout))
     input = stdin.fileHandleForWriting
     lines = LineReader(stdout.fileHandleForReading)
   }
@@ -62,7 +61,7 @@ public final class Probe: Sendable {
 
   /// Kills the probe with `SIGKILL` and waits for it to exit.
   public func kill() {
-    _ = Foundation.kill(process.processIdentifier, SIGKILL)
+    process.send(SIGKILL)
     process.waitUntilExit()
   }
 
@@ -70,24 +69,48 @@ public final class Probe: Sendable {
   @discardableResult
   public func waitForExit() -> Int32 {
     process.waitUntilExit()
-    return process.terminationStatus
   }
 
-  /// The `PersistenceProbe` executable, built beside the test bundle.
+  /// The `PersistenceProbe` executable, which SwiftPM builds into the same products directory as
+  /// the tests.
   static func executable() throws -> URL {
-    var directory = Bundle.main.bundleURL
-    let manager = FileManager.default
+    let directories = searchDirectories(
+      testBundle: Bundle(for: Probe.self).bundleURL, mainBundle: Bundle.main.bundleURL,
+      firstArgument: CommandLine.arguments.first ?? "")
+    guard let probe = executable(in: directories) else {
+      throw CocoaError(
+        .fileNoSuchFile,
+        userInfo: [
+          NSLocalizedDescriptionKey:
+            "PersistenceProbe was not built in any of \(directories.map(\.path).joined(separator: ", "))"
+        ])
+    }
+    return probe
+  }
+
+  /// Where the probe may be, in order.
+  ///
+  /// On Linux the tests run as an executable in the products directory: `Bundle.main` and
+  /// `argv[0]` point there. On macOS `swift test` runs them inside `xctest` or
+  /// `swiftpm-testing-helper` from the toolchain, so those point into the toolchain, and the
+  /// products directory is the one that holds the test bundle (`….xctest`) with this code: that
+  /// comes first. The main bundle's parents follow, for layouts that nest it deeper.
+  static func searchDirectories(testBundle: URL, mainBundle: URL, firstArgument: String) -> [URL] {
+    var directories = [testBundle.deletingLastPathComponent()]
+    var directory = mainBundle
     for _ in 0..<6 {
-      let candidate = directory.appendingPathComponent("PersistenceProbe")
-      if manager.isExecutableFile(atPath: candidate.path) { return candidate }
+      directories.append(directory)
       directory.deleteLastPathComponent()
     }
-    let argumentDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-    let candidate = argumentDirectory.appendingPathComponent("PersistenceProbe")
-    if manager.isExecutableFile(atPath: candidate.path) { return candidate }
-    throw CocoaError(
-      .fileNoSuchFile,
-      userInfo: [NSLocalizedDescriptionKey: "PersistenceProbe was not built beside \(Bundle.main.bundleURL.path)"])
+    directories.append(URL(fileURLWithPath: firstArgument).deletingLastPathComponent())
+    return directories
+  }
+
+  /// The first `PersistenceProbe` executable in `directories`.
+  static func executable(in directories: [URL]) -> URL? {
+    directories.lazy.map { $0.appendingPathComponent("PersistenceProbe") }.first {
+      FileManager.default.isExecutableFile(atPath: $0.path)
+    }
   }
 }
 

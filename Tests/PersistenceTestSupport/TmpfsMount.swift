@@ -67,13 +67,8 @@ public final class TmpfsMount: Sendable {
   }
 
   private static func run(_ tool: String, _ arguments: [String]) throws -> Int32 {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: tool)
-    process.arguments = arguments
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = FileHandle.nullDevice
-    try process.run()
-    process.waitUntilExit()
-    return process.terminationStatus
+    let process = try ChildProcess(
+      URL(fileURLWithPath: tool), arguments: arguments, standardOutput: .null, standardError: .null)
+    return process.waitUntilExit()
   }
 }

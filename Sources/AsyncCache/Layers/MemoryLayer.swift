@@ -153,8 +153,8 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// The number of entries held, expired ones included until they are removed. O(1).
   public nonisolated var count: Int { store.count }
 
-  /// The sum of the costs of the entries held. O(1).
-  public nonisolated var totalCost: Int { store.totalCost }
+  /// The sum of the costs of the entries held (at most `Int.max` on 32-bit platforms). O(1).
+  public nonisolated var totalCost: Int { Int(clamping: store.totalCost) }
 
   /// The keys of the entries held, in no particular order. O(n).
   public nonisolated var keys: [Key] { store.keys }
@@ -175,7 +175,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     let totals = store.totals
     return Statistics(
       count: totals.count,
-      totalCost: totals.cost,
+      totalCost: Int(clamping: totals.cost),
       hits: totals.hits,
       misses: totals.misses,
       evictions: totals.evictions

@@ -138,7 +138,11 @@ enum SnapshotFile {
     guard status.st_mode & S_IFMT == S_IFREG else {
       throw PersistenceError(code: .ioFailure, message: "the snapshot \(url.path) is not a regular file")
     }
-    let fileSize = Int(status.st_size)
+    guard let fileSize = Int(exactly: status.st_size) else {
+      throw PersistenceError(
+        code: .ioFailure,
+        message: "the snapshot \(url.path) is \(status.st_size) bytes long, more than this platform reads")
+    }
     var headerBytes = [UInt8](repeating: 0, count: Swift.min(fileSize, headerSize))
     let headerRead = headerBytes.withUnsafeMutableBytes { readFully(descriptor, into: $0) }
     if let code = headerRead.error { throw failure(code, "cannot read the snapshot", url) }
@@ -220,7 +224,8 @@ enum SnapshotFile {
     if let code = payload.withUnsafeBytes({ writeFully(descriptor, $0) }) {
       throw failure(code, "cannot write the snapshot", url)
     }
-    guard fsync(descriptor) == 0 else { throw failure(errno, "cannot flush the snapshot", url) }
+    let flushed = Durability.synchronize(descriptor)
+    guard flushed == 0 else { throw failure(flushed, "cannot flush the snapshot", url) }
     isOpen = false
     // A failing close may report a delayed write error (NFS); the file is unusable then.
     guard close(descriptor) == 0 else { throw failure(errno, "cannot write the snapshot", url) }
@@ -232,8 +237,9 @@ enum SnapshotFile {
     let directoryDescriptor = open(directoryPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
     if directoryDescriptor >= 0 {
       defer { close(directoryDescriptor) }
-      if fsync(directoryDescriptor) != 0, errno != EINVAL, errno != ENOTSUP {
-        throw failure(errno, "cannot flush the directory of the snapshot", url)
+      let code = Durability.synchronize(directoryDescriptor)
+      if code != 0, code != EINVAL, code != ENOTSUP {
+        throw failure(code, "cannot flush the directory of the snapshot", url)
       }
     }
   }

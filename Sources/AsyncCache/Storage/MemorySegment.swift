@@ -13,45 +13,60 @@ enum SegmentRegion: UInt8, Sendable, CaseIterable {
 }
 
 /// One entry of a ``MemorySegment``: 40 bytes besides the key and the value.
+///
+/// Bit layouts here and in the segment are fixed-width (`UInt64`, `UInt32`, `Int64`), never
+/// `Int`, which has 32 bits on watchOS devices (arm64_32): costs and their sums are `Int64`
+/// everywhere, so a layout or a total never depends on the platform.
 @usableFromInline
 struct MemoryNode<Key, Value> {
   @usableFromInline var key: Key
   @usableFromInline var value: Value
   /// Expiry in nanoseconds since 1970; `Int64.max` for never.
   @usableFromInline var expiry: Int64
-  /// The cost in the low 61 bits and the ``SegmentRegion`` in the two above, so that W-TinyLFU
-  /// costs no memory per entry over LRU.
-  @usableFromInline var costAndRegion: Int
+  /// The cost in the low 61 bits (``costMask``) and the ``SegmentRegion`` in the two above
+  /// (from ``regionShift``), so that W-TinyLFU costs no memory per entry over LRU.
+  @usableFromInline var costAndRegion: UInt64
   /// The neighbour closer to the most recently used end of its list, or ``MemorySegment/none``.
   @usableFromInline var newer: UInt32
   /// The neighbour closer to the least recently used end of its list, or ``MemorySegment/none``.
   @usableFromInline var older: UInt32
 
-  /// The largest cost an entry may have: 2^61 - 1.
-  @usableFromInline static var maximumCost: Int { (1 << 61) - 1 }
+  /// The bits of ``costAndRegion`` that hold the cost: 2^61 - 1.
+  @usableFromInline static var costMask: UInt64 { (1 << 61) - 1 }
+  /// The lowest bit of ``costAndRegion`` that holds the region.
+  @usableFromInline static var regionShift: UInt64 { 61 }
 
+  /// The largest cost an entry may have: 2^61 - 1, or `Int.max` where that is smaller (32-bit
+  /// platforms).
+  @usableFromInline static var maximumCost: Int { Int(clamping: costMask) }
+
+  /// A node in the window; `cost` must be in `0...maximumCost`.
   @inlinable
-  init(key: Key, value: Value, expiry: Int64, cost: Int) {
+  init(key: Key, value: Value, expiry: Int64, cost: Int64) {
     self.key = key
     self.value = value
     self.expiry = expiry
-    self.costAndRegion = cost
+    self.costAndRegion = UInt64(truncatingIfNeeded: cost)
     self.newer = .max
     self.older = .max
   }
 
   /// The entry's cost, 0 to ``maximumCost``.
   @inlinable
-  var cost: Int {
-    @inline(__always) get { costAndRegion & Self.maximumCost }
-    @inline(__always) set { costAndRegion = costAndRegion & ~Self.maximumCost | newValue }
+  var cost: Int64 {
+    @inline(__always) get { Int64(truncatingIfNeeded: costAndRegion & Self.costMask) }
+    @inline(__always) set { costAndRegion = costAndRegion & ~Self.costMask | UInt64(truncatingIfNeeded: newValue) }
   }
 
   /// The list the node is in.
   @inlinable
   var region: SegmentRegion {
-    @inline(__always) get { SegmentRegion(rawValue: UInt8(truncatingIfNeeded: costAndRegion >> 61)) ?? .window }
-    @inline(__always) set { costAndRegion = costAndRegion & Self.maximumCost | Int(newValue.rawValue) << 61 }
+    @inline(__always) get {
+      SegmentRegion(rawValue: UInt8(truncatingIfNeeded: costAndRegion >> Self.regionShift)) ?? .window
+    }
+    @inline(__always) set {
+      costAndRegion = costAndRegion & Self.costMask | UInt64(newValue.rawValue) << Self.regionShift
+    }
   }
 }
 
@@ -87,16 +102,16 @@ struct SegmentAdmission {
   @usableFromInline var random: SplitMix64
   /// The segment's share of the count limit, for the climber's steps.
   @usableFromInline let countShare: Int
-  /// The segment's share of the cost limit, or `Int.max` when cost does not bound the layer.
-  @usableFromInline let costShare: Int
+  /// The segment's share of the cost limit, or `Int64.max` when cost does not bound the layer.
+  @usableFromInline let costShare: Int64
   @usableFromInline var windowCountMaximum: Int
-  @usableFromInline var windowCostMaximum: Int
+  @usableFromInline var windowCostMaximum: Int64
   @usableFromInline var protectedCountMaximum: Int
-  @usableFromInline var protectedCostMaximum: Int
+  @usableFromInline var protectedCostMaximum: Int64
   @usableFromInline var windowCount = 0
-  @usableFromInline var windowCost = 0
+  @usableFromInline var windowCost: Int64 = 0
   @usableFromInline var protectedCount = 0
-  @usableFromInline var protectedCost = 0
+  @usableFromInline var protectedCost: Int64 = 0
   /// The segment's hits and misses when the climber's sample started.
   @usableFromInline var sampleStartHits = 0
   @usableFromInline var sampleStartMisses = 0
@@ -172,10 +187,10 @@ struct SegmentAdmission {
   ///
   /// - Parameters:
   ///   - countShare: The segment's share of the count limit (0 or more).
-  ///   - costShare: Its share of the cost limit, or `Int.max` when cost does not bound.
+  ///   - costShare: Its share of the cost limit, or `Int64.max` when cost does not bound.
   ///   - adaptiveWindow: Whether the hill climber moves the window.
   ///   - seed: The seed of the rare random admissions.
-  init(countShare: Int, costShare: Int, adaptiveWindow: Bool, seed: UInt64) {
+  init(countShare: Int, costShare: Int64, adaptiveWindow: Bool, seed: UInt64) {
     isEnabled = true
     self.countShare = countShare
     self.costShare = costShare
@@ -190,10 +205,10 @@ struct SegmentAdmission {
 
   /// The window's and protected's sizes for a share of a limit: 1% and 80% of the other 99%,
   /// rounded as Caffeine does; unbounded for an unbounded share.
-  static func maximums(share: Int) -> (window: Int, protected: Int) {
+  static func maximums<Size: FixedWidthInteger & SignedInteger>(share: Size) -> (window: Size, protected: Size) {
     guard share != .max else { return (.max, .max) }
-    let main = Int(Double(share) * mainShare)
-    return (share - main, Int(Double(main) * protectedShare))
+    let main = Size(Double(share) * mainShare)
+    return (share - main, Size(Double(main) * protectedShare))
   }
 
   /// The sketch's key for a key's tag (the low 32 bits of its hash).
@@ -248,7 +263,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline var admission: SegmentAdmission
   @usableFromInline var capacity: Int
   @usableFromInline var count: Int
-  @usableFromInline var totalCost: Int
+  @usableFromInline var totalCost: Int64
   @usableFromInline var misses: Int
   @usableFromInline var evictions: EvictionCounts
   @usableFromInline var probationMRU: UInt32
@@ -300,14 +315,22 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   static func slot(of bucket: UInt64) -> Int { Int(UInt32(truncatingIfNeeded: bucket)) &- 1 }
 
   @inlinable
-  static func home(of bucket: UInt64, mask: Int) -> Int { Int(UInt32(truncatingIfNeeded: bucket >> 32)) & mask }
+  static func home(of bucket: UInt64, mask: Int) -> Int {
+    position(of: UInt32(truncatingIfNeeded: bucket >> 32), mask: mask)
+  }
+
+  /// The home position of a tag in a table of `mask + 1` buckets. `Int(truncatingIfNeeded:)`,
+  /// not `Int(_:)`: half of all tags do not fit a 32-bit `Int`, and only the low bits count.
+  @inlinable
+  @inline(__always)
+  static func position(of tag: UInt32, mask: Int) -> Int { Int(truncatingIfNeeded: tag) & mask }
 
   /// The bucket position and slot of `key`, or `nil`.
   @inlinable
   @inline(__always)
   func find(_ key: Key, hash: Int) -> (bucket: Int, slot: Int)? {
     let tag = Self.tag(of: hash)
-    var position = Int(tag) & bucketMask
+    var position = Self.position(of: tag, mask: bucketMask)
     while true {
       let bucket = buckets[position]
       if bucket == 0 { return nil }
@@ -323,7 +346,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @inlinable
   func bucketPosition(ofSlot slot: Int, tag: UInt32) -> Int {
     let wanted = UInt32(truncatingIfNeeded: slot &+ 1)
-    var position = Int(tag) & bucketMask
+    var position = Self.position(of: tag, mask: bucketMask)
     while UInt32(truncatingIfNeeded: buckets[position]) != wanted {
       position = (position &+ 1) & bucketMask
     }
@@ -508,16 +531,16 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// what the other two leave of the totals.
   @inlinable
   @inline(__always)
-  mutating func account(_ region: SegmentRegion, cost: Int, sign: Int) {
+  mutating func account(_ region: SegmentRegion, cost: Int64, sign: Int) {
     switch region {
     case .window:
       admission.windowCount &+= sign
-      admission.windowCost &+= sign &* cost
+      admission.windowCost &+= Int64(sign) &* cost
     case .probation:
       break
     case .protected:
       admission.protectedCount &+= sign
-      admission.protectedCost &+= sign &* cost
+      admission.protectedCost &+= Int64(sign) &* cost
     }
   }
 
@@ -607,7 +630,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// `oldCost`: counts it as a use and updates its region's size. A window entry that grew
   /// past the window's size moves to the window's LRU end, to leave it first.
   @inlinable
-  mutating func recordRewrite(_ slot: Int, hash: Int, oldCost: Int) {
+  mutating func recordRewrite(_ slot: Int, hash: Int, oldCost: Int64) {
     let region = nodes[slot].region
     account(region, cost: oldCost, sign: -1)
     account(region, cost: nodes[slot].cost, sign: 1)
@@ -780,9 +803,11 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// negative), as Caffeine's climber does: protected gives at most what it has, and the window
   /// keeps at least 1.
   @usableFromInline
-  static func shift(_ move: Double, share: Int, window: inout Int, protected: inout Int) {
+  static func shift<Size: FixedWidthInteger & SignedInteger>(
+    _ move: Double, share: Size, window: inout Size, protected: inout Size
+  ) {
     guard share != .max else { return }
-    let amount = Int(move * Double(share))
+    let amount = Size(move * Double(share))
     if amount > 0 {
       let quota = Swift.min(amount, protected)
       window += quota
@@ -946,11 +971,11 @@ extension MemorySegment {
     if count * 4 > bucketCount * 3 { problems.append("index is more than 3/4 full") }
     // Each list visits its nodes once, in both directions; together they hold every node.
     var seen = Set<Int>()
-    var sizes: [SegmentRegion: (count: Int, cost: Int)] = [:]
+    var sizes: [SegmentRegion: (count: Int, cost: Int64)] = [:]
     for region in SegmentRegion.allCases {
       var cursor = lru(region)
       var previous = Self.none
-      var size = (count: 0, cost: 0)
+      var size = (count: 0, cost: Int64(0))
       while cursor != Self.none, seen.count <= count {
         let node = nodes[Int(cursor)]
         if !seen.insert(Int(cursor)).inserted { problems.append("node \(cursor) is linked twice") }
@@ -965,11 +990,11 @@ extension MemorySegment {
       sizes[region] = size
     }
     if seen.count != count { problems.append("the lists hold \(seen.count) nodes, the segment \(count)") }
-    for slot in 0..<count where nodes[slot].costAndRegion < 0 || nodes[slot].costAndRegion >> 61 > 2 {
+    for slot in 0..<count where nodes[slot].costAndRegion >> Node.regionShift > 2 {
       problems.append("node \(slot) has cost and region bits \(nodes[slot].costAndRegion)")
     }
-    let window = sizes[.window] ?? (0, 0)
-    let protected = sizes[.protected] ?? (0, 0)
+    let window = sizes[.window] ?? (0, Int64(0))
+    let protected = sizes[.protected] ?? (0, Int64(0))
     if window.count != admission.windowCount || window.cost != admission.windowCost {
       problems.append("the window holds \(window), its size says \((admission.windowCount, admission.windowCost))")
     }
@@ -984,7 +1009,7 @@ extension MemorySegment {
     } else if window.count != count {
       problems.append("LRU keeps \(count - window.count) nodes outside its list")
     }
-    var cost = 0
+    var cost: Int64 = 0
     for slot in 0..<count { cost += nodes[slot].cost }
     if cost != totalCost { problems.append("totalCost \(totalCost) but nodes sum to \(cost)") }
     return problems

@@ -88,15 +88,18 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline let segmentMask: Int
   @usableFromInline let clock: any CacheClock
   @usableFromInline let countLimit: Int
-  @usableFromInline let costLimit: Int
+  /// The cost limit; `Int64.max` for none. Costs and their sums are `Int64` on every platform,
+  /// so that a sum of costs never wraps where `Int` has 32 bits.
+  @usableFromInline let costLimit: Int64
   let cost: (@Sendable (Value) -> Int)?
   let timeToLive: Duration?
   let trimFraction: Double
   @usableFromInline let entryCount = Atomic<Int>(0)
-  @usableFromInline let entryCost = Atomic<Int>(0)
+  @usableFromInline let entryCost = Atomic<Int64>(0)
   /// Where evictions are reported while someone observes them.
   @usableFromInline let eventHub = CacheEventHub<Key>()
 
+  /// - Parameter costLimit: The cost limit; `Int.max` for none.
   init(
     countLimit: Int,
     costLimit: Int,
@@ -109,14 +112,16 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     clock: any CacheClock
   ) {
     self.countLimit = countLimit
+    let costLimit = costLimit == .max ? Int64.max : Int64(costLimit)
     self.costLimit = costLimit
     self.cost = cost
     self.timeToLive = timeToLive
     self.trimFraction = trimFraction
     self.clock = clock
     let countShare = countLimit == .max ? Int.max : (countLimit + segmentCount - 1) / segmentCount
+    let segments = Int64(segmentCount)
     let costShare =
-      cost == nil || costLimit == .max ? Int.max : costLimit / segmentCount + (costLimit % segmentCount == 0 ? 0 : 1)
+      cost == nil || costLimit == .max ? Int64.max : costLimit / segments + (costLimit % segments == 0 ? 0 : 1)
     self.segments = MemorySegments(count: segmentCount) { index in
       switch policy.kind {
       case .leastRecentlyUsed:
@@ -364,7 +369,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     entryCost.wrappingSubtract(node.cost, ordering: .relaxed)
   }
 
-  func cost(of value: Value, for key: Key) throws -> Int {
+  func cost(of value: Value, for key: Key) throws -> Int64 {
     guard let cost else { return 0 }
     let result = cost(value)
     guard result >= 0, result <= Node.maximumCost else {
@@ -373,7 +378,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         message: "the cost function returned \(result) for the value of key \(key); costs must be in 0..<2^61"
       )
     }
-    return result
+    return Int64(result)
   }
 
   /// Removes the entry for `key` and returns its value, if there was one.
@@ -465,7 +470,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// as many entries as there were, even if other threads keep inserting.
   func trim(toFraction fraction: Double) {
     let countTarget = Int((Double(Swift.min(countLimit, count)) * fraction).rounded(.down))
-    let costTarget = Int((Double(Swift.min(costLimit, totalCost)) * fraction).rounded(.down))
+    let costTarget = Int64((Double(Swift.min(costLimit, totalCost)) * fraction).rounded(.down))
     var budget = count
     var index = 0
     var emptyInARow = 0
@@ -493,7 +498,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   // MARK: Introspection
 
   var count: Int { entryCount.load(ordering: .relaxed) }
-  var totalCost: Int { entryCost.load(ordering: .relaxed) }
+  var totalCost: Int64 { entryCost.load(ordering: .relaxed) }
 
   /// The keys of all entries, expired ones included until they are removed.
   var keys: [Key] {
@@ -541,7 +546,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   func invariantViolations() -> [String] {
     var problems: [String] = []
     var count = 0
-    var cost = 0
+    var cost: Int64 = 0
     for index in 0..<segments.count {
       segments.withLock(index) { segment in
         problems += segment.invariantViolations().map { "segment \(index): \($0)" }
@@ -558,7 +563,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
 
   struct Totals {
     var count = 0
-    var cost = 0
+    var cost: Int64 = 0
     var hits = 0
     var requestHits = 0
     var misses = 0

@@ -13,4 +13,15 @@ static inline __attribute__((always_inline)) void async_cache_prefetch_for_write
 #endif
 }
 
+#if defined(__APPLE__)
+#include <mach/mach_init.h>
+
+/// This task's port, for `task_info`: what `mach_task_self()` returns. Swift cannot call that
+/// macro, and the global it reads, `mach_task_self_`, is a mutable variable to Swift 6, which
+/// older SDKs do not mark safe to read from any thread (it is set once, before `main`).
+static inline __attribute__((always_inline)) mach_port_t async_cache_mach_task_self(void) {
+  return mach_task_self();
+}
+#endif
+
 #endif

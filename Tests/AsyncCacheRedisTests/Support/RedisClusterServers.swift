@@ -1,5 +1,6 @@
 import AsyncCache
 import Foundation
+import PersistenceTestSupport
 import Testing
 
 @testable import AsyncCacheRedis
@@ -39,20 +40,18 @@ final class RedisClusterServers: Sendable {
       servers.append(try await startNode(configFile: directory.appendingPathComponent("nodes-\(index).conf").path))
     }
     let cluster = RedisClusterServers(servers: servers, directory: directory)
-    let create = Process()
-    create.executableURL = cli
-    create.arguments =
-      ["--cluster", "create"] + servers.map { "127.0.0.1:\($0.port)" } + ["--cluster-replicas", "0", "--cluster-yes"]
     let output = Pipe()
-    create.standardOutput = output
-    create.standardError = output
-    create.standardInput = FileHandle.nullDevice
-    try create.run()
+    let create = try ChildProcess(
+      cli,
+      arguments: ["--cluster", "create"] + servers.map { "127.0.0.1:\($0.port)" } + [
+        "--cluster-replicas", "0", "--cluster-yes",
+      ],
+      standardInput: .null, standardOutput: .pipe(output), standardError: .pipe(output))
     let log = output.fileHandleForReading.readDataToEndOfFile()
-    create.waitUntilExit()
-    guard create.terminationStatus == 0 else {
+    let status = create.waitUntilExit()
+    guard status == 0 else {
       throw RedisServer.ServerError(
-        "redis-cli --cluster create failed (\(create.terminationStatus)):\n\(String(decoding: log, as: UTF8.self))")
+        "redis-cli --cluster create failed (\(status)):\n\(String(decoding: log, as: UTF8.self))")
     }
     // Every node learns the others' slots by gossip; ask until each says the cluster is ok.
     let deadline = ContinuousClock.now.advanced(by: .seconds(30))

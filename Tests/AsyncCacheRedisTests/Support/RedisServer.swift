@@ -1,5 +1,6 @@
 import AsyncCache
 import Foundation
+import PersistenceTestSupport
 import Synchronization
 import Testing
 
@@ -22,11 +23,13 @@ final class RedisServer: Sendable {
   let port: Int
   /// The server's process id.
   let pid: Int32
-  private let process: Locked<Process?>
+  private let process: Locked<ChildProcess?>
   private let output: Output
 
   /// The condition that skips a suite without `redis-server`, outside CI.
   static let isInstalled = executable != nil
+  /// Why no server can be started on this platform at all (only macOS and Linux start processes).
+  static let unavailableReason = ChildProcess.unavailableReason
   static let isCI = ProcessInfo.processInfo.environment["CI"] == "true"
   static let skipMessage =
     "redis-server is not installed: install it (Debian/Ubuntu: apt-get install redis-server; macOS: brew install "
@@ -39,7 +42,7 @@ final class RedisServer: Sendable {
     return directories.map { "\($0)/redis-server" }.first { FileManager.default.isExecutableFile(atPath: $0) }
   }()
 
-  private init(port: Int, process: Process, output: Output) {
+  private init(port: Int, process: ChildProcess, output: Output) {
     self.port = port
     self.pid = process.processIdentifier
     self.process = Locked(process)
@@ -74,18 +77,14 @@ final class RedisServer: Sendable {
   }
 
   private static func launch(_ executable: String, port: Int, arguments: [String]) async throws -> RedisServer {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments =
-      [
+    let pipe = Pipe()
+    let process = try ChildProcess(
+      URL(fileURLWithPath: executable),
+      arguments: [
         "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no",
         "--logfile", "", "--loglevel", "notice", "--protected-mode", "no",
-      ] + arguments
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = pipe
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
+      ] + arguments,
+      standardInput: .null, standardOutput: .pipe(pipe), standardError: .pipe(pipe))
     let output = Output()
     let ready: Bool = await withCheckedContinuation { continuation in
       // Reads the server's log until it exits, so that it never blocks on a full pipe; says
@@ -124,7 +123,7 @@ final class RedisServer: Sendable {
     else {
       return
     }
-    kill(pid, killing ? SIGKILL : SIGTERM)
+    process.send(killing ? SIGKILL : SIGTERM)
     process.waitUntilExit()
   }
 
@@ -186,8 +185,11 @@ final class RedisServer: Sendable {
 }
 
 extension Trait where Self == ConditionTrait {
-  /// Runs the test where `redis-server` is installed, or in CI, where its absence fails it.
+  /// Runs the test where `redis-server` is installed, or in CI, where its absence fails it;
+  /// never where no process can be started.
   static var redisServer: Self {
-    .enabled(if: RedisServer.isInstalled || RedisServer.isCI, Comment(rawValue: RedisServer.skipMessage))
+    .enabled(
+      if: RedisServer.unavailableReason == nil && (RedisServer.isInstalled || RedisServer.isCI),
+      Comment(rawValue: RedisServer.unavailableReason ?? RedisServer.skipMessage))
   }
 }

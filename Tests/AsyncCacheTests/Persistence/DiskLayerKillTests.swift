@@ -50,7 +50,9 @@ extension Probe {
 }
 
 /// Row 10, for real: a child process writing large values is killed with `SIGKILL` mid-write.
-@Suite("DiskLayer process kill", .timeLimit(.minutes(2)))
+@Suite(
+  "DiskLayer process kill", .timeLimit(.minutes(2)),
+  .enabled(if: Probe.unavailableReason == nil, "\(Probe.unavailableReason ?? "")"))
 struct DiskLayerKillTests {
   /// Each round starts `disk-write-loop` with its own seed, has it complete a seeded random
   /// number of writes, then starts one more and kills the probe while it writes: at a seeded

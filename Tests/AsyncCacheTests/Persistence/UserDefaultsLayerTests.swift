@@ -27,14 +27,17 @@ struct UserDefaultsLayerTests {
     /// A `UserDefaults` of the suite, as other code in the app would use it.
     var defaults: UserDefaults { UserDefaults(suiteName: name)! }
 
-    /// Where swift-corelibs-foundation keeps the suite on disk.
-    var file: URL {
-      let environment = ProcessInfo.processInfo.environment
-      let configHome =
-        environment["XDG_CONFIG_HOME"].flatMap { $0.hasPrefix("/") ? URL(fileURLWithPath: $0) : nil }
-        ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".config")
-      return configHome.appendingPathComponent("\(name).plist")
-    }
+    #if !canImport(Darwin)
+      /// Where swift-corelibs-foundation keeps the suite on disk. Apple's Foundation keeps it
+      /// elsewhere, and has no `homeDirectoryForCurrentUser` on iOS, tvOS, watchOS or visionOS.
+      var file: URL {
+        let environment = ProcessInfo.processInfo.environment
+        let configHome =
+          environment["XDG_CONFIG_HOME"].flatMap { $0.hasPrefix("/") ? URL(fileURLWithPath: $0) : nil }
+          ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".config")
+        return configHome.appendingPathComponent("\(name).plist")
+      }
+    #endif
 
     func remove() {
       let defaults = self.defaults

@@ -44,7 +44,9 @@ struct MemoryPressureTests {
       task.cancel()
       await task.value
     }
-    #if !canImport(Darwin)
+    #if canImport(Darwin)
+      #expect(systemMemoryPressureSource(logger: .disabled) is DispatchMemoryPressureSource)
+    #else
       #expect(systemMemoryPressureSource(logger: .disabled) is LinuxMemoryPressureSource)
     #endif
   }

@@ -97,8 +97,10 @@ enum DiskEntryFormat {
     guard flags == 0, reserved == 0 else { throw .unknownFields }
     let keyLength = UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: 8, as: UInt32.self))
     let payloadLength = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: 24, as: UInt64.self))
-    // Lengths past what a file can hold are damage, and must not overflow the size arithmetic.
-    guard payloadLength <= UInt64(Int32.max) * 1024 else {
+    // Lengths past what a file can hold are damage, and must not overflow the size arithmetic
+    // (`fileSize`), whether `Int` has 64 bits or 32 (watchOS devices).
+    let limit = Swift.min(UInt64(Int32.max) * 1024, UInt64(Int.max))
+    guard payloadLength <= limit, UInt64(headerSize) + UInt64(keyLength) + payloadLength <= limit else {
       throw .lengthMismatch(expected: .max, actual: bytes.count)
     }
     return Header(

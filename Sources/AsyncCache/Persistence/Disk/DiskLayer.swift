@@ -20,8 +20,9 @@ public import Foundation
 /// collide, the stored key tells them apart: a lookup of one never returns the other's bytes.
 ///
 /// **Writes.** A write goes to a temporary file in the same directory, which is flushed with
-/// `fsync`, renamed over the entry's file and made durable with an `fsync` of the directory. A
-/// reader therefore sees the old value or the new one, never a mixture, even if the process is
+/// `fsync` (`F_FULLFSYNC` on Apple platforms), renamed over the entry's file and made durable
+/// with a flush of the directory. A reader therefore sees the old value or the new one, never a
+/// mixture, even if the process is
 /// killed mid-write; temporary files left by a killed process are removed when a layer opens
 /// the directory. A write that fails (the disk is full, the file system is read-only) throws a
 /// ``PersistenceError`` with code ``PersistenceError/Code/noSpace`` or

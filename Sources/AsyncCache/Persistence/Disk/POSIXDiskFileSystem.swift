@@ -39,12 +39,14 @@ struct POSIXDiskFileSystem: DiskFileSystem {
       let time = info.st_mtim
     #endif
     return DiskFileStatus(
-      size: Int(info.st_size),
+      // Clamped where `Int` has 32 bits: such a file is no entry of the layer's (damage), not a trap.
+      size: Int(clamping: info.st_size),
       modificationTime: Int64(time.tv_sec) &* 1_000_000_000 &+ Int64(time.tv_nsec))
   }
 
   func synchronize(_ descriptor: Int32) throws(DiskSystemError) {
-    _ = try retrying("fsync", "fd \(descriptor)") { Int(fsync(descriptor)) }
+    let code = Durability.synchronize(descriptor)
+    guard code == 0 else { throw DiskSystemError(code: code, operation: "fsync", path: "fd \(descriptor)") }
   }
 
   func close(_ descriptor: Int32) throws(DiskSystemError) {

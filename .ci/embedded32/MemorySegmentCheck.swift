@@ -1,0 +1,122 @@
+// The memory layer's storage where `Int` has 32 bits, as on watchOS devices (arm64_32), which
+// cannot run here: .ci/check-32bit compiles Storage/MemorySegment.swift and the policy files
+// with this file as Embedded Swift for wasm32, and runs it with WasmKit.
+//
+// It drives one segment the way MemoryStore does (lookups, inserts with costs, evictions while
+// over a limit, removals) with seeded random operations, and checks every invariant after each
+// one, under LRU and W-TinyLFU, with small costs and with costs up to Int32.max whose sums do
+// not fit 32 bits. Half of all keys have a hash tag above Int32.max.
+
+/// The store's global totals (atomics in MemoryStore), kept beside the one segment.
+struct Totals {
+  var count = 0
+  var cost: Int64 = 0
+}
+
+/// Runs `steps` random operations; returns whether every invariant held after each.
+func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int64, steps: Int) -> Bool {
+  var random = SplitMix64(seed: 0x5EED)
+  let admission =
+    tinyLFU
+    ? SegmentAdmission(countShare: countLimit, costShare: costLimit, adaptiveWindow: true, seed: 42)
+    : SegmentAdmission()
+  var segment = MemorySegment<Int, Int>(admission: admission)
+  var totals = Totals()
+  var hits = 0
+  for step in 0..<steps {
+    let key = Int(truncatingIfNeeded: random.next() % UInt64(countLimit * 3))
+    let hash = key.hashValue
+    switch random.next() % 10 {
+    case 0..<5:
+      if let (_, slot) = segment.find(key, hash: hash) {
+        segment.recordHit(slot, hash: hash)
+        hits += 1
+      } else {
+        segment.misses &+= 1
+      }
+    case 5..<9:
+      let cost = Int64(random.next() % UInt64(largestCost + 1))
+      let written: Int
+      var isNew = false
+      if let (_, slot) = segment.find(key, hash: hash) {
+        let oldCost = segment.nodes[slot].cost
+        segment.nodes[slot].cost = cost
+        segment.totalCost &+= cost &- oldCost
+        totals.cost += cost - oldCost
+        segment.recordRewrite(slot, hash: hash, oldCost: oldCost)
+        written = slot
+      } else {
+        segment.append(MemoryNode(key: key, value: step, expiry: .max, cost: cost), hash: hash)
+        totals.count += 1
+        totals.cost += cost
+        written = segment.count &- 1
+        isNew = true
+      }
+      let overLimit = { () -> EvictionReason? in
+        if totals.count > countLimit { return .countLimit }
+        if totals.cost > costLimit { return .costLimit }
+        return nil
+      }
+      segment.evict(sparing: UInt32(truncatingIfNeeded: written), while: overLimit) { node, _ in
+        totals.count -= 1
+        totals.cost -= node.cost
+      }
+      if isNew { segment.climb() }
+    default:
+      if let (position, slot) = segment.find(key, hash: hash) {
+        let node = segment.remove(slot: slot, bucket: position)
+        totals.count -= 1
+        totals.cost -= node.cost
+      }
+    }
+    guard totals.count == segment.count, totals.cost == segment.totalCost, totals.cost <= costLimit else {
+      print(
+        "step \(step): the totals say \(totals.count), \(totals.cost); the segment \(segment.count), \(segment.totalCost)"
+      )
+      return false
+    }
+    let problems = segment.invariantViolations()
+    guard problems.isEmpty else {
+      print("step \(step): \(problems.count) invariant violations, the first: \(problems[0])")
+      return false
+    }
+  }
+  var window = 0
+  var probation = 0
+  var protected = 0
+  for slot in 0..<segment.count {
+    switch segment.nodes[slot].region {
+    case .window: window += 1
+    case .probation: probation += 1
+    case .protected: protected += 1
+    }
+  }
+  print(
+    "  \(tinyLFU ? "W-TinyLFU" : "LRU"), costs up to \(largestCost): \(segment.count) entries costing \(segment.totalCost) "
+      + "(window \(window), probation \(probation), protected \(protected)), \(hits) hits")
+  guard !tinyLFU || (probation > 0 && protected > 0) else {
+    print("W-TinyLFU left probation or protected empty")
+    return false
+  }
+  return true
+}
+
+@_cdecl("run")
+func run() -> Int32 {
+  let maximumCost = MemoryNode<Int, Int>.maximumCost
+  print("Int has \(Int.bitWidth) bits; the largest cost of an entry is \(maximumCost)")
+  var passed = true
+  if maximumCost != Int.max {
+    print("the largest cost should be Int.max here")
+    passed = false
+  }
+  for tinyLFU in [false, true] {
+    passed = exercise(tinyLFU: tinyLFU, countLimit: 200, costLimit: 5_000, largestCost: 100, steps: 6_000) && passed
+    passed =
+      exercise(
+        tinyLFU: tinyLFU, countLimit: 200, costLimit: Int64(1) << 36, largestCost: Int64(Int32.max), steps: 6_000)
+      && passed
+  }
+  print(passed ? "32-bit check passed" : "32-bit check FAILED")
+  return passed ? 0 : 1
+}

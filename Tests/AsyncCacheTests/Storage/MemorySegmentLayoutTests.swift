@@ -1,0 +1,108 @@
+import Testing
+
+@testable import AsyncCache
+
+/// The bit layouts of the memory layer's storage, which must not depend on the width of `Int`:
+/// it has 32 bits on watchOS devices (arm64_32), where `1 << 61` is 0. These run on 64 bits
+/// here; `.ci/check-32bit` runs the storage itself with a 32-bit `Int`.
+@Suite("MemorySegment bit layout")
+struct MemorySegmentLayoutTests {
+  typealias Node = MemoryNode<Int, Int>
+  typealias Segment = MemorySegment<Int, Int>
+
+  @Test("cost and region share one UInt64 on every platform: the cost in bits 0..<61, the region in 61..<63")
+  func layoutIsFixedWidth() {
+    let node = Node(key: 0, value: 0, expiry: .max, cost: 0)
+    #expect(type(of: node.costAndRegion) == UInt64.self)
+    #expect(type(of: node.cost) == Int64.self)
+    #expect(Node.costMask == 0x1FFF_FFFF_FFFF_FFFF)
+    #expect(Node.regionShift == 61)
+    let highest = SegmentRegion.allCases.map { UInt64($0.rawValue) }.max() ?? 0
+    #expect(highest <= 3 && (highest << Node.regionShift) & Node.costMask == 0, "every region fits above the cost")
+  }
+
+  /// Costs at the edges of 32-bit arithmetic, and the largest cost the layout holds.
+  static let boundaryCosts: [Int64] = [
+    0, 1, Int64(Int32.max), Int64(Int32.max) + 1, Int64(UInt32.max), Int64(UInt32.max) + 1, 1 << 40,
+    Int64(MemoryNode<Int, Int>.costMask),
+  ]
+
+  @Test("every region keeps every cost, and every cost keeps its region", arguments: SegmentRegion.allCases)
+  func regionAndCostRoundTrip(region: SegmentRegion) {
+    for cost in Self.boundaryCosts {
+      var node = Node(key: 0, value: 0, expiry: .max, cost: cost)
+      node.region = region
+      #expect(node.cost == cost)
+      #expect(node.region == region)
+      #expect(node.costAndRegion == UInt64(region.rawValue) << 61 | UInt64(cost))
+      node.cost = 7
+      node.cost = cost
+      #expect(node.region == region, "a new cost leaves the region bits alone")
+      #expect(node.cost == cost)
+    }
+  }
+
+  @Test("the largest cost is 2^61 - 1 where Int has 64 bits, Int.max where it has 32")
+  func maximumCost() {
+    #expect(Node.maximumCost == Int(clamping: (UInt64(1) << 61) - 1))
+    #expect(Int64(Node.maximumCost) >= Int64(Int32.max))
+    #expect(UInt64(Node.maximumCost) <= Node.costMask)
+  }
+
+  @Test("a tag with its top bit set has its home where its low bits say, without trapping on 32-bit platforms")
+  func tagPositions() {
+    let tags: [UInt32] = [0, 1, 0x7FFF_FFFF, 0x8000_0000, 0x8000_0007, 0xFFFF_FFFF]
+    for tag in tags {
+      for mask in [7, 255, (1 << 20) - 1] {
+        #expect(Segment.position(of: tag, mask: mask) == Int(tag & UInt32(mask)))
+        let bucket = Segment.bucket(tag: tag, slot: 5)
+        #expect(Segment.home(of: bucket, mask: mask) == Int(tag & UInt32(mask)))
+        #expect(Segment.slot(of: bucket) == 5)
+      }
+    }
+  }
+
+  /// With 32-bit sums, three costs of 2^30 + 1 wrap below zero, the limit never looks exceeded,
+  /// and nothing is evicted.
+  @Test(
+    "costs of Int32 size add up exactly: a limit of Int32.max evicts, and no limit totals past 2^32",
+    arguments: [EvictionPolicy.leastRecentlyUsed, .windowTinyLFU])
+  func int32SizedCostsAddUp(policy: EvictionPolicy) throws {
+    let limited = try MemoryLayer<Int, Int>(
+      configuration: .init(costLimit: Int(Int32.max), cost: { $0 }, segmentCount: 1, evictionPolicy: policy))
+    for key in 0..<3 { try limited.insert((1 << 30) + 1, for: key) }
+    #expect(limited.count == 1)
+    #expect(limited.store.totalCost == (1 << 30) + 1)
+    #expect(limited.invariantViolations.isEmpty)
+
+    let unlimited = try MemoryLayer<Int, Int>(
+      configuration: .init(cost: { $0 }, segmentCount: 1, evictionPolicy: policy))
+    for key in 0..<10 { try unlimited.insert(Int(Int32.max), for: key) }
+    #expect(unlimited.count == 10)
+    #expect(unlimited.store.totalCost == 10 * Int64(Int32.max))
+    #expect(unlimited.totalCost == Int(clamping: 10 * Int64(Int32.max)))
+    #expect(unlimited.invariantViolations.isEmpty)
+  }
+
+  @Test("costs above 2^32 keep W-TinyLFU's regions apart: every list in use, every size exact")
+  func largeCostsUnderTinyLFU() throws {
+    // The cost of a value is the value: multiples of 2^33 (clamped to Int.max where Int has 32
+    // bits).
+    let unit = Int64(1) << 33
+    let memory = try MemoryLayer<Int, Int>(
+      configuration: .init(
+        costLimit: Int(clamping: unit * 300), cost: { $0 }, segmentCount: 1, evictionPolicy: .windowTinyLFU))
+    var random = SeededGenerator(seed: 19)
+    for _ in 0..<4_000 {
+      let key =
+        Bool.random(using: &random) ? Int.random(in: 0..<10, using: &random) : Int.random(in: 0..<1_000, using: &random)
+      if memory.value(for: key) == nil { try memory.insert(Int(clamping: unit * Int64(1 + key % 3)), for: key) }
+      #expect(memory.store.totalCost <= memory.store.costLimit)
+    }
+    let sizes = memory.store.segments.withLock(0) { segment in
+      SegmentRegion.allCases.map { segment.keys(in: $0).count }
+    }
+    #expect(sizes.allSatisfy { $0 > 0 }, "window, probation and protected all hold entries: \(sizes)")
+    #expect(memory.invariantViolations.isEmpty)
+  }
+}
