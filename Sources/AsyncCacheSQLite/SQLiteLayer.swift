@@ -487,7 +487,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     get throws {
       do {
         let (bytes, count) = try openStore().usage()
-        return Usage(bytes: bytes, count: count)
+        return Usage(bytes: Int(clamping: bytes), count: Int(clamping: count))
       } catch let error as SQLiteError {
         throw PersistenceError.sqlite(error, while: "reading the namespace's size")
       }

@@ -132,13 +132,14 @@ final class SQLiteStore {
     return keys
   }
 
-  /// The bytes and rows stored in the namespace.
-  func usage() throws(SQLiteError) -> (bytes: Int, count: Int) {
+  /// The bytes and rows stored in the namespace. 64-bit, as SQLite keeps them: a namespace may
+  /// hold more than a 32-bit `Int` counts (watchOS).
+  func usage() throws(SQLiteError) -> (bytes: Int64, count: Int64) {
     let statement = try connection.statement("SELECT bytes, count FROM namespaces WHERE namespace = ?1")
     defer { statement.reset() }
     statement.bind(namespace, at: 1)
     guard try statement.step() else { return (0, 0) }
-    return (Int(statement.int64(0)), Int(statement.int64(1)))
+    return (statement.int64(0), statement.int64(1))
   }
 
   // MARK: Writes
@@ -372,7 +373,8 @@ final class SQLiteStore {
     sizeLimit: Int, countLimit: Int?, now: Int64, report: inout Report
   ) throws(SQLiteError) {
     var (bytes, count) = try usage()
-    let countLimit = countLimit ?? .max
+    let sizeLimit = Int64(sizeLimit)
+    let countLimit = countLimit.map(Int64.init) ?? .max
     guard bytes > sizeLimit || count > countLimit else { return }
     report.expiredRemoved += try deleteExpired(now: now)
     (bytes, count) = try usage()
@@ -385,7 +387,7 @@ final class SQLiteStore {
       oldest.bind(namespace, at: 1)
       while bytes > sizeLimit || count > countLimit, try oldest.step() {
         victims.append(oldest.int64(0))
-        bytes -= Int(oldest.int64(1))
+        bytes -= oldest.int64(1)
         count -= 1
       }
     }
