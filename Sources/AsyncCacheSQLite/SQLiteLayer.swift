@@ -243,7 +243,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   }
 
   /// Every key stored in this namespace that has not expired, including writes still pending.
-  /// Keys that no longer decode (say, written by an older key type) are left out.
+  /// Keys that no longer decode (say, written by an older key type) are left out, and so are keys
+  /// stored before keys were normalized that are not in NFC, which no lookup finds.
   ///
   /// Runs on the layer's thread. O(n) in the namespace's rows.
   public var keys: [Key] {
@@ -258,7 +259,11 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
         } catch let error as SQLiteError {
           throw PersistenceError.sqlite(error, while: "listing keys")
         }
-        for bytes in stored { encodedKeys.insert(String(decoding: bytes, as: UTF8.self)) }
+        for bytes in stored {
+          // A key stored before keys were normalized, not in NFC, is one no lookup finds.
+          let encoded = String(decoding: bytes, as: UTF8.self)
+          if encoded.isNFC { encodedKeys.insert(encoded) }
+        }
       }
       for (key, write) in writes {
         switch write {

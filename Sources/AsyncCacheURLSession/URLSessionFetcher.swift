@@ -39,8 +39,10 @@ public import Foundation
 ///   repeats `100 Continue` is never timed out by it, and on Linux `timeoutIntervalForResource`
 ///   is ignored;
 /// - in memory, by ``Configuration-swift.struct/maximumBodySize`` (default 64 MiB): a larger body
-///   stops the transfer and fails the fetch. Of an error response, only the first
-///   ``URLSessionFetcherError/bodyExcerptLimit`` bytes are read.
+///   fails the fetch and is never returned. On Linux it also stops the transfer as it arrives,
+///   and of an error response only the first ``URLSessionFetcherError/bodyExcerptLimit`` bytes
+///   are read; on Apple platforms that depends on the session handing the body to the fetcher as
+///   it arrives, which is not verified (see <doc:UntrustedServers>).
 ///
 /// ## Servers you do not trust
 ///

@@ -22,6 +22,10 @@ package struct HostileKeys {
     ("\u{AC00}", "\u{1100}\u{1161}"),  // Hangul syllable and its jamo
     ("\u{212B}", "\u{C5}"),  // ANGSTROM SIGN and LATIN CAPITAL A WITH RING
     ("\u{301}x", "\u{301}x"),  // a combining mark first
+    ("a;b", "a\u{37E}b"),  // GREEK QUESTION MARK is canonically a semicolon
+    // Compositions new in Unicode 16 (Tulu-Tigalari, Gurung Khema, Kirat Rai), which tables
+    // older than the standard library's leave apart.
+    ("\u{11383}", "\u{11382}\u{113C9}"), ("\u{16121}", "\u{1611E}\u{1611E}"), ("\u{16D68}", "\u{16D67}\u{16D67}"),
     (":", ":"), (".", "."), ("/", "/"), ("\\", "\\"), ("_", "_"), ("a:b", "a:b"),
     ("*", "*"), ("?", "?"), ("[", "["), ("]", "]"), ("{", "{"), ("}", "}"), ("{x}", "{x}"),
     ("\0", "\0"), ("a\0b", "a\0b"), ("", ""), (" ", " "), ("\n", "\n"),
@@ -51,11 +55,13 @@ package struct HostileKeys {
   /// Namespaces that extend each other (`a`, `a:b`, `a.b`), hold separators, escapes and glob
   /// characters, or are spelt two ways (and are then one namespace).
   package static let namespaces: [String] = [
-    "a", "a:b", "a\\", "a\\:b", "a*", "a?", "a[b]", "a{b}", "ab", "a b", "caf\u{E9}", "a/b", "a_b",
+    "a", "a:b", "a.b", "a\\", "a\\:b", "a*", "a?", "a[b]", "a{b}", "ab", "a b", "caf\u{E9}", "a/b", "a_b",
   ]
 
   /// Pairs of namespaces that Swift calls equal, spelt differently.
-  package static let equalNamespaces: [(String, String)] = [("caf\u{E9}", "cafe\u{301}")]
+  package static let equalNamespaces: [(String, String)] = [
+    ("caf\u{E9}", "cafe\u{301}"), ("\u{11383}", "\u{11382}\u{113C9}"),
+  ]
 }
 
 /// What a layer must hold after a sequence of writes, by Swift's `==` on keys: the rule every

@@ -25,16 +25,32 @@ struct LoadIdentity: Hashable, Sendable {
 /// for one of the loads it is made from) is refused before it joins. Hits never get here, nor
 /// does a miss made outside a load's body: both pay nothing.
 ///
-/// A request made from a task a fetcher spawned and does not wait for (`Task { … }` inherits
-/// task-local values) counts as made by the load all the same; it is refused if it would close
-/// a cycle, although that cycle would not deadlock.
+/// "Inside a load's body" means: in a task that inherits the load's task-local values. A task
+/// the origin spawns with `Task { … }` inherits them, so a request it makes counts as the load's
+/// even if the origin does not wait for it (and is refused if it would close a cycle, although
+/// that cycle would not deadlock); one made from `Task.detached`, a Dispatch queue or another
+/// thread does not, so a cycle through it is not found.
 @usableFromInline
 final class LoadDependencies: Sendable {
-  /// The loads whose body the current task runs; empty outside any load.
-  @TaskLocal static var current: [LoadIdentity] = []
+  /// The loads whose body a task runs: one load, or the loads of a batch.
+  enum Context: Sendable {
+    case load(LoadIdentity)
+    case batch([LoadIdentity])
+  }
 
-  /// ``current``, for inlinable code. A task-local read: a few nanoseconds, paid on misses only.
-  @usableFromInline static var loadsOfCurrentTask: [LoadIdentity] { current }
+  /// The loads whose body the current task runs; `nil` outside any load. An enum rather than an
+  /// array, so that starting a single load allocates no array.
+  @TaskLocal static var current: Context?
+
+  /// The loads of ``current``, for inlinable code: empty outside any load. A task-local read, a
+  /// few nanoseconds, paid on misses only; an array is made only inside a load.
+  @usableFromInline static var loadsOfCurrentTask: [LoadIdentity] {
+    switch current {
+    case nil: []
+    case .load(let load): [load]
+    case .batch(let loads): loads
+    }
+  }
 
   /// The process's graph.
   @usableFromInline static let shared = LoadDependencies()
@@ -101,6 +117,21 @@ extension AsyncCacheError {
     AsyncCacheError(
       code: .recursiveLoad,
       message: "the request for key \(String(describing: key).prefix(200)) would wait for its own load: it was made "
-        + "while loading that key, directly or through loads of other keys, and would never be answered")
+        + "inside a load that this key's load waits for (the origin asked for the key it is loading, directly or "
+        + "through loads of other keys), and would never be answered")
+  }
+}
+
+extension AsyncCacheError {
+  /// Whether `error`, or an error it wraps (as ``underlying``, at any depth), is a
+  /// ``Code/recursiveLoad``: one that fails the same way however often it is tried.
+  static func isRecursiveLoad(_ error: any Error) -> Bool {
+    var current: (any Error)? = error
+    for _ in 0..<16 {
+      guard let cacheError = current as? AsyncCacheError else { return false }
+      if cacheError.code == .recursiveLoad { return true }
+      current = cacheError.underlying
+    }
+    return false
   }
 }

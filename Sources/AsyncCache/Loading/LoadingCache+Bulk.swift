@@ -75,7 +75,7 @@ extension LoadingCache {
     let collector = BulkCollector<Key, Value>(keys: keys, failsFast: failsFast)
     let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
     // The loads whose body makes this request, if any: it must not wait for one of them.
-    let dependents = LoadDependencies.current
+    let dependents = LoadDependencies.loadsOfCurrentTask
     var dependencies: [LoadIdentity] = []
     defer { for target in dependencies { LoadDependencies.shared.remove(dependents, waitingFor: target) } }
     if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
@@ -181,7 +181,7 @@ extension LoadingCache {
       // The batch's body runs as each of its loads (see LoadDependencies).
       let loads = items.map { LoadIdentity(table: ObjectIdentifier(inFlight), load: $0.id) }
       let task = Task(priority: priority) {
-        await LoadDependencies.$current.withValue(loads) { await self.runBatch(items, origin: batchOrigin) }
+        await LoadDependencies.$current.withValue(.batch(loads)) { await self.runBatch(items, origin: batchOrigin) }
       }
       state.attachBatch(batch, task: task, tokens: items.map { ($0.id, $0.token) })
     }

@@ -442,7 +442,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     let token = chain.coordinator.beginRead(key)
     let load = LoadIdentity(table: ObjectIdentifier(inFlight), load: id)
     let task = Task(priority: priority) {
-      await LoadDependencies.$current.withValue([load]) { await self.run(id, key: key, token: token) }
+      await LoadDependencies.$current.withValue(.load(load)) { await self.run(id, key: key, token: token) }
     }
     return (task, token)
   }
@@ -559,7 +559,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     logLoadFinished(key, with: result)
     var negative: (error: any Error, expiry: Int64, limit: Int)?
     if case .failure(let error) = result, let policy = configuration.negativeCaching,
-      !(error is CancellationError), (error as? AsyncCacheError)?.code != .recursiveLoad, policy.remembers(error)
+      !(error is CancellationError), !AsyncCacheError.isRecursiveLoad(error), policy.remembers(error)
     {
       let expiry = configuration.clock.now.advanced(by: policy.timeToLive).nanosecondsSince1970
       negative = (error, expiry, policy.countLimit)
@@ -673,8 +673,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       } catch {
         if Task.isCancelled { throw CancellationError() }
         // A recursive load fails the same way however often it is tried.
-        let isRecursive = (error as? AsyncCacheError)?.code == .recursiveLoad
-        let isFatal = isRecursive || policy.classify(error) == .fatal
+        let isFatal = AsyncCacheError.isRecursiveLoad(error) || policy.classify(error) == .fatal
         // No delay either when the error asks for a longer one than the policy allows: give up.
         let mayRetry = !isFatal && attempts < policy.maximumAttempts
         let delay = mayRetry ? policy.delay(beforeRetry: attempts, after: error, unit: Double.random(in: 0..<1)) : nil

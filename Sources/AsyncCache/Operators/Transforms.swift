@@ -36,7 +36,11 @@ func transformingNow<Output>(
 @usableFromInline
 func transformFailure(_ error: any Error, _ what: String) -> any Error {
   if error is CancellationError { return CancellationError() }
-  if let error = error as? AsyncCacheError, error.code == .transformFailed { return error }
+  // A transform that asked a cache for a key loading it waits for is not a failed transform:
+  // the error is the cache's own, and says so.
+  if let error = error as? AsyncCacheError, error.code == .transformFailed || error.code == .recursiveLoad {
+    return error
+  }
   return AsyncCacheError(code: .transformFailed, message: "\(what) failed", underlying: error)
 }
 

@@ -27,8 +27,9 @@ public import Foundation
 /// | ``json`` | `Codable` | JSON with sorted object keys, no whitespace |
 ///
 /// JSON is injective for any type whose `Codable` conformance is (two different values encode
-/// differently), which holds for synthesized conformances. It is also deterministic, with one
-/// exception to keep out of keys: a `Set`, or a `Dictionary` whose keys are not strings, encodes
+/// differently), which holds for synthesized conformances. Equal keys encode alike, also when
+/// their strings are spelt differently (the members of each object are sorted by their names in
+/// NFC). It is also deterministic, with one exception to keep out of keys: a `Set`, or a `Dictionary` whose keys are not strings, encodes
 /// its elements in hash order, which changes from process to process, so an equal key would
 /// encode differently after a restart and miss. Likewise `description` encodes `0.0` and
 /// `-0.0`, which are equal, differently. `decode` makes stored keys enumerable; it throws for
@@ -57,6 +58,14 @@ public struct CacheKeyEncoding<Key: Sendable>: Sendable {
     self.encode = { key in try encode(key).nfcNormalized }
     self.decode = decode
   }
+
+  /// An encoding whose `encode` returns NFC already.
+  private init(
+    normalizedEncode: @escaping @Sendable (Key) throws -> String, decode: @escaping @Sendable (String) throws -> Key
+  ) {
+    self.encode = normalizedEncode
+    self.decode = decode
+  }
 }
 
 extension String {
@@ -67,9 +76,21 @@ extension String {
   /// string already in NFC comes out unchanged. O(n); a string whose scalars are all below
   /// U+0300 is in NFC (no scalar there composes or decomposes) and is returned after one scan
   /// of its UTF-8 bytes (lead bytes below `0xCC`).
+  ///
+  /// The standard library's own normalization, the one `==` compares by: Foundation's
+  /// `precomposedStringWithCanonicalMapping` may use older Unicode tables, and then leaves apart
+  /// characters that `==` (and a ``MemoryLayer``) calls equal, such as the compositions new in
+  /// Unicode 16. `_nfcCodeUnits` is public, if underscored, and has been there since Swift 5.7.
   package var nfcNormalized: String {
     if utf8.allSatisfy({ $0 < 0xCC }) { return self }
-    return precomposedStringWithCanonicalMapping
+    let normalized = _nfcCodeUnits
+    if normalized.elementsEqual(utf8) { return self }
+    return String(decoding: normalized, as: UTF8.self)
+  }
+
+  /// Whether the string is in Unicode Normalization Form C, as ``nfcNormalized`` returns it.
+  package var isNFC: Bool {
+    utf8.allSatisfy({ $0 < 0xCC }) || _nfcCodeUnits.elementsEqual(utf8)
   }
 }
 
@@ -125,11 +146,12 @@ extension CacheKeyEncoding where Key: Codable {
   /// documentation).
   public static var json: CacheKeyEncoding<Key> {
     CacheKeyEncoding(
-      encode: { key in
+      normalizedEncode: { key in
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         do {
-          return String(decoding: try encoder.encode(key), as: UTF8.self)
+          // In NFC, with each object's members sorted by their normalized names.
+          return CanonicalJSON.normalized(String(decoding: try encoder.encode(key), as: UTF8.self))
         } catch {
           throw PersistenceError(
             code: .encodingFailed, message: "cannot encode the key \(key) as JSON", underlying: error)

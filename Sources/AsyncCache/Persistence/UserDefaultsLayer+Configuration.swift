@@ -45,7 +45,10 @@ extension UserDefaultsLayer {
     }
 
     func validate() throws {
-      guard !namespace.isEmpty, !namespace.contains("."), !namespace.contains("\0") else {
+      // Bytes, not characters: `contains(".")` misses a "." that a combining mark joins into one
+      // character, and the stored prefix would then reach into another namespace.
+      let bytes = namespace.nfcNormalized.utf8
+      guard !bytes.isEmpty, !bytes.contains(UInt8(ascii: ".")), !bytes.contains(0) else {
         throw AsyncCacheError.invalidConfiguration(
           "UserDefaultsLayer namespace is \(namespace.debugDescription); it must be non-empty and contain no "
             + "\".\" or NUL")

@@ -100,7 +100,9 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
       problem = "is the global domain, which UserDefaults does not accept as a suite"
     } else if suiteName == Bundle.main.bundleIdentifier {
       problem = "is the app's bundle identifier, which UserDefaults does not accept as a suite"
-    } else if suiteName.contains("/") || suiteName.contains("\0") || suiteName == "." || suiteName == ".." {
+    } else if suiteName.utf8.contains(UInt8(ascii: "/")) || suiteName.utf8.contains(0) || suiteName == "."
+      || suiteName == ".."
+    {
       problem = "looks like a path; a suite name is an identifier such as com.example.app.cache"
     } else if suiteName.utf8.count > 200 {
       problem = "is \(suiteName.utf8.count) bytes long; it must be at most 200"
@@ -274,7 +276,9 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
       guard let (expiry, _) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey), expiry > now else {
         return nil
       }
-      return try? keyEncoding.decode(encodedKey(of: defaultsKey))
+      // A key stored before keys were normalized, not in NFC, is one no lookup finds.
+      let encoded = encodedKey(of: defaultsKey)
+      return encoded.isNFC ? try? keyEncoding.decode(encoded) : nil
     }
   }
 

@@ -185,4 +185,77 @@ func outcome<T>(_ body: () async throws -> T) async -> Result<T, any Error> {
     await cache.waitForNoLoads()
     expectAtRest(cache)
   }
+
+  @Test func workAnOriginStartsDetachedIsNotPartOfItsLoad() async throws {
+    // Page a's origin warms page b without waiting for it; b's origin needs a. Warmed from
+    // Task.detached, b's request for a is not a's own, and waits for a as any request does.
+    let reference = CacheReference<String, Int>()
+    let gate = GatedFetcher<String, Int> { _ in 1 }
+    let cache = try LoadingCache(
+      layers: [MemoryLayer<String, Int>()],
+      origin: ClosureFetcher { key in
+        if key == "a" {
+          Task.detached { _ = try? await reference.cache.value(for: "b") }
+          return try await gate.fetch("a")
+        }
+        _ = try await gate.fetch("b")
+        return try await reference.cache.value(for: "a") + 1
+      })
+    reference.cache = cache
+    let a = Task { try await cache.value(for: "a") }
+    await gate.waitForFetches(1, for: "a")
+    await gate.waitForFetches(1, for: "b")
+    let b = Task { try await cache.value(for: "b") }
+    await cache.waitForWaiters(2, for: "b")
+    gate.release("b")
+    // b's origin now waits for a's load, started by the request above.
+    await cache.waitForWaiters(2, for: "a")
+    gate.release("a")
+    #expect(try await a.value == 1)
+    #expect(try await b.value == 2)
+    expectAtRest(cache)
+  }
+
+  @Test func aRecursiveLoadThroughAnOperatorIsStillRecursiveAndNotRetried() async throws {
+    let reference = CacheReference<Int, String>()
+    let calls = Atomic<Int>(0)
+    // The key transform resolves an id through the cache itself.
+    let origin = ClosureFetcher<String, String> { $0.uppercased() }
+      .mappingKeys { (id: Int) -> String in
+        calls.wrappingAdd(1, ordering: .relaxed)
+        return try await reference.cache.value(for: id) + "/child"
+      }
+    let cache = try LoadingCache(
+      layers: [MemoryLayer<Int, String>()], origin: origin,
+      configuration: .init(
+        negativeCaching: NegativeCachingPolicy(timeToLive: .seconds(60), remembers: { _ in true }),
+        retryPolicy: RetryPolicy(maximumAttempts: 4, initialDelay: .zero)))
+    reference.cache = cache
+    #expect(isRecursive(await outcome { try await cache.value(for: 7) }))
+    #expect(calls.load(ordering: .relaxed) == 1, "never retried")
+    #expect(cache.statistics.negativeEntries == 0, "never remembered")
+    expectAtRest(cache)
+  }
+
+  @Test func anErrorThatWrapsARecursiveLoadIsNeitherRetriedNorRemembered() async throws {
+    let reference = CacheReference<String, Int>()
+    let calls = Atomic<Int>(0)
+    let cache = try LoadingCache(
+      layers: [MemoryLayer<String, Int>()],
+      origin: ClosureFetcher { key in
+        calls.wrappingAdd(1, ordering: .relaxed)
+        do {
+          return try await reference.cache.value(for: key)
+        } catch {
+          throw AsyncCacheError(code: .layerFailure, message: "wrapped", underlying: error)
+        }
+      },
+      configuration: .init(
+        negativeCaching: NegativeCachingPolicy(timeToLive: .seconds(60), remembers: { _ in true }),
+        retryPolicy: RetryPolicy(maximumAttempts: 4, initialDelay: .zero)))
+    reference.cache = cache
+    _ = await outcome { try await cache.value(for: "k") }
+    #expect(calls.load(ordering: .relaxed) == 1)
+    #expect(cache.statistics.negativeEntries == 0)
+  }
 }

@@ -33,6 +33,60 @@ struct KeyIdentityTests {
     #expect(Array(latin.nfcNormalized.utf8) == Array(latin.utf8))
   }
 
+  @Test("normalization agrees with Swift's == on every character the standard library knows, Unicode 16 included")
+  func normalizationAgreesWithEquality() throws {
+    for (first, second) in HostileKeys.pieces {
+      try #require(first == second)
+      #expect(Array(first.nfcNormalized.utf8) == Array(second.nfcNormalized.utf8), "\(second.debugDescription)")
+      #expect(first.nfcNormalized.isNFC && second.nfcNormalized.isNFC)
+      #expect(first.nfcNormalized == first)
+    }
+    #expect(!"cafe\u{301}".isNFC)
+    #expect("caf\u{E9}".isNFC)
+  }
+
+  /// A key holding a string-keyed dictionary (query parameters, say).
+  struct Query: Codable, Hashable, Sendable {
+    var path: String
+    var parameters: [String: String]
+  }
+
+  @Test("JSON keys that Swift calls equal encode alike, also when a dictionary's names are spelt differently")
+  func jsonKeysOfEqualDictionaries() async throws {
+    let json = CacheKeyEncoding<Query>.json
+    let pairs: [(Query, Query)] = [
+      (
+        Query(path: "/s", parameters: ["e\u{301}": "1", "f": "2"]),
+        Query(path: "/s", parameters: ["\u{E9}": "1", "f": "2"])
+      ),
+      (
+        Query(path: "/s", parameters: ["a\u{37E}": "x", "a:": "y", "a<": "z"]),
+        Query(path: "/s", parameters: ["a;": "x", "a:": "y", "a<": "z"])
+      ),
+      (
+        Query(path: "cafe\u{301}", parameters: ["\u{1611E}\u{1611E}": "\u{11382}\u{113C9}", "\u{16120}": "\n\"\\"]),
+        Query(path: "caf\u{E9}", parameters: ["\u{16121}": "\u{11383}", "\u{16120}": "\n\"\\"])
+      ),
+    ]
+    for (first, second) in pairs {
+      try #require(first == second)
+      let (one, other) = (try json.encode(first), try json.encode(second))
+      #expect(Array(one.utf8) == Array(other.utf8), "\(one) vs \(other)")
+      // What JSONEncoder writes for the NFC spelling, unchanged; and it decodes back.
+      #expect(try json.decode(one) == first)
+    }
+    #expect(
+      try json.encode(Query(path: "/s", parameters: ["b": "2", "a": "1"]))
+        == #"{"parameters":{"a":"1","b":"2"},"path":"/s"}"#)
+    // Through a layer: a removal under one spelling removes the other.
+    let fixture = try DiskFixture()
+    defer { fixture.remove() }
+    let layer = try await DiskLayer<Query, Data>(directory: fixture.directory, keyEncoding: .json, valueCoder: .data)
+    try await layer.insert(CacheEntry(Data("stale".utf8)), for: pairs[0].0)
+    try await layer.removeValue(for: pairs[0].1)
+    #expect(try await layer.entry(for: pairs[0].0) == nil)
+  }
+
   @Test("the disk layer keeps keys apart exactly as Swift does, across reopening", arguments: [1, 2, 3] as [UInt64])
   func diskLayer(seed: UInt64) async throws {
     let fixture = try DiskFixture()
@@ -104,6 +158,18 @@ extension UserDefaultsLayerTests {
     try await reopened.removeAll()
     #expect(await reopened.keys.isEmpty)
     #expect(suite.defaults.persistentDomain(forName: suite.name)?.keys.contains { $0.hasPrefix("asynccache.") } != true)
+  }
+
+  @Test("a namespace holding a \".\" byte is refused, also when a combining mark joins it to the next character")
+  func namespaceDotBytesAreRefused() throws {
+    let suite = TestSuite()
+    defer { suite.remove() }
+    for namespace in ["a.b", "a.\u{301}b", ".\u{301}", "a\0\u{301}"] {
+      #expect(throws: AsyncCacheError.self, "\(namespace.debugDescription)") {
+        try UserDefaultsLayer<String, Data>(suiteName: suite.name, configuration: .init(namespace: namespace))
+      }
+    }
+    #expect(throws: AsyncCacheError.self) { try UserDefaultsLayer<String, Data>(suiteName: "a/\u{301}b") }
   }
 
   @Test("namespaces Swift calls equal are one namespace")

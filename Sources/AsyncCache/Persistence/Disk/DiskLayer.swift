@@ -295,12 +295,13 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   /// O(n) in the entries held; no I/O (the keys are in the index).
   ///
   /// Keys that the layer's key encoding no longer decodes (say, the key type changed since they
-  /// were written) are left out, as the other persistent layers do.
+  /// were written) are left out, as the other persistent layers do; so are keys stored before
+  /// keys were normalized that are not in NFC, which no lookup finds.
   public var keys: [Key] {
     let now = configuration.clock.now.nanosecondsSince1970
     return index.slotsByRecency.compactMap { slot -> Key? in
       let record = index[slot]
-      guard record.expiresAt > now else { return nil }
+      guard record.expiresAt > now, record.key.isNFC else { return nil }
       return try? keyEncoding.decode(record.key)
     }
   }
