@@ -130,6 +130,16 @@ enum HitRatioBenchmark {
           seed: 0x5A4
         )
       },
+      { .recencyBiased(accesses: run.hitRatioAccesses, reads: 4, maximumGap: 32_768, seed: 0x5A5) },
+      {
+        .shiftingHotSet(
+          exponent: 0.99,
+          keyCount: run.hitRatioKeyCount,
+          accesses: run.hitRatioAccesses,
+          shiftEvery: run.hitRatioAccesses / 4,
+          seed: 0x5A6
+        )
+      },
     ]
   }
 
