@@ -18,7 +18,7 @@ func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int
   var random = SplitMix64(seed: 0x5EED)
   let admission =
     tinyLFU
-    ? SegmentAdmission(countShare: countLimit, costShare: costLimit, adaptiveWindow: true, seed: 42)
+    ? SegmentAdmission(countShare: countLimit, costShare: costLimit, adaptive: true, seed: 42)
     : SegmentAdmission()
   var segment = MemorySegment<Int, Int>(admission: admission)
   var totals = Totals()
@@ -61,7 +61,6 @@ func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int
         totals.count -= 1
         totals.cost -= node.cost
       }
-      if isNew { segment.climb() }
     default:
       if let (position, slot) = segment.find(key, hash: hash) {
         let node = segment.remove(slot: slot, bucket: position)

@@ -17,17 +17,11 @@ enum HitRatioBenchmark {
         MemoryLayerSimulator(
           configuration: .init(countLimit: capacity, segmentCount: 1, evictionPolicy: .windowTinyLFU))
       },
-      SimulatedPolicy("W-TinyLFU adaptive") { _, capacity in
-        MemoryLayerSimulator(
-          configuration: .init(
-            countLimit: capacity,
-            segmentCount: 1,
-            evictionPolicy: .windowTinyLFU(adaptiveWindow: true)
-          )
-        )
+      SimulatedPolicy("adaptive 1seg") { _, capacity in
+        MemoryLayerSimulator(configuration: .init(countLimit: capacity, segmentCount: 1, evictionPolicy: .adaptive))
       },
-      SimulatedPolicy("W-TinyLFU segmented") { _, capacity in
-        MemoryLayerSimulator(configuration: .init(countLimit: capacity, evictionPolicy: .windowTinyLFU))
+      SimulatedPolicy("default") { _, capacity in
+        MemoryLayerSimulator(configuration: .init(countLimit: capacity))
       },
     ]
   }

@@ -91,7 +91,7 @@ enum MemoryBenchmarks {
     let keys: [Int] = .uniformDraws(from: everyKey, count: run.hitOperations, using: &generator)
     let expected = keys.reduce(0, &+)
     let policies: [(name: String, policy: EvictionPolicy)] = [
-      ("W-TinyLFU", .windowTinyLFU), ("W-TinyLFU adaptive", .windowTinyLFU(adaptiveWindow: true)),
+      ("W-TinyLFU", .windowTinyLFU), ("adaptive", .adaptive),
       ("LRU", .leastRecentlyUsed),
     ]
     var contenders: [Contender] = []

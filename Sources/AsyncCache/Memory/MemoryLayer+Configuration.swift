@@ -46,7 +46,7 @@ extension MemoryLayer {
       timeToLive: Duration? = nil,
       warningTrimFraction: Double = 0.5,
       segmentCount: Int? = nil,
-      evictionPolicy: EvictionPolicy = .leastRecentlyUsed,
+      evictionPolicy: EvictionPolicy = .adaptive,
       clock: any CacheClock = WallClock()
     ) {
       self.countLimit = countLimit

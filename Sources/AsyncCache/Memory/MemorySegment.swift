@@ -514,12 +514,15 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
       // A candidate that wins moves on only after the victim left: the victim may be its
       // neighbour, whose slot the removal frees or gives to another node.
       var advanceCandidate = false
+      // Whether the entry leaving is a candidate turned away (else it leaves the main region).
+      var turnedAway = true
       if victim == Self.none {
         leaving = candidate
         candidate = nextCandidate(after: candidate, in: candidateRegion)
       } else if candidate == Self.none {
         leaving = victim
         victim = nodes[Int(victim)].newer
+        turnedAway = false
       } else if candidate == victim {
         leaving = victim
         victim = nodes[Int(victim)].newer
@@ -528,10 +531,12 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
         leaving = victim
         victim = nodes[Int(victim)].newer
         advanceCandidate = true
+        turnedAway = false
       } else {
         leaving = candidate
         candidate = nextCandidate(after: candidate, in: candidateRegion)
       }
+      recordExit(Int(leaving), fromWindow: turnedAway)
       // The removal moves the last node into the freed slot.
       let last = UInt32(truncatingIfNeeded: count &- 1)
       evicted(remove(slot: Int(leaving)), reason)
@@ -544,53 +549,40 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     }
   }
 
-  /// Lets the hill climber move the boundary between the window and the main region once its
-  /// sample of this segment's lookups is complete; moves the entries that no longer fit.
+  /// Sizes the window and protected for the layer's window share (``WindowTarget/share``): the
+  /// window gets `share` of each of the segment's limits (at least 1), protected 80% of the
+  /// rest. Entries that no longer fit move down (protected to probation, window to probation
+  /// as candidates); the eviction that follows the insert duels them out.
   @inlinable
-  mutating func climb() {
-    guard admission.isEnabled, admission.climber != nil else { return }
-    guard
-      let move = admission.climber?.adjustment(
-        hits: hits &- admission.sampleStartHits,
-        misses: misses &- admission.sampleStartMisses
-      )
-    else { return }
-    admission.sampleStartHits = hits
-    admission.sampleStartMisses = misses
-    guard move != 0 else { return }
-    Self.shift(
-      move,
-      share: admission.countShare,
-      window: &admission.windowCountMaximum,
-      protected: &admission.protectedCountMaximum
-    )
-    Self.shift(
-      move,
-      share: admission.costShare,
-      window: &admission.windowCostMaximum,
-      protected: &admission.protectedCostMaximum
-    )
-    if move > 0 { demoteProtectedOverflow() } else { drainWindowOverflow() }
+  mutating func applyWindowShare(_ share: Double) {
+    admission.appliedShare = share
+    if admission.countShare != .max {
+      let window = Swift.min(Swift.max(1, Int(share * Double(admission.countShare))), admission.countShare)
+      admission.windowCountMaximum = window
+      admission.protectedCountMaximum = Int(Double(admission.countShare &- window) * SegmentAdmission.protectedShare)
+    }
+    if admission.costShare != .max {
+      let window = Swift.min(Swift.max(1, Int64(share * Double(admission.costShare))), admission.costShare)
+      admission.windowCostMaximum = window
+      admission.protectedCostMaximum = Int64(Double(admission.costShare &- window) * SegmentAdmission.protectedShare)
+    }
+    demoteProtectedOverflow()
+    drainWindowOverflow()
   }
 
-  /// Moves `move` × `share` of capacity from protected into the window (or back, when
-  /// negative), as Caffeine's climber does: protected gives at most what it has, and the window
-  /// keeps at least 1.
-  @usableFromInline
-  static func shift<Size: FixedWidthInteger & SignedInteger>(
-    _ move: Double, share: Size, window: inout Size, protected: inout Size
-  ) {
-    guard share != .max else { return }
-    let amount = Size(move * Double(share))
-    if amount > 0 {
-      let quota = Swift.min(amount, protected)
-      window += quota
-      protected -= quota
-    } else if amount < 0 {
-      let quota = Swift.min(-amount, Swift.max(0, window - 1))
-      window -= quota
-      protected += quota
-    }
+  /// The vote of a new key with hash tag `tag` for the layer's ``WindowTarget`` (+1, -1 or 0;
+  /// see ``WindowGhosts/vote(tag:)``); 0 unless the policy is ``EvictionPolicy/adaptive``.
+  @inlinable
+  mutating func windowVote(tag: UInt32) -> Int {
+    admission.ghosts?.vote(tag: tag) ?? 0
+  }
+
+  /// Records that the node at `slot` is leaving a full segment, for ``WindowGhosts``: a
+  /// candidate turned away (`fromWindow`) or an entry evicted from the main region.
+  @inlinable
+  mutating func recordExit(_ slot: Int, fromWindow: Bool) {
+    guard admission.ghosts != nil else { return }
+    admission.ghosts?.recordExit(tag: Self.tag(of: nodes[slot].key.hashValue), fromWindow: fromWindow)
   }
 
   // MARK: Operations

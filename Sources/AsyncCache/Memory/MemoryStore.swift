@@ -28,6 +28,13 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline let entryCost = Atomic<Int64>(0)
   /// Where evictions are reported while someone observes them.
   @usableFromInline let eventHub = CacheEventHub<Key>()
+  /// Under ``EvictionPolicy/adaptive``, the window share that every segment's ghosts vote into
+  /// (one for the layer; see ``WindowTarget``); `nil` otherwise. Locked only to count a vote,
+  /// after the segment's lock (never the other way round).
+  let windowTarget: Locked<WindowTarget>?
+  /// ``WindowTarget/share``'s bits, published after every move so that a segment reads the
+  /// share on an insert without taking ``windowTarget``'s lock.
+  let windowShareBits = Atomic<UInt64>(WindowTarget.minimumShare.bitPattern)
 
   /// - Parameter costLimit: The cost limit; `Int.max` for none.
   init(
@@ -56,16 +63,14 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       switch policy.kind {
       case .leastRecentlyUsed:
         SegmentAdmission()
-      case .windowTinyLFU(let adaptiveWindow):
-        SegmentAdmission(
-          countShare: countShare,
-          costShare: costShare,
-          adaptiveWindow: adaptiveWindow,
-          seed: seed &+ UInt64(index)
-        )
+      case .windowTinyLFU:
+        SegmentAdmission(countShare: countShare, costShare: costShare, adaptive: false, seed: seed &+ UInt64(index))
+      case .adaptive:
+        SegmentAdmission(countShare: countShare, costShare: costShare, adaptive: true, seed: seed &+ UInt64(index))
       }
     }
     self.segmentMask = segmentCount - 1
+    windowTarget = policy.kind == .adaptive ? Locked(WindowTarget()) : nil
   }
 
   /// The segment of a hash: its top byte (at most 256 segments), independent of the low 32 bits
@@ -200,6 +205,24 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
 
   // MARK: Writing
 
+  /// Under ``EvictionPolicy/adaptive``: lets the key just inserted with `hash` vote with its
+  /// ghost, then sizes the segment's window for the layer's share if it moved since the
+  /// segment last looked. Called under the segment's lock, before the insert's eviction.
+  func adaptWindow(of segment: inout MemorySegment<Key, Value>, toInsertOf hash: Int) {
+    let vote = segment.windowVote(tag: MemorySegment<Key, Value>.tag(of: hash))
+    if vote != 0, let windowTarget {
+      // The layer's size in entries: its count limit, or (bounded by cost alone) what it holds.
+      let entries = countLimit != .max ? countLimit : Swift.max(entryCount.load(ordering: .relaxed), 256)
+      windowTarget.withLock { target in
+        if target.count(vote: vote, entries: entries) {
+          windowShareBits.store(target.share.bitPattern, ordering: .relaxed)
+        }
+      }
+    }
+    let share = Double(bitPattern: windowShareBits.load(ordering: .relaxed))
+    if share != segment.admission.appliedShare { segment.applyWindowShare(share) }
+  }
+
   /// Stores `entry` for `key`, letting the policy evict while over a limit (never this entry).
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative
@@ -226,7 +249,6 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     let (stillOver, replaced) = segments.withLock(index) { segment -> (Bool, Value?) in
       var replaced: Value?
       let written: Int
-      var isNew = false
       if let (_, slot) = segment.find(key, hash: hash) {
         var value = entry.value
         swap(&value, &segment.nodes[slot].value)
@@ -243,12 +265,10 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         self.entryCount.wrappingAdd(1, ordering: .relaxed)
         self.entryCost.wrappingAdd(entryCost, ordering: .relaxed)
         written = segment.count &- 1
-        isNew = true
+        if windowTarget != nil { adaptWindow(of: &segment, toInsertOf: hash) }
       }
       // Keep the entry just written.
       evict(from: &segment, sparing: UInt32(truncatingIfNeeded: written), into: &released)
-      // A new key closes a miss: the moment to judge the climber's sample.
-      if isNew { segment.climb() }
       return (overLimitReason() != nil, replaced)
     }
     if stillOver { evict(startingAfter: index, into: &released) }

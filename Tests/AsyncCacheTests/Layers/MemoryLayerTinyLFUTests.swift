@@ -43,7 +43,7 @@ import Testing
       costLimit: weighted ? capacity : Int.max,
       cost: cost,
       segmentCount: 1,
-      evictionPolicy: EvictionPolicy.windowTinyLFU(adaptiveWindow: adaptive)
+      evictionPolicy: adaptive ? .adaptive : .windowTinyLFU
     )
     let memory = try MemoryLayer<Int, Int>(configuration: configuration, admissionSeed: seed)
     var model = WTinyLFUPolicy<Int, SplitMix64>(
@@ -115,7 +115,7 @@ import Testing
         costLimit: 2_000,
         cost: { $0 % 50 },
         segmentCount: segments,
-        evictionPolicy: .windowTinyLFU(adaptiveWindow: adaptive),
+        evictionPolicy: adaptive ? .adaptive : .windowTinyLFU,
         clock: clock
       ),
       admissionSeed: 9
@@ -211,12 +211,11 @@ import Testing
     #expect(memory.invariantViolations.isEmpty)
   }
 
-  @Test(
-    "LRU is the default (a LoadingCache hit within 2x a locked dictionary, 64 B an entry); the policy prints its name")
+  @Test("the adaptive policy is the default; the policy prints its name")
   func defaultPolicy() {
-    #expect(MemoryLayer<Int, Int>.Configuration().evictionPolicy == .leastRecentlyUsed)
+    #expect(MemoryLayer<Int, Int>.Configuration().evictionPolicy == .adaptive)
+    #expect(EvictionPolicy.adaptive.description == "adaptive")
     #expect(EvictionPolicy.windowTinyLFU.description == "windowTinyLFU")
-    #expect(EvictionPolicy.windowTinyLFU(adaptiveWindow: true).description == "windowTinyLFU(adaptiveWindow: true)")
     #expect(EvictionPolicy.leastRecentlyUsed.description == "leastRecentlyUsed")
   }
 }

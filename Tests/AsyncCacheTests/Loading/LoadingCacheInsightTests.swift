@@ -563,7 +563,9 @@ extension CacheEvents {
 
   @Test func aMemoryLayerReportsEvictionsForEveryReason() async throws {
     let memory = try MemoryLayer<String, Int>(
-      configuration: .init(countLimit: 2, costLimit: 10, cost: { $0 }, warningTrimFraction: 0.5, clock: clock))
+      configuration: .init(
+        countLimit: 2, costLimit: 10, cost: { $0 }, warningTrimFraction: 0.5, evictionPolicy: .leastRecentlyUsed,
+        clock: clock))
     let events = memory.events()
     try memory.insert(1, for: "a")
     try memory.insert(2, for: "b")

@@ -79,17 +79,18 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
 
   /// The most the weights of all resident entries sum to.
   let maximumWeight: Int
-  /// The window's target weight: overflow moves to probation. The hill climber moves it.
+  /// The window's target weight: overflow moves to probation. The adaptation moves it.
   var windowMaximum: Int
-  /// The protected list's target weight: overflow is demoted to probation. The hill climber
+  /// The protected list's target weight: overflow is demoted to probation. The adaptation
   /// moves it with the window, the other way.
   var protectedMaximum: Int
-  /// The hill climber that sizes the window from the hit rate, or `nil` for a fixed window.
-  var climber: WindowClimber?
-  /// Hits in the climber's current sample.
-  var sampleHits = 0
-  /// Misses in the climber's current sample.
-  var sampleMisses = 0
+  /// The ghosts whose votes size the window (``EvictionPolicy/adaptive``), or `nil` for a fixed
+  /// window.
+  var ghosts: WindowGhosts?
+  /// The window's share of the capacity that the votes move.
+  var target = WindowTarget()
+  /// The number of entries the votes' steps are a share of.
+  let entries: Int
 
   /// The slot of every resident key in ``nodes``.
   var slots: [Key: Int]
@@ -123,8 +124,8 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   ///   - maximumEntryCount: The number of entries the cache holds at most, which sizes the
   ///     frequency sketch; `nil` uses `maximumWeight` (right in count mode; with weights such as
   ///     bytes, pass an estimate, or the sketch grows to its own maximum size of 2^24).
-  ///   - adaptsWindow: Whether the window's size follows the hit rate (Caffeine's hill
-  ///     climbing), from 1% of the capacity; `false` keeps it at 1%.
+  ///   - adaptsWindow: Whether the window's size follows the ghosts' votes
+  ///     (``EvictionPolicy/adaptive``), from 1% of the capacity; `false` keeps it at 1%.
   ///   - random: The source of the rare random admission of a warm candidate.
   init(maximumWeight: Int, maximumEntryCount: Int? = nil, adaptsWindow: Bool = true, random: Random) {
     precondition(maximumWeight >= 0, "maximumWeight is \(maximumWeight); it must be 0 or more")
@@ -134,8 +135,10 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
     protectedMaximum = Int(Double(mainMaximum) * Self.protectedShare)
     slots = [:]
     nodes = []
-    sketch = FrequencySketch(maximumSize: maximumEntryCount ?? maximumWeight)
-    climber = adaptsWindow ? WindowClimber(sampleSize: sketch.sampleSize) : nil
+    let entries = maximumEntryCount ?? maximumWeight
+    sketch = FrequencySketch(maximumSize: entries)
+    ghosts = adaptsWindow ? WindowGhosts(entries: entries) : nil
+    self.entries = entries
     self.random = random
   }
 
@@ -192,7 +195,6 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   @discardableResult
   mutating func recordAccess(_ key: Key) -> Bool {
     guard let slot = slots[key] else { return false }
-    sampleHits &+= 1
     sketch.increment(nodes[slot].hash)
     onAccess(slot)
     return true
@@ -212,16 +214,15 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
     if slots[key] != nil { return update(key, weight: weight) }
     let hash = Self.sketchKey(key)
     sketch.increment(hash)
-    sampleMisses &+= 1
     guard weight <= maximumWeight else { return [key] }
     let slot = nodes.count
     nodes.append(Node(key: key, hash: hash, weight: weight, region: .window))
     slots[key] = slot
     link(slot, atMRUOf: .window)
     windowWeight &+= weight
+    adaptWindow(hash: hash)
     var evicted: [Key] = []
     evictEntries(sparing: slot, into: &evicted)
-    climb()
     return evicted
   }
 
@@ -479,12 +480,15 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
       // A candidate that wins moves on only after the victim left: the victim may be its
       // neighbour, whose slot the removal frees or gives to another node.
       var advanceCandidate = false
+      // Whether the entry leaving is a candidate turned away (else it leaves the main region).
+      var turnedAway = true
       if victim == Self.none {
         evict = candidate
         candidate = nextCandidate(after: candidate, in: candidateRegion)
       } else if candidate == Self.none {
         evict = victim
         victim = nodes[victim].newer
+        turnedAway = false
       } else if candidate == victim {
         evict = victim
         victim = nodes[victim].newer
@@ -493,11 +497,13 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
         evict = victim
         victim = nodes[victim].newer
         advanceCandidate = true
+        turnedAway = false
       } else {
         evict = candidate
         candidate = nextCandidate(after: candidate, in: candidateRegion)
       }
       evicted.append(nodes[evict].key)
+      ghosts?.recordExit(tag: UInt32(truncatingIfNeeded: nodes[evict].hash), fromWindow: turnedAway)
       if let moved = removeNode(at: evict) {
         if victim == moved { victim = evict }
         if candidate == moved { candidate = evict }
@@ -567,28 +573,19 @@ extension WTinyLFUPolicy {
   }
 }
 extension WTinyLFUPolicy {
-  /// Lets the climber move the boundary between the window and the main region, when a sample
-  /// is complete. Moves the entries that no longer fit at once, so that every list stays within
-  /// its size.
-  mutating func climb() {
-    guard let share = climber?.adjustment(hits: sampleHits, misses: sampleMisses) else { return }
-    sampleHits = 0
-    sampleMisses = 0
-    let amount = Int(share * Double(maximumWeight))
-    guard amount != 0 else { return }
-    if amount > 0 {
-      // Capacity comes out of protected; its overflow is demoted to probation.
-      let quota = Swift.min(amount, protectedMaximum)
-      windowMaximum += quota
-      protectedMaximum -= quota
-      demoteProtectedOverflow()
-    } else {
-      let quota = Swift.min(-amount, Swift.max(0, windowMaximum - 1))
-      windowMaximum -= quota
-      protectedMaximum += quota
-      while windowWeight > windowMaximum, windowLRU != Self.none {
-        move(windowLRU, toMRUOf: .probation)
-      }
+  /// Lets a new key whose sketch key is `hash` vote with its ghost and, when the window's
+  /// share moved, resizes the window (the share of the weight limit, at least 1) and protected
+  /// (80% of the rest), moving what no longer fits down to probation at once, so that every
+  /// list stays within its size.
+  mutating func adaptWindow(hash: Int) {
+    guard let vote = ghosts?.vote(tag: UInt32(truncatingIfNeeded: hash)),
+      target.count(vote: vote, entries: entries)
+    else { return }
+    windowMaximum = Swift.min(Swift.max(1, Int(target.share * Double(maximumWeight))), maximumWeight)
+    protectedMaximum = Int(Double(maximumWeight - windowMaximum) * Self.protectedShare)
+    demoteProtectedOverflow()
+    while windowWeight > windowMaximum, windowLRU != Self.none {
+      move(windowLRU, toMRUOf: .probation)
     }
   }
 }

@@ -1,4 +1,4 @@
-/// What a segment's W-TinyLFU policy needs besides its lists: the sketch, the hill climber, the
+/// What a segment's W-TinyLFU policy needs besides its lists: the sketch, the ghosts, the
 /// sizes of the regions and their limits, in entries and in cost.
 ///
 /// Each segment runs its own policy over its share of the limits (keys spread evenly over the
@@ -26,9 +26,14 @@ struct SegmentAdmission {
       UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64,
       UInt64, UInt64
     ) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-  @usableFromInline var climber: WindowClimber?
+  /// The ghosts whose votes move the window under ``EvictionPolicy/adaptive``; `nil` for a
+  /// fixed window.
+  @usableFromInline var ghosts: WindowGhosts?
+  /// The layer's window share (``WindowTarget/share``) that the maximums below follow; the
+  /// segment takes a new one when it inserts a key.
+  @usableFromInline var appliedShare = WindowTarget.minimumShare
   @usableFromInline var random: SplitMix64
-  /// The segment's share of the count limit, for the climber's steps.
+  /// The segment's share of the count limit, for the window's sizes.
   @usableFromInline let countShare: Int
   /// The segment's share of the cost limit, or `Int64.max` when cost does not bound the layer.
   @usableFromInline let costShare: Int64
@@ -40,9 +45,6 @@ struct SegmentAdmission {
   @usableFromInline var windowCost: Int64 = 0
   @usableFromInline var protectedCount = 0
   @usableFromInline var protectedCost: Int64 = 0
-  /// The segment's hits and misses when the climber's sample started.
-  @usableFromInline var sampleStartHits = 0
-  @usableFromInline var sampleStartMisses = 0
   /// How many uses ``pending`` holds.
   @usableFromInline static var pendingCapacity: Int { 16 }
 
@@ -95,7 +97,7 @@ struct SegmentAdmission {
     guard countShare == .max, count > sketch.size, sketch.size < FrequencySketch.maximumCapacity else { return }
     pendingCount = 0
     sketch = FrequencySketch(maximumSize: count &* 2)
-    if climber != nil { climber = WindowClimber(sampleSize: sketch.sampleSize) }
+    ghosts?.resize(entries: count &* 2)
   }
 
   /// LRU: no admission.
@@ -116,16 +118,18 @@ struct SegmentAdmission {
   /// - Parameters:
   ///   - countShare: The segment's share of the count limit (0 or more).
   ///   - costShare: Its share of the cost limit, or `Int64.max` when cost does not bound.
-  ///   - adaptiveWindow: Whether the hill climber moves the window.
+  ///   - adaptive: Whether the window follows the layer's ``WindowTarget``, which this
+  ///     segment's ``WindowGhosts`` vote into.
   ///   - seed: The seed of the rare random admissions.
-  init(countShare: Int, costShare: Int64, adaptiveWindow: Bool, seed: UInt64) {
+  init(countShare: Int, costShare: Int64, adaptive: Bool, seed: UInt64) {
     isEnabled = true
     self.countShare = countShare
     self.costShare = costShare
     // Without a count limit the number of entries is unknown: the sketch starts small and
     // grows with the segment (as Caffeine's does with a weighted cache).
-    sketch = FrequencySketch(maximumSize: countShare == .max ? Self.initialUnboundedSketchSize : countShare)
-    climber = adaptiveWindow ? WindowClimber(sampleSize: sketch.sampleSize) : nil
+    let entries = countShare == .max ? Self.initialUnboundedSketchSize : countShare
+    sketch = FrequencySketch(maximumSize: entries)
+    ghosts = adaptive ? WindowGhosts(entries: entries) : nil
     random = SplitMix64(seed: seed)
     (windowCountMaximum, protectedCountMaximum) = Self.maximums(share: countShare)
     (windowCostMaximum, protectedCostMaximum) = Self.maximums(share: costShare)
