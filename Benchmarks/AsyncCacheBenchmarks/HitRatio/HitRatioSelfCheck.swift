@@ -12,7 +12,6 @@ enum HitRatioSelfCheck {
   static func run() throws {
     try checkTextbookExample()
     try checkAgainstReferenceImplementations()
-    try checkCaptureRatio()
     for exponent in [0.8, 0.99] { try checkZipfSampler(exponent: exponent) }
   }
 
@@ -32,8 +31,8 @@ enum HitRatioSelfCheck {
     }
   }
 
-  /// Random small traces: LRU against a move-to-front list, OPT against an exhaustive search over
-  /// every choice a policy could make.
+  /// Random small traces: LRU against a move-to-front list, ARC against the paper's pseudo-code
+  /// over plain arrays, OPT against an exhaustive search over every choice a policy could make.
   private static func checkAgainstReferenceImplementations() throws {
     var generator = SplitMix64(seed: 0x5EED_0F_0B7)
     for round in 0..<300 {
@@ -48,9 +47,13 @@ enum HitRatioSelfCheck {
         let optimalHits = replay(keys, through: &optimal)
         let expectedLRU = moveToFrontLRUHits(keys, capacity: capacity)
         let expectedOptimal = exhaustiveOptimalHits(keys, capacity: capacity)
-        guard lruHits == expectedLRU, optimalHits == expectedOptimal else {
+        var arc = ARCSimulator(capacity: capacity, keySpace: keySpace)
+        let arcHits = replay(keys, through: &arc)
+        let expectedARC = arrayARCHits(keys, capacity: capacity)
+        guard lruHits == expectedLRU, optimalHits == expectedOptimal, arcHits == expectedARC else {
           throw BenchmarkFailure(
             "on \(keys) with capacity \(capacity): LRU \(lruHits) hits (reference \(expectedLRU)), "
+              + "ARC \(arcHits) (reference \(expectedARC)), "
               + "OPT \(optimalHits) (exhaustive search \(expectedOptimal))"
           )
         }
@@ -70,6 +73,57 @@ enum HitRatioSelfCheck {
         recency.removeLast()
       }
       if capacity > 0 { recency.insert(key, at: 0) }
+    }
+    return hits
+  }
+
+  /// ARC line by line as the paper's figure 4 reads, with each list an array, most recent first.
+  private static func arrayARCHits(_ keys: [Int32], capacity: Int) -> Int {
+    guard capacity > 0 else { return 0 }
+    let c = Double(capacity)
+    var (t1, t2, b1, b2): ([Int32], [Int32], [Int32], [Int32]) = ([], [], [], [])
+    var p = 0.0
+    var hits = 0
+    func replace(_ key: Int32) {
+      if !t1.isEmpty, Double(t1.count) > p || (b2.contains(key) && Double(t1.count) == p) {
+        b1.insert(t1.removeLast(), at: 0)
+      } else {
+        b2.insert(t2.removeLast(), at: 0)
+      }
+    }
+    for key in keys {
+      if let index = t1.firstIndex(of: key) {
+        hits += 1
+        t1.remove(at: index)
+        t2.insert(key, at: 0)
+      } else if let index = t2.firstIndex(of: key) {
+        hits += 1
+        t2.remove(at: index)
+        t2.insert(key, at: 0)
+      } else if let index = b1.firstIndex(of: key) {
+        p = min(c, p + (b1.count >= b2.count ? 1 : Double(b2.count) / Double(b1.count)))
+        replace(key)
+        b1.remove(at: index)
+        t2.insert(key, at: 0)
+      } else if let index = b2.firstIndex(of: key) {
+        p = max(0, p - (b2.count >= b1.count ? 1 : Double(b1.count) / Double(b2.count)))
+        replace(key)
+        b2.remove(at: index)
+        t2.insert(key, at: 0)
+      } else {
+        if t1.count + b1.count == capacity {
+          if t1.count < capacity {
+            b1.removeLast()
+            replace(key)
+          } else {
+            t1.removeLast()
+          }
+        } else if t1.count + t2.count + b1.count + b2.count >= capacity {
+          if t1.count + t2.count + b1.count + b2.count == 2 * capacity { b2.removeLast() }
+          replace(key)
+        }
+        t1.insert(key, at: 0)
+      }
     }
     return hits
   }
@@ -99,18 +153,6 @@ enum HitRatioSelfCheck {
       best = next
     }
     return best.values.max() ?? 0
-  }
-
-  private static func checkCaptureRatio() throws {
-    let lru = 0.25
-    let optimal = 0.5
-    guard HitRatioBenchmark.captureRatio(lru, lru: lru, optimal: optimal) == 0,
-      HitRatioBenchmark.captureRatio(optimal, lru: lru, optimal: optimal) == 1,
-      HitRatioBenchmark.captureRatio(0.375, lru: lru, optimal: optimal) == 0.5,
-      HitRatioBenchmark.captureRatio(lru, lru: lru, optimal: lru) == nil
-    else {
-      throw BenchmarkFailure("the capture ratio is not 0 for LRU, 1 for OPT and undefined when they tie")
-    }
   }
 
   /// Draws 1M ranks over 1,000 and compares their counts with the exact probabilities by a
