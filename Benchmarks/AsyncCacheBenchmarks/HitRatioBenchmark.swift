@@ -61,9 +61,14 @@ enum HitRatioBenchmark {
     let (realSources, skipped) = TraceSource.real(configuration)
     for line in skipped { print("cache.hitRatio: \(line)") }
     let sources = TraceSource.synthetic(configuration) + realSources
-    let jobs = sources.indices.flatMap { source in
-      (columns + [memoryLayerLRU]).flatMap { policy in
-        sources[source].sizes.map { ReplayJob(source: source, size: $0, policy: policy) }
+    let order = sources.indices.sorted { (sources[$0].start, $0) < (sources[$1].start, $1) }
+    let jobs = order.flatMap { source in
+      let trace = sources[source]
+      let replays = columns.flatMap { policy in trace.sizes.map { (policy, $0) } }
+      // The layer's check beside the default, whose replays it costs as much as.
+      let checks = trace.layerCheckSizes.map { (memoryLayerLRU, $0) }
+      return (replays.prefix(trace.sizes.count) + checks + replays.dropFirst(trace.sizes.count)).map {
+        ReplayJob(source: source, size: $1, policy: $0)
       }
     }
     let width = ProcessInfo.processInfo.activeProcessorCount
@@ -75,6 +80,12 @@ enum HitRatioBenchmark {
       checksumSink.wrappingAdd(outcome.hits.values.reduce(0, &+), ordering: .relaxed)
     }
     print(renderMatrix(outcomes, sources))
+    let checked = outcomes.filter { $0.hits[memoryLayerLRU.name] != nil }
+    if !checked.isEmpty, !failures.contains(where: { $0.hasPrefix("MemoryLayer") }) {
+      print(
+        "cache.hitRatio: MemoryLayer(segmentCount: 1, evictionPolicy: .leastRecentlyUsed) scored exactly LRU's hits "
+          + "on \(checked.map { "\($0.trace) at \($0.size)" }.joined(separator: ", "))")
+    }
     print(
       "cache.hitRatio: \(jobs.count) replays on \(width) workers in \(seconds(start.duration(to: clock.now))) "
         + "(self-checks included). Traces built or read in \(seconds(replays.loadTime)); "
@@ -326,7 +337,7 @@ private actor TraceLoader {
     if let load = loads[source] { return try await load.value.trace }
     let load = sources[source].load
     // Detached: building a trace takes seconds, and must not hold this actor meanwhile.
-    let task = Task.detached {
+    let task = Task.detached { () throws -> (trace: Trace, time: Duration) in
       let clock = ContinuousClock()
       let start = clock.now
       let trace = try load()

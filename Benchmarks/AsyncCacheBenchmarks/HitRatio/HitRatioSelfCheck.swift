@@ -100,15 +100,16 @@ enum HitRatioSelfCheck {
         hits += 1
         t2.remove(at: index)
         t2.insert(key, at: 0)
-      } else if let index = b1.firstIndex(of: key) {
+      } else if b1.contains(key) {
         p = min(c, p + (b1.count >= b2.count ? 1 : Double(b2.count) / Double(b1.count)))
         replace(key)
-        b1.remove(at: index)
+        // By value: REPLACE may have moved a key into B1 ahead of this one.
+        b1.removeAll { $0 == key }
         t2.insert(key, at: 0)
-      } else if let index = b2.firstIndex(of: key) {
+      } else if b2.contains(key) {
         p = max(0, p - (b2.count >= b1.count ? 1 : Double(b1.count) / Double(b2.count)))
         replace(key)
-        b2.remove(at: index)
+        b2.removeAll { $0 == key }
         t2.insert(key, at: 0)
       } else {
         if t1.count + b1.count == capacity {

@@ -2,7 +2,7 @@
 ///
 /// Simulators hold keys only, no values: the hit ratio depends on which keys a policy keeps, not on
 /// what it stores. Keys are in the trace's `0..<keySpace`.
-protocol PolicySimulator {
+protocol PolicySimulator: SendableMetatype {
   /// Records an access to `key`: a lookup, and on a miss whatever the policy does (insert, evict,
   /// or refuse the key). Returns whether the lookup hit.
   mutating func access(_ key: Int32) -> Bool

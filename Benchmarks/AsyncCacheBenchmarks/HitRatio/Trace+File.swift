@@ -19,9 +19,10 @@ extension Trace {
       throw TraceFileError(path: path, line: nil, problem: "cannot be read")
     }
     var parser = LisParser(path: path)
-    try data.withUnsafeBytes { (bytes: UnsafeRawBufferPointer) throws(TraceFileError) in
-      try parser.parse(bytes)
+    let parsed = data.withUnsafeBytes { bytes in
+      Result { () throws(TraceFileError) in try parser.parse(bytes) }
     }
+    try parsed.get()
     return Trace(
       name: name,
       summary: "\(summary); \(abbreviated(parser.keys.count)) accesses to \(abbreviated(parser.keyOfBlock.count)) blocks",

@@ -7,6 +7,9 @@ struct TraceSource: Sendable {
   var name: String
   /// The cache sizes, in keys, that the trace is replayed at.
   var sizes: [Int]
+  /// The sizes at which the memory layer in exact-LRU mode is replayed too, to check that it
+  /// scores exactly LRU's hits: each such replay costs as much as the default policy's.
+  var layerCheckSizes: [Int]
   /// Builds or reads the trace; called when the first replay of it starts.
   var load: @Sendable () throws -> Trace
   /// Exact LRU hit ratios, in percent with two decimals as published, by cache size: an exact
@@ -15,25 +18,31 @@ struct TraceSource: Sendable {
   /// Published ARC hit ratios in percent, by cache size: ours may differ by implementation
   /// details the paper leaves open, within ``ReferenceFigures/arcTolerance``.
   var arcReference: [Int: Double] = [:]
+  /// When the trace's replays start relative to the others' (lower first): the longest jobs
+  /// start first, so that the run does not end waiting for one long replay while a core idles.
+  var start = 1
   /// For the loop trace: its key count and passes, whose LRU and OPT hits are known in closed form.
   var loop: (keyCount: Int, passes: Int)?
 
   /// The seeded synthetic traces, at the run's sizes.
   static func synthetic(_ run: RunConfiguration) -> [TraceSource] {
     let sizes = run.hitRatioCacheSizes
+    // One size per synthetic trace is enough to check the layer against LRU; the real traces
+    // check it at every size.
+    let checked = [run.isQuick ? sizes.first ?? 0 : sizes.last ?? 0]
     return [
-      TraceSource(name: "zipf080", sizes: sizes) {
+      TraceSource(name: "zipf080", sizes: sizes, layerCheckSizes: checked) {
         .zipf(exponent: 0.8, keyCount: run.hitRatioKeyCount, accesses: run.hitRatioAccesses, seed: 0x5A1)
       },
-      TraceSource(name: "zipf099", sizes: sizes) {
+      TraceSource(name: "zipf099", sizes: sizes, layerCheckSizes: checked) {
         .zipf(exponent: 0.99, keyCount: run.hitRatioKeyCount, accesses: run.hitRatioAccesses, seed: 0x5A2)
       },
       TraceSource(
-        name: "loop", sizes: sizes,
+        name: "loop", sizes: sizes, layerCheckSizes: checked,
         load: { .loop(keyCount: run.hitRatioLoopKeyCount, passes: run.hitRatioLoopPasses, seed: 0x5A3) },
         loop: (run.hitRatioLoopKeyCount, run.hitRatioLoopPasses)
       ),
-      TraceSource(name: "zipf099scans", sizes: sizes) {
+      TraceSource(name: "zipf099scans", sizes: sizes, layerCheckSizes: checked) {
         .zipfWithScans(
           exponent: 0.99,
           keyCount: run.hitRatioKeyCount,
@@ -43,10 +52,10 @@ struct TraceSource: Sendable {
           seed: 0x5A4
         )
       },
-      TraceSource(name: "recency", sizes: sizes) {
+      TraceSource(name: "recency", sizes: sizes, layerCheckSizes: checked) {
         .recencyBiased(accesses: run.hitRatioAccesses, reads: 4, maximumGap: 32_768, seed: 0x5A5)
       },
-      TraceSource(name: "shifting099", sizes: sizes) {
+      TraceSource(name: "shifting099", sizes: sizes, layerCheckSizes: checked) {
         .shiftingHotSet(
           exponent: 0.99,
           keyCount: run.hitRatioKeyCount,
@@ -83,9 +92,11 @@ struct TraceSource: Sendable {
         TraceSource(
           name: trace.name,
           sizes: sizes,
+          layerCheckSizes: sizes,
           load: { try Trace.read(contentsOf: path, name: trace.name, summary: trace.summary) },
           lruReference: trace.lruReference,
-          arcReference: trace.arcReference
+          arcReference: trace.arcReference,
+          start: trace.start
         )
       )
     }
@@ -106,6 +117,8 @@ struct RealTrace: Sendable {
   var quickSizes: [Int]
   var lruReference: [Int: String]
   var arcReference: [Int: Double]
+  /// When its replays start: P3's are the longest of all, OLTP's among the shortest.
+  var start: Int
 
   /// The traces of the ARC paper (Megiddo and Modha, FAST 2003), with the figures of the traces
   /// folder's README: exact LRU, and ARC from the paper's Table IV.
@@ -118,7 +131,8 @@ struct RealTrace: Sendable {
       sizes: [1_000, 2_000, 5_000, 10_000, 15_000, 50_000, 100_000],
       quickSizes: [1_000, 15_000],
       lruReference: [1_000: "32.83", 2_000: "42.47", 5_000: "53.65", 10_000: "60.70", 15_000: "64.63"],
-      arcReference: [1_000: 38.93, 2_000: 46.08, 5_000: 55.25, 10_000: 61.87, 15_000: 65.40]
+      arcReference: [1_000: 38.93, 2_000: 46.08, 5_000: 55.25, 10_000: 61.87, 15_000: 65.40],
+      start: 2
     ),
     RealTrace(
       name: "P3",
@@ -127,7 +141,8 @@ struct RealTrace: Sendable {
       sizes: [32_768],
       quickSizes: [],
       lruReference: [32_768: "3.57"],
-      arcReference: [:]
+      arcReference: [:],
+      start: 0
     ),
   ]
 }
