@@ -58,6 +58,7 @@ enum HitRatioBenchmark {
     let clock = ContinuousClock()
     let start = clock.now
     try HitRatioSelfCheck.run()
+    let selfCheckTime = start.duration(to: clock.now)
     let (realSources, skipped) = TraceSource.real(configuration)
     for line in skipped { print("cache.hitRatio: \(line)") }
     let sources = TraceSource.synthetic(configuration) + realSources
@@ -87,8 +88,8 @@ enum HitRatioBenchmark {
           + "on \(checked.map { "\($0.trace) at \($0.size)" }.joined(separator: ", "))")
     }
     print(
-      "cache.hitRatio: \(jobs.count) replays on \(width) workers in \(seconds(start.duration(to: clock.now))) "
-        + "(self-checks included). Traces built or read in \(seconds(replays.loadTime)); "
+      "cache.hitRatio: \(jobs.count) replays on \(width) workers in \(seconds(start.duration(to: clock.now))), "
+        + "self-checks (\(seconds(selfCheckTime))) included. Traces built or read in \(seconds(replays.loadTime)); "
         + "replay time by policy (summed over workers): "
         + (columns + [memoryLayerLRU]).map { "\($0.name) \(seconds(replays.time(of: $0.name)))" }
         .joined(separator: ", ")
@@ -238,9 +239,10 @@ enum HitRatioBenchmark {
   /// One row per trace and size: hit ratios in percent, the default's distance to the best
   /// anchor, and whether it is within ``allowedGap``; then the traces and the published figures.
   private static func renderMatrix(_ outcomes: [Outcome], _ sources: [TraceSource]) -> String {
-    let header = ["trace", "size"] + [lru, arc, windowTinyLFU, defaultPolicy, optimal].map(\.name) + [
-      "default - best", "result",
-    ]
+    let header =
+      ["trace", "size"] + [lru, arc, windowTinyLFU, defaultPolicy, optimal].map(\.name) + [
+        "default - best", "result",
+      ]
     var lines = [header]
     for outcome in outcomes {
       let gap = outcome.defaultGap
@@ -269,7 +271,8 @@ enum HitRatioBenchmark {
       if !summaries.contains(line) { summaries.append(line) }
     }
     let rule = String(repeating: "-", count: rendered[0].count)
-    return ([title] + traces + [rendered[0], rule] + rendered.dropFirst() + [rule] + publishedFigures(outcomes, sources))
+    return
+      ([title] + traces + [rendered[0], rule] + rendered.dropFirst() + [rule] + publishedFigures(outcomes, sources))
       .joined(separator: "\n")
   }
 

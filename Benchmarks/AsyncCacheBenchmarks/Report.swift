@@ -30,7 +30,8 @@ enum Target {
     case .ratioAtMost(let bound): "<= \(format(bound, decimals: 2))x"
     case .valueAtMost(let bound): "<= \(format(bound, decimals: 0)) \(unit.rawValue)"
     case .valueAtLeast(let bound): ">= \(format(bound, decimals: 0)) \(unit.rawValue)"
-    case .withinPointsOf(let points, let best): ">= \(format(best - points, decimals: 2)) (best - \(format(points, decimals: 0)) pt)"
+    case .withinPointsOf(let points, let best):
+      ">= \(format(best - points, decimals: 2)) (best - \(format(points, decimals: 0)) pt)"
     }
   }
 }

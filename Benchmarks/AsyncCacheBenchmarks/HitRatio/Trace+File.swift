@@ -25,7 +25,8 @@ extension Trace {
     try parsed.get()
     return Trace(
       name: name,
-      summary: "\(summary); \(abbreviated(parser.keys.count)) accesses to \(abbreviated(parser.keyOfBlock.count)) blocks",
+      summary:
+        "\(summary); \(abbreviated(parser.keys.count)) accesses to \(abbreviated(parser.keyOfBlock.count)) blocks",
       keys: parser.keys,
       keySpace: parser.keyOfBlock.count
     )
@@ -108,7 +109,8 @@ private struct LisParser {
   private mutating func endLine(_ line: Int, fields: (UInt64, UInt64), fieldCount: Int) throws(TraceFileError) {
     guard fieldCount != 0 else { return }
     guard fieldCount == 4 else {
-      throw malformed(line, "has \(fieldCount) field\(fieldCount == 1 ? "" : "s"), not 4 (start count ignored requestNumber)")
+      throw malformed(
+        line, "has \(fieldCount) field\(fieldCount == 1 ? "" : "s"), not 4 (start count ignored requestNumber)")
     }
     let (start, count) = fields
     guard count <= UInt64(Int32.max) - UInt64(keys.count) else {

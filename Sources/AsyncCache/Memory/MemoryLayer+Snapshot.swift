@@ -147,7 +147,9 @@ extension MemoryLayer where Key: Codable, Value: Codable {
       // unchanged.
       let entries = try live.map { record in
         let expiresAt = record.expiry == .max ? nil : CacheInstant(nanosecondsSince1970: record.expiry)
-        return (record.key, CacheEntry(record.value, expiresAt: expiresAt), try store.cost(of: record.value, for: record.key))
+        return (
+          record.key, CacheEntry(record.value, expiresAt: expiresAt), try store.cost(of: record.value, for: record.key)
+        )
       }
       let (restored, leftOut) = try store.restore(entries)
       return SnapshotRestoreResult(
