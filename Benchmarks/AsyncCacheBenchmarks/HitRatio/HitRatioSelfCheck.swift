@@ -12,6 +12,7 @@ enum HitRatioSelfCheck {
   static func run() throws {
     try checkTextbookExample()
     try checkAgainstReferenceImplementations()
+    try checkTraceFileParser()
     for exponent in [0.8, 0.99] { try checkZipfSampler(exponent: exponent) }
   }
 
@@ -56,6 +57,32 @@ enum HitRatioSelfCheck {
               + "ARC \(arcHits) (reference \(expectedARC)), "
               + "OPT \(optimalHits) (exhaustive search \(expectedOptimal))"
           )
+        }
+      }
+    }
+  }
+
+  /// The `.lis` parser on a few lines: blocks numbered densely in order of first access, a
+  /// missing last newline and blank lines accepted, and malformed lines reported by number.
+  private static func checkTraceFileParser() throws {
+    let text = "10 3 0 0\n11 1 0 1\r\n\n7 2 0 2\n12 1 0 3"
+    let trace = try Trace.parse(Array(text.utf8), path: "sample.lis", name: "sample", summary: "")
+    guard trace.keys == [0, 1, 2, 1, 3, 4, 2], trace.keySpace == 5 else {
+      throw BenchmarkFailure(
+        "the .lis parser read \(trace.keys) over \(trace.keySpace) keys from \(text.debugDescription)")
+    }
+    let malformed = [
+      ("1 1 0 0\n2 1 0\n", "sample.lis, line 2: has 3 fields, not 4 (start count ignored requestNumber)"),
+      ("1 1 0 0\n\n3 x 0 2\n", "sample.lis, line 3: has 'x', where only decimal numbers and spaces belong"),
+      ("99999999999999999999 1 0 0\n", "sample.lis, line 1: has a number too large for 64 bits"),
+    ]
+    for (text, expected) in malformed {
+      do {
+        _ = try Trace.parse(Array(text.utf8), path: "sample.lis", name: "sample", summary: "")
+        throw BenchmarkFailure("the .lis parser accepted \(text.debugDescription)")
+      } catch let error as TraceFileError {
+        guard error.description == expected else {
+          throw BenchmarkFailure("the .lis parser reported '\(error)' for \(text.debugDescription), not '\(expected)'")
         }
       }
     }

@@ -18,6 +18,15 @@ extension Trace {
     guard let data = FileManager.default.contents(atPath: path) else {
       throw TraceFileError(path: path, line: nil, problem: "cannot be read")
     }
+    return try parse(data, path: path, name: name, summary: summary)
+  }
+
+  /// Parses the bytes of a `.lis` file; ``read(contentsOf:name:summary:)`` without the reading.
+  ///
+  /// - Parameter path: The file the bytes came from, for errors.
+  static func parse(
+    _ data: some DataProtocol & ContiguousBytes, path: String, name: String, summary: String
+  ) throws(TraceFileError) -> Trace {
     var parser = LisParser(path: path)
     let parsed = data.withUnsafeBytes { bytes in
       Result { () throws(TraceFileError) in try parser.parse(bytes) }
