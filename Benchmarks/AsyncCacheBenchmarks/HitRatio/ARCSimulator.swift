@@ -42,7 +42,6 @@ struct ARCSimulator: PolicySimulator {
     newer = Array(repeating: -1, count: keySpace) + sentinels
   }
 
-  /// Whether the key is resident: in T1 or T2.
   private var t1Length: Int { lengths[Int(List.t1.rawValue)] }
   private var t2Length: Int { lengths[Int(List.t2.rawValue)] }
   private var b1Length: Int { lengths[Int(List.b1.rawValue)] }

@@ -16,7 +16,7 @@ struct TraceSource: Sendable {
   /// replay prints the same digits.
   var lruReference: [Int: String] = [:]
   /// Published ARC hit ratios in percent, by cache size: ours may differ by implementation
-  /// details the paper leaves open, within ``ReferenceFigures/arcTolerance``.
+  /// details the paper leaves open, within ``HitRatioBenchmark/arcTolerance``.
   var arcReference: [Int: Double] = [:]
   /// When the trace's replays start relative to the others' (lower first): the longest jobs
   /// start first, so that the run does not end waiting for one long replay while a core idles.
