@@ -151,10 +151,10 @@ struct RunConfiguration {
     galleryItems: 40,
     cancelMoves: 102,
     urgentRequests: 36,
-    // A tenth of the keys and a twentieth of the accesses (the memory layer replays about a
+    // A tenth of the keys and a fortieth of the accesses (the memory layer replays about a
     // million accesses a second); the loop still outgrows the larger cache.
     hitRatioKeyCount: 100_000,
-    hitRatioAccesses: 200_000,
+    hitRatioAccesses: 100_000,
     hitRatioLoopKeyCount: 12_000,
     hitRatioCacheSizes: [1_000, 10_000],
     redisReads: 2_000,
