@@ -20,9 +20,9 @@ enum Target {
   case valueAtMost(Double)
   /// The row's value must reach the bound, in the row's unit (a share that should be high).
   case valueAtLeast(Double)
-  /// The row's hit ratio must capture at least this share of the gap between LRU's and the optimal
-  /// policy's hit ratios, given in the row's unit: `(value - lru) / (optimal - lru) >= bound`.
-  case captureAtLeast(Double, lru: Double, optimal: Double)
+  /// The row's value must be at most `points` below `best`, both in the row's unit (percentage
+  /// points for hit ratios): `value >= best - points`.
+  case withinPointsOf(Double, best: Double)
 
   /// The target as printed, e.g. `<= 2.00x`.
   func description(unit: Unit) -> String {
@@ -30,7 +30,8 @@ enum Target {
     case .ratioAtMost(let bound): "<= \(format(bound, decimals: 2))x"
     case .valueAtMost(let bound): "<= \(format(bound, decimals: 0)) \(unit.rawValue)"
     case .valueAtLeast(let bound): ">= \(format(bound, decimals: 0)) \(unit.rawValue)"
-    case .captureAtLeast(let bound, _, _): "capture >= \(format(bound, decimals: 2))"
+    case .withinPointsOf(let points, let best):
+      ">= \(format(best - points, decimals: 2)) (best - \(format(points, decimals: 0)) pt)"
     }
   }
 }
@@ -68,8 +69,7 @@ struct ResultRow {
     case .ratioAtMost(let bound): ratio.map { $0 <= bound }
     case .valueAtMost(let bound): value <= bound
     case .valueAtLeast(let bound): value >= bound
-    case .captureAtLeast(let bound, let lru, let optimal):
-      HitRatioBenchmark.captureRatio(value, lru: lru, optimal: optimal).map { $0 >= bound } ?? true
+    case .withinPointsOf(let points, let best): value >= best - points
     }
   }
 

@@ -33,7 +33,8 @@ if options.showsHelp {
 }
 
 let isDebugBuild = checkDebugBuild()
-let configuration = options.isQuick ? RunConfiguration.quick : .full
+var configuration = options.isQuick ? RunConfiguration.quick : .full
+configuration.tracesDirectory = options.tracesDirectory
 let benchmarks = Benchmark.allCases.filter { options.filter.map($0.rawValue.contains) ?? true }
 
 if isDebugBuild {

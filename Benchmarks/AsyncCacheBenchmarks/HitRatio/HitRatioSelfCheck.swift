@@ -12,7 +12,7 @@ enum HitRatioSelfCheck {
   static func run() throws {
     try checkTextbookExample()
     try checkAgainstReferenceImplementations()
-    try checkCaptureRatio()
+    try checkTraceFileParser()
     for exponent in [0.8, 0.99] { try checkZipfSampler(exponent: exponent) }
   }
 
@@ -32,8 +32,8 @@ enum HitRatioSelfCheck {
     }
   }
 
-  /// Random small traces: LRU against a move-to-front list, OPT against an exhaustive search over
-  /// every choice a policy could make.
+  /// Random small traces: LRU against a move-to-front list, ARC against the paper's pseudo-code
+  /// over plain arrays, OPT against an exhaustive search over every choice a policy could make.
   private static func checkAgainstReferenceImplementations() throws {
     var generator = SplitMix64(seed: 0x5EED_0F_0B7)
     for round in 0..<300 {
@@ -48,11 +48,41 @@ enum HitRatioSelfCheck {
         let optimalHits = replay(keys, through: &optimal)
         let expectedLRU = moveToFrontLRUHits(keys, capacity: capacity)
         let expectedOptimal = exhaustiveOptimalHits(keys, capacity: capacity)
-        guard lruHits == expectedLRU, optimalHits == expectedOptimal else {
+        var arc = ARCSimulator(capacity: capacity, keySpace: keySpace)
+        let arcHits = replay(keys, through: &arc)
+        let expectedARC = arrayARCHits(keys, capacity: capacity)
+        guard lruHits == expectedLRU, optimalHits == expectedOptimal, arcHits == expectedARC else {
           throw BenchmarkFailure(
             "on \(keys) with capacity \(capacity): LRU \(lruHits) hits (reference \(expectedLRU)), "
+              + "ARC \(arcHits) (reference \(expectedARC)), "
               + "OPT \(optimalHits) (exhaustive search \(expectedOptimal))"
           )
+        }
+      }
+    }
+  }
+
+  /// The `.lis` parser on a few lines: blocks numbered densely in order of first access, a
+  /// missing last newline and blank lines accepted, and malformed lines reported by number.
+  private static func checkTraceFileParser() throws {
+    let text = "10 3 0 0\n11 1 0 1\r\n\n7 2 0 2\n12 1 0 3"
+    let trace = try Trace.parse(Array(text.utf8), path: "sample.lis", name: "sample", summary: "")
+    guard trace.keys == [0, 1, 2, 1, 3, 4, 2], trace.keySpace == 5 else {
+      throw BenchmarkFailure(
+        "the .lis parser read \(trace.keys) over \(trace.keySpace) keys from \(text.debugDescription)")
+    }
+    let malformed = [
+      ("1 1 0 0\n2 1 0\n", "sample.lis, line 2: has 3 fields, not 4 (start count ignored requestNumber)"),
+      ("1 1 0 0\n\n3 x 0 2\n", "sample.lis, line 3: has 'x', where only decimal numbers and spaces belong"),
+      ("99999999999999999999 1 0 0\n", "sample.lis, line 1: has a number too large for 64 bits"),
+    ]
+    for (text, expected) in malformed {
+      do {
+        _ = try Trace.parse(Array(text.utf8), path: "sample.lis", name: "sample", summary: "")
+        throw BenchmarkFailure("the .lis parser accepted \(text.debugDescription)")
+      } catch let error as TraceFileError {
+        guard error.description == expected else {
+          throw BenchmarkFailure("the .lis parser reported '\(error)' for \(text.debugDescription), not '\(expected)'")
         }
       }
     }
@@ -70,6 +100,58 @@ enum HitRatioSelfCheck {
         recency.removeLast()
       }
       if capacity > 0 { recency.insert(key, at: 0) }
+    }
+    return hits
+  }
+
+  /// ARC line by line as the paper's figure 4 reads, with each list an array, most recent first.
+  private static func arrayARCHits(_ keys: [Int32], capacity: Int) -> Int {
+    guard capacity > 0 else { return 0 }
+    let c = Double(capacity)
+    var (t1, t2, b1, b2): ([Int32], [Int32], [Int32], [Int32]) = ([], [], [], [])
+    var p = 0.0
+    var hits = 0
+    func replace(_ key: Int32) {
+      if !t1.isEmpty, Double(t1.count) > p || (b2.contains(key) && Double(t1.count) == p) {
+        b1.insert(t1.removeLast(), at: 0)
+      } else {
+        b2.insert(t2.removeLast(), at: 0)
+      }
+    }
+    for key in keys {
+      if let index = t1.firstIndex(of: key) {
+        hits += 1
+        t1.remove(at: index)
+        t2.insert(key, at: 0)
+      } else if let index = t2.firstIndex(of: key) {
+        hits += 1
+        t2.remove(at: index)
+        t2.insert(key, at: 0)
+      } else if b1.contains(key) {
+        p = min(c, p + (b1.count >= b2.count ? 1 : Double(b2.count) / Double(b1.count)))
+        replace(key)
+        // By value: REPLACE may have moved a key into B1 ahead of this one.
+        b1.removeAll { $0 == key }
+        t2.insert(key, at: 0)
+      } else if b2.contains(key) {
+        p = max(0, p - (b2.count >= b1.count ? 1 : Double(b1.count) / Double(b2.count)))
+        replace(key)
+        b2.removeAll { $0 == key }
+        t2.insert(key, at: 0)
+      } else {
+        if t1.count + b1.count == capacity {
+          if t1.count < capacity {
+            b1.removeLast()
+            replace(key)
+          } else {
+            t1.removeLast()
+          }
+        } else if t1.count + t2.count + b1.count + b2.count >= capacity {
+          if t1.count + t2.count + b1.count + b2.count == 2 * capacity { b2.removeLast() }
+          replace(key)
+        }
+        t1.insert(key, at: 0)
+      }
     }
     return hits
   }
@@ -99,18 +181,6 @@ enum HitRatioSelfCheck {
       best = next
     }
     return best.values.max() ?? 0
-  }
-
-  private static func checkCaptureRatio() throws {
-    let lru = 0.25
-    let optimal = 0.5
-    guard HitRatioBenchmark.captureRatio(lru, lru: lru, optimal: optimal) == 0,
-      HitRatioBenchmark.captureRatio(optimal, lru: lru, optimal: optimal) == 1,
-      HitRatioBenchmark.captureRatio(0.375, lru: lru, optimal: optimal) == 0.5,
-      HitRatioBenchmark.captureRatio(lru, lru: lru, optimal: lru) == nil
-    else {
-      throw BenchmarkFailure("the capture ratio is not 0 for LRU, 1 for OPT and undefined when they tie")
-    }
   }
 
   /// Draws 1M ranks over 1,000 and compares their counts with the exact probabilities by a

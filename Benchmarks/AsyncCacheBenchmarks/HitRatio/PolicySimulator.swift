@@ -2,7 +2,7 @@
 ///
 /// Simulators hold keys only, no values: the hit ratio depends on which keys a policy keeps, not on
 /// what it stores. Keys are in the trace's `0..<keySpace`.
-protocol PolicySimulator {
+protocol PolicySimulator: SendableMetatype {
   /// Records an access to `key`: a lookup, and on a miss whatever the policy does (insert, evict,
   /// or refuse the key). Returns whether the lookup hit.
   mutating func access(_ key: Int32) -> Bool
@@ -10,16 +10,16 @@ protocol PolicySimulator {
 
 /// A policy under comparison: its name in the report and how to build its simulator for a trace
 /// and a cache size (the most keys it may hold).
-struct SimulatedPolicy {
+struct SimulatedPolicy: Sendable {
   /// The policy's name in the report.
   var name: String
   /// Replays a trace through a fresh simulator holding at most `capacity` keys; returns the hits.
-  var hits: (_ trace: Trace, _ capacity: Int) -> Int
+  var hits: @Sendable (_ trace: Trace, _ capacity: Int) -> Int
 
   /// A policy whose simulator `make` builds for a trace and a capacity.
   init<Simulator: PolicySimulator>(
     _ name: String,
-    _ make: @escaping (_ trace: Trace, _ capacity: Int) -> Simulator
+    _ make: @escaping @Sendable (_ trace: Trace, _ capacity: Int) -> Simulator
   ) {
     self.name = name
     self.hits = { trace, capacity in

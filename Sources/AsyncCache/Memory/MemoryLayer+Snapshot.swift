@@ -3,21 +3,23 @@ public import Foundation
 extension MemoryLayer {
   /// What ``MemoryLayer/restoreSnapshot(from:)`` put back into a layer.
   public struct SnapshotRestoreResult: Sendable, Hashable {
-    /// The entries inserted into the layer.
-    ///
-    /// The layer's limits apply as to any insert, so when the snapshot holds more than the layer
-    /// can, the least recently used of these were evicted again (and counted in
-    /// ``MemoryLayer/statistics``).
+    /// The entries inserted into the layer: the most recently used entries of the snapshot that
+    /// its limits hold together.
     public var restored: Int
     /// The entries of the snapshot that had expired by the layer's clock, and were left out.
     public var skippedExpired: Int
+    /// The unexpired entries of the snapshot left out because the layer's count or cost limit
+    /// cannot hold them beside the more recently used ones, or because one alone costs more
+    /// than the cost limit.
+    public var skippedOverLimits: Int
     /// When the snapshot was written, by the clock of the layer that wrote it.
     public var writtenAt: CacheInstant
 
     /// Creates a result.
-    public init(restored: Int, skippedExpired: Int, writtenAt: CacheInstant) {
+    public init(restored: Int, skippedExpired: Int, skippedOverLimits: Int = 0, writtenAt: CacheInstant) {
       self.restored = restored
       self.skippedExpired = skippedExpired
+      self.skippedOverLimits = skippedOverLimits
       self.writtenAt = writtenAt
     }
   }
@@ -82,10 +84,17 @@ extension MemoryLayer where Key: Codable, Value: Codable {
   ///
   /// Call it at launch, before the layer is used. The entries are inserted as by
   /// ``insert(_:for:)``, from the least to the most recently used, so they replace entries with
-  /// the same keys, count as more recently used than the entries already held, expire no later
-  /// than ``Configuration-swift.struct/timeToLive`` from now, and obey the count and cost limits:
-  /// a layer smaller than the snapshot keeps the most recently used entries. Entries that have
-  /// expired by the layer's clock are skipped.
+  /// the same keys, count as more recently used than the entries already held, and expire no
+  /// later than ``Configuration-swift.struct/timeToLive`` from now. Entries that have expired by
+  /// the layer's clock are skipped.
+  ///
+  /// The count and cost limits hold, and a layer smaller than the snapshot keeps the most
+  /// recently used entries, whatever its ``Configuration-swift.struct/evictionPolicy``: the
+  /// entries restored are the most recent ones that fit the limits together (exact LRU's choice;
+  /// one that alone costs more than the cost limit is refused, as by an insert), the entries
+  /// already held that the policy would evict first make room for them, and the older entries
+  /// of the snapshot are left out and counted in ``SnapshotRestoreResult/skippedOverLimits``.
+  /// An admission policy never turns a restored entry away in favour of an older one.
   ///
   /// A damaged snapshot is reported, never trusted and never a crash: the file is checked whole
   /// (header, length and checksums) and decoded before anything is inserted, and on any error the
@@ -136,14 +145,17 @@ extension MemoryLayer where Key: Codable, Value: Codable {
       let live = records.filter { $0.expiry > now }
       // Every cost is checked before the first insert, so that a refused value leaves the layer
       // unchanged.
-      for record in live { _ = try store.cost(of: record.value, for: record.key) }
-      for record in live {
+      let entries = try live.map { record in
         let expiresAt = record.expiry == .max ? nil : CacheInstant(nanosecondsSince1970: record.expiry)
-        try store.insert(CacheEntry(record.value, expiresAt: expiresAt), for: record.key)
+        return (
+          record.key, CacheEntry(record.value, expiresAt: expiresAt), try store.cost(of: record.value, for: record.key)
+        )
       }
+      let (restored, leftOut) = try store.restore(entries)
       return SnapshotRestoreResult(
-        restored: live.count,
+        restored: restored,
         skippedExpired: records.count - live.count,
+        skippedOverLimits: leftOut,
         writtenAt: CacheInstant(nanosecondsSince1970: header.writtenAt)
       )
     }

@@ -135,12 +135,106 @@ struct MemoryLayerSnapshotTests {
     try full.insert(5, for: "f")
     #expect(Set(full.keys) == ["b", "a", "e", "f"])
 
-    // A layer smaller than the snapshot keeps the most recently used entries.
+    // A layer smaller than the snapshot keeps the most recently used entries; the older ones
+    // are left out, not inserted and evicted.
     let small = try Self.layer(clock: clock, countLimit: 2)
     let result = try await small.restoreSnapshot(from: file)
-    #expect(result?.restored == 4)
+    #expect(result?.restored == 2)
+    #expect(result?.skippedOverLimits == 2)
     #expect(small.store.keysInEvictionOrder == [["b", "a"]])
-    #expect(small.statistics.evictions[.countLimit] == 2)
+    #expect(small.statistics.evictions[.countLimit] == 0)
+  }
+
+  /// The policies a snapshot is restored into: each must keep the most recently used entries.
+  enum RestoringPolicy: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case leastRecentlyUsed
+    case windowTinyLFU
+    /// Whatever a layer configured without a policy runs.
+    case byDefault
+
+    var testDescription: String { rawValue }
+
+    func layer(
+      clock: ManualClock, countLimit: Int, costLimit: Int = .max, cost: (@Sendable (Int) -> Int)? = nil
+    ) throws -> MemoryLayer<String, Int> {
+      var configuration = MemoryLayer<String, Int>.Configuration(
+        countLimit: countLimit, costLimit: costLimit, cost: cost, clock: clock)
+      switch self {
+      case .leastRecentlyUsed: configuration.evictionPolicy = .leastRecentlyUsed
+      case .windowTinyLFU: configuration.evictionPolicy = .windowTinyLFU
+      case .byDefault: break
+      }
+      return try MemoryLayer(configuration: configuration, admissionSeed: 1)
+    }
+  }
+
+  /// Writes a snapshot of `k0` … `k19` with values `0` … `19`, least to most recently used.
+  static func writeTwentyEntries(to file: URL, clock: ManualClock) async throws {
+    let source = try Self.layer(clock: clock, countLimit: 100)
+    for index in 0..<20 { try source.insert(index, for: "k\(index)") }
+    #expect(try await source.writeSnapshot(to: file) == 20)
+  }
+
+  @Test(
+    "a layer smaller than the snapshot keeps its most recently used entries, whatever the policy",
+    arguments: RestoringPolicy.allCases)
+  func smallerLayerKeepsTheMostRecent(_ policy: RestoringPolicy) async throws {
+    let directory = try TemporaryDirectory()
+    defer { directory.remove() }
+    let file = directory.appending("cache.snapshot")
+    let clock = ManualClock()
+    try await Self.writeTwentyEntries(to: file, clock: clock)
+
+    let layer = try policy.layer(clock: clock, countLimit: 4)
+    let result = try await layer.restoreSnapshot(from: file)
+    #expect(result?.restored == 4)
+    #expect(result?.skippedOverLimits == 16)
+    #expect(Set(layer.keys) == ["k16", "k17", "k18", "k19"])
+    #expect(layer.invariantViolations.isEmpty)
+  }
+
+  @Test(
+    "under a cost limit, a restore keeps the most recent entries that fit together, whatever the policy",
+    arguments: RestoringPolicy.allCases)
+  func costLimitKeepsTheMostRecent(_ policy: RestoringPolicy) async throws {
+    let directory = try TemporaryDirectory()
+    defer { directory.remove() }
+    let file = directory.appending("cache.snapshot")
+    let clock = ManualClock()
+    try await Self.writeTwentyEntries(to: file, clock: clock)
+
+    // Costs 1, 2 or 3 (1 + value % 3): k19 2, k18 1, k17 3, k16 2, k15 1 sum to 9; k14 (3) would
+    // make 12, over the limit of 10, so it and everything older stay out.
+    let layer = try policy.layer(clock: clock, countLimit: 100, costLimit: 10, cost: { 1 + $0 % 3 })
+    let result = try await layer.restoreSnapshot(from: file)
+    #expect(result?.restored == 5)
+    #expect(result?.skippedOverLimits == 15)
+    #expect(Set(layer.keys) == ["k15", "k16", "k17", "k18", "k19"])
+    #expect(layer.totalCost == 9)
+    #expect(layer.invariantViolations.isEmpty)
+  }
+
+  @Test(
+    "restored entries displace the entries already held, even ones the policy would rather keep",
+    arguments: RestoringPolicy.allCases)
+  func restoredEntriesDisplaceOlderOnes(_ policy: RestoringPolicy) async throws {
+    let directory = try TemporaryDirectory()
+    defer { directory.remove() }
+    let file = directory.appending("cache.snapshot")
+    let clock = ManualClock()
+    try await Self.writeTwentyEntries(to: file, clock: clock)
+
+    // Four entries read often: W-TinyLFU's admission would turn newcomers away for them.
+    let layer = try policy.layer(clock: clock, countLimit: 4)
+    for key in ["a", "b", "c", "d"] {
+      try layer.insert(0, for: key)
+      for _ in 0..<10 { _ = layer.value(for: key) }
+    }
+    let result = try await layer.restoreSnapshot(from: file)
+    #expect(result?.restored == 4)
+    #expect(Set(layer.keys) == ["k16", "k17", "k18", "k19"])
+    #expect(layer.statistics.evictions[.countLimit] == 4)
+    #expect(layer.invariantViolations.isEmpty)
   }
 
   @Test("per-segment recency lists merge by relative position, keeping each segment's order")
@@ -209,7 +303,7 @@ struct MemoryLayerSnapshotTests {
     #expect(restored.entry(for: "soon")?.expiresAt == clock.now.advanced(by: .seconds(30)))
   }
 
-  @Test("a restore obeys the cost limit, evicting the least recently used")
+  @Test("a restore obeys the cost limit, leaving out the least recently used")
   func costLimit() async throws {
     let directory = try TemporaryDirectory()
     defer { directory.remove() }
@@ -222,12 +316,15 @@ struct MemoryLayerSnapshotTests {
     try await source.writeSnapshot(to: file)
 
     let restored = try Self.layer(clock: clock, costLimit: 10, cost: { $0 })
-    try await restored.restoreSnapshot(from: file)
-    // x and y fit (8); huge alone exceeds the limit and is refused; z evicts x.
+    let result = try await restored.restoreSnapshot(from: file)
+    // From the most recent down: z (4) fits; huge alone exceeds the limit and is refused; y
+    // fits (8); x would make 12, so it stays out.
     #expect(Set(restored.keys) == ["y", "z"])
     #expect(restored.totalCost == 8)
+    #expect(result?.restored == 2)
+    #expect(result?.skippedOverLimits == 2)
     #expect(restored.statistics.evictions[.oversized] == 1)
-    #expect(restored.statistics.evictions[.costLimit] == 1)
+    #expect(restored.statistics.evictions[.costLimit] == 0)
   }
 
   @Test("a negative cost refuses the restore and leaves the layer unchanged")
