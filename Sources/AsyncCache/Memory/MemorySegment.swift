@@ -22,7 +22,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline static var none: UInt32 { .max }
 
   // Field order is layout order: a hit writes `windowMRU` and `hits` (and `requestHits`), reads `nodes`, `buckets`
-  // and `bucketMask`, so these come first, on the cache line of the lock; then the policy's
+  // and `bucketCount`, so these come first, on the cache line of the lock; then the policy's
   // state, whose first fields a W-TinyLFU hit writes.
   /// The window's (LRU's only list's) most recently used node.
   @usableFromInline var windowMRU: UInt32
@@ -33,7 +33,9 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline var requestHits: Int
   @usableFromInline var nodes: UnsafeMutablePointer<Node>
   @usableFromInline var buckets: UnsafeMutablePointer<UInt64>
-  @usableFromInline var bucketMask: Int
+  /// The index's length: any count (not only a power of two), so that a segment bounded to
+  /// `n` entries has about `4n / 3` buckets, not up to `8n / 3` (``bucketCount(forCapacity:)``).
+  @usableFromInline var bucketCount: Int
   @usableFromInline var admission: SegmentAdmission
   @usableFromInline var capacity: Int
   @usableFromInline var count: Int
@@ -50,10 +52,10 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   init(admission: SegmentAdmission = SegmentAdmission()) {
     capacity = Self.initialCapacity
     nodes = .allocate(capacity: capacity)
-    let bucketCount = Self.initialCapacity * 2
+    let bucketCount = Self.bucketCount(forCapacity: Self.initialCapacity)
     buckets = .allocate(capacity: bucketCount)
     buckets.initialize(repeating: 0, count: bucketCount)
-    bucketMask = bucketCount - 1
+    self.bucketCount = bucketCount
     count = 0
     windowMRU = Self.none
     windowLRU = Self.none
@@ -89,22 +91,41 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   static func slot(of bucket: UInt64) -> Int { Int(UInt32(truncatingIfNeeded: bucket)) &- 1 }
 
   @inlinable
-  static func home(of bucket: UInt64, mask: Int) -> Int {
-    position(of: UInt32(truncatingIfNeeded: bucket >> 32), mask: mask)
+  static func home(of bucket: UInt64, count: Int) -> Int {
+    position(of: UInt32(truncatingIfNeeded: bucket >> 32), count: count)
   }
 
-  /// The home position of a tag in a table of `mask + 1` buckets. `Int(truncatingIfNeeded:)`,
-  /// not `Int(_:)`: half of all tags do not fit a 32-bit `Int`, and only the low bits count.
+  /// The home position of a tag in a table of `count` buckets (at most 2^32): the tag,
+  /// scrambled by a multiplication (so that tags that differ only in their high bits, as weak
+  /// hashes' do, still spread), then scaled onto `0..<count` by the high half of a product
+  /// (Lemire's fast range), which needs no power of two. 64-bit arithmetic on every platform.
   @inlinable
   @inline(__always)
-  static func position(of tag: UInt32, mask: Int) -> Int { Int(truncatingIfNeeded: tag) & mask }
+  static func position(of tag: UInt32, count: Int) -> Int {
+    let scrambled = UInt64(tag &* 0x9E37_79B1)
+    return Int(truncatingIfNeeded: (scrambled &* UInt64(truncatingIfNeeded: count)) >> 32)
+  }
+
+  /// The position after `position` in a table of `count` buckets, wrapping to 0.
+  @inlinable
+  @inline(__always)
+  static func next(after position: Int, count: Int) -> Int {
+    let next = position &+ 1
+    return next == count ? 0 : next
+  }
+
+  /// The buckets for a slab of `capacity` nodes: at most 3/4 full when every slot is used.
+  @inlinable
+  static func bucketCount(forCapacity capacity: Int) -> Int {
+    capacity &+ capacity / 3 &+ 1
+  }
 
   /// The bucket position and slot of `key`, or `nil`.
   @inlinable
   @inline(__always)
   func find(_ key: Key, hash: Int) -> (bucket: Int, slot: Int)? {
     let tag = Self.tag(of: hash)
-    var position = Self.position(of: tag, mask: bucketMask)
+    var position = Self.position(of: tag, count: bucketCount)
     while true {
       let bucket = buckets[position]
       if bucket == 0 { return nil }
@@ -112,7 +133,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
         let slot = Self.slot(of: bucket)
         if nodes[slot].key == key { return (position, slot) }
       }
-      position = (position &+ 1) & bucketMask
+      position = Self.next(after: position, count: bucketCount)
     }
   }
 
@@ -120,17 +141,17 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @inlinable
   func bucketPosition(ofSlot slot: Int, tag: UInt32) -> Int {
     let wanted = UInt32(truncatingIfNeeded: slot &+ 1)
-    var position = Self.position(of: tag, mask: bucketMask)
+    var position = Self.position(of: tag, count: bucketCount)
     while UInt32(truncatingIfNeeded: buckets[position]) != wanted {
-      position = (position &+ 1) & bucketMask
+      position = Self.next(after: position, count: bucketCount)
     }
     return position
   }
 
   @inlinable
   mutating func insertBucket(_ bucket: UInt64) {
-    var position = Self.home(of: bucket, mask: bucketMask)
-    while buckets[position] != 0 { position = (position &+ 1) & bucketMask }
+    var position = Self.home(of: bucket, count: bucketCount)
+    while buckets[position] != 0 { position = Self.next(after: position, count: bucketCount) }
     buckets[position] = bucket
   }
 
@@ -141,12 +162,12 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     var hole = position
     var probe = position
     while true {
-      probe = (probe &+ 1) & bucketMask
+      probe = Self.next(after: probe, count: bucketCount)
       let bucket = buckets[probe]
       if bucket == 0 { break }
-      let home = Self.home(of: bucket, mask: bucketMask)
+      let home = Self.home(of: bucket, count: bucketCount)
       // The bucket may move into the hole when the hole lies cyclically in [home, probe).
-      if (probe &- home) & bucketMask >= (probe &- hole) & bucketMask {
+      if cyclicDistance(from: home, to: probe) >= cyclicDistance(from: hole, to: probe) {
         buckets[hole] = bucket
         hole = probe
       }
@@ -154,13 +175,21 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     buckets[hole] = 0
   }
 
+  /// How many steps forward from `start` reach `end`, wrapping around the table.
   @inlinable
-  mutating func resizeBuckets(to bucketCount: Int) {
+  @inline(__always)
+  func cyclicDistance(from start: Int, to end: Int) -> Int {
+    let distance = end &- start
+    return distance < 0 ? distance &+ bucketCount : distance
+  }
+
+  @inlinable
+  mutating func resizeBuckets(to newCount: Int) {
     let old = buckets
-    let oldCount = bucketMask &+ 1
-    buckets = .allocate(capacity: bucketCount)
-    buckets.initialize(repeating: 0, count: bucketCount)
-    bucketMask = bucketCount &- 1
+    let oldCount = bucketCount
+    buckets = .allocate(capacity: newCount)
+    buckets.initialize(repeating: 0, count: newCount)
+    bucketCount = newCount
     for position in 0..<oldCount where old[position] != 0 {
       insertBucket(old[position])
     }
@@ -177,10 +206,20 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   }
 
   /// Makes room for one more node, keeping the index at most 3/4 full.
+  ///
+  /// The slab doubles up to the segment's share of the count limit, then grows by 1/32 at a
+  /// time (an uneven spread of keys may give a segment a little more than its share), so that a
+  /// full bounded segment wastes almost nothing; the index follows the slab.
   @inlinable
   mutating func reserveOneMore() {
-    if count == capacity { resizeNodes(to: capacity &* 2) }
-    if (count &+ 1) &* 4 > (bucketMask &+ 1) &* 3 { resizeBuckets(to: (bucketMask &+ 1) &* 2) }
+    guard count == capacity else { return }
+    let share = admission.countShare
+    let grown =
+      capacity < share
+      ? Swift.max(capacity &+ 1, Swift.min(capacity &* 2, share))
+      : capacity &+ Swift.max(capacity / 32, Self.initialCapacity)
+    resizeNodes(to: grown)
+    resizeBuckets(to: Self.bucketCount(forCapacity: grown))
   }
 
   /// Gives memory back when the segment holds far fewer nodes than it has room for.
@@ -189,9 +228,8 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     guard capacity > Self.initialCapacity, count &* 4 <= capacity else { return }
     let newCapacity = Swift.max(Self.initialCapacity, count &* 2)
     resizeNodes(to: newCapacity)
-    var bucketCount = Self.initialCapacity &* 2
-    while newCapacity &* 3 > bucketCount &* 2 { bucketCount &*= 2 }
-    if bucketCount < bucketMask &+ 1 { resizeBuckets(to: bucketCount) }
+    let newCount = Self.bucketCount(forCapacity: newCapacity)
+    if newCount < bucketCount { resizeBuckets(to: newCount) }
   }
 
   // MARK: Lists
@@ -664,10 +702,10 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     let detached = DetachedNodes<Key, Value>(nodes: nodes, count: count, buckets: buckets)
     capacity = Self.initialCapacity
     nodes = .allocate(capacity: capacity)
-    let bucketCount = Self.initialCapacity * 2
+    let bucketCount = Self.bucketCount(forCapacity: Self.initialCapacity)
     buckets = .allocate(capacity: bucketCount)
     buckets.initialize(repeating: 0, count: bucketCount)
-    bucketMask = bucketCount - 1
+    self.bucketCount = bucketCount
     count = 0
     totalCost = 0
     for region in SegmentRegion.allCases {
@@ -714,7 +752,6 @@ extension MemorySegment {
     // Every occupied bucket points at a node whose key hashes to the bucket's tag, and the
     // node is reachable by probing from its home.
     var referenced = Set<Int>()
-    let bucketCount = bucketMask + 1
     for position in 0..<bucketCount where buckets[position] != 0 {
       let bucket = buckets[position]
       let slot = Self.slot(of: bucket)

@@ -62,7 +62,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     self.segments = MemorySegments(count: segmentCount) { index in
       switch policy.kind {
       case .leastRecentlyUsed:
-        SegmentAdmission()
+        SegmentAdmission(countShare: countShare)
       case .windowTinyLFU:
         SegmentAdmission(countShare: countShare, costShare: costShare, adaptive: false, seed: seed &+ UInt64(index))
       case .adaptive:

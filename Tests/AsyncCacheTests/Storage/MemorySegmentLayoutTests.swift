@@ -49,17 +49,26 @@ struct MemorySegmentLayoutTests {
     #expect(UInt64(Node.maximumCost) <= Node.costMask)
   }
 
-  @Test("a tag with its top bit set has its home where its low bits say, without trapping on 32-bit platforms")
+  @Test("every tag has its home inside a table of any length, without trapping on 32-bit platforms")
   func tagPositions() {
-    let tags: [UInt32] = [0, 1, 0x7FFF_FFFF, 0x8000_0000, 0x8000_0007, 0xFFFF_FFFF]
+    let tags: [UInt32] = [0, 1, 2, 0x7FFF_FFFF, 0x8000_0000, 0x8000_0007, 0xFFFF_FFFF]
     for tag in tags {
-      for mask in [7, 255, (1 << 20) - 1] {
-        #expect(Segment.position(of: tag, mask: mask) == Int(tag & UInt32(mask)))
+      for count in [6, 7, 8, 255, 41_667, 1 << 20] {
+        let position = Segment.position(of: tag, count: count)
+        #expect((0..<count).contains(position))
         let bucket = Segment.bucket(tag: tag, slot: 5)
-        #expect(Segment.home(of: bucket, mask: mask) == Int(tag & UInt32(mask)))
+        #expect(Segment.home(of: bucket, count: count) == position)
         #expect(Segment.slot(of: bucket) == 5)
+        #expect(Segment.next(after: count - 1, count: count) == 0)
       }
     }
+  }
+
+  @Test("tags that differ only in their high bits spread over the buckets")
+  func weakTagsSpread() {
+    let count = 1_000
+    let positions = Set((0..<UInt32(500)).map { Segment.position(of: $0 << 20, count: count) })
+    #expect(positions.count > 350, "\(positions.count) distinct homes for 500 tags in 1,000 buckets")
   }
 
   /// With 32-bit sums, three costs of 2^30 + 1 wrap below zero, the limit never looks exceeded,

@@ -39,6 +39,9 @@ struct FrequencySketch {
   /// sharper admission decisions: on the Zipf traces of `cache.hitRatio` at 10k entries,
   /// +0.01 to +0.02 of capture ratio for 8 more bytes per entry.
   @usableFromInline static var wordsPerEntry: Int { 2 }
+  /// Table words per entry of ``EvictionPolicy/adaptive``'s sketch: Caffeine's 16 counters,
+  /// so that an entry of the default policy stays within 64 bytes (`memory.bytesPerEntry`).
+  @usableFromInline static var compactWordsPerEntry: Int { 1 }
   /// The increments between two agings, per entry (Caffeine has 10). A longer memory keeps the
   /// estimates of a steady workload sharper (+0.01 to +0.03 of capture ratio on the Zipf
   /// traces) while a shifting one still halves its old counts after 15 accesses per entry.
@@ -63,9 +66,9 @@ struct FrequencySketch {
   ///   eight words), and aging happens every ``sampleFactor`` × `maximumSize` increments. Sizes
   ///   above ``maximumCapacity`` count as it.
   @usableFromInline
-  init(maximumSize: Int) {
+  init(maximumSize: Int, wordsPerEntry: Int = Self.wordsPerEntry) {
     let size = Swift.min(Swift.max(maximumSize, 1), Self.maximumCapacity)
-    let length = Self.tableLength(forMaximumSize: size)
+    let length = Self.tableLength(forMaximumSize: size, wordsPerEntry: wordsPerEntry)
     storage = SketchTable(count: length)
     words = storage.words
     blockMask = length / Self.blockLength - 1
@@ -75,10 +78,10 @@ struct FrequencySketch {
   }
 
   /// The words of the table for a cache of at most `maximumSize` entries.
-  static func tableLength(forMaximumSize maximumSize: Int) -> Int {
+  static func tableLength(forMaximumSize maximumSize: Int, wordsPerEntry: Int = Self.wordsPerEntry) -> Int {
     let size = Swift.min(Swift.max(maximumSize, 1), Self.maximumCapacity)
     var length = Self.blockLength
-    while length < Self.wordsPerEntry * size { length <<= 1 }
+    while length < wordsPerEntry * size { length <<= 1 }
     return length
   }
 
@@ -87,7 +90,7 @@ struct FrequencySketch {
 
   /// An independent sketch with the same counts. For tests.
   func copy() -> FrequencySketch {
-    var copy = FrequencySketch(maximumSize: size)
+    var copy = FrequencySketch(maximumSize: size, wordsPerEntry: Swift.max(1, storage.count / Swift.max(size, 1)))
     copy.storage.words.update(from: storage.words, count: storage.count)
     copy.sampleSize = sampleSize
     copy.sampleCount = sampleCount

@@ -33,7 +33,7 @@ struct SegmentAdmission {
   /// segment takes a new one when it inserts a key.
   @usableFromInline var appliedShare = WindowTarget.minimumShare
   @usableFromInline var random: SplitMix64
-  /// The segment's share of the count limit, for the window's sizes.
+  /// The segment's share of the count limit, for the window's sizes and the storage's growth.
   @usableFromInline let countShare: Int
   /// The segment's share of the cost limit, or `Int64.max` when cost does not bound the layer.
   @usableFromInline let costShare: Int64
@@ -96,16 +96,21 @@ struct SegmentAdmission {
   mutating func growSketchIfNeeded(count: Int) {
     guard countShare == .max, count > sketch.size, sketch.size < FrequencySketch.maximumCapacity else { return }
     pendingCount = 0
-    sketch = FrequencySketch(maximumSize: count &* 2)
+    sketch = FrequencySketch(
+      maximumSize: count &* 2,
+      wordsPerEntry: ghosts != nil ? FrequencySketch.compactWordsPerEntry : FrequencySketch.wordsPerEntry)
     ghosts?.resize(entries: count &* 2)
   }
 
   /// LRU: no admission.
-  init() {
+  ///
+  /// - Parameter countShare: The segment's share of the count limit (`Int.max` for none), which
+  ///   only sizes the segment's storage.
+  init(countShare: Int = .max) {
     isEnabled = false
     sketch = FrequencySketch(maximumSize: 0)
     random = SplitMix64(seed: 0)
-    countShare = .max
+    self.countShare = countShare
     costShare = .max
     windowCountMaximum = .max
     windowCostMaximum = .max
@@ -128,7 +133,8 @@ struct SegmentAdmission {
     // Without a count limit the number of entries is unknown: the sketch starts small and
     // grows with the segment (as Caffeine's does with a weighted cache).
     let entries = countShare == .max ? Self.initialUnboundedSketchSize : countShare
-    sketch = FrequencySketch(maximumSize: entries)
+    sketch = FrequencySketch(
+      maximumSize: entries, wordsPerEntry: adaptive ? FrequencySketch.compactWordsPerEntry : FrequencySketch.wordsPerEntry)
     ghosts = adaptive ? WindowGhosts(entries: entries) : nil
     random = SplitMix64(seed: seed)
     (windowCountMaximum, protectedCountMaximum) = Self.maximums(share: countShare)
