@@ -1,0 +1,59 @@
+/// One entry of a ``MemorySegment``: 40 bytes besides the key and the value.
+///
+/// Bit layouts here and in the segment are fixed-width (`UInt64`, `UInt32`, `Int64`), never
+/// `Int`, which has 32 bits on watchOS devices (arm64_32): costs and their sums are `Int64`
+/// everywhere, so a layout or a total never depends on the platform.
+@usableFromInline
+struct MemoryNode<Key, Value> {
+  @usableFromInline var key: Key
+  @usableFromInline var value: Value
+  /// Expiry in nanoseconds since 1970; `Int64.max` for never.
+  @usableFromInline var expiry: Int64
+  /// The cost in the low 61 bits (``costMask``) and the ``SegmentRegion`` in the two above
+  /// (from ``regionShift``), so that W-TinyLFU costs no memory per entry over LRU.
+  @usableFromInline var costAndRegion: UInt64
+  /// The neighbour closer to the most recently used end of its list, or ``MemorySegment/none``.
+  @usableFromInline var newer: UInt32
+  /// The neighbour closer to the least recently used end of its list, or ``MemorySegment/none``.
+  @usableFromInline var older: UInt32
+
+  /// The bits of ``costAndRegion`` that hold the cost: 2^61 - 1.
+  @usableFromInline static var costMask: UInt64 { (1 << 61) - 1 }
+  /// The lowest bit of ``costAndRegion`` that holds the region.
+  @usableFromInline static var regionShift: UInt64 { 61 }
+
+  /// The largest cost an entry may have: 2^61 - 1, or `Int.max` where that is smaller (32-bit
+  /// platforms).
+  @usableFromInline static var maximumCost: Int { Int(clamping: costMask) }
+
+  /// A node in the window; `cost` must be in `0...maximumCost`.
+  @inlinable
+  init(key: Key, value: Value, expiry: Int64, cost: Int64) {
+    self.key = key
+    self.value = value
+    self.expiry = expiry
+    self.costAndRegion = UInt64(truncatingIfNeeded: cost)
+    self.newer = .max
+    self.older = .max
+  }
+
+  /// The entry's cost, 0 to ``maximumCost``.
+  @inlinable
+  var cost: Int64 {
+    @inline(__always) get { Int64(truncatingIfNeeded: costAndRegion & Self.costMask) }
+    @inline(__always) set { costAndRegion = costAndRegion & ~Self.costMask | UInt64(truncatingIfNeeded: newValue) }
+  }
+
+  /// The list the node is in.
+  @inlinable
+  var region: SegmentRegion {
+    @inline(__always) get {
+      SegmentRegion(rawValue: UInt8(truncatingIfNeeded: costAndRegion >> Self.regionShift)) ?? .window
+    }
+    @inline(__always) set {
+      costAndRegion = costAndRegion & Self.costMask | UInt64(newValue.rawValue) << Self.regionShift
+    }
+  }
+}
+
+extension MemoryNode: Sendable where Key: Sendable, Value: Sendable {}
