@@ -1,5 +1,3 @@
-public import Synchronization  // Atomic
-
 /// Segments laid out inline in one allocation: for each, its lock, then its ``MemorySegment``
 /// (whose hot fields share the lock's cache line), padded so that no two segments share a
 /// cache line (or an adjacent-line prefetch pair).
