@@ -71,11 +71,12 @@ struct FreshnessRules: Sendable, Hashable {
   /// The state at `now` of an entry that expires at `expiry`; `lifetime` gives the lifetime the
   /// configuration gives it (read only for a refresh ahead, and only while the entry is fresh).
   ///
-  /// The write time is not stored, so a refresh ahead falls due when the fresh time left is
-  /// under `(1 - refreshAhead)` of the shortest lifetime jitter could have made: never on a
-  /// freshly loaded entry, however the jitter fell. An entry inserted with a much shorter
-  /// time-to-live than the configured one falls due sooner. A sliding extension falls due the
-  /// same way, after half the lifetime.
+  /// The write time is not stored, so a refresh ahead falls due when the fresh time left is at
+  /// most `(1 - refreshAhead)` of the shortest lifetime jitter could have made (see
+  /// ``lead(lifetime:share:)``): never on a freshly loaded entry, however the jitter fell. An
+  /// entry inserted with a much shorter time-to-live than the configured one falls due sooner.
+  /// A sliding extension falls due the same way, after half the lifetime. Instants are compared
+  /// as integers, so the point is exact to the nanosecond.
   @inlinable
   func state(expiry: Int64, now: Int64, lifetime: () -> Duration?) -> State {
     guard expiry != .max else { return .fresh }
@@ -83,11 +84,27 @@ struct FreshnessRules: Sendable, Hashable {
     let (staleAt, overflow) = expiry.subtractingReportingOverflow(grace)
     if overflow || now < staleAt {
       guard let share = sliding ? 0.5 : refreshAhead, let lifetime = lifetime() else { return .fresh }
-      let lead = Double(lifetime.saturatingNanoseconds) * (1 - jitter) * (1 - share)
-      guard Double(staleAt) - lead <= Double(now) else { return .fresh }
+      // Left until stale, at most the lead: due. (Without overflow: `now < staleAt`.)
+      guard staleAt &- now <= lead(lifetime: lifetime.saturatingNanoseconds, share: share) else { return .fresh }
       return sliding ? .extendDue : .refreshDue
     }
     return now - staleAt < staleWhileRevalidate ? .stale : .staleIfError
+  }
+
+  /// The fresh time left, in nanoseconds, at which a refresh ahead (or a sliding extension)
+  /// falls due for an entry of `lifetime` nanoseconds: `(1 - share)` of the shortest lifetime
+  /// jitter could have made.
+  ///
+  /// Reckoned as that shortest lifetime less its `share`, each rounded to the nearest
+  /// nanosecond, so that the point is where a person would put it: 0.8 of 100 s falls due 80 s
+  /// after the write, not a few hundred nanoseconds before (`Double` holds nanoseconds since
+  /// 1970 only to ~256 ns, and `1 - 0.8` is not 0.2).
+  @inlinable
+  func lead(lifetime: Int64, share: Double) -> Int64 {
+    guard lifetime > 0 else { return 0 }
+    let shortest = jitter == 0 ? lifetime : Int64(exactly: (Double(lifetime) * (1 - jitter)).rounded()) ?? lifetime
+    let elapsed = Int64(exactly: (Double(shortest) * share).rounded()) ?? shortest
+    return shortest - Swift.min(Swift.max(elapsed, 0), shortest)
   }
 
   /// The state at `now` of `entry`.

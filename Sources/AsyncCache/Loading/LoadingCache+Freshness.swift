@@ -19,7 +19,7 @@ extension LoadingCache {
       refresh(key, servedStale: false)
       return value
     case .extendDue:
-      extend(key, value: value, expiry: expiry, now: now)
+      extend(key, value: value, expiry: expiry)
       return value
     case .stale:
       refresh(key, servedStale: true)
@@ -45,12 +45,16 @@ extension LoadingCache {
   }
 
   /// Extends the top layer's entry for `key`, which expires at `expiry`, to a full lifetime from
-  /// `now` (sliding expiry), and then the layers below in the background. Of concurrent reads,
+  /// now (sliding expiry), and then the layers below in the background. Of concurrent reads,
   /// one extends; a write since the read wins (the entry's expiry changed, or the read token the
   /// layers below are written under is overtaken).
+  ///
+  /// The hit decided with the layer's coarse time; the new expiry is reckoned from the exact
+  /// time (read here, once per extension), so that an extended entry gets its full lifetime.
   @usableFromInline
-  func extend(_ key: Key, value: Value, expiry: Int64, now: Int64) {
+  func extend(_ key: Key, value: Value, expiry: Int64) {
     guard let front, let lifetime = lifetime(of: key, value) else { return }
+    let now = front.store.clock.now.nanosecondsSince1970
     let extended = freshness.expiry(now: CacheInstant(nanosecondsSince1970: now), lifetime: lifetime)
     let target = front.store.cappedExpiry(extended.nanosecondsSince1970, now: now)
     // By half a lifetime at least: at most one extension per key per half lifetime, even when
