@@ -79,17 +79,33 @@ struct FreshnessRules: Sendable, Hashable {
   /// as integers, so the point is exact to the nanosecond.
   @inlinable
   func state(expiry: Int64, now: Int64, lifetime: () -> Duration?) -> State {
+    state(expiry: expiry, now: now) { share in
+      lifetime().map { lead(lifetime: $0.saturatingNanoseconds, share: share) }
+    }
+  }
+
+  /// The state at `now` of an entry that expires at `expiry`; `lead` gives, for the share of a
+  /// refresh ahead or an extension, the fresh time left at which it falls due (see
+  /// ``lead(lifetime:share:)``), or `nil` when the entry has no lifetime to reckon it from. The
+  /// hit path's form: a loading cache whose values all have one lifetime knows its lead already.
+  @inlinable
+  func state(expiry: Int64, now: Int64, lead: (Double) -> Int64?) -> State {
     guard expiry != .max else { return .fresh }
     guard now < expiry else { return .expired }
     let (staleAt, overflow) = expiry.subtractingReportingOverflow(grace)
     if overflow || now < staleAt {
-      guard let share = sliding ? 0.5 : refreshAhead, let lifetime = lifetime() else { return .fresh }
+      guard let share = dueShare, let lead = lead(share) else { return .fresh }
       // Left until stale, at most the lead: due. (Without overflow: `now < staleAt`.)
-      guard staleAt &- now <= lead(lifetime: lifetime.saturatingNanoseconds, share: share) else { return .fresh }
+      guard staleAt &- now <= lead else { return .fresh }
       return sliding ? .extendDue : .refreshDue
     }
     return now - staleAt < staleWhileRevalidate ? .stale : .staleIfError
   }
+
+  /// The share of a lifetime after which a read refreshes (``refreshAhead``) or extends (half,
+  /// with ``sliding``) an entry; `nil` when reads do neither.
+  @inlinable
+  var dueShare: Double? { sliding ? 0.5 : refreshAhead }
 
   /// The fresh time left, in nanoseconds, at which a refresh ahead (or a sliding extension)
   /// falls due for an entry of `lifetime` nanoseconds: `(1 - share)` of the shortest lifetime

@@ -9,10 +9,10 @@ extension LoadingCache {
   /// - Parameter countingRequest: Count the hit as a request's (``value(for:)``), not a peek's.
   @inlinable
   func servableValue(for key: Key, countingRequest: Bool = false) -> Value? {
-    guard let (value, expiry, now) = front?.store.timedValue(for: key, countingRequest: countingRequest) else {
+    guard let (value, expiry, now) = front?.timedValue(for: key, countingRequest: countingRequest) else {
       return nil
     }
-    switch freshness.state(expiry: expiry, now: now, lifetime: { self.lifetime(of: key, value) }) {
+    switch freshness.state(expiry: expiry, now: now, lead: { dueLead(for: key, value, share: $0) }) {
     case .fresh:
       return value
     case .refreshDue:
@@ -37,7 +37,7 @@ extension LoadingCache {
   /// stale-while-revalidate is refreshed when a request reads it).
   func hasServableTopValue(for key: Key) -> Bool {
     guard checksFreshness else { return cachedValue(for: key) != nil }
-    guard let (value, expiry, now) = front?.store.timedValue(for: key) else { return false }
+    guard let (value, expiry, now) = front?.timedValue(for: key, countingRequest: false) else { return false }
     return switch freshness.state(expiry: expiry, now: now, lifetime: { self.lifetime(of: key, value) }) {
     case .fresh, .extendDue, .refreshDue, .stale: true
     case .staleIfError, .expired: false
@@ -84,6 +84,18 @@ extension LoadingCache {
     let extended = CacheEntry(
       entry.value, expiresAt: freshness.expiry(now: configuration.clock.now, lifetime: lifetime))
     return (extended, top..<chain.tiers.count)
+  }
+
+  /// The fresh time left at which a refresh ahead or an extension of `value` for `key` falls
+  /// due, for the rules' `share` (see ``FreshnessRules/lead(lifetime:share:)``); `nil` when it
+  /// has no lifetime. Read on hits: reckoned once when every value has the configured lifetime.
+  @inlinable
+  func dueLead(for key: Key, _ value: Value, share: Double) -> Int64? {
+    switch configuredLead {
+    case .fixed(let lead): lead
+    case .none: nil
+    case .perValue: lifetime(of: key, value).map { freshness.lead(lifetime: $0.saturatingNanoseconds, share: share) }
+    }
   }
 
   /// The lifetime the configuration gives `value` for `key`, before jitter; `nil` for none.

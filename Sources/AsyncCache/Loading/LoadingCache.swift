@@ -68,6 +68,19 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   @usableFromInline let freshness: FreshnessRules
   /// Whether a hit must read its entry's expiry: a grace period or a refresh ahead is set.
   @usableFromInline let checksFreshness: Bool
+  /// The lead of a refresh ahead or an extension, when every value has the same lifetime.
+  @usableFromInline let configuredLead: ConfiguredLead
+
+  /// What a hit needs to tell whether a refresh ahead or an extension is due.
+  @usableFromInline
+  enum ConfiguredLead: Sendable {
+    /// Every value has the configured lifetime: the lead is this (nanoseconds).
+    case fixed(Int64)
+    /// No value has a lifetime (or reads refresh and extend nothing).
+    case none
+    /// The lifetime depends on the value (``Configuration-swift.struct/timeToLiveForValue``).
+    case perValue
+  }
 
   /// Creates a loading cache.
   ///
@@ -93,6 +106,14 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       jitter: configuration.timeToLiveJitter,
       sliding: configuration.slidingExpiration)
     self.checksFreshness = freshness.checksHits
+    self.configuredLead =
+      if configuration.timeToLiveForValue != nil {
+        .perValue
+      } else if let share = freshness.dueShare, let lifetime = configuration.timeToLive {
+        .fixed(freshness.lead(lifetime: lifetime.saturatingNanoseconds, share: share))
+      } else {
+        .none
+      }
     // A memory layer that cuts every entry's life shorter than the grace would hold only stale
     // entries (the stale instant is read back as expiry minus grace).
     if freshness.grace > 0, let layerLifetime = chain.front?.configuration.timeToLive,

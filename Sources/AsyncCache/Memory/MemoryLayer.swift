@@ -89,6 +89,17 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     store.lookup(key, countingRequest: true) { $0.value }
   }
 
+  /// Returns the unexpired value for `key`, its expiry and the time it was checked against (see
+  /// ``MemoryStore/timedValue(for:countingRequest:)``): a loading cache's freshness-aware hit.
+  ///
+  /// A method of the layer rather than a call of `layer.store`, so that a caller holding the
+  /// layer in an optional (`front?.timedValue(for:)`) does not retain the store around the
+  /// call: a reference count written by every hit makes cores fight over its cache line.
+  @inlinable
+  nonisolated func timedValue(for key: Key, countingRequest: Bool) -> (value: Value, expiry: Int64, now: Int64)? {
+    store.timedValue(for: key, countingRequest: countingRequest)
+  }
+
   /// Whether the layer holds an unexpired entry for `key`, without counting a hit or a miss and
   /// without changing its recency. Safe from any context. Never suspends.
   public nonisolated func contains(_ key: Key) -> Bool {
