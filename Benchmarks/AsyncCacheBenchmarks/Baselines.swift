@@ -17,6 +17,51 @@ final class MutexDictionary: Sendable {
   }
 }
 
+/// The limit for a bounded cache: a dictionary behind one `Synchronization.Mutex`, holding at
+/// most `countLimit` entries by evicting the oldest written key (FIFO, a ring of keys). A hit
+/// costs what ``MutexDictionary``'s does; a write of a new key also evicts one.
+final class FIFOMutexDictionary: Sendable {
+  private struct State {
+    var storage: [Int: Int] = [:]
+    /// The keys in the order they were first written, from `oldest` on (a ring once full).
+    var order: [Int] = []
+    var oldest = 0
+  }
+
+  private let state = Mutex(State())
+  let countLimit: Int
+
+  /// Creates an empty dictionary that holds at most `countLimit` (at least 1) entries.
+  init(countLimit: Int) {
+    precondition(countLimit > 0, "countLimit must be positive")
+    self.countLimit = countLimit
+  }
+
+  /// Returns the value for `key`.
+  func value(for key: Int) -> Int? {
+    state.withLock { $0.storage[key] }
+  }
+
+  /// Stores `value` for `key`; a new key evicts the oldest when the dictionary is full. A key
+  /// written again keeps its place.
+  func insert(_ value: Int, for key: Int) {
+    let countLimit = countLimit
+    state.withLock { state in
+      guard state.storage.updateValue(value, forKey: key) == nil else { return }
+      if state.order.count < countLimit {
+        state.order.append(key)
+      } else {
+        state.storage[state.order[state.oldest]] = nil
+        state.order[state.oldest] = key
+        state.oldest = state.oldest + 1 == countLimit ? 0 : state.oldest + 1
+      }
+    }
+  }
+
+  /// The number of entries.
+  var count: Int { state.withLock { $0.storage.count } }
+}
+
 /// The obvious Swift concurrency cache: a dictionary isolated to an actor, read with `await`.
 actor ActorDictionary {
   private var storage: [Int: Int]

@@ -16,6 +16,25 @@ enum MemoryBenchmarks {
       fixture.oneTask("LoadingCache, stale-while-revalidate") { [cache = fixture.revalidatingCache] in
         try await sumOfValues(in: cache, for: $0)
       },
+      fixture.oneTask("LoadingCache, refresh ahead") { [cache = fixture.refreshingCache] in
+        try await sumOfValues(in: cache, for: $0)
+      },
+      fixture.oneTask("LoadingCache, sliding expiry") { [cache = fixture.slidingCache] in
+        try await sumOfValues(in: cache, for: $0)
+      },
+      fixture.oneTask("LoadingCache (W-TinyLFU)") { [cache = fixture.tinyLFU.cache] in
+        try await sumOfValues(in: cache, for: $0)
+      },
+      fixture.oneTask("LoadingCache, entries expire (W-TinyLFU)") { [cache = fixture.tinyLFU.expiringCache] in
+        try await sumOfValues(in: cache, for: $0)
+      },
+      fixture.oneTask("LoadingCache, stale-while-revalidate (W-TinyLFU)") {
+        [cache = fixture.tinyLFU.revalidatingCache] in
+        try await sumOfValues(in: cache, for: $0)
+      },
+      fixture.oneTask("LoadingCache, sliding expiry (W-TinyLFU)") { [cache = fixture.tinyLFU.slidingCache] in
+        try await sumOfValues(in: cache, for: $0)
+      },
       fixture.oneTask("LoadingCache, observed, buffer full") { [cache = fixture.observedCache] in
         try await sumOfValues(in: cache, for: $0)
       },
@@ -37,10 +56,17 @@ enum MemoryBenchmarks {
       target: .ratioAtMost(2),
       notes: ["\(abbreviated(fixture.keys.count)) hits over \(abbreviated(run.hitKeyCount)) keys"]
     )
+    // Every configuration a service runs has the target, not only the plain one.
+    for index in rows.indices where HitFixture.configurations.contains(rows[index].implementation) {
+      rows[index].target = .ratioAtMost(2)
+    }
     rows.annotate("MemoryLayer (direct)", with: HitFixture.directNote)
     rows.annotate(
       "LoadingCache, observed, buffer full",
       with: "informational: every hit is an event, dropped by an observer that never reads")
+    for name in HitFixture.configurations {
+      rows.annotate("\(name) (W-TinyLFU)", with: HitFixture.tinyLFUNote)
+    }
     return rows
   }
 
@@ -51,6 +77,12 @@ enum MemoryBenchmarks {
     let overlaps = OverlapLog()
     let contenders = [
       fixture.twoTasks("LoadingCache", overlaps: overlaps) { [cache = fixture.cache] in
+        try await sumOfValues(in: cache, for: $0)
+      },
+      fixture.twoTasks("LoadingCache, entries expire", overlaps: overlaps) { [cache = fixture.expiringCache] in
+        try await sumOfValues(in: cache, for: $0)
+      },
+      fixture.twoTasks("LoadingCache (W-TinyLFU)", overlaps: overlaps) { [cache = fixture.tinyLFU.cache] in
         try await sumOfValues(in: cache, for: $0)
       },
       fixture.twoTasks("MemoryLayer (direct)", overlaps: overlaps) { [memory = fixture.memory] in
@@ -76,6 +108,8 @@ enum MemoryBenchmarks {
       ]
     )
     rows.annotate("MemoryLayer (direct)", with: HitFixture.directNote)
+    rows.annotate("LoadingCache, entries expire", with: "informational: each hit also checks an expiry")
+    rows.annotate("LoadingCache (W-TinyLFU)", with: HitFixture.tinyLFUNote)
     return rows
   }
 
@@ -153,6 +187,67 @@ enum MemoryBenchmarks {
   /// Caches holding the keys `0..<hitKeyCount` (value = key), and a pseudo-random lookup order.
   private struct HitFixture {
     static let directNote = "informational: the loading cache's layer, called directly"
+    static let tinyLFUNote = "informational: as above with .windowTinyLFU (the default policy's hit path)"
+    /// The configurations whose hit must stay within the target, each a row.
+    static let configurations = [
+      "LoadingCache", "LoadingCache, entries expire", "LoadingCache, stale-while-revalidate",
+      "LoadingCache, refresh ahead", "LoadingCache, sliding expiry",
+    ]
+
+    /// Loading caches over memory layers of one eviction policy: plain, and with entries that
+    /// expire in an hour under each freshness rule a service may configure.
+    struct Caches {
+      /// The plain cache's only layer.
+      let memory: MemoryLayer<Int, Int>
+      let cache: LoadingCache<Int, Int>
+      /// A loading cache over a memory layer whose entries expire in an hour: each hit checks
+      /// the expiry against the coarse clock.
+      let expiringCache: LoadingCache<Int, Int>
+      /// The same layer under a cache with stale-while-revalidate: each hit also reads its
+      /// entry's freshness.
+      let revalidatingCache: LoadingCache<Int, Int>
+      /// The same layer under a cache that refreshes entries after 80% of their lifetime: each
+      /// hit also reckons whether a refresh is due.
+      let refreshingCache: LoadingCache<Int, Int>
+      /// The same layer under a cache with sliding expiry: each hit also reckons whether an
+      /// extension is due (none is: an hour is left).
+      let slidingCache: LoadingCache<Int, Int>
+
+      /// Caches whose layers hold the keys `keys` (value = key), under `policy` (the layer's
+      /// default when `nil`).
+      init(policy: EvictionPolicy?, keys: [Int], countLimit: Int, origin: ClosureFetcher<Int, Int>) throws {
+        func layer() throws -> MemoryLayer<Int, Int> {
+          var configuration = MemoryLayer<Int, Int>.Configuration(countLimit: countLimit)
+          if let policy { configuration.evictionPolicy = policy }
+          return try MemoryLayer<Int, Int>(configuration: configuration)
+        }
+        memory = try layer()
+        cache = try LoadingCache(layers: [memory], origin: origin)
+        let expiringMemory = try layer()
+        let lifetime = Duration.seconds(3600)
+        expiringCache = try LoadingCache(
+          layers: [expiringMemory], origin: origin, configuration: .init(timeToLive: lifetime))
+        revalidatingCache = try LoadingCache(
+          layers: [expiringMemory], origin: origin,
+          configuration: .init(timeToLive: lifetime, staleWhileRevalidate: .seconds(60)))
+        refreshingCache = try LoadingCache(
+          layers: [expiringMemory], origin: origin, configuration: .init(timeToLive: lifetime, refreshAhead: 0.8))
+        slidingCache = try LoadingCache(
+          layers: [expiringMemory], origin: origin,
+          configuration: .init(timeToLive: lifetime, slidingExpiration: true))
+        for key in keys {
+          try memory.insert(key, for: key)
+          try expiringMemory.insert(key, for: key, timeToLive: lifetime)
+        }
+      }
+
+      /// Loads the caches made, summed.
+      var loads: Int {
+        [cache, expiringCache, revalidatingCache, refreshingCache, slidingCache].reduce(0) {
+          $0 + $1.statistics.loads
+        }
+      }
+    }
 
     /// The timed lookup order.
     let keys: [Int]
@@ -162,14 +257,18 @@ enum MemoryBenchmarks {
     let everyKey: [Int]
     /// The sum of ``keys``: what one task's lookups must add up to.
     let expectedSum: Int
-    /// The loading cache's only layer, also measured on its own to isolate the cache's overhead.
-    let memory: MemoryLayer<Int, Int>
-    let cache: LoadingCache<Int, Int>
-    /// A loading cache over a memory layer whose entries expire in an hour: each hit reads the clock.
-    let expiringCache: LoadingCache<Int, Int>
-    /// The same layer under a cache with stale-while-revalidate: each hit also reads its
-    /// entry's freshness.
-    let revalidatingCache: LoadingCache<Int, Int>
+    /// The caches under the layer's default eviction policy.
+    let defaultPolicy: Caches
+    /// The same under `.windowTinyLFU`, the default policy's hit path, until it is the default.
+    let tinyLFU: Caches
+    /// The plain loading cache's only layer, also measured on its own to isolate the cache's
+    /// overhead.
+    var memory: MemoryLayer<Int, Int> { defaultPolicy.memory }
+    var cache: LoadingCache<Int, Int> { defaultPolicy.cache }
+    var expiringCache: LoadingCache<Int, Int> { defaultPolicy.expiringCache }
+    var revalidatingCache: LoadingCache<Int, Int> { defaultPolicy.revalidatingCache }
+    var refreshingCache: LoadingCache<Int, Int> { defaultPolicy.refreshingCache }
+    var slidingCache: LoadingCache<Int, Int> { defaultPolicy.slidingCache }
     /// A cache over ``memory`` with an observer that never reads its events: each hit builds an
     /// event and drops the oldest from the observer's full buffer.
     let observedCache: LoadingCache<Int, Int>
@@ -185,40 +284,20 @@ enum MemoryBenchmarks {
       keys = .uniformDraws(from: everyKey, count: run.hitOperations, using: &generator)
       rotatedKeys = keys.rotated(by: keys.count / 2)
       expectedSum = keys.reduce(0, &+)
-      let memory = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 2 * run.hitKeyCount))
-      self.memory = memory
       let originCalls = CallCounter()
       self.originCalls = originCalls
-      cache = try LoadingCache(
-        layers: [memory],
-        origin: ClosureFetcher { (key: Int) async throws -> Int in
-          originCalls.record()
-          return key
-        }
-      )
-      observedCache = try LoadingCache(
-        layers: [memory],
-        origin: ClosureFetcher { (key: Int) async throws -> Int in
-          originCalls.record()
-          return key
-        }
-      )
-      observedEvents = observedCache.events(bufferingNewest: 1_000)
-      let expiringMemory = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 2 * run.hitKeyCount))
       let unreachable = ClosureFetcher { (key: Int) async throws -> Int in
         originCalls.record()
         return key
       }
-      expiringCache = try LoadingCache(
-        layers: [expiringMemory], origin: unreachable, configuration: .init(timeToLive: .seconds(3600)))
-      revalidatingCache = try LoadingCache(
-        layers: [expiringMemory], origin: unreachable,
-        configuration: .init(timeToLive: .seconds(3600), staleWhileRevalidate: .seconds(60)))
+      defaultPolicy = try Caches(policy: nil, keys: everyKey, countLimit: 2 * run.hitKeyCount, origin: unreachable)
+      tinyLFU = try Caches(
+        policy: .windowTinyLFU, keys: everyKey, countLimit: 2 * run.hitKeyCount, origin: unreachable)
+      observedCache = try LoadingCache(layers: [defaultPolicy.memory], origin: unreachable)
+      observedEvents = observedCache.events(bufferingNewest: 1_000)
       nsCache = BoxedNSCache(keySpace: run.hitKeyCount)
       var contents: [Int: Int] = [:]
       for key in everyKey {
-        try memory.insert(key, for: key)
-        try expiringMemory.insert(key, for: key, timeToLive: .seconds(3600))
         mutexDictionary.insert(key, for: key)
         nsCache.insertKey(key)
         contents[key] = key
@@ -266,7 +345,7 @@ enum MemoryBenchmarks {
     /// Fails unless every lookup of the loading cache was a memory hit: a load would make the
     /// benchmark measure the origin instead.
     func checkEveryLookupHit() throws {
-      let loads = cache.statistics.loads
+      let loads = defaultPolicy.loads + tinyLFU.loads + observedCache.statistics.loads
       guard loads == 0, originCalls.count == 0 else {
         throw BenchmarkFailure(
           "the hit benchmark loaded \(loads) times and called the origin \(originCalls.count) times"
@@ -278,7 +357,9 @@ enum MemoryBenchmarks {
   // MARK: memory.zipf.mixed
 
   /// `memory.zipf.mixed`: 90% lookups and 10% inserts of keys drawn from Zipf(0.99), against
-  /// caches bounded to a tenth of the keys (and an unbounded dictionary, for throughput only).
+  /// caches bounded to a tenth of the keys: the baseline is a `Mutex`-protected dictionary
+  /// bounded the same way by FIFO eviction, so that hit ratios compare; an unbounded one is kept
+  /// for throughput only.
   ///
   /// A lookup that misses counts as a miss and loads nothing. Every repetition replays the same
   /// operations on the cache the previous one left, so after the warm-up the hit ratio is the
@@ -286,7 +367,10 @@ enum MemoryBenchmarks {
   static func zipfMixed(_ run: RunConfiguration) async throws -> [ResultRow] {
     let operations = mixedOperations(run)
     let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: run.zipfCountLimit))
+    let tinyLFULayer = try MemoryLayer<Int, Int>(
+      configuration: .init(countLimit: run.zipfCountLimit, evictionPolicy: .windowTinyLFU))
     let nsCache = BoxedNSCache(keySpace: run.zipfKeyCount, countLimit: run.zipfCountLimit)
+    let fifoDictionary = FIFOMutexDictionary(countLimit: run.zipfCountLimit)
     let mutexDictionary = MutexDictionary()
     var tallies: [String: MixedTally] = [:]
     var evictionsPerRun = 0
@@ -300,6 +384,20 @@ enum MemoryBenchmarks {
         }
         evictionsPerRun = layer.statistics.evictions.total - evictionsBefore
         return elapsed
+      },
+      Contender(name: "MemoryLayer (W-TinyLFU)", operations: operations.count) {
+        try await timed {
+          let tally = try runMixed(operations, on: tinyLFULayer)
+          tallies["MemoryLayer (W-TinyLFU)"] = tally
+          return tally.checksum
+        }
+      },
+      Contender(name: Self.fifoDictionaryName, operations: operations.count) {
+        try await timed {
+          let tally = runMixed(operations, on: fifoDictionary)
+          tallies[Self.fifoDictionaryName] = tally
+          return tally.checksum
+        }
       },
       Contender(name: "NSCache", operations: operations.count) {
         try await timed {
@@ -317,8 +415,12 @@ enum MemoryBenchmarks {
       },
     ]
     let measurements = try await measureInterleaved(contenders, repetitions: run.repetitions)
-    guard layer.count <= run.zipfCountLimit else {
-      throw BenchmarkFailure("the memory layer holds \(layer.count) entries over a limit of \(run.zipfCountLimit)")
+    for (name, count) in [("memory layer", layer.count), ("W-TinyLFU memory layer", tinyLFULayer.count)]
+    where count > run.zipfCountLimit {
+      throw BenchmarkFailure("the \(name) holds \(count) entries over a limit of \(run.zipfCountLimit)")
+    }
+    guard fifoDictionary.count == run.zipfCountLimit else {
+      throw BenchmarkFailure("the FIFO dictionary holds \(fifoDictionary.count), not its limit \(run.zipfCountLimit)")
     }
     guard let tally = tallies["MemoryLayer"], tally.hits > 0, evictionsPerRun > 0 else {
       // A mix that never fills the cache would measure an unbounded map, not a bounded cache.
@@ -327,7 +429,7 @@ enum MemoryBenchmarks {
     var rows = ResultRow.rows(
       benchmark: Benchmark.memoryZipfMixed.rawValue,
       measurements: measurements,
-      baseline: "Mutex-Dictionary",
+      baseline: Self.fifoDictionaryName,
       target: nil
     )
     for index in rows.indices {
@@ -338,10 +440,16 @@ enum MemoryBenchmarks {
       with: "90% get/10% set, Zipf(0.99) over \(abbreviated(run.zipfKeyCount)) keys",
       "countLimit \(abbreviated(run.zipfCountLimit)), \(evictionsPerRun) evictions/run"
     )
+    rows.annotate("MemoryLayer (W-TinyLFU)", with: "informational: .windowTinyLFU, the default policy's hit path")
+    rows.annotate(
+      Self.fifoDictionaryName, with: "baseline: countLimit \(abbreviated(run.zipfCountLimit)), FIFO eviction")
     rows.annotate("NSCache", with: "countLimit \(abbreviated(run.zipfCountLimit)), as MemoryLayer")
-    rows.annotate("Mutex-Dictionary", with: "unbounded: throughput reference")
+    rows.annotate("Mutex-Dictionary", with: "unbounded: throughput reference, its hit ratio is not comparable")
     return rows
   }
+
+  /// The bounded baseline of `memory.zipf.mixed`.
+  private static let fifoDictionaryName = "Mutex-Dictionary, FIFO"
 
   /// One operation of the mixed workload.
   private struct MixedOperation {
@@ -395,6 +503,19 @@ enum MemoryBenchmarks {
         cache.insertKey(operation.key)
       } else {
         tally.record(cache.value(for: operation.key))
+      }
+    }
+    return tally
+  }
+
+  @inline(never)
+  private static func runMixed(_ operations: [MixedOperation], on dictionary: FIFOMutexDictionary) -> MixedTally {
+    var tally = MixedTally()
+    for operation in operations {
+      if operation.isInsert {
+        dictionary.insert(operation.key, for: operation.key)
+      } else {
+        tally.record(dictionary.value(for: operation.key))
       }
     }
     return tally

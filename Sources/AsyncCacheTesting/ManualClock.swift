@@ -62,6 +62,11 @@ public final class ManualClock: CacheClock, Sendable {
   /// The current time of this clock.
   public var now: CacheInstant { state.withLock { $0.now } }
 
+  /// The current time of this clock, exactly as ``now``: hits check expiry against it, so under
+  /// a manual clock an entry expires at exactly its instant (the ``AsyncCache/WallClock`` lags
+  /// here by up to a kernel tick).
+  public var coarseNow: CacheInstant { now }
+
   /// One nanosecond.
   public var minimumResolution: Duration { .nanoseconds(1) }
 

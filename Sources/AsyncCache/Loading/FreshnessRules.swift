@@ -71,23 +71,56 @@ struct FreshnessRules: Sendable, Hashable {
   /// The state at `now` of an entry that expires at `expiry`; `lifetime` gives the lifetime the
   /// configuration gives it (read only for a refresh ahead, and only while the entry is fresh).
   ///
-  /// The write time is not stored, so a refresh ahead falls due when the fresh time left is
-  /// under `(1 - refreshAhead)` of the shortest lifetime jitter could have made: never on a
-  /// freshly loaded entry, however the jitter fell. An entry inserted with a much shorter
-  /// time-to-live than the configured one falls due sooner. A sliding extension falls due the
-  /// same way, after half the lifetime.
+  /// The write time is not stored, so a refresh ahead falls due when the fresh time left is at
+  /// most `(1 - refreshAhead)` of the shortest lifetime jitter could have made (see
+  /// ``lead(lifetime:share:)``): never on a freshly loaded entry, however the jitter fell. An
+  /// entry inserted with a much shorter time-to-live than the configured one falls due sooner.
+  /// A sliding extension falls due the same way, after half the lifetime. Instants are compared
+  /// as integers, so the point is exact to the nanosecond.
   @inlinable
   func state(expiry: Int64, now: Int64, lifetime: () -> Duration?) -> State {
+    state(expiry: expiry, now: now) { share in
+      lifetime().map { lead(lifetime: $0.saturatingNanoseconds, share: share) }
+    }
+  }
+
+  /// The state at `now` of an entry that expires at `expiry`; `lead` gives, for the share of a
+  /// refresh ahead or an extension, the fresh time left at which it falls due (see
+  /// ``lead(lifetime:share:)``), or `nil` when the entry has no lifetime to reckon it from. The
+  /// hit path's form: a loading cache whose values all have one lifetime knows its lead already.
+  @inlinable
+  func state(expiry: Int64, now: Int64, lead: (Double) -> Int64?) -> State {
     guard expiry != .max else { return .fresh }
     guard now < expiry else { return .expired }
     let (staleAt, overflow) = expiry.subtractingReportingOverflow(grace)
     if overflow || now < staleAt {
-      guard let share = sliding ? 0.5 : refreshAhead, let lifetime = lifetime() else { return .fresh }
-      let lead = Double(lifetime.saturatingNanoseconds) * (1 - jitter) * (1 - share)
-      guard Double(staleAt) - lead <= Double(now) else { return .fresh }
+      guard let share = dueShare, let lead = lead(share) else { return .fresh }
+      // Left until stale, at most the lead: due. (Without overflow: `now < staleAt`.)
+      guard staleAt &- now <= lead else { return .fresh }
       return sliding ? .extendDue : .refreshDue
     }
     return now - staleAt < staleWhileRevalidate ? .stale : .staleIfError
+  }
+
+  /// The share of a lifetime after which a read refreshes (``refreshAhead``) or extends (half,
+  /// with ``sliding``) an entry; `nil` when reads do neither.
+  @inlinable
+  var dueShare: Double? { sliding ? 0.5 : refreshAhead }
+
+  /// The fresh time left, in nanoseconds, at which a refresh ahead (or a sliding extension)
+  /// falls due for an entry of `lifetime` nanoseconds: `(1 - share)` of the shortest lifetime
+  /// jitter could have made.
+  ///
+  /// Reckoned as that shortest lifetime less its `share`, each rounded to the nearest
+  /// nanosecond, so that the point is where a person would put it: 0.8 of 100 s falls due 80 s
+  /// after the write, not a few hundred nanoseconds before (`Double` holds nanoseconds since
+  /// 1970 only to ~256 ns, and `1 - 0.8` is not 0.2).
+  @inlinable
+  func lead(lifetime: Int64, share: Double) -> Int64 {
+    guard lifetime > 0 else { return 0 }
+    let shortest = jitter == 0 ? lifetime : Int64(exactly: (Double(lifetime) * (1 - jitter)).rounded()) ?? lifetime
+    let elapsed = Int64(exactly: (Double(shortest) * share).rounded()) ?? shortest
+    return shortest - Swift.min(Swift.max(elapsed, 0), shortest)
   }
 
   /// The state at `now` of `entry`.

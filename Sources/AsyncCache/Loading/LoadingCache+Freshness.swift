@@ -9,17 +9,17 @@ extension LoadingCache {
   /// - Parameter countingRequest: Count the hit as a request's (``value(for:)``), not a peek's.
   @inlinable
   func servableValue(for key: Key, countingRequest: Bool = false) -> Value? {
-    guard let (value, expiry, now) = front?.store.timedValue(for: key, countingRequest: countingRequest) else {
+    guard let (value, expiry, now) = front?.timedValue(for: key, countingRequest: countingRequest) else {
       return nil
     }
-    switch freshness.state(expiry: expiry, now: now, lifetime: { self.lifetime(of: key, value) }) {
+    switch freshness.state(expiry: expiry, now: now, lead: { dueLead(for: key, value, share: $0) }) {
     case .fresh:
       return value
     case .refreshDue:
       refresh(key, servedStale: false)
       return value
     case .extendDue:
-      extend(key, value: value, expiry: expiry, now: now)
+      extend(key, value: value, expiry: expiry)
       return value
     case .stale:
       refresh(key, servedStale: true)
@@ -37,7 +37,7 @@ extension LoadingCache {
   /// stale-while-revalidate is refreshed when a request reads it).
   func hasServableTopValue(for key: Key) -> Bool {
     guard checksFreshness else { return cachedValue(for: key) != nil }
-    guard let (value, expiry, now) = front?.store.timedValue(for: key) else { return false }
+    guard let (value, expiry, now) = front?.timedValue(for: key, countingRequest: false) else { return false }
     return switch freshness.state(expiry: expiry, now: now, lifetime: { self.lifetime(of: key, value) }) {
     case .fresh, .extendDue, .refreshDue, .stale: true
     case .staleIfError, .expired: false
@@ -45,12 +45,16 @@ extension LoadingCache {
   }
 
   /// Extends the top layer's entry for `key`, which expires at `expiry`, to a full lifetime from
-  /// `now` (sliding expiry), and then the layers below in the background. Of concurrent reads,
+  /// now (sliding expiry), and then the layers below in the background. Of concurrent reads,
   /// one extends; a write since the read wins (the entry's expiry changed, or the read token the
   /// layers below are written under is overtaken).
+  ///
+  /// The hit decided with the layer's coarse time; the new expiry is reckoned from the exact
+  /// time (read here, once per extension), so that an extended entry gets its full lifetime.
   @usableFromInline
-  func extend(_ key: Key, value: Value, expiry: Int64, now: Int64) {
+  func extend(_ key: Key, value: Value, expiry: Int64) {
     guard let front, let lifetime = lifetime(of: key, value) else { return }
+    let now = front.store.clock.now.nanosecondsSince1970
     let extended = freshness.expiry(now: CacheInstant(nanosecondsSince1970: now), lifetime: lifetime)
     let target = front.store.cappedExpiry(extended.nanosecondsSince1970, now: now)
     // By half a lifetime at least: at most one extension per key per half lifetime, even when
@@ -80,6 +84,18 @@ extension LoadingCache {
     let extended = CacheEntry(
       entry.value, expiresAt: freshness.expiry(now: configuration.clock.now, lifetime: lifetime))
     return (extended, top..<chain.tiers.count)
+  }
+
+  /// The fresh time left at which a refresh ahead or an extension of `value` for `key` falls
+  /// due, for the rules' `share` (see ``FreshnessRules/lead(lifetime:share:)``); `nil` when it
+  /// has no lifetime. Read on hits: reckoned once when every value has the configured lifetime.
+  @inlinable
+  func dueLead(for key: Key, _ value: Value, share: Double) -> Int64? {
+    switch configuredLead {
+    case .fixed(let lead): lead
+    case .none: nil
+    case .perValue: lifetime(of: key, value).map { freshness.lead(lifetime: $0.saturatingNanoseconds, share: share) }
+    }
   }
 
   /// The lifetime the configuration gives `value` for `key`, before jitter; `nil` for none.

@@ -68,6 +68,19 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   @usableFromInline let freshness: FreshnessRules
   /// Whether a hit must read its entry's expiry: a grace period or a refresh ahead is set.
   @usableFromInline let checksFreshness: Bool
+  /// The lead of a refresh ahead or an extension, when every value has the same lifetime.
+  @usableFromInline let configuredLead: ConfiguredLead
+
+  /// What a hit needs to tell whether a refresh ahead or an extension is due.
+  @usableFromInline
+  enum ConfiguredLead: Sendable {
+    /// Every value has the configured lifetime: the lead is this (nanoseconds).
+    case fixed(Int64)
+    /// No value has a lifetime (or reads refresh and extend nothing).
+    case none
+    /// The lifetime depends on the value (``Configuration-swift.struct/timeToLiveForValue``).
+    case perValue
+  }
 
   /// Creates a loading cache.
   ///
@@ -93,6 +106,14 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       jitter: configuration.timeToLiveJitter,
       sliding: configuration.slidingExpiration)
     self.checksFreshness = freshness.checksHits
+    self.configuredLead =
+      if configuration.timeToLiveForValue != nil {
+        .perValue
+      } else if let share = freshness.dueShare, let lifetime = configuration.timeToLive {
+        .fixed(freshness.lead(lifetime: lifetime.saturatingNanoseconds, share: share))
+      } else {
+        .none
+      }
     // A memory layer that cuts every entry's life shorter than the grace would hold only stale
     // entries (the stale instant is read back as expiry minus grace).
     if freshness.grace > 0, let layerLifetime = chain.front?.configuration.timeToLive,
@@ -745,10 +766,12 @@ extension LoadingCache {
     /// The share of its lifetime, in `0<..<1`, after which reading a fresh entry refreshes it
     /// in the background, so that entries read often never turn stale. Default `nil`: none.
     ///
-    /// Layers store no write time, so a refresh falls due when the fresh time left is under
+    /// Layers store no write time, so a refresh falls due when the fresh time left is at most
     /// `1 - refreshAhead` of the configured lifetime, less ``timeToLiveJitter``'s largest cut:
-    /// with 0.8 and no jitter, after 80% of the lifetime. An entry inserted with a much shorter
-    /// time-to-live than the configured one falls due sooner.
+    /// with 0.8 and no jitter, at 80% of the lifetime, to the nanosecond (reckoned in integer
+    /// nanoseconds), as the hit's clock reads it (``CacheClock/coarseNow``: see
+    /// <doc:FreshnessAndStatistics>). An entry inserted with a much shorter time-to-live than
+    /// the configured one falls due sooner.
     public var refreshAhead: Double?
     /// Whether reading an entry extends its life (sliding expiry), so that entries read often
     /// never expire and idle ones do. Default `false`.
@@ -767,8 +790,10 @@ extension LoadingCache {
     public var negativeCaching: NegativeCachingPolicy?
     /// The clock expiry is computed from, and retry delays are slept on. Default ``WallClock``.
     ///
-    /// A top ``MemoryLayer`` tells whether a hit is fresh by its own clock (it reads it once per
-    /// hit anyway): give both the same clock.
+    /// A top ``MemoryLayer`` tells whether a hit is fresh by its own clock's
+    /// ``CacheClock/coarseNow`` (read once per hit of an entry that expires, and shared by the
+    /// freshness rules): give both the same clock. Refresh-ahead and sliding-expiry points are
+    /// compared in integer nanoseconds, exact under `ManualClock`.
     public var clock: any CacheClock
     /// When the origin is asked again after it fails. Default ``RetryPolicy/never``.
     public var retryPolicy: RetryPolicy

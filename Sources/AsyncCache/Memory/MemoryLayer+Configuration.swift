@@ -35,7 +35,8 @@ extension MemoryLayer {
     /// Each segment runs the policy over its share of the limits.
     public var evictionPolicy: EvictionPolicy
 
-    /// The clock that expiry is read from. Default ``WallClock``.
+    /// The clock that expiry is read from: `now` when an entry is written, ``CacheClock/coarseNow``
+    /// when it is looked up. Default ``WallClock``.
     public var clock: any CacheClock
 
     /// Creates a configuration.

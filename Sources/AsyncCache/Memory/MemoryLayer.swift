@@ -26,7 +26,10 @@
 /// Expiry: an entry expires at the earlier of its own ``CacheEntry/expiresAt`` and
 /// ``Configuration-swift.struct/timeToLive`` after it was inserted, read from the injected
 /// ``Configuration-swift.struct/clock``. Expired entries are never returned; they are removed
-/// when found, by ``removeExpired()``, or by eviction.
+/// when found, by ``removeExpired()``, or by eviction. Lookups check expiry against the clock's
+/// ``CacheClock/coarseNow`` (with ``WallClock`` on Linux, up to about one kernel tick, a few
+/// milliseconds, behind the exact time), inserts reckon it from `now`: an entry may be returned
+/// that long past its expiry, never before. See <doc:FreshnessAndStatistics>.
 public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
   @usableFromInline
   nonisolated let store: MemoryStore<Key, Value>
@@ -87,6 +90,17 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   @inlinable
   nonisolated func requestValue(for key: Key) -> Value? {
     store.lookup(key, countingRequest: true) { $0.value }
+  }
+
+  /// Returns the unexpired value for `key`, its expiry and the time it was checked against (see
+  /// ``MemoryStore/timedValue(for:countingRequest:)``): a loading cache's freshness-aware hit.
+  ///
+  /// A method of the layer rather than a call of `layer.store`, so that a caller holding the
+  /// layer in an optional (`front?.timedValue(for:)`) does not retain the store around the
+  /// call: a reference count written by every hit makes cores fight over its cache line.
+  @inlinable
+  nonisolated func timedValue(for key: Key, countingRequest: Bool) -> (value: Value, expiry: Int64, now: Int64)? {
+    store.timedValue(for: key, countingRequest: countingRequest)
   }
 
   /// Whether the layer holds an unexpired entry for `key`, without counting a hit or a miss and

@@ -17,6 +17,9 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline let segments: MemorySegments<Key, Value>
   @usableFromInline let segmentMask: Int
   @usableFromInline let clock: any CacheClock
+  /// Whether ``clock`` is the ``WallClock``: hits then read its coarse time directly, without a
+  /// call through the existential.
+  @usableFromInline let readsWallClock: Bool
   @usableFromInline let countLimit: Int
   /// The cost limit; `Int64.max` for none. Costs and their sums are `Int64` on every platform,
   /// so that a sum of costs never wraps where `Int` has 32 bits.
@@ -55,6 +58,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     self.timeToLive = timeToLive
     self.trimFraction = trimFraction
     self.clock = clock
+    self.readsWallClock = clock is WallClock
     let countShare = countLimit == .max ? Int.max : (countLimit + segmentCount - 1) / segmentCount
     let segments = Int64(segmentCount)
     let costShare =
@@ -81,6 +85,16 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   }
 
   // MARK: Reading
+
+  /// The clock's ``CacheClock/coarseNow`` in nanoseconds since 1970: what hits check expiry
+  /// against. With the ``WallClock`` a vDSO read of `CLOCK_REALTIME_COARSE` on Linux (see
+  /// ``WallClock/coarseNow`` for its lag); a ``CacheClock`` of the user's, `ManualClock`
+  /// included, answers exactly unless it says otherwise.
+  @inlinable
+  @inline(__always)
+  var coarseNow: Int64 {
+    readsWallClock ? SystemTime.coarseRealtimeNanoseconds() : clock.coarseNow.nanosecondsSince1970
+  }
 
   /// Returns the unexpired entry for `key` and marks it most recently used.
   ///
@@ -125,9 +139,12 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   }
 
   /// Finds `key`; on a hit marks it most recently used and returns `extract` of its node and of
-  /// the time the expiry was checked against (nanoseconds since 1970; `Int64.max` when the
-  /// entry never expires, for which the clock is not read). With `countingRequest`, a hit is
-  /// also counted as a loading cache's request hit.
+  /// the time the expiry was checked against (``coarseNow``, nanoseconds since 1970; `Int64.max`
+  /// when the entry never expires, for which the clock is not read). With `countingRequest`, a
+  /// hit is also counted as a loading cache's request hit.
+  ///
+  /// An entry is a hit while ``coarseNow`` is before its expiry: with the ``WallClock`` up to
+  /// one coarse tick past it (see ``WallClock/coarseNow``), with a `ManualClock` never.
   @inlinable
   @inline(__always)
   func lookup<Found: Sendable>(
@@ -142,7 +159,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       let expiry = segment.nodes[slot].expiry
       var now = Int64.max
       if expiry != .max {
-        now = clock.now.nanosecondsSince1970
+        now = coarseNow
         if expiry <= now {
           let removed = segment.remove(slot: slot, bucket: position)
           segment.misses &+= 1
@@ -193,10 +210,11 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     }
   }
 
-  /// Whether an unexpired entry for `key` exists; does not change recency or statistics.
+  /// Whether an unexpired entry for `key` exists (by ``coarseNow``, as a lookup would tell);
+  /// does not change recency or statistics.
   func contains(_ key: Key) -> Bool {
     let hash = key.hashValue
-    let now = clock.now.nanosecondsSince1970
+    let now = coarseNow
     return segments.withLock(segmentIndex(for: hash)) { segment in
       guard let (_, slot) = segment.find(key, hash: hash) else { return false }
       return segment.nodes[slot].expiry > now

@@ -36,6 +36,36 @@ import Testing
     #expect(!FreshnessRules(staleWhileRevalidate: .zero, staleIfError: .zero, refreshAhead: nil).checksHits)
   }
 
+  @Test(arguments: [Int64(0), 1_767_225_600_000_000_000, 4_000_000_000_000_000_000])
+  func aRefreshAheadFallsDueAtExactlyItsShareOfTheLifetime(writtenAt start: Int64) {
+    // Nanoseconds since 1970 near 2026 are beyond `Double`'s 2^53: reckoned in `Double`, the
+    // point moved by hundreds of nanoseconds.
+    let rules = FreshnessRules(staleWhileRevalidate: .seconds(30), staleIfError: .zero, refreshAhead: 0.8)
+    let second: Int64 = 1_000_000_000
+    let expiry = rules.expiry(now: CacheInstant(nanosecondsSince1970: start), lifetime: .seconds(100))
+    let state = { (now: Int64) in
+      rules.state(expiry: expiry.nanosecondsSince1970, now: start + now, lifetime: { .seconds(100) })
+    }
+    #expect(state(80 * second - 100) == .fresh)
+    #expect(state(80 * second - 1) == .fresh)
+    #expect(state(80 * second) == .refreshDue)
+    #expect(state(100 * second - 1) == .refreshDue)
+    #expect(state(100 * second) == .stale)
+    #expect(rules.lead(lifetime: 100 * second, share: 0.8) == 20 * second)
+    #expect(rules.lead(lifetime: 3, share: 0.5) == 1, "rounded to the nearest nanosecond")
+    #expect(rules.lead(lifetime: .max, share: 0.8) > 0)
+  }
+
+  @Test func withJitterARefreshAheadIsReckonedFromTheShortestLifetime() {
+    let rules = FreshnessRules(staleWhileRevalidate: .zero, staleIfError: .zero, refreshAhead: 0.8, jitter: 0.1)
+    let second: Int64 = 1_000_000_000
+    // The shortest lifetime is 90 s; 20% of it is 18 s.
+    #expect(rules.lead(lifetime: 100 * second, share: 0.8) == 18 * second)
+    let expiry = rules.expiry(now: CacheInstant(nanosecondsSince1970: 0), lifetime: .seconds(90)).nanosecondsSince1970
+    #expect(rules.state(expiry: expiry, now: 72 * second - 1, lifetime: { .seconds(100) }) == .fresh)
+    #expect(rules.state(expiry: expiry, now: 72 * second, lifetime: { .seconds(100) }) == .refreshDue)
+  }
+
   @Test func aSlidingExtensionFallsDueAfterHalfTheLifetime() {
     let rules = FreshnessRules(
       staleWhileRevalidate: .seconds(20), staleIfError: .zero, refreshAhead: nil, sliding: true)
@@ -375,6 +405,28 @@ import Testing
     #expect(cache.statistics.refreshes == 1)
     #expect(cache.statistics.staleServed == 0)
     #expect(memory.entry(for: "k") == CacheEntry(2, expiresAt: clock.now.advanced(by: .seconds(100))))
+  }
+
+  @Test func aRefreshAheadStartsAtExactlyEightyPercentOfTheLifetimeNotBefore() async throws {
+    let origin = countingOrigin()
+    let cache = try cache(origin: origin) {
+      $0.timeToLive = .seconds(100)
+      $0.refreshAhead = 0.8
+    }
+    origin.open()
+    let start = clock.now
+    #expect(try await cache.value(for: "k") == 1)
+    clock.advance(to: start.advanced(by: .seconds(80) - .nanoseconds(100)))
+    #expect(try await cache.value(for: "k") == 1)
+    clock.advance(to: start.advanced(by: .seconds(80) - .nanoseconds(1)))
+    #expect(try await cache.value(for: "k") == 1)
+    #expect(cache.cachedValue(for: "k") == 1)
+    #expect(cache.statistics.refreshes == 0, "1 ns before the 80% point: no refresh")
+    clock.advance(to: start.advanced(by: .seconds(80)))
+    #expect(try await cache.value(for: "k") == 1)
+    #expect(cache.statistics.refreshes == 1, "at the 80% point: a refresh")
+    await cache.waitUntilIdle()
+    #expect(cache.cachedValue(for: "k") == 2)
   }
 
   // MARK: Lifetimes
