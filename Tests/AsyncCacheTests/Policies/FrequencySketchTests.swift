@@ -19,6 +19,21 @@ import Testing
     #expect(FrequencySketch.tableLength(forMaximumSize: .max) == 2 * FrequencySketch.maximumCapacity)
   }
 
+  @Test(
+    "the adaptive policy's table has two words per entry up to 8,192 words, then one: a 1M-entry layer's sketch costs 8 B an entry"
+  )
+  func compactSizing() {
+    #expect(FrequencySketch(maximumSize: 100, compact: true).table.count == 256)
+    #expect(FrequencySketch(maximumSize: 3_125, compact: true).table.count == 8_192)
+    #expect(FrequencySketch(maximumSize: 4_096, compact: true).table.count == 8_192)
+    #expect(FrequencySketch(maximumSize: 6_000, compact: true).table.count == 8_192)
+    #expect(FrequencySketch(maximumSize: 31_250, compact: true).table.count == 32_768)
+    #expect(FrequencySketch(maximumSize: 31_250).table.count == 65_536)
+    #expect(FrequencySketch.compactTableLength(forMaximumSize: .max) == FrequencySketch.maximumCapacity)
+    let copy = FrequencySketch(maximumSize: 31_250, compact: true).copy()
+    #expect(copy.table.count == 32_768, "a copy keeps the compact table")
+  }
+
   @Test("a key's counters saturate at 15, and saturated increments are not sampled", arguments: [2, 16, 1_000])
   func saturation(maximumSize: Int) {
     var sketch = FrequencySketch(maximumSize: maximumSize)

@@ -136,7 +136,7 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
     slots = [:]
     nodes = []
     let entries = maximumEntryCount ?? maximumWeight
-    sketch = FrequencySketch(maximumSize: entries)
+    sketch = FrequencySketch(maximumSize: entries, compact: adaptsWindow)
     ghosts = adaptsWindow ? WindowGhosts(entries: entries) : nil
     self.entries = entries
     self.random = random

@@ -64,11 +64,13 @@ struct MemorySegmentLayoutTests {
     }
   }
 
-  @Test("tags that differ only in their high bits spread over the buckets")
+  @Test("small tags (weak hashes) spread over the buckets, and so do tags that differ only in their high bits")
   func weakTagsSpread() {
     let count = 1_000
-    let positions = Set((0..<UInt32(500)).map { Segment.position(of: $0 << 20, count: count) })
-    #expect(positions.count > 350, "\(positions.count) distinct homes for 500 tags in 1,000 buckets")
+    let small = Set((0..<UInt32(500)).map { Segment.position(of: $0, count: count) })
+    #expect(small.count > 350, "\(small.count) distinct homes for 500 small tags in 1,000 buckets")
+    let high = Set((0..<UInt32(500)).map { Segment.position(of: $0 << 20, count: count) })
+    #expect(high.count > 200, "\(high.count) distinct homes for 500 high-bit tags in 1,000 buckets")
   }
 
   /// With 32-bit sums, three costs of 2^30 + 1 wrap below zero, the limit never looks exceeded,

@@ -96,9 +96,7 @@ struct SegmentAdmission {
   mutating func growSketchIfNeeded(count: Int) {
     guard countShare == .max, count > sketch.size, sketch.size < FrequencySketch.maximumCapacity else { return }
     pendingCount = 0
-    sketch = FrequencySketch(
-      maximumSize: count &* 2,
-      wordsPerEntry: ghosts != nil ? FrequencySketch.compactWordsPerEntry : FrequencySketch.wordsPerEntry)
+    sketch = FrequencySketch(maximumSize: count &* 2, compact: ghosts != nil)
     ghosts?.resize(entries: count &* 2)
   }
 
@@ -133,8 +131,7 @@ struct SegmentAdmission {
     // Without a count limit the number of entries is unknown: the sketch starts small and
     // grows with the segment (as Caffeine's does with a weighted cache).
     let entries = countShare == .max ? Self.initialUnboundedSketchSize : countShare
-    sketch = FrequencySketch(
-      maximumSize: entries, wordsPerEntry: adaptive ? FrequencySketch.compactWordsPerEntry : FrequencySketch.wordsPerEntry)
+    sketch = FrequencySketch(maximumSize: entries, compact: adaptive)
     ghosts = adaptive ? WindowGhosts(entries: entries) : nil
     random = SplitMix64(seed: seed)
     (windowCountMaximum, protectedCountMaximum) = Self.maximums(share: countShare)
