@@ -22,6 +22,7 @@ func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int
     : SegmentAdmission()
   var segment = MemorySegment<Int, Int>(admission: admission)
   var totals = Totals()
+  var target = WindowTarget()
   var hits = 0
   for step in 0..<steps {
     let key = Int(truncatingIfNeeded: random.next() % UInt64(countLimit * 3))
@@ -37,7 +38,6 @@ func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int
     case 5..<9:
       let cost = Int64(random.next() % UInt64(largestCost + 1))
       let written: Int
-      var isNew = false
       if let (_, slot) = segment.find(key, hash: hash) {
         let oldCost = segment.nodes[slot].cost
         segment.nodes[slot].cost = cost
@@ -50,7 +50,10 @@ func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int
         totals.count += 1
         totals.cost += cost
         written = segment.count &- 1
-        isNew = true
+        // The adaptive policy's vote, counted into the layer's share as MemoryStore does.
+        if target.count(vote: segment.windowVote(tag: MemorySegment<Int, Int>.tag(of: hash)), entries: countLimit) {
+          segment.applyWindowShare(target.share)
+        }
       }
       let overLimit = { () -> EvictionReason? in
         if totals.count > countLimit { return .countLimit }
@@ -91,7 +94,7 @@ func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int
     }
   }
   print(
-    "  \(tinyLFU ? "W-TinyLFU" : "LRU"), costs up to \(largestCost): \(segment.count) entries costing \(segment.totalCost) "
+    "  \(tinyLFU ? "adaptive W-TinyLFU" : "LRU"), costs up to \(largestCost): \(segment.count) entries costing \(segment.totalCost) "
       + "(window \(window), probation \(probation), protected \(protected)), \(hits) hits")
   guard !tinyLFU || (probation > 0 && protected > 0) else {
     print("W-TinyLFU left probation or protected empty")

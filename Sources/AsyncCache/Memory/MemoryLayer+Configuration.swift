@@ -25,12 +25,13 @@ extension MemoryLayer {
     ///
     /// More segments let more threads hit the layer at once. Each segment evicts by itself, so
     /// `1` gives the exact order of the ``evictionPolicy`` (exact LRU, or one W-TinyLFU over
-    /// the whole layer) at the price of one lock for all callers.
+    /// the whole layer) at the price of one lock for all callers. Under the adaptive policy the
+    /// segments share one window target; keep at least a few hundred entries per segment.
     public var segmentCount: Int?
 
     /// How the layer chooses the entries that leave when it is full. Default
-    /// ``EvictionPolicy/leastRecentlyUsed``; ``EvictionPolicy/windowTinyLFU`` keeps more of
-    /// what is asked for again, for a few nanoseconds more per hit.
+    /// ``EvictionPolicy/adaptive``, which follows the workload; ``EvictionPolicy/leastRecentlyUsed``
+    /// has the cheapest hit and the smallest entry.
     ///
     /// Each segment runs the policy over its share of the limits.
     public var evictionPolicy: EvictionPolicy

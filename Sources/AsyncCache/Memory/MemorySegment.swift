@@ -1,5 +1,6 @@
 /// A hash map whose entries are ordered for eviction: the storage of one segment of a memory
-/// layer, under ``EvictionPolicy/leastRecentlyUsed`` or ``EvictionPolicy/windowTinyLFU``.
+/// layer, under ``EvictionPolicy/leastRecentlyUsed``, ``EvictionPolicy/windowTinyLFU`` or
+/// ``EvictionPolicy/adaptive``.
 ///
 /// Layout, chosen for a small footprint and few cache misses per hit:
 /// - nodes live densely in one slab (`0..<count`); removal moves the last node into the hole

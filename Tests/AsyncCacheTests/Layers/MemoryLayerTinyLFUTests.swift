@@ -219,3 +219,46 @@ import Testing
     #expect(EvictionPolicy.leastRecentlyUsed.description == "leastRecentlyUsed")
   }
 }
+
+/// Review findings: the adaptive policy's sketch is sized lazily, and small segments still vote.
+@Suite struct MemoryLayerAdaptiveSizingTests {
+  @Test("a count limit set high as a safety cap allocates a small sketch until entries arrive; it grows as they do")
+  func sketchGrowsWithTheSegment() throws {
+    let memory = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 50_000_000, segmentCount: 1))
+    func sketchWords() -> Int { memory.store.segments.withLock(0) { $0.admission.sketch.table.count } }
+    #expect(sketchWords() == 8_192, "sized for 4,096 entries, not 50M")
+    for key in 0..<10_000 { try memory.insert(key, for: key) }
+    #expect(sketchWords() >= 16_384, "grown past the entries it holds")
+    #expect(memory.invariantViolations.isEmpty)
+  }
+
+  @Test("segments of a few hundred entries still hear their votes: a recency-biased workload grows the window")
+  func smallSegmentsAdapt() throws {
+    let memory = try MemoryLayer<Int, Int>(
+      configuration: .init(countLimit: 5_000, segmentCount: 32), admissionSeed: 7)
+    // Each new key is read again 3 times, 50 to 1,500 accesses later (within what LRU keeps).
+    var random = SplitMix64(seed: 11)
+    var due: [Int: [Int]] = [:]
+    var nextKey = 0
+    for time in 0..<150_000 {
+      let key: Int
+      if var keys = due[time], let first = keys.popLast() {
+        key = first
+        due[time] = keys.isEmpty ? nil : keys
+        if !keys.isEmpty { due[time + 1, default: []].append(contentsOf: keys) }
+      } else {
+        key = nextKey
+        nextKey += 1
+        var when = time
+        for _ in 0..<3 {
+          when += 50 + Int(random.next() % 500)
+          due[when, default: []].append(key)
+        }
+      }
+      if memory.value(for: key) == nil { try memory.insert(key, for: key) }
+    }
+    let share = try #require(memory.store.windowTarget?.withLock { $0.share })
+    #expect(share > 0.1, "the window grew from 1% to \(share)")
+    #expect(memory.invariantViolations.isEmpty)
+  }
+}

@@ -136,8 +136,10 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
     slots = [:]
     nodes = []
     let entries = maximumEntryCount ?? maximumWeight
-    sketch = FrequencySketch(maximumSize: entries, compact: adaptsWindow)
-    ghosts = adaptsWindow ? WindowGhosts(entries: entries) : nil
+    // As a segment's: sized for at most 4,096 entries at first (the replays stay below).
+    let sketchEntries = Swift.min(entries, SegmentAdmission.initialBoundedSketchSize)
+    sketch = FrequencySketch(maximumSize: sketchEntries, compact: adaptsWindow)
+    ghosts = adaptsWindow ? WindowGhosts(entries: sketchEntries) : nil
     self.entries = entries
     self.random = random
   }

@@ -87,6 +87,9 @@ struct SegmentAdmission {
 
   /// The entries the sketch of a segment without a count limit is first sized for.
   @usableFromInline static var initialUnboundedSketchSize: Int { 256 }
+  /// The most entries the sketch of a bounded segment is first sized for; it grows as the
+  /// segment fills, up to the segment's share.
+  @usableFromInline static var initialBoundedSketchSize: Int { 4_096 }
 
   /// Gives a segment without a count limit a sketch sized for twice its `count` entries once it
   /// holds more than the sketch is sized for. The counts start over, as in Caffeine; doubling
@@ -94,10 +97,11 @@ struct SegmentAdmission {
   /// the old table, which the new one must never count.
   @inlinable
   mutating func growSketchIfNeeded(count: Int) {
-    guard countShare == .max, count > sketch.size, sketch.size < FrequencySketch.maximumCapacity else { return }
+    guard count > sketch.size, sketch.size < Swift.min(countShare, FrequencySketch.maximumCapacity) else { return }
     pendingCount = 0
-    sketch = FrequencySketch(maximumSize: count &* 2, compact: ghosts != nil)
-    ghosts?.resize(entries: count &* 2)
+    let size = Swift.min(count &* 2, countShare)
+    sketch = FrequencySketch(maximumSize: size, compact: ghosts != nil)
+    ghosts?.resize(entries: size)
   }
 
   /// LRU: no admission.
@@ -130,7 +134,12 @@ struct SegmentAdmission {
     self.costShare = costShare
     // Without a count limit the number of entries is unknown: the sketch starts small and
     // grows with the segment (as Caffeine's does with a weighted cache).
-    let entries = countShare == .max ? Self.initialUnboundedSketchSize : countShare
+    // The sketch starts sized for the share, or for at most ``initialBoundedSketchSize``
+    // entries, and grows with the segment: a count limit set high as a safety cap costs
+    // nothing until entries arrive (as in Caffeine). Without a count limit the number of
+    // entries is unknown, and the sketch starts smaller.
+    let entries =
+      countShare == .max ? Self.initialUnboundedSketchSize : Swift.min(countShare, Self.initialBoundedSketchSize)
     sketch = FrequencySketch(maximumSize: entries, compact: adaptive)
     ghosts = adaptive ? WindowGhosts(entries: entries) : nil
     random = SplitMix64(seed: seed)

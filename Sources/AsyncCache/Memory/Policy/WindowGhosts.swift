@@ -47,10 +47,16 @@ struct WindowGhosts {
     ghostMask = length &- 1
   }
 
+  /// The depth for a segment of `entries` entries: 1% of them, and at least
+  /// ``minimumDepth``, so that a small segment (an explicit `segmentCount` that leaves each a
+  /// few hundred entries) still hears its votes.
   @inlinable
   static func depth(forEntries entries: Int) -> UInt64 {
-    UInt64(Swift.max(1, Int(Double(Swift.max(entries, 1)) * depthShare)))
+    UInt64(Swift.max(minimumDepth, Int(Double(Swift.max(entries, 1)) * depthShare)))
   }
+
+  /// The smallest depth, in exits.
+  @usableFromInline static var minimumDepth: Int { 3 }
 
   /// Two words per shallow ghost, at least 16, so that collisions are rare.
   @usableFromInline
