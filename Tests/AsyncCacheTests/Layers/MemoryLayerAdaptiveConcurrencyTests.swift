@@ -85,6 +85,21 @@ import Testing
     #expect(share > WindowTarget.minimumShare, "the votes moved the window: \(share)")
     let segmentProblems = MemoryLayerAdaptiveTests.segmentProblems(of: memory)
     #expect(segmentProblems.isEmpty, "\(segmentProblems)")
+    // Each segment takes the layer's latest share with its next new key.
+    var untouched = Set(0..<memory.store.segments.count)
+    var key = 1 << 48
+    while !untouched.isEmpty {
+      if untouched.remove(memory.store.segmentIndex(for: key.hashValue)) != nil { try memory.insert(1, for: key) }
+      key += 1
+    }
+    let latest = MemoryLayerAdaptiveTests.share(of: memory)
+    for index in 0..<memory.store.segments.count {
+      #expect(memory.store.segments.withLock(index) { $0.admission.appliedShare } == latest, "segment \(index)")
+    }
+    #expect(MemoryLayerAdaptiveTests.segmentProblems(of: memory).isEmpty)
+    #expect(memory.count <= memory.configuration.countLimit)
+    #expect(memory.totalCost <= Int64(memory.configuration.costLimit))
+    #expect(memory.invariantViolations.isEmpty)
     let statistics = memory.statistics
     #expect(statistics.evictions[limit == .count ? .countLimit : .costLimit] > 0)
   }
