@@ -211,7 +211,7 @@ enum AdaptiveTrace {
   /// a frequency phase the keys that could vote -1 (evicted from main, back within the ghosts'
   /// depth, 1% of the segment's exits) are rare, and hot keys come back after far more exits than
   /// that, so no ghost votes either way. Where the hot set is about the size of the cache, the
-  /// oversized window costs 6 to 9 points against W-TinyLFU for as long as the phase lasts.
+  /// oversized window costs 4 to 9 points against W-TinyLFU for as long as the phase lasts.
   @Test("a frequency phase after a recency phase shrinks the window back toward 1%")
   func frequencyPhaseShrinksTheWindow() throws {
     let setup = Setup.oneSegment
