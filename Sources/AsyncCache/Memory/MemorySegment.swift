@@ -596,17 +596,25 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   mutating func applyWindowShare(_ share: Double) {
     admission.appliedShare = share
     if admission.countShare != .max {
-      let window = Swift.min(Swift.max(1, Int(share * Double(admission.countShare))), admission.countShare)
-      admission.windowCountMaximum = window
-      admission.protectedCountMaximum = Int(Double(admission.countShare &- window) * SegmentAdmission.protectedShare)
+      (admission.windowCountMaximum, admission.protectedCountMaximum) = Self.maximums(
+        windowShare: share, of: admission.countShare)
     }
     if admission.costShare != .max {
-      let window = Swift.min(Swift.max(1, Int64(share * Double(admission.costShare))), admission.costShare)
-      admission.windowCostMaximum = window
-      admission.protectedCostMaximum = Int64(Double(admission.costShare &- window) * SegmentAdmission.protectedShare)
+      (admission.windowCostMaximum, admission.protectedCostMaximum) = Self.maximums(
+        windowShare: share, of: admission.costShare)
     }
     demoteProtectedOverflow()
     drainWindowOverflow()
+  }
+
+  /// The window's and protected's sizes when the window takes `windowShare` of a segment's
+  /// `limit`: at least 1 for the window, 80% of the rest for protected.
+  @inlinable
+  static func maximums<Size: FixedWidthInteger & SignedInteger>(
+    windowShare: Double, of limit: Size
+  ) -> (window: Size, protected: Size) {
+    let window = Swift.min(Swift.max(1, Size(windowShare * Double(limit))), limit)
+    return (window, Size(Double(limit &- window) * SegmentAdmission.protectedShare))
   }
 
   /// The vote of a new key with hash tag `tag` for the layer's ``WindowTarget`` (+1, -1 or 0;
