@@ -226,9 +226,9 @@ import Testing
   func sketchGrowsWithTheSegment() throws {
     let memory = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 50_000_000, segmentCount: 1))
     func sketchWords() -> Int { memory.store.segments.withLock(0) { $0.admission.sketch.table.count } }
-    #expect(sketchWords() == 8_192, "sized for 4,096 entries, not 50M")
-    for key in 0..<10_000 { try memory.insert(key, for: key) }
-    #expect(sketchWords() >= 16_384, "grown past the entries it holds")
+    #expect(sketchWords() == 1 << 17, "sized for 131,072 entries (1 MiB), not 50M")
+    for key in 0..<140_000 { try memory.insert(key, for: key) }
+    #expect(sketchWords() >= 1 << 18, "grown past the entries it holds")
     #expect(memory.invariantViolations.isEmpty)
   }
 

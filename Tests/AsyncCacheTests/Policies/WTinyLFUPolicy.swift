@@ -136,7 +136,7 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
     slots = [:]
     nodes = []
     let entries = maximumEntryCount ?? maximumWeight
-    // As a segment's: sized for at most 4,096 entries at first (the replays stay below).
+    // As a segment's: sized for at most 131,072 entries at first (the replays stay below).
     let sketchEntries = Swift.min(entries, SegmentAdmission.initialBoundedSketchSize)
     sketch = FrequencySketch(maximumSize: sketchEntries, compact: adaptsWindow)
     ghosts = adaptsWindow ? WindowGhosts(entries: sketchEntries) : nil

@@ -9,7 +9,8 @@
 ///   have kept it.
 ///
 /// When a key is inserted again while its ghost is still *shallow* — fewer than ``depth`` exits
-/// of its kind since it left, 1% of the segment's entries — it votes: a window ghost for a
+/// of its kind, its own included, since it left (``depth`` is 1% of the segment's entries, at
+/// least 3) — it votes: a window ghost for a
 /// larger window, a main ghost for a smaller one. Both sides answer the same question (would
 /// 1% more room on my side have kept this key?), so the window settles where the two marginal
 /// gains are equal. Keys that come back only after many exits (a loop longer than the cache)
@@ -28,7 +29,8 @@ struct WindowGhosts {
   /// Main ghosts, as ``windowGhosts``.
   @usableFromInline var mainGhosts: SketchTable
   @usableFromInline var ghostMask: Int
-  /// How many exits of its kind a ghost may be behind and still vote.
+  /// A ghost votes while its age (exits of its kind since it was recorded, its own included) is
+  /// below this.
   @usableFromInline var depth: UInt64
   @usableFromInline var windowExits: UInt64 = 0
   @usableFromInline var mainExits: UInt64 = 0
@@ -102,8 +104,8 @@ struct WindowGhosts {
     return 0
   }
 
-  /// Removes the ghost of `tag` at `position` of `table`, if there, and returns how many exits
-  /// of its kind followed it.
+  /// Removes the ghost of `tag` at `position` of `table`, if there, and returns its age: the
+  /// exits of its kind since it was recorded, its own included (so at least 1).
   @inlinable
   static func takeGhost(tag: UInt32, at position: Int, in table: SketchTable, exits: UInt64) -> UInt64? {
     let ghost = table.words[position]
