@@ -575,10 +575,13 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
         leaving = candidate
         candidate = nextCandidate(after: candidate, in: candidateRegion)
       }
-      recordExit(Int(leaving), fromWindow: turnedAway)
+      // One hash of the leaving key serves its ghost (``WindowGhosts``: a candidate turned
+      // away, or an entry evicted from the main region) and its bucket.
+      let tag = Self.tag(of: nodes[Int(leaving)].key.hashValue)
+      admission.ghosts?.recordExit(tag: tag, fromWindow: turnedAway)
       // The removal moves the last node into the freed slot.
       let last = UInt32(truncatingIfNeeded: count &- 1)
-      evicted(remove(slot: Int(leaving)), reason)
+      evicted(remove(slot: Int(leaving), bucket: bucketPosition(ofSlot: Int(leaving), tag: tag)), reason)
       if leaving != last {
         if victim == last { victim = leaving }
         if candidate == last { candidate = leaving }
@@ -622,14 +625,6 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @inlinable
   mutating func windowVote(tag: UInt32) -> Int {
     admission.ghosts?.vote(tag: tag) ?? 0
-  }
-
-  /// Records that the node at `slot` is leaving a full segment, for ``WindowGhosts``: a
-  /// candidate turned away (`fromWindow`) or an entry evicted from the main region.
-  @inlinable
-  mutating func recordExit(_ slot: Int, fromWindow: Bool) {
-    guard admission.ghosts != nil else { return }
-    admission.ghosts?.recordExit(tag: Self.tag(of: nodes[slot].key.hashValue), fromWindow: fromWindow)
   }
 
   // MARK: Operations
