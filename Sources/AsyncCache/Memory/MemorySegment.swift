@@ -1,3 +1,6 @@
+// Public because the prefetch of a hit is called from inlinable code.
+public import CAsyncCacheShims
+
 /// A hash map whose entries are ordered for eviction: the storage of one segment of a memory
 /// layer, under ``EvictionPolicy/leastRecentlyUsed``, ``EvictionPolicy/windowTinyLFU`` or
 /// ``EvictionPolicy/adaptive``.
@@ -12,7 +15,11 @@
 ///   rehashing keys;
 /// - the lists link nodes through 32-bit slot numbers: one recency list under LRU; W-TinyLFU's
 ///   window, probation and protected lists otherwise (the tests hold a plain reference model,
-///   `WTinyLFUPolicy`, that this implementation must match step for step).
+///   `WTinyLFUPolicy`, that this implementation must match step for step);
+/// - a hit moves nothing at once: it prefetches its neighbours' lines and queues its slot, and
+///   the queue's moves are made in order when it is full or before any other operation reads or
+///   changes the lists (``recordHit(_:hash:)``), so the lists read as if each had been made at
+///   once.
 ///
 /// Not thread-safe: ``MemoryStore`` keeps each segment behind its own lock.
 @usableFromInline
@@ -22,8 +29,9 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// The absent link.
   @usableFromInline static var none: UInt32 { .max }
 
-  // Field order is layout order: a hit writes `windowMRU` and `hits` (and `requestHits`), reads `nodes`, `buckets`
-  // and `bucketCount`, so these come first, on the cache line of the lock; then the policy's
+  // Field order is layout order: a hit writes `hits` (and `requestHits`) and
+  // `pendingHitCount`, reads `nodes`, `buckets` and `bucketCount`, so these come first, on the
+  // cache line of the lock; then the queue of hits it writes one slot of, then the policy's
   // state, whose first fields a W-TinyLFU hit writes.
   /// The window's (LRU's only list's) most recently used node.
   @usableFromInline var windowMRU: UInt32
@@ -37,6 +45,15 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// The index's length: any count (not only a power of two), so that a segment bounded to
   /// `n` entries has about `4n / 3` buckets, not up to `8n / 3` (``bucketCount(forCapacity:)``).
   @usableFromInline var bucketCount: Int
+  /// How many hits ``pendingHits`` holds.
+  @usableFromInline var pendingHitCount: Int
+  /// The slots of the hits whose moves up their lists are not made yet, oldest first (see
+  /// ``recordHit(_:hash:)``); ``pendingHitCapacity`` of them.
+  @usableFromInline var pendingHits:
+    (
+      UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32, UInt32,
+      UInt32, UInt32
+    )
   @usableFromInline var admission: SegmentAdmission
   @usableFromInline var capacity: Int
   @usableFromInline var count: Int
@@ -49,6 +66,8 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline var protectedLRU: UInt32
 
   @usableFromInline static var initialCapacity: Int { 4 }
+  /// How many hits wait in ``pendingHits`` before their moves are made together.
+  @usableFromInline static var pendingHitCapacity: Int { 16 }
 
   init(admission: SegmentAdmission = SegmentAdmission()) {
     capacity = Self.initialCapacity
@@ -67,6 +86,8 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     totalCost = 0
     hits = 0
     requestHits = 0
+    pendingHitCount = 0
+    pendingHits = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     misses = 0
     evictions = EvictionCounts()
     self.admission = admission
@@ -388,15 +409,54 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// Records a hit on `slot`: under W-TinyLFU counts it in the sketch and moves it up its lists
   /// (window to the window's MRU end, probation to protected, protected to protected's MRU
   /// end); under LRU makes it the most recently used.
+  ///
+  /// The move waits in ``pendingHits``, and ``settleHits()`` makes the moves of the queue in
+  /// order when it is full, or before anything else reads or changes the lists (the store's
+  /// `withLock` settles first; only its lookups do not). A move writes the node's neighbours,
+  /// which are rarely in cache: made at once, each hit waited for two misses (about 30 ns of a
+  /// 100 ns hit over 100k keys). Here the hit only prefetches the neighbours' lines and lets
+  /// the lock go; when the queue is settled, the lines are in cache. Every list reads as if
+  /// each move had been made at once, so every decision is the same.
   @inlinable
   @inline(__always)
   mutating func recordHit(_ slot: Int, hash: Int) {
     hits &+= 1
+    if admission.isEnabled { admission.recordUse(Self.tag(of: hash)) }
+    let newer = nodes[slot].newer
+    let older = nodes[slot].older
+    if newer != Self.none { async_cache_prefetch_for_write(&nodes[Int(newer)].older) }
+    if older != Self.none { async_cache_prefetch_for_write(&nodes[Int(older)].newer) }
+    let index = pendingHitCount
+    withUnsafeMutableBytes(of: &pendingHits) {
+      $0.storeBytes(of: UInt32(truncatingIfNeeded: slot), toByteOffset: index &* 4, as: UInt32.self)
+    }
+    pendingHitCount = index &+ 1
+    if pendingHitCount == Self.pendingHitCapacity { settleHits() }
+  }
+
+  /// Makes the moves of the hits in ``pendingHits``, in the order of the hits. Call before
+  /// reading or changing the lists, the regions' sizes or the slab.
+  @inlinable
+  mutating func settleHits() {
+    let count = pendingHitCount
+    guard count > 0 else { return }
+    pendingHitCount = 0
+    let queued = pendingHits
+    withUnsafeBytes(of: queued) { bytes in
+      for index in 0..<count {
+        applyHit(Int(bytes.load(fromByteOffset: index &* 4, as: UInt32.self)))
+      }
+    }
+  }
+
+  /// The move of a hit on `slot` (see ``recordHit(_:hash:)``).
+  @inlinable
+  @inline(__always)
+  mutating func applyHit(_ slot: Int) {
     guard admission.isEnabled else {
       Self.moveToFront(slot, in: nodes, mru: &windowMRU, lru: &windowLRU)
       return
     }
-    admission.recordUse(Self.tag(of: hash))
     switch nodes[slot].region {
     case .protected: Self.moveToFront(slot, in: nodes, mru: &protectedMRU, lru: &protectedLRU)
     case .window: Self.moveToFront(slot, in: nodes, mru: &windowMRU, lru: &windowLRU)
@@ -753,6 +813,7 @@ extension MemorySegment {
   /// For tests.
   func invariantViolations() -> [String] {
     var problems: [String] = []
+    if pendingHitCount != 0 { problems.append("\(pendingHitCount) hits are not settled") }
     // Every occupied bucket points at a node whose key hashes to the bucket's tag, and the
     // node is reachable by probing from its home.
     var referenced = Set<Int>()

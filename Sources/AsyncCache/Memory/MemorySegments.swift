@@ -1,6 +1,9 @@
-/// Segments laid out inline in one allocation: for each, its lock, then its ``MemorySegment``
-/// (whose hot fields share the lock's cache line), padded so that no two segments share a
-/// cache line (or an adjacent-line prefetch pair).
+public import CAsyncCacheShims
+public import Synchronization
+
+/// Segments laid out inline in one allocation: for each, its lock, its ``IndexHint``, then its
+/// ``MemorySegment`` (whose hot fields share the lock's cache line), padded so that no two
+/// segments share a cache line (or an adjacent-line prefetch pair).
 ///
 /// Segments are reached through a raw pointer rather than an array of objects so that a
 /// lookup retains nothing: a reference count written by every hit would make cores fight over
@@ -18,11 +21,18 @@ final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable 
   @usableFromInline let count: Int
   @usableFromInline let stride: Int
 
-  /// Where a segment's state starts: right after its lock, so that the lock and the fields a hit
-  /// touches share a cache line (a hit from another core then moves one line, not two).
+  /// Where a segment's ``IndexHint`` is: right after its lock.
+  @usableFromInline static var hintOffset: Int {
+    let alignment = MemoryLayout<IndexHint>.alignment
+    return (MemoryLayout<LockPrimitive>.size + alignment - 1) & ~(alignment - 1)
+  }
+
+  /// Where a segment's state starts: right after its lock and hint, so that the lock and the
+  /// fields a hit touches share a cache line (a hit from another core then moves one line, not
+  /// two).
   @usableFromInline static var stateOffset: Int {
     let alignment = MemoryLayout<Segment>.alignment
-    return (MemoryLayout<LockPrimitive>.size + alignment - 1) & ~(alignment - 1)
+    return (hintOffset + MemoryLayout<IndexHint>.size + alignment - 1) & ~(alignment - 1)
   }
 
   /// Creates `count` empty segments, segment `index` with the policy state `admission(index)`.
@@ -32,14 +42,17 @@ final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable 
     base = .allocate(byteCount: stride * count, alignment: 128)
     for index in 0..<count {
       (base + index * stride).bindMemory(to: LockPrimitive.self, capacity: 1).initializeLock()
+      (base + index * stride + Self.hintOffset).bindMemory(to: IndexHint.self, capacity: 1).initialize(to: IndexHint())
       (base + index * stride + Self.stateOffset).initializeMemory(
         as: Segment.self, to: Segment(admission: admission(index)))
+      publishIndex(of: index)
     }
   }
 
   deinit {
     for index in 0..<count {
       state(index).deinitialize(count: 1)
+      hint(index).deinitialize(count: 1)
       lock(index).deinitializeLock()
     }
     base.deallocate()
@@ -53,17 +66,80 @@ final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable 
 
   @inlinable
   @inline(__always)
+  func hint(_ index: Int) -> UnsafeMutablePointer<IndexHint> {
+    (base + (index &* stride &+ Self.hintOffset)).assumingMemoryBound(to: IndexHint.self)
+  }
+
+  @inlinable
+  @inline(__always)
   func state(_ index: Int) -> UnsafeMutablePointer<Segment> {
     (base + (index &* stride &+ Self.stateOffset)).assumingMemoryBound(to: Segment.self)
   }
 
-  /// Runs `body` with segment `index` locked.
+  /// Runs `body` with segment `index` locked, after the moves of its pending hits (see
+  /// ``MemorySegment/recordHit(_:hash:)``): `body` may read and change anything.
   @inlinable
   @inline(__always)
   func withLock<Result>(_ index: Int, _ body: (inout Segment) throws -> Result) rethrows -> Result {
     let lock = lock(index)
     lock.lock()
     defer { lock.unlock() }
+    let segment = state(index)
+    segment.pointee.settleHits()
+    defer { publishIndex(of: index) }
+    return try body(&segment.pointee)
+  }
+
+  /// Starts bringing in the bucket where a lookup of `hash` in segment `index` begins, before
+  /// the lookup takes the lock: the bucket's miss then overlaps the lock's atomic instead of
+  /// following it. Reads only the segment's ``IndexHint``; a stale hint prefetches a useless
+  /// (or freed) line, which is harmless.
+  @inlinable
+  @inline(__always)
+  func prefetchBucket(of hash: Int, in index: Int) {
+    let hint = hint(index)
+    let buckets = hint.pointee.buckets.load(ordering: .relaxed)
+    let count = hint.pointee.bucketCount.load(ordering: .relaxed)
+    let position = Segment.position(of: Segment.tag(of: hash), count: count)
+    async_cache_prefetch(UnsafeRawPointer(bitPattern: buckets &+ position &* 8))
+  }
+
+  /// Publishes where segment `index`'s index is now, for ``prefetchBucket(of:in:)``. Under the
+  /// segment's lock, after anything that may have resized the index.
+  @inlinable
+  @inline(__always)
+  func publishIndex(of index: Int) {
+    let segment = state(index)
+    let buckets = Int(bitPattern: segment.pointee.buckets)
+    let hint = hint(index)
+    if hint.pointee.buckets.load(ordering: .relaxed) != buckets {
+      hint.pointee.buckets.store(buckets, ordering: .relaxed)
+      hint.pointee.bucketCount.store(segment.pointee.bucketCount, ordering: .relaxed)
+    }
+  }
+
+  /// Runs a lookup's `body` with segment `index` locked, leaving its pending hits pending:
+  /// `body` may find keys, read nodes and record hits; it settles the hits itself before it
+  /// changes anything else (removes an expired entry).
+  @inlinable
+  @inline(__always)
+  func withLookupLock<Result>(_ index: Int, _ body: (inout Segment) throws -> Result) rethrows -> Result {
+    let lock = lock(index)
+    lock.lock()
+    defer { lock.unlock() }
     return try body(&state(index).pointee)
   }
+}
+
+/// Where a segment's index is, published under its lock by every change that may resize it and
+/// read without the lock, only to prefetch: the bucket array's address and length, each atomic
+/// (a reader may pair an address with the length of another array; the prefetch is then
+/// useless, never harmful).
+@usableFromInline
+struct IndexHint: ~Copyable {
+  @usableFromInline let buckets = Atomic<Int>(0)
+  @usableFromInline let bucketCount = Atomic<Int>(0)
+
+  @usableFromInline
+  init() {}
 }

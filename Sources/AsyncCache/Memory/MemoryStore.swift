@@ -151,7 +151,9 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     _ key: Key, countingRequest: Bool = false, _ extract: (borrowing Node, Int64) -> Found
   ) -> Found? {
     let hash = key.hashValue
-    let result = segments.withLock(segmentIndex(for: hash)) { segment -> Lookup<Found> in
+    let index = segmentIndex(for: hash)
+    segments.prefetchBucket(of: hash, in: index)
+    let result = segments.withLookupLock(index) { segment -> Lookup<Found> in
       guard let (position, slot) = segment.find(key, hash: hash) else {
         segment.misses &+= 1
         return .miss
@@ -161,6 +163,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       if expiry != .max {
         now = coarseNow
         if expiry <= now {
+          segment.settleHits()
           let removed = segment.remove(slot: slot, bucket: position)
           segment.misses &+= 1
           segment.evictions[.expired] &+= 1

@@ -13,6 +13,46 @@ static inline __attribute__((always_inline)) void async_cache_prefetch_for_write
 #endif
 }
 
+/// Asks the processor to bring the cache line at `address` in, for a read soon; a hint like
+/// ``async_cache_prefetch_for_write``, and like it safe on any address, even one freed since.
+static inline __attribute__((always_inline)) void async_cache_prefetch(const void *address) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(address, 0, 3);
+#else
+  (void)address;
+#endif
+}
+
+/// Tells the processor that this thread spins on a lock (x86 `pause`, arm64 `yield`), so that it
+/// yields its core's resources to a sibling hyperthread and leaves the spin loop sooner when the
+/// lock word changes. Nothing elsewhere.
+static inline __attribute__((always_inline)) void async_cache_spin_hint(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/// Sleeps while the 32-bit word at `address` holds `expected` (or until a wake, or a signal):
+/// `futex(FUTEX_WAIT_PRIVATE)`, which Swift cannot call (`syscall` is variadic). Returns at once
+/// when the word holds anything else. The caller rechecks the word either way.
+static inline __attribute__((always_inline)) void async_cache_futex_wait(uint32_t *address, uint32_t expected) {
+  syscall(SYS_futex, address, FUTEX_WAIT_PRIVATE, expected, (void *)0, (void *)0, 0);
+}
+
+/// Wakes one thread sleeping in ``async_cache_futex_wait`` on `address`, if any.
+static inline __attribute__((always_inline)) void async_cache_futex_wake_one(uint32_t *address) {
+  syscall(SYS_futex, address, FUTEX_WAKE_PRIVATE, 1, (void *)0, (void *)0, 0);
+}
+#endif
+
 #if defined(__APPLE__)
 #include <mach/mach_init.h>
 

@@ -1,5 +1,5 @@
-// Public because the prefetch is called from inlinable code; the module declares one inline C
-// function and nothing else.
+// Public because the prefetch is called from inlinable code; the module declares a few inline C
+// functions (hints, and the futex calls of the lock) and nothing else.
 public import CAsyncCacheShims
 
 /// A count-min sketch of how often keys were seen recently, with 4-bit counters that age: the
