@@ -40,6 +40,7 @@ public struct EvictionCounts: Sendable, Hashable, CustomStringConvertible {
     for reason in EvictionReason.allCases { hasher.combine(self[reason]) }
   }
 
+  @usableFromInline
   static func + (lhs: EvictionCounts, rhs: EvictionCounts) -> EvictionCounts {
     var sum = lhs
     for reason in EvictionReason.allCases { sum[reason] += rhs[reason] }

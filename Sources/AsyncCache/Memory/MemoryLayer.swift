@@ -120,6 +120,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative
   ///   cost; the layer is unchanged then.
+  @inlinable
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
     try store.insert(entry, for: key)
   }
@@ -128,6 +129,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// `nil`). Safe from any context. Never suspends.
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative cost.
+  @inlinable
   public nonisolated func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) throws {
     let expiresAt = timeToLive.map { configuration.clock.now.advanced(by: $0) }
     try store.insert(CacheEntry(value, expiresAt: expiresAt), for: key)
