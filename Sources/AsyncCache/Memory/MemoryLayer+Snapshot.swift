@@ -151,10 +151,10 @@ extension MemoryLayer where Key: Codable, Value: Codable {
           record.key, CacheEntry(record.value, expiresAt: expiresAt), try store.cost(of: record.value, for: record.key)
         )
       }
-      let (restored, leftOut) = try store.restore(entries)
+      let (restored, leftOut, expiredMeanwhile) = store.restore(entries)
       return SnapshotRestoreResult(
         restored: restored,
-        skippedExpired: records.count - live.count,
+        skippedExpired: records.count - live.count + expiredMeanwhile,
         skippedOverLimits: leftOut,
         writtenAt: CacheInstant(nanosecondsSince1970: header.writtenAt)
       )

@@ -15,13 +15,16 @@ extension MemoryStore {
   /// Call when no other thread writes to the store (at launch): concurrent inserts may take the
   /// room made here, and then the policy chooses again.
   ///
-  /// - Parameter entries: Each entry with its cost, already checked by ``cost(of:for:)``.
-  /// - Returns: The entries stored, and those left out: too old to fit beside the more recent
-  ///   ones, or each over the cost limit by itself.
-  /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function, called again by the
-  ///   inserts, now returns a negative cost.
-  func restore(_ entries: [(key: Key, entry: CacheEntry<Value>, cost: Int64)]) throws -> (stored: Int, leftOut: Int) {
-    var kept: [(key: Key, entry: CacheEntry<Value>)] = []
+  /// - Parameter entries: Each entry with its cost, already checked by ``cost(of:for:)``: the
+  ///   inserts use it rather than call the cost function again, so a function that answers
+  ///   differently the second time cannot fail a restore half-way.
+  /// - Returns: The entries stored; those left out, too old to fit beside the more recent ones
+  ///   or each over the cost limit by itself; and those that expired before their insert (the
+  ///   caller dropped the expired ones it saw, but time goes on).
+  func restore(
+    _ entries: [(key: Key, entry: CacheEntry<Value>, cost: Int64)]
+  ) -> (stored: Int, leftOut: Int, expired: Int) {
+    var kept: [(key: Key, entry: CacheEntry<Value>, cost: Int64)] = []
     var keptCost: Int64 = 0
     var oversized: [Key] = []
     for (key, entry, cost) in entries.reversed() {
@@ -30,17 +33,18 @@ extension MemoryStore {
         continue
       }
       guard kept.count < countLimit, cost <= costLimit - keptCost else { break }
-      kept.append((key, entry))
+      kept.append((key, entry, cost))
       keptCost += cost
     }
     kept.reverse()
     for key in oversized { removeValue(for: key, countingAs: .oversized) }
     // Entries with the keys of kept ones are replaced: out of the way first, so that the room
     // made below is room for the kept entries, not for the entries they replace.
-    for (key, _) in kept { removeValue(for: key) }
+    for (key, _, _) in kept { removeValue(for: key) }
     evict(untilCountIsAtMost: countLimit - kept.count, costIsAtMost: costLimit - keptCost)
-    for (key, entry) in kept { try insert(entry, for: key) }
-    return (kept.count, entries.count - kept.count)
+    var stored = 0
+    for (key, entry, cost) in kept where insert(entry, for: key, cost: cost) { stored += 1 }
+    return (stored, entries.count - kept.count, kept.count - stored)
   }
 
   /// Removes the policy's first victims, segment after segment, until the totals are at most

@@ -59,7 +59,9 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     self.trimFraction = trimFraction
     self.clock = clock
     self.readsWallClock = clock is WallClock
-    let countShare = countLimit == .max ? Int.max : (countLimit + segmentCount - 1) / segmentCount
+    // Rounded up without `countLimit + segmentCount - 1`, which overflows near `Int.max`.
+    let countShare =
+      countLimit == .max ? Int.max : countLimit / segmentCount + (countLimit % segmentCount == 0 ? 0 : 1)
     let segments = Int64(segmentCount)
     let costShare =
       cost == nil || costLimit == .max ? Int64.max : costLimit / segments + (costLimit % segments == 0 ? 0 : 1)
@@ -255,7 +257,16 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   ///   cost; the cache is unchanged then.
   @inlinable
   func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
-    let entryCost = try self.cost(of: entry.value, for: key)
+    insert(entry, for: key, cost: try cost(of: entry.value, for: key))
+  }
+
+  /// Stores `entry`, whose cost (``cost(of:for:)``) is `entryCost`, for `key`, letting the
+  /// policy evict while over a limit (never this entry). Returns whether it was stored: `false`
+  /// when it has expired already (the entry for `key` is removed then) or is refused (over the
+  /// cost limit, or a count limit of 0).
+  @inlinable
+  @discardableResult
+  func insert(_ entry: CacheEntry<Value>, for key: Key, cost entryCost: Int64) -> Bool {
     // The clock is read only when something can expire.
     let now = timeToLive != nil || entry.expiresAt != nil ? clock.now : nil
     let capped = entry.expiring(noLaterThan: timeToLive.flatMap { ttl in now?.advanced(by: ttl) })
@@ -263,11 +274,11 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     if let now, capped.isExpired(at: now) {
       // Already expired: storing it would only serve a stale value; drop the old one too.
       removeValue(for: key, countingAs: nil)
-      return
+      return false
     }
     if countLimit == 0 || entryCost > costLimit {
       removeValue(for: key, countingAs: countLimit == 0 ? .countLimit : .oversized)
-      return
+      return false
     }
 
     let hash = key.hashValue
@@ -304,6 +315,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     if !released.isEmpty, eventHub.isObserved {
       for (node, reason) in released { eventHub.emitEviction(of: node.key, reason: reason) }
     }
+    return true
   }
 
   /// Evicts from the segments after `index`, one at a time, until the totals are within the

@@ -267,6 +267,60 @@ struct MemoryLayerSnapshotTests {
     #expect(Set(restored.keys) == ["long", "forever"])
   }
 
+  @Test("an entry that expires between the restore's expiry check and its insert is counted as expired, not restored")
+  func entriesExpiringDuringTheRestoreAreCountedAsExpired() async throws {
+    let directory = try TemporaryDirectory()
+    defer { directory.remove() }
+    let file = directory.appending("cache.snapshot")
+    let clock = ManualClock()
+    let source = try Self.layer(clock: clock)
+    try source.insert(1, for: "short", timeToLive: .seconds(10))
+    try source.insert(2, for: "forever")
+    try await source.writeSnapshot(to: file)
+
+    // The cost function runs after the restore checked the expiries and before it inserts:
+    // time passes there, deterministically.
+    let restored = try Self.layer(
+      clock: clock,
+      cost: { value in
+        clock.advance(by: .seconds(20))
+        return value
+      })
+    let result = try await restored.restoreSnapshot(from: file)
+
+    #expect(result == .init(restored: 1, skippedExpired: 1, writtenAt: ManualClock.defaultStart))
+    #expect(restored.keys == ["forever"])
+    #expect(restored.invariantViolations.isEmpty)
+  }
+
+  @Test("a cost function that answers differently when called again cannot fail a restore half-way")
+  func costsAreComputedOnce() async throws {
+    let directory = try TemporaryDirectory()
+    defer { directory.remove() }
+    let file = directory.appending("cache.snapshot")
+    let clock = ManualClock()
+    try await Self.writeTwentyEntries(to: file, clock: clock)
+
+    let calls = Locked(0)
+    // Valid for the 20 checks of the snapshot's entries, negative after.
+    let layer = try Self.layer(
+      clock: clock, countLimit: 100,
+      cost: { value in
+        calls.withLock {
+          $0 += 1
+          return $0
+        } <= 20 ? 1 : -1
+      })
+    try layer.insert(-1, for: "held")
+    calls.withLock { $0 = 0 }
+    let result = try await layer.restoreSnapshot(from: file)
+    #expect(result?.restored == 20)
+    #expect(layer.count == 21)
+    #expect(layer.totalCost == 21)
+    #expect(calls.withLock { $0 } == 20, "each restored value is weighed once")
+    #expect(layer.invariantViolations.isEmpty)
+  }
+
   @Test("entries already expired when the snapshot is written are left out")
   func expiredEntriesAreNotWritten() async throws {
     let directory = try TemporaryDirectory()

@@ -243,6 +243,23 @@ import Testing
     #expect(memory.invariantViolations.isEmpty)
   }
 
+  @Test(
+    "count limits up to Int.max - 1 are shared out without overflow, under every policy",
+    arguments: [EvictionPolicy.adaptive, .windowTinyLFU, .leastRecentlyUsed]
+  )
+  func countLimitsNearIntMax(policy: EvictionPolicy) throws {
+    for countLimit in [Int.max - 1, Int.max - 31, Int.max / 2 + 1] {
+      for segmentCount in [1, 2, 32, 256] {
+        let memory = try MemoryLayer<Int, Int>(
+          configuration: .init(countLimit: countLimit, segmentCount: segmentCount, evictionPolicy: policy))
+        for key in 0..<100 { try memory.insert(key, for: key) }
+        #expect(memory.count == 100)
+        #expect(memory.value(for: 42) == 42)
+        #expect(memory.invariantViolations.isEmpty)
+      }
+    }
+  }
+
   @Test("segments of a few hundred entries still hear their votes: a recency-biased workload grows the window")
   func smallSegmentsAdapt() throws {
     let memory = try MemoryLayer<Int, Int>(
