@@ -29,10 +29,12 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// The absent link.
   @usableFromInline static var none: UInt32 { .max }
 
-  // Field order is layout order: a hit writes `hits` (and `requestHits`) and
-  // `pendingHitCount`, reads `nodes`, `buckets` and `bucketCount`, so these come first, on the
-  // cache line of the lock; then the queue of hits it writes one slot of, then the policy's
-  // state, whose first fields a W-TinyLFU hit writes.
+  // Field order is layout order: a hit writes `hits` (and `requestHits`) and reads `nodes` and
+  // `buckets`, which share the cache line of the lock (and its index hint); then come
+  // `bucketCount`, `pendingHitCount` and the queue of hits it writes one slot of (on the next
+  // two lines), then the policy's state, whose first fields a W-TinyLFU hit writes (on the
+  // line after). (`windowMRU` and `windowLRU` come first for no reason of speed: a hit no longer
+  // writes them.)
   /// The window's (LRU's only list's) most recently used node.
   @usableFromInline var windowMRU: UInt32
   /// The window's least recently used node.

@@ -28,8 +28,7 @@ final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable 
   }
 
   /// Where a segment's state starts: right after its lock and hint, so that the lock and the
-  /// fields a hit touches share a cache line (a hit from another core then moves one line, not
-  /// two).
+  /// first fields a hit touches share a cache line (see ``MemorySegment``'s field order).
   @usableFromInline static var stateOffset: Int {
     let alignment = MemoryLayout<Segment>.alignment
     return (hintOffset + MemoryLayout<IndexHint>.size + alignment - 1) & ~(alignment - 1)
@@ -112,15 +111,19 @@ final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable 
     let segment = state(index)
     let buckets = Int(bitPattern: segment.pointee.buckets)
     let hint = hint(index)
-    if hint.pointee.buckets.load(ordering: .relaxed) != buckets {
+    let bucketCount = segment.pointee.bucketCount
+    if hint.pointee.buckets.load(ordering: .relaxed) != buckets
+      || hint.pointee.bucketCount.load(ordering: .relaxed) != bucketCount
+    {
       hint.pointee.buckets.store(buckets, ordering: .relaxed)
-      hint.pointee.bucketCount.store(segment.pointee.bucketCount, ordering: .relaxed)
+      hint.pointee.bucketCount.store(bucketCount, ordering: .relaxed)
     }
   }
 
   /// Runs a lookup's `body` with segment `index` locked, leaving its pending hits pending:
   /// `body` may find keys, read nodes and record hits; it settles the hits itself before it
-  /// changes anything else (removes an expired entry).
+  /// changes anything else (removes an expired entry), and it never resizes the index (it does
+  /// not publish the ``IndexHint``).
   @inlinable
   @inline(__always)
   func withLookupLock<Result>(_ index: Int, _ body: (inout Segment) throws -> Result) rethrows -> Result {

@@ -40,6 +40,12 @@ static inline __attribute__((always_inline)) void async_cache_spin_hint(void) {
 #include <sys/syscall.h>
 #include <unistd.h>
 
+// 32-bit targets with 64-bit time only (riscv32) name the call futex_time64; without a timeout
+// it is the same call.
+#if !defined(SYS_futex) && defined(SYS_futex_time64)
+#define SYS_futex SYS_futex_time64
+#endif
+
 /// Sleeps while the 32-bit word at `address` holds `expected` (or until a wake, or a signal):
 /// `futex(FUTEX_WAIT_PRIVATE)`, which Swift cannot call (`syscall` is variadic). Returns at once
 /// when the word holds anything else. The caller rechecks the word either way.

@@ -7,16 +7,30 @@ import Testing
 
 /// The lock behind every segment of a memory layer and every `Locked` state: on Linux a futex
 /// lock of this module (see `Concurrency/Lock.swift`), elsewhere the platform's.
-@Suite struct LockTests {
+///
+/// A lost wake-up leaves a thread asleep for ever: the threads run on a dispatch group that is
+/// waited for with a deadline, so that such a bug fails these tests instead of hanging them.
+@Suite(.timeLimit(.minutes(1))) struct LockTests {
+  /// How long the threads of a test may take: far more than they need, even under
+  /// ThreadSanitizer.
+  static let deadline = DispatchTimeInterval.seconds(30)
+
   @Test("threads that increment under the lock at once lose no increment")
   func mutualExclusion() {
     let counter = Locked(0)
     let threads = 4
     let increments = 20_000
-    DispatchQueue.concurrentPerform(iterations: threads) { _ in
-      for _ in 0..<increments {
-        counter.withLock { $0 += 1 }
+    let group = DispatchGroup()
+    for _ in 0..<threads {
+      DispatchQueue.global().async(group: group) {
+        for _ in 0..<increments {
+          counter.withLock { $0 += 1 }
+        }
       }
+    }
+    guard group.wait(timeout: .now() + Self.deadline) == .success else {
+      Issue.record("the threads did not finish: a lost wake-up leaves a waiter asleep")
+      return
     }
     #expect(counter.withLock { $0 } == threads * increments)
   }
@@ -55,7 +69,10 @@ import Testing
       while word.pointee.load(ordering: .relaxed) != 2 { sched_yield() }
       #expect(counter.state == 0, "the waiter did not get in while the lock was held")
       counter.primitive.unlock()
-      done.wait()
+      guard done.wait(timeout: .now() + Self.deadline) == .success else {
+        Issue.record("the unlock did not wake the waiter")
+        return
+      }
       #expect(counter.withLock { $0 } == 1)
       #expect(word.pointee.load(ordering: .relaxed) == 0, "unlocked once everyone left")
     }
