@@ -66,6 +66,11 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline var probationLRU: UInt32
   @usableFromInline var protectedMRU: UInt32
   @usableFromInline var protectedLRU: UInt32
+  /// Hits on window entries since the store last collected them (W-TinyLFU only; see
+  /// ``WindowTarget/relax()``).
+  @usableFromInline var windowHits = 0
+  /// Hits on main-region entries (probation and protected) since the store last collected them.
+  @usableFromInline var mainHits = 0
 
   @usableFromInline static var initialCapacity: Int { 4 }
   /// How many hits wait in ``pendingHits`` before their moves are made together.
@@ -460,9 +465,15 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
       return
     }
     switch nodes[slot].region {
-    case .protected: Self.moveToFront(slot, in: nodes, mru: &protectedMRU, lru: &protectedLRU)
-    case .window: Self.moveToFront(slot, in: nodes, mru: &windowMRU, lru: &windowLRU)
-    case .probation: promote(slot)
+    case .protected:
+      mainHits &+= 1
+      Self.moveToFront(slot, in: nodes, mru: &protectedMRU, lru: &protectedLRU)
+    case .window:
+      windowHits &+= 1
+      Self.moveToFront(slot, in: nodes, mru: &windowMRU, lru: &windowLRU)
+    case .probation:
+      mainHits &+= 1
+      promote(slot)
     }
   }
 

@@ -38,6 +38,14 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// ``WindowTarget/share``'s bits, published after every move so that a segment reads the
   /// share on an insert without taking ``windowTarget``'s lock.
   @usableFromInline let windowShareBits = Atomic<UInt64>(WindowTarget.minimumShare.bitPattern)
+  /// Under ``EvictionPolicy/adaptive``, the new keys inserted since the last vote or the end of
+  /// the last quiet span (see ``WindowTarget``).
+  @usableFromInline let quietInserts = Atomic<Int>(0)
+  /// Under ``EvictionPolicy/adaptive``, the hits on window entries that the segments handed in
+  /// since the last vote or the end of the last quiet span.
+  @usableFromInline let quietWindowHits = Atomic<Int>(0)
+  /// As ``quietWindowHits``, on main-region entries.
+  @usableFromInline let quietMainHits = Atomic<Int>(0)
 
   /// - Parameter costLimit: The cost limit; `Int.max` for none.
   init(
@@ -229,22 +237,70 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   // MARK: Writing
 
   /// Under ``EvictionPolicy/adaptive``: lets the key just inserted with `hash` vote with its
-  /// ghost, then sizes the segment's window for the layer's share if it moved since the
-  /// segment last looked. Called under the segment's lock, before the insert's eviction.
+  /// ghost, or ends a quiet span (``WindowTarget``), then sizes the segment's window for the
+  /// layer's share if it moved since the segment last looked. Called under the segment's lock,
+  /// before the insert's eviction.
   @inlinable
   func adaptWindow(of segment: inout MemorySegment<Key, Value>, toInsertOf hash: Int) {
+    guard let windowTarget else { return }
     let vote = segment.windowVote(tag: MemorySegment<Key, Value>.tag(of: hash))
-    if vote != 0, let windowTarget {
-      // The layer's size in entries: its count limit, or (bounded by cost alone) what it holds.
-      let entries = countLimit != .max ? countLimit : Swift.max(entryCount.load(ordering: .relaxed), 256)
+    // The layer's size in entries: its count limit, or (bounded by cost alone) what it holds.
+    let entries = countLimit != .max ? countLimit : Swift.max(entryCount.load(ordering: .relaxed), 256)
+    if vote != 0 {
+      // A vote starts a new quiet span. (Other segments hand in the hits they counted before it
+      // at their next insert: a little of the past leaks into the span, which only weighs it.)
+      restartQuietSpan()
+      segment.windowHits = 0
+      segment.mainHits = 0
       windowTarget.withLock { target in
         if target.count(vote: vote, entries: entries) {
           windowShareBits.store(target.share.bitPattern, ordering: .relaxed)
         }
       }
+    } else {
+      // The segment's hits since it last handed them in.
+      if segment.windowHits | segment.mainHits != 0 {
+        quietWindowHits.wrappingAdd(segment.windowHits, ordering: .relaxed)
+        quietMainHits.wrappingAdd(segment.mainHits, ordering: .relaxed)
+        segment.windowHits = 0
+        segment.mainHits = 0
+      }
+      let quiet = quietInserts.wrappingAdd(1, ordering: .relaxed).newValue
+      // Of concurrent inserts past the span, the one that resets the count weighs the regions.
+      if quiet >= entries,
+        quietInserts.compareExchange(expected: quiet, desired: 0, ordering: .relaxed).exchanged
+      {
+        relaxWindowIfItEarnsLess(entries: entries)
+      }
     }
     let share = Double(bitPattern: windowShareBits.load(ordering: .relaxed))
     if share != segment.admission.appliedShare { segment.applyWindowShare(share) }
+  }
+
+  /// Starts a new quiet span: forgets the new keys and hits counted so far.
+  @usableFromInline
+  func restartQuietSpan() {
+    quietInserts.store(0, ordering: .relaxed)
+    quietWindowHits.store(0, ordering: .relaxed)
+    quietMainHits.store(0, ordering: .relaxed)
+  }
+
+  /// The end of a quiet span: relaxes the window (``WindowTarget/relax()``) if it earned fewer
+  /// hits per entry than the main region over the span, in a layer of about `entries` entries.
+  @usableFromInline
+  func relaxWindowIfItEarnsLess(entries: Int) {
+    let windowHits = quietWindowHits.exchange(0, ordering: .relaxed)
+    let mainHits = quietMainHits.exchange(0, ordering: .relaxed)
+    guard let windowTarget else { return }
+    windowTarget.withLock { target in
+      let regions = WindowTarget.regionEntries(
+        share: target.share, count: entryCount.load(ordering: .relaxed), entries: entries)
+      let earnsLess = WindowTarget.windowEarnsLess(
+        windowHits: windowHits, windowEntries: regions.window, mainHits: mainHits, mainEntries: regions.main)
+      if earnsLess && target.relax() {
+        windowShareBits.store(target.share.bitPattern, ordering: .relaxed)
+      }
+    }
   }
 
   /// Stores `entry` for `key`, letting the policy evict while over a limit (never this entry).

@@ -92,6 +92,11 @@ import Testing
       #expect(layer == expected, "step \(step)")
       if layer != expected { return }
     }
+    if adaptive && !weighted {
+      // Quiet spans ended both ways: some relaxed the window, some kept it (and the layer did
+      // the same at the same steps).
+      #expect(model.quietSpans.relaxed > 0 && model.quietSpans.relaxed < model.quietSpans.ended)
+    }
     #expect(memory.invariantViolations.isEmpty)
     #expect(model.invariantViolations().isEmpty)
     let reason: EvictionReason = weighted ? .costLimit : .countLimit

@@ -91,6 +91,14 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   var target = WindowTarget()
   /// The number of entries the votes' steps are a share of.
   let entries: Int
+  /// New keys since the last vote or the end of the last quiet span.
+  var quietInserts = 0
+  /// Hits on window entries since the last vote or the end of the last quiet span.
+  var quietWindowHits = 0
+  /// Hits on main-region entries since the last vote or the end of the last quiet span.
+  var quietMainHits = 0
+  /// How many quiet spans ended, and how many of them relaxed the window. For tests.
+  var quietSpans = (ended: 0, relaxed: 0)
 
   /// The slot of every resident key in ``nodes``.
   var slots: [Key: Int]
@@ -198,6 +206,7 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   mutating func recordAccess(_ key: Key) -> Bool {
     guard let slot = slots[key] else { return false }
     sketch.increment(nodes[slot].hash)
+    if nodes[slot].region == .window { quietWindowHits += 1 } else { quietMainHits += 1 }
     onAccess(slot)
     return true
   }
@@ -579,10 +588,28 @@ extension WTinyLFUPolicy {
   /// share moved, resizes the window (the share of the weight limit, at least 1) and protected
   /// (80% of the rest), moving what no longer fits down to probation at once, so that every
   /// list stays within its size.
+  ///
+  /// A whole capacity of new keys without a vote ends a quiet span: when the window earned fewer
+  /// hits per entry than the main region over it, the share goes halfway back to 1%
+  /// (``WindowTarget/relax()``).
   mutating func adaptWindow(hash: Int) {
-    guard let vote = ghosts?.vote(tag: UInt32(truncatingIfNeeded: hash)),
-      target.count(vote: vote, entries: entries)
-    else { return }
+    guard let vote = ghosts?.vote(tag: UInt32(truncatingIfNeeded: hash)) else { return }
+    let moved: Bool
+    if vote != 0 {
+      (quietInserts, quietWindowHits, quietMainHits) = (0, 0, 0)
+      moved = target.count(vote: vote, entries: entries)
+    } else {
+      quietInserts += 1
+      guard quietInserts >= entries else { return }
+      let regions = WindowTarget.regionEntries(share: target.share, count: count, entries: entries)
+      let earnsLess = WindowTarget.windowEarnsLess(
+        windowHits: quietWindowHits, windowEntries: regions.window, mainHits: quietMainHits, mainEntries: regions.main)
+      (quietInserts, quietWindowHits, quietMainHits) = (0, 0, 0)
+      moved = earnsLess && target.relax()
+      quietSpans.ended += 1
+      if moved { quietSpans.relaxed += 1 }
+    }
+    guard moved else { return }
     windowMaximum = Swift.min(Swift.max(1, Int(target.share * Double(maximumWeight))), maximumWeight)
     protectedMaximum = Int(Double(maximumWeight - windowMaximum) * Self.protectedShare)
     demoteProtectedOverflow()

@@ -13,8 +13,18 @@
 /// `cache.hitRatio` with 32 segments, it lost up to 3 points on loops and shifting hot sets that
 /// the shared target keeps.
 ///
+/// The ghosts fall silent when no key comes back within their depth: a mildly skewed hot set as
+/// large as the cache, after a recency phase grew the window, turns away and evicts keys that
+/// return only much later. Silence is no evidence for the window, so after a whole capacity of
+/// new keys without a vote (a *quiet span*) the window is weighed against the main region by the
+/// hits each earned per entry over that span, and when it earned less the share goes halfway back
+/// to 1% (``relax()``), W-TinyLFU's default. A window that earns its hits keeps its size however
+/// rarely the ghosts speak (recency-biased traffic in a small cache votes seldom), and the
+/// rule only ever shrinks the window, so a loop cannot grow it.
+///
 /// The share stays within 1% (Caffeine's window) and 99% (LRU, keeping 1% of main). Pure and
-/// single-threaded: ``MemoryStore`` guards it with a lock taken only on votes.
+/// single-threaded: ``MemoryStore`` guards it with a lock taken only on votes and at the end of
+/// a quiet span.
 @usableFromInline
 struct WindowTarget: Sendable {
   /// The window's share of the capacity, in ``minimumShare``...``maximumShare``.
@@ -32,6 +42,34 @@ struct WindowTarget: Sendable {
   @usableFromInline
   init() {
     share = Self.minimumShare
+  }
+
+  /// Whether a window of about `windowEntries` entries that earned `windowHits` hits earned
+  /// fewer per entry than a main region of `mainEntries` entries that earned `mainHits`. A
+  /// region with no entries counts as one.
+  @inlinable
+  static func windowEarnsLess(windowHits: Int, windowEntries: Int, mainHits: Int, mainEntries: Int) -> Bool {
+    Double(windowHits) * Double(Swift.max(mainEntries, 1)) < Double(mainHits) * Double(Swift.max(windowEntries, 1))
+  }
+
+  /// The entries of a layer's window and main region when it holds `count` entries of at most
+  /// `entries` and the window has `share` of them: the window fills first.
+  @inlinable
+  static func regionEntries(share: Double, count: Int, entries: Int) -> (window: Int, main: Int) {
+    let window = Swift.min(count, Swift.max(1, Int(share * Double(entries))))
+    return (window, Swift.max(count &- window, 0))
+  }
+
+  /// Moves the share halfway back to ``minimumShare`` and forgets the trend: the end of a quiet
+  /// span in which the window earned fewer hits per entry than the main region.
+  /// - Returns: Whether ``share`` moved.
+  @inlinable
+  mutating func relax() -> Bool {
+    trend = 0
+    let relaxed = Self.minimumShare + (share - Self.minimumShare) / 2
+    guard relaxed != share else { return false }
+    share = relaxed
+    return true
   }
 
   /// Counts a vote (+1 for a larger window, -1 for a smaller one) in a layer that holds about
