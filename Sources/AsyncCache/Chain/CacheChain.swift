@@ -289,7 +289,11 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     token: ReadToken<Key>,
     operation: LayerFailure.Operation
   ) async -> Bool {
-    guard let ticket = await coordinator.acquireCommit(token) else { return false }
+    // A back-fill copies what a layer holds: it makes no read's value older, so it overtakes none
+    // (a load that starts meanwhile still stores its newer value, after it).
+    guard let ticket = await coordinator.acquireCommit(token, kind: operation == .backfill ? .copy : .fill) else {
+      return false
+    }
     defer { coordinator.releaseWrite(ticket) }
     // A commit never fails the read it writes back: its failures are recorded, not thrown.
     _ = await write(entry, for: key, to: range, operation: operation, propagating: false)

@@ -105,9 +105,12 @@ final class WriteCoordinator<Key: Hashable & Sendable>: Sendable {
   /// For a read that wants to write back what it read: waits until the caller holds the key,
   /// unless a write overtook the read (before or while waiting). Returns a ticket to balance
   /// with ``releaseWrite(_:)``, or `nil` when it must not write (nothing is held then). A
-  /// cancelled wait also returns `nil`.
-  nonisolated(nonsending) func acquireCommit(_ token: ReadToken<Key>) async -> WriteTicket? {
-    switch mutate({ $0.requestCommit(token.key, reader: token.id) }) {
+  /// cancelled wait also returns `nil`. A ``WriteCoordinatorStateMachine/CommitKind/copy``
+  /// overtakes no read.
+  nonisolated(nonsending) func acquireCommit(
+    _ token: ReadToken<Key>, kind: Machine.CommitKind = .fill
+  ) async -> WriteTicket? {
+    switch mutate({ $0.requestCommit(token.key, reader: token.id, kind: kind) }) {
     case .overtaken:
       return nil
     case .acquired(let writer):

@@ -7,6 +7,11 @@
 ///   read may still return what it found, but must not write it back (back-fill) or commit a
 ///   loaded value, because that value may be older than the write. A read that starts while a
 ///   write to its key is requested, queued or running is overtaken from the start.
+/// - A read's commit is a write too. A ``CommitKind/fill`` (a value the read brought from the
+///   origin) overtakes like any write. A ``CommitKind/copy`` (what a layer holds, copied into
+///   others: a back-fill, or an entry extended by sliding expiry) overtakes nothing: it makes no
+///   read's value older, so a load that starts while it is pending still stores what it loads
+///   (queued behind it, so the newer value is written last).
 /// - A global write (`removeAll`) overtakes every read, waits for the key writers in progress,
 ///   and holds back new ones until it is done.
 ///
@@ -21,6 +26,8 @@
 struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
   struct Waiter {
     var id: UInt64
+    /// Whether the writer overtakes the reads that start while it waits (not a copy).
+    var overtakes = true
     /// `nil` until the waiting task has suspended and attached it.
     var continuation: Continuation?
   }
@@ -30,6 +37,8 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
     var readers: [UInt64: Bool] = [:]
     /// The writer holding the key.
     var owner: UInt64?
+    /// Whether the owner overtakes the reads that start while it writes (not a copy).
+    var ownerOvertakes = true
     /// Whether the owner knows it holds the key (it may have been handed the key before it
     /// attached its continuation).
     var ownerProceeded = false
@@ -38,6 +47,17 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
 
     var isIdle: Bool { readers.isEmpty && owner == nil && queue.isEmpty }
     var writePending: Bool { owner != nil || !queue.isEmpty }
+    /// A write that overtakes the reads starting now holds the key or waits for it.
+    var overtakingWritePending: Bool { owner != nil && ownerOvertakes || queue.contains { $0.overtakes } }
+  }
+
+  /// What a read's commit writes (see the type's rules).
+  enum CommitKind: Sendable {
+    /// A value the read brought (a load's value from the origin): a write like any other.
+    case fill
+    /// What a layer holds, copied into other layers (a back-fill, an extended expiry): it
+    /// overtakes no read.
+    case copy
   }
 
   /// The answer to a request for a key or for the global lock.
@@ -83,7 +103,7 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
   mutating func beginRead(_ key: Key) -> UInt64 {
     let id = makeID()
     var state = keys[key] ?? KeyState()
-    state.readers[id] = state.writePending || globalWritePending
+    state.readers[id] = state.overtakingWritePending || globalWritePending
     keys[key] = state
     return id
   }
@@ -120,24 +140,28 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
 
   /// Like ``requestWrite(_:)`` for read `reader` that wants to write back what it read (a
   /// back-fill or a load's commit). A read that is already overtaken is refused without side
-  /// effects: it must not overtake the reads that started after the write that overtook it.
-  mutating func requestCommit(_ key: Key, reader: UInt64) -> Request {
+  /// effects: it must not overtake the reads that started after the write that overtook it. A
+  /// ``CommitKind/copy`` overtakes no read.
+  mutating func requestCommit(_ key: Key, reader: UInt64, kind: CommitKind = .fill) -> Request {
     if isOvertaken(key, id: reader) { return .overtaken }
-    return requestWrite(key, exempt: reader)
+    return requestWrite(key, exempt: reader, overtakes: kind == .fill)
   }
 
-  private mutating func requestWrite(_ key: Key, exempt: UInt64?) -> Request {
+  private mutating func requestWrite(_ key: Key, exempt: UInt64?, overtakes: Bool = true) -> Request {
     let writer = makeID()
     var state = keys[key] ?? KeyState()
-    for id in state.readers.keys where id != exempt { state.readers[id] = true }
+    if overtakes {
+      for id in state.readers.keys where id != exempt { state.readers[id] = true }
+    }
     let request: Request
     if !state.writePending && !globalWritePending {
       state.owner = writer
+      state.ownerOvertakes = overtakes
       state.ownerProceeded = true
       activeKeyWriters += 1
       request = .acquired(writer: writer)
     } else {
-      state.queue.append(Waiter(id: writer))
+      state.queue.append(Waiter(id: writer, overtakes: overtakes))
       request = .queued(writer: writer)
     }
     keys[key] = state
@@ -181,6 +205,7 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
       preconditionFailure("releaseWrite(\(key)) by a writer that does not hold the key")
     }
     state.owner = nil
+    state.ownerOvertakes = true
     state.ownerProceeded = false
     activeKeyWriters -= 1
     var granted: [Continuation] = []
@@ -255,6 +280,7 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
     guard !state.queue.isEmpty else { return nil }
     let next = state.queue.removeFirst()
     state.owner = next.id
+    state.ownerOvertakes = next.overtakes
     state.ownerProceeded = next.continuation != nil
     activeKeyWriters += 1
     return next.continuation

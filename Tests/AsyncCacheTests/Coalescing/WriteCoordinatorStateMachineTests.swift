@@ -48,6 +48,54 @@ import Testing
     #expect(!machine.isOvertaken("k", id: later))
   }
 
+  @Test func aCopyOvertakesNoReadAndReadsStartedDuringItStoreTheirValueAfterIt() {
+    var machine = Machine()
+    let older = machine.beginRead("k")
+    let copying = machine.beginRead("k")
+    let copy = machine.requestCommit("k", reader: copying, kind: .copy)
+    #expect(isAcquired(copy))
+    #expect(!machine.isOvertaken("k", id: older), "a copy makes no read's value older")
+    // A load that starts while the copy is written still commits what it loads, after the copy.
+    let load = machine.beginRead("k")
+    #expect(!machine.isOvertaken("k", id: load))
+    let fill = machine.requestCommit("k", reader: load)
+    #expect(fill == .queued(writer: writer(fill)))
+    #expect(machine.isOvertaken("k", id: older), "a fill overtakes every other read")
+    #expect(machine.isOvertaken("k", id: copying))
+    // A read that starts while a fill waits is overtaken from the start, as with any write.
+    let during = machine.beginRead("k")
+    #expect(machine.isOvertaken("k", id: during))
+    #expect(machine.releaseWrite("k", writer: writer(copy)).isEmpty, "the queued fill has not attached yet")
+    #expect(machine.attach("k", writer: writer(fill), continuation: 1) == .proceed)
+    _ = machine.releaseWrite("k", writer: writer(fill))
+    // Once the fill is done, reads start clean again.
+    let after = machine.beginRead("k")
+    #expect(!machine.isOvertaken("k", id: after))
+    for read in [older, copying, load, during, after] { machine.endRead("k", id: read) }
+    #expect(machine.isIdle)
+  }
+
+  @Test func aReadStartedWhileACopyWaitsBehindAWriteIsOvertakenByTheWrite() {
+    var machine = Machine()
+    let write = machine.requestWrite("k")
+    let copying = machine.beginRead("k")
+    #expect(machine.isOvertaken("k", id: copying))
+    #expect(machine.requestCommit("k", reader: copying, kind: .copy) == .overtaken)
+    _ = machine.releaseWrite("k", writer: writer(write))
+    // A copy handed the key after a write keeps new reads clean.
+    let copier = machine.beginRead("k")
+    let copy = machine.requestCommit("k", reader: copier, kind: .copy)
+    let blocker = machine.requestWrite("k")
+    #expect(machine.isOvertaken("k", id: copier), "a write overtakes the copy's own read")
+    _ = machine.releaseWrite("k", writer: writer(copy))
+    #expect(machine.attach("k", writer: writer(blocker), continuation: 1) == .proceed)
+    let read = machine.beginRead("k")
+    #expect(machine.isOvertaken("k", id: read), "the write now holds the key")
+    _ = machine.releaseWrite("k", writer: writer(blocker))
+    for id in [copying, copier, read] { machine.endRead("k", id: id) }
+    #expect(machine.isIdle)
+  }
+
   @Test func writersOfOneKeyAreServedFirstComeFirstServed() {
     var machine = Machine()
     let first = machine.requestWrite("k")

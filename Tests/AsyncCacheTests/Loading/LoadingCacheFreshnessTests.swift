@@ -521,6 +521,38 @@ import Testing
     #expect(capped.entry(for: "k")?.expiresAt == start.advanced(by: .seconds(11)))
   }
 
+  @Test func anExtensionStillWritingBelowNeverOvertakesALoadThatStartedAfterIt() async throws {
+    let disk = FakeLayer<String, Int>(clock: clock)
+    let origin = countingOrigin()
+    let cache = try cache(origin: origin, below: [disk]) {
+      $0.timeToLive = .seconds(10)
+      $0.slidingExpiration = true
+    }
+    try await cache.insert(0, for: "k")
+    // Read with 4 s left: the top entry is extended at once, the disk's in the background, held.
+    disk.hold(.insert)
+    clock.advance(by: .seconds(6))
+    #expect(try await cache.value(for: "k") == 0)
+    await disk.waitForHeld(1, .insert)
+    // The top layer loses the entry (an eviction) and the disk's copy expires: the next request
+    // loads from the origin while the extension still writes.
+    memory.removeValue(for: "k")
+    clock.advance(by: .seconds(5))
+    let request = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k") == 1)
+    // The load either waits behind the extension to store its value, or gave up storing it.
+    let coordinator = cache.chain.coordinator
+    await coordinator.waitUntil { $0.queuedWriterCount(for: "k") == 1 || $0.readerCount(for: "k") < 2 }
+    disk.release(.insert)
+    #expect(try await request.value == 1)
+    #expect(memory.entry(for: "k")?.value == 1, "the loaded value is stored on top")
+    await coordinator.waitUntil { $0.isIdle }
+    #expect(disk.storedEntries["k"]?.value == 1, "and below, after the extension's older copy")
+    #expect(try await cache.value(for: "k") == 1)
+    #expect(origin.callCount == 1)
+  }
+
   @Test func slidingExpiryNeedsALifetimeAndExcludesRefreshAhead() throws {
     let withoutLifetime = #expect(throws: AsyncCacheError.self) {
       try cache(origin: UnimplementedFetcher<String, Int>()) { $0.slidingExpiration = true }
