@@ -56,7 +56,10 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
     /// with the one after the current.
     public var window: PrefetchWindow
     /// The most loads at a time; at least 1. Default 2: fewer than the connections an origin
-    /// usually allows, so that requests never queue behind prefetches.
+    /// usually allows, so that requests never queue behind prefetches. A load whose key leaves
+    /// the window stops counting at once, so the new window's loads start without waiting for
+    /// an origin that is slow to notice the cancellation (``run()`` and ``stop()`` still
+    /// return only once such calls have ended).
     public var maximumConcurrentLoads: Int
     /// Where values go. Default ``Destination-swift.enum/allLayers``.
     public var destination: Destination
@@ -258,12 +261,8 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
   }
 
   private func loadEnded(_ key: Key, ticket: PrefetchTicket, outcome: PrefetchOutcome) {
-    // A load withdrawn when its key left the window was reported then; its slot is free now.
-    guard tickets[key] === ticket else {
-      machine.cancelledLoadEnded()
-      wakeup.yield()
-      return
-    }
+    // A load withdrawn when its key left the window was reported, and its slot freed, then.
+    guard tickets[key] === ticket else { return }
     tickets[key] = nil
     switch outcome {
     case .loaded:

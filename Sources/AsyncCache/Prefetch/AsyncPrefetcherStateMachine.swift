@@ -5,7 +5,7 @@
 /// stopped), cancels the loads ``moveWindow(to:)`` returns, and asks ``nextLoads()`` which
 /// loads to start when it is ready to start them. Loads start in window order, nearest first,
 /// at most ``limit`` at a time, and none while paused. A load whose key leaves the window is
-/// cancelled; a key that stays keeps its load and its outcome.
+/// cancelled and stops counting at once; a key that stays keeps its load and its outcome.
 struct AsyncPrefetcherStateMachine<Key: Hashable & Sendable>: Sendable {
   /// How a load ended.
   enum Outcome: Hashable, Sendable {
@@ -25,11 +25,6 @@ struct AsyncPrefetcherStateMachine<Key: Hashable & Sendable>: Sendable {
   private(set) var finished: Set<Key> = []
   /// Whether urgent work holds back new loads.
   private(set) var isPaused = false
-  /// Loads cancelled when their key left the window that have not ended yet: they still hold
-  /// a slot of the limit, so an origin that is slow to notice cancellation never has more
-  /// than `limit` prefetch calls at once.
-  private(set) var draining = 0
-
   init(limit: Int) {
     self.limit = Swift.max(limit, 1)
   }
@@ -52,15 +47,11 @@ struct AsyncPrefetcherStateMachine<Key: Hashable & Sendable>: Sendable {
     // Loads kept for an earlier screen are no longer in `previous`.
     let previouslyInWindow = Set(previous)
     cancelled += loading.filter { !previouslyInWindow.contains($0) && leaves($0) }
+    // A cancelled load stops counting at once, even while its origin call winds down: the
+    // keys of the new window do not wait for it.
     for key in cancelled { loading.remove(key) }
-    draining += cancelled.count
     finished = finished.intersection(seen)
     return cancelled
-  }
-
-  /// A load cancelled by ``moveWindow(to:keeping:)`` ended: its slot is free.
-  mutating func cancelledLoadEnded() {
-    draining = Swift.max(draining - 1, 0)
   }
 
   /// The load of `key` ended with `outcome`. Returns `false` for a key that was not loading
@@ -83,7 +74,7 @@ struct AsyncPrefetcherStateMachine<Key: Hashable & Sendable>: Sendable {
   mutating func nextLoads() -> [Key] {
     guard !isPaused else { return [] }
     var keys: [Key] = []
-    for key in window where loading.count + draining < limit {
+    for key in window where loading.count < limit {
       guard !loading.contains(key), !finished.contains(key) else { continue }
       loading.insert(key)
       keys.append(key)
