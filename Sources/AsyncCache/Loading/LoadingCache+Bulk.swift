@@ -83,7 +83,7 @@ extension LoadingCache {
       await withTaskPriorityEscalationHandler {
         dependencies = await register(waiter, collector: collector, keys: keys, dependents: dependents)
       } onPriorityEscalated: { _, newPriority in
-        let tasks = self.inFlight.withLock { state in
+        let tasks = self.loadTable.withLock { state in
           keys.compactMap { state.escalate(waiter: waiter, key: $0, to: newPriority) }
         }
         for task in Set(tasks) { escalate(task, to: newPriority) }
@@ -111,7 +111,7 @@ extension LoadingCache {
       await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
         collector.wait(with: continuation)
         let priority = Task.currentPriority
-        let (escalations, remembered) = inFlight.withLock {
+        let (escalations, remembered) = loadTable.withLock {
           state -> ([Task<Void, Never>], [(key: Key, error: any Error)]) in
           // Decided under the lock, as for a single request: either this sees the
           // cancellation, or `onCancel` finds the waiters registered.
@@ -163,7 +163,7 @@ extension LoadingCache {
   private func startLoads(
     _ started: [(id: UInt64, key: Key)],
     priority: TaskPriority,
-    in state: inout InFlightLoadsStateMachine<Key, LoadWaiter<Key, Value>>
+    in state: inout LoadTable<Key, Value>.Machine
   ) {
     guard let batchOrigin else {
       for (id, key) in started {
@@ -179,7 +179,7 @@ extension LoadingCache {
       }
       let batch = state.startBatch(items.map(\.id))
       // The batch's body runs as each of its loads (see LoadDependencies).
-      let loads = items.map { LoadIdentity(table: ObjectIdentifier(inFlight), load: $0.id) }
+      let loads = items.map { LoadIdentity(table: ObjectIdentifier(loadTable), load: $0.id) }
       let task = Task(priority: priority) {
         await LoadDependencies.$current.withValue(.batch(loads)) { await self.runBatch(items, origin: batchOrigin) }
       }
@@ -190,7 +190,7 @@ extension LoadingCache {
   /// Removes `waiter` from the loads of `keys`; cancels the loads (or batches) it was the last
   /// waiter of, and marks their reads overtaken so that a late value is not stored.
   private func withdraw(_ waiter: UInt64, from keys: [Key]) {
-    let abandoned = inFlight.withLock { state -> [Task<Void, Never>] in
+    let abandoned = loadTable.withLock { state -> [Task<Void, Never>] in
       var tasks: [Task<Void, Never>] = []
       for key in keys {
         guard let load = state.cancel(waiter: waiter, key: key).abandoned else { continue }
@@ -220,7 +220,7 @@ extension LoadingCache {
       for item in items {
         group.addTask {
           // A load abandoned meanwhile is not looked up, nor fetched.
-          guard self.inFlight.withLock({ $0.isLive(item.id) }) else {
+          guard self.loadTable.withLock({ $0.isLive(item.id) }) else {
             self.chain.coordinator.endRead(item.token)
             return nil
           }
@@ -314,7 +314,7 @@ extension LoadingCache {
     do {
       return .success(
         try await retrying({ asked.map(\.key) }) {
-          asked = inFlight.withLock { state in items.filter { state.isLive($0.id) } }
+          asked = loadTable.withLock { state in items.filter { state.isLive($0.id) } }
           guard !asked.isEmpty else { throw CancellationError() }
           try await waitForUrgentWork(loads: asked.map(\.id))
           return try await origin.fetch(asked.map(\.key))

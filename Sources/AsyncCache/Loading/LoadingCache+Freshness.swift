@@ -26,7 +26,7 @@ extension LoadingCache {
       return value
     case .staleIfError, .expired:
       // The layer counted a request hit, but the request loads: it is a miss.
-      if countingRequest { inFlight.withLock { $0.counters.declinedTopHits += 1 } }
+      if countingRequest { loadTable.withLock { $0.counters.declinedTopHits += 1 } }
       return nil
     }
   }
@@ -109,7 +109,7 @@ extension LoadingCache {
   /// value served when `servedStale`.
   @usableFromInline
   func refresh(_ key: Key, servedStale: Bool) {
-    inFlight.withLock { state in
+    loadTable.withLock { state in
       if servedStale { state.counters.staleServed += 1 }
       startRefresh(key, in: &state)
     }
@@ -117,7 +117,7 @@ extension LoadingCache {
 
   /// Starts a background refresh of `key` in `state` (under the in-flight lock), unless a load
   /// of it is in flight.
-  func startRefresh(_ key: Key, in state: inout InFlightLoadsStateMachine<Key, LoadWaiter<Key, Value>>) {
+  func startRefresh(_ key: Key, in state: inout LoadTable<Key, Value>.Machine) {
     // A refresh is background work: it runs below the requests that read the stale value, and a
     // request that joins it raises it.
     guard let id = state.startRefresh(key, priority: .utility) else { return }
@@ -177,7 +177,7 @@ extension LoadingCache {
   /// in-flight lock.
   @usableFromInline
   func rememberedError(
-    for key: Key, in state: inout InFlightLoadsStateMachine<Key, LoadWaiter<Key, Value>>
+    for key: Key, in state: inout LoadTable<Key, Value>.Machine
   ) -> (any Error)? {
     guard let error = state.negatives.error(for: key, now: configuration.clock.now.nanosecondsSince1970) else {
       return nil

@@ -58,7 +58,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// The top layer, when it is not a ``MemoryLayer`` but can answer without suspending.
   @usableFromInline let synchronousFront: SynchronousLookupFunction<Key, Value>?
 
-  @usableFromInline let inFlight = Locked(InFlightLoadsStateMachine<Key, LoadWaiter<Key, Value>>())
+  @usableFromInline let loadTable = LoadTable<Key, Value>()
   @usableFromInline let nextWaiterID = Atomic<UInt64>(0)
   /// Hits of a top layer that is not a ``MemoryLayer`` (a memory layer counts its own).
   @usableFromInline let synchronousHits = Atomic<Int>(0)
@@ -256,7 +256,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   }
 
   private func detach(_ key: Key?) {
-    inFlight.withLock { state in
+    loadTable.withLock { state in
       if let key { state.detach(key) } else { state.detachAll() }
     }
   }
@@ -266,59 +266,6 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   }
 
   // MARK: Introspection
-
-  /// Requests, loads, load times, freshness and eviction counters, per layer and for the whole
-  /// cache, and the size of the in-flight table. Safe from any context. O(layers + segments of
-  /// the chain's memory layers).
-  public var statistics: Statistics {
-    // Read before the top layer's counter: a declined hit counts there first, so it can only be
-    // seen there and not yet here (a brief overcount), never the other way round.
-    // The snapshot's histogram gets storage of its own, allocated before the lock: were the
-    // storage shared, the next load would copy it while holding the lock.
-    var loadTime = LoadTimeHistogram.allocated()
-    let (counters, loadsInFlight, requestsWaiting, urgentLoads, loadsAtGate, negativeEntries) = inFlight.withLock {
-      var counters = $0.counters
-      loadTime.copyContents(of: $0.counters.loadTime)
-      counters.loadTime = loadTime
-      return (counters, $0.loads.count, $0.waiterCount, $0.urgentLoads, $0.loadsAtGate, $0.negatives.count)
-    }
-    // Requests the top layer answered without a load: a memory layer counts them with its hits.
-    let topHits = (front?.store.totals.requestHits ?? 0) + synchronousHits.load(ordering: .relaxed)
-    var layers = chain.statistics.tiers.map { tier in
-      LayerStatistics(
-        name: tier.name, hits: tier.hits, misses: tier.misses, failures: tier.failures, evictions: EvictionCounts())
-    }
-    for (memory, tier) in chain.memoryLayers {
-      layers[tier].evictions = layers[tier].evictions + memory.statistics.evictions
-    }
-    // The top layer counted hits of entries the cache would not serve; those requests loaded.
-    let answeredAtTop = Swift.max(topHits - counters.declinedTopHits, 0)
-    layers[0].hits += answeredAtTop
-    return Statistics(
-      hits: answeredAtTop + counters.layerAnswers,
-      misses: counters.originAnswers,
-      loads: counters.loads,
-      coalescedRequests: counters.coalesced,
-      loadFailures: counters.failures,
-      loadTime: counters.loadTime,
-      retries: counters.retries,
-      cancelledRequests: counters.cancelledWaiters,
-      cancelledLoads: counters.cancelledLoads,
-      loadsInFlight: loadsInFlight,
-      requestsWaiting: requestsWaiting,
-      urgentLoadsInFlight: urgentLoads,
-      loadsWaitingForUrgentWork: loadsAtGate,
-      refreshes: counters.refreshes,
-      refreshesCoalesced: counters.refreshesCoalesced,
-      refreshFailures: counters.refreshFailures,
-      staleServed: counters.staleServed,
-      staleServedOnError: counters.staleServedOnError,
-      negativeHits: counters.negativeHits,
-      negativeEntries: negativeEntries,
-      evictions: layers.reduce(EvictionCounts()) { $0 + $1.evictions },
-      layers: layers
-    )
-  }
 
   /// This cache's events from now on, and the evictions of the ``MemoryLayer``s of its chain
   /// (nested chains' included), in a buffer that holds at most `limit` events (values under 1
@@ -338,38 +285,25 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   /// The number of requests waiting for a load of `key`. Safe from any context. O(loads in flight).
   public func waitingRequestCount(for key: Key) -> Int {
-    inFlight.withLock { $0.waiterCount(for: key) }
+    loadTable.withLock { $0.waiterCount(for: key) }
   }
 
   /// The waits that requests made inside this cache's loads have recorded, or that requests made
   /// inside other loads recorded for this cache's loads (see ``LoadDependencies``); zero at rest.
   package var recordedLoadWaits: Int {
-    LoadDependencies.shared.waitCount(involving: ObjectIdentifier(inFlight))
+    LoadDependencies.shared.waitCount(involving: ObjectIdentifier(loadTable))
   }
 
   /// Returns once at least `count` requests wait for a load of `key` (for tests: it replaces
   /// polling; `AsyncCacheTesting` offers it as `waitForRequests(_:for:)`).
   package func waitForWaiters(_ count: Int, for key: Key) async {
-    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-      if !inFlight.withLock({ $0.watch(key, count: count, continuation: continuation) }) {
-        continuation.resume()
-      }
-    }
+    await loadTable.waitUntil { $0.waiterCount(for: key) >= count }
   }
 
   /// Returns once no load is in flight, background refreshes included (for tests: it replaces
   /// polling; `AsyncCacheTesting` offers it as `waitUntilIdle()`).
   package func waitForNoLoads() async {
-    while !inFlight.withLock({ $0.loads.isEmpty }) {
-      await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-        let idle = inFlight.withLock { state in
-          if state.loads.isEmpty { return true }
-          state.idleWatchers.append(continuation)
-          return false
-        }
-        if idle { continuation.resume() }
-      }
-    }
+    await loadTable.waitUntil { $0.loads.isEmpty }
   }
 
   // MARK: Loading
@@ -388,7 +322,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       return try await withTaskPriorityEscalationHandler {
         try await self.wait(for: key, as: waiter)
       } onPriorityEscalated: { _, newPriority in
-        if let task = self.inFlight.withLock({ $0.escalate(waiter: waiter, key: key, to: newPriority) }) {
+        if let task = self.loadTable.withLock({ $0.escalate(waiter: waiter, key: key, to: newPriority) }) {
           escalate(task, to: newPriority)
         }
       }
@@ -407,7 +341,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, any Error>) in
         // Decided under the lock: the cancellation flag is set before `onCancel` runs, so
         // either this sees it and never joins, or `onCancel` finds the waiter.
-        let escalation = inFlight.withLock {
+        let escalation = loadTable.withLock {
           state -> (failure: (any Error)?, task: Task<Void, Never>?, priority: TaskPriority) in
           // Read under the lock: an escalation after this finds the waiter registered.
           let priority = Task.currentPriority
@@ -438,7 +372,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         }
       }
     } onCancel: {
-      let (continuation, abandoned) = inFlight.withLock { state in
+      let (continuation, abandoned) = loadTable.withLock { state in
         let (continuation, abandoned) = state.cancel(waiter: waiter, key: key)
         // A late value of an abandoned load must not be stored: a fresh load may follow. Marked
         // under the lock, so no later request can start that fresh load before it is marked.
@@ -461,7 +395,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   @usableFromInline
   func startLoad(_ id: UInt64, key: Key, priority: TaskPriority) -> (Task<Void, Never>, ReadToken<Key>) {
     let token = chain.coordinator.beginRead(key)
-    let load = LoadIdentity(table: ObjectIdentifier(inFlight), load: id)
+    let load = LoadIdentity(table: ObjectIdentifier(loadTable), load: id)
     let task = Task(priority: priority) {
       await LoadDependencies.$current.withValue(.load(load)) { await self.run(id, key: key, token: token) }
     }
@@ -479,7 +413,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     _ id: UInt64?, of key: Key, from dependents: [LoadIdentity]
   ) -> Result<LoadIdentity?, AsyncCacheError> {
     guard let id else { return .success(nil) }
-    let target = LoadIdentity(table: ObjectIdentifier(inFlight), load: id)
+    let target = LoadIdentity(table: ObjectIdentifier(loadTable), load: id)
     guard LoadDependencies.shared.add(dependents, waitingFor: target, checkingCycles: true) else {
       return .failure(.recursiveLoad(key))
     }
@@ -490,7 +424,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// waits for nothing yet, so this closes no cycle.
   @usableFromInline
   func dependOnStartedLoad(_ id: UInt64, from dependents: [LoadIdentity]) -> LoadIdentity {
-    let target = LoadIdentity(table: ObjectIdentifier(inFlight), load: id)
+    let target = LoadIdentity(table: ObjectIdentifier(loadTable), load: id)
     _ = LoadDependencies.shared.add(dependents, waitingFor: target, checkingCycles: false)
     return target
   }
@@ -511,7 +445,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   private func run(_ id: UInt64, key: Key, token: ReadToken<Key>) async {
     let startedAt = configuration.clock.now
     logLoadStarted(key)
-    let isRefresh = checksFreshness && inFlight.withLock { $0.isRefresh(id) }
+    let isRefresh = checksFreshness && loadTable.withLock { $0.isRefresh(id) }
     if eventHub.isObserved { eventHub.emit(isRefresh ? .refreshStarted(key: key) : .loadStarted(key: key)) }
     var result: Result<(Value, LoadSource), any Error>
     var tokenHandedOff = false
@@ -587,7 +521,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     }
     let duration = startedAt.duration(to: configuration.clock.now)
     let answeredFromLayer: Bool = if case .success((_, .layer)) = result { true } else { false }
-    let waiters = inFlight.withLock { state in
+    let waiters = loadTable.withLock { state in
       // An abandoned load is out of the table: its requests left, and it is not counted. It
       // ended as cancelled, whatever it brought.
       guard state.loads[id] != nil else {
@@ -635,7 +569,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   /// Whether load `id` stores below the top layer only (read when it decides where to store).
   private func skipsTopLayer(_ id: UInt64) -> Bool {
-    inFlight.withLock { $0.loads[id]?.skipsTopLayer ?? false }
+    loadTable.withLock { $0.loads[id]?.skipsTopLayer ?? false }
   }
 
   /// Waits, if loads `ids` (one load, or a batch's) are background work, until no urgent load
@@ -646,8 +580,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   func waitForUrgentWork(loads ids: [UInt64]) async throws {
     try await withTaskCancellationHandler {
       try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
-        let decision = inFlight.withLock {
-          state -> InFlightLoadsStateMachine<Key, LoadWaiter<Key, Value>>.GateDecision in
+        let decision = loadTable.withLock {
+          state -> LoadTable<Key, Value>.Machine.GateDecision in
           Task.isCancelled ? .abandoned : state.enterGate(ids, continuation: continuation)
         }
         switch decision {
@@ -657,7 +591,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         }
       }
     } onCancel: {
-      let continuation = inFlight.withLock { state -> UnsafeContinuation<Void, any Error>? in
+      let continuation = loadTable.withLock { state -> UnsafeContinuation<Void, any Error>? in
         guard let gate = ids.first(where: { state.loads[$0]?.gate != nil }).flatMap({ state.loads[$0]?.gate })
         else { return nil }
         return state.leaveGate(gate)
@@ -706,7 +640,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
           throw error
         }
         logRetry(of: keys(), attempt: attempts, error: error, delay: delay)
-        inFlight.withLock { $0.counters.retries += 1 }
+        loadTable.withLock { $0.counters.retries += 1 }
         for key in keys() {
           configuration.onLoadEvent?(.retrying(key: key, attempt: attempts, error: error, delay: delay))
           if eventHub.isObserved { eventHub.emit(.retrying(key: key, attempt: attempts, error: error, delay: delay)) }
@@ -733,225 +667,6 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     return freshness.expiry(now: configuration.clock.now, lifetime: lifetime)
   }
 
-}
-
-extension LoadingCache {
-  /// Expiry of loaded values, retries, and the clock it is read from.
-  ///
-  /// An entry the cache stores is *fresh* for its lifetime (``timeToLive``, or what
-  /// ``timeToLiveForValue`` says, shortened by ``timeToLiveJitter``), then *stale* for a grace
-  /// period, the longer of ``staleWhileRevalidate`` and ``staleIfError``, then *expired*. The
-  /// grace is part of the expiry the layers store, so every layer keeps a stale entry until it
-  /// expires and a back-filled copy expires with its source. See <doc:FreshnessAndStatistics>.
-  public struct Configuration: Sendable {
-    /// How long values from the origin (and inserted values without their own time-to-live)
-    /// stay fresh; `nil` for ever. Positive. Layers may keep them for less.
-    public var timeToLive: Duration?
-    /// The lifetime of each loaded value, when it depends on the value (an HTTP response's
-    /// `max-age`, say); `nil` from the closure for a value that never expires. When set,
-    /// ``timeToLive`` applies to inserted values only. With ``refreshAhead``, it is also called
-    /// on reads of entries that expire, to find their lifetime. Default `nil`.
-    public var timeToLiveForValue: (@Sendable (Key, Value) -> Duration?)?
-    /// The share of a loaded value's lifetime taken off at random, in `0..<1`, so that values
-    /// loaded together do not expire together: with 0.1, a 10-minute lifetime becomes 9 to 10
-    /// minutes. Default 0.
-    public var timeToLiveJitter: Double
-    /// How long after it turns stale an entry is still served at once, while one background
-    /// load refreshes it (stale-while-revalidate). Default zero: a stale entry is not served.
-    public var staleWhileRevalidate: Duration
-    /// How long after it turns stale an entry is kept to be served when a load of its key fails
-    /// (stale-if-error); each such failure is reported as ``LoadEvent/servedStale(key:error:)``.
-    /// Default zero.
-    public var staleIfError: Duration
-    /// The share of its lifetime, in `0<..<1`, after which reading a fresh entry refreshes it
-    /// in the background, so that entries read often never turn stale. Default `nil`: none.
-    ///
-    /// Layers store no write time, so a refresh falls due when the fresh time left is at most
-    /// `1 - refreshAhead` of the configured lifetime, less ``timeToLiveJitter``'s largest cut:
-    /// with 0.8 and no jitter, at 80% of the lifetime, to the nanosecond (reckoned in integer
-    /// nanoseconds), as the hit's clock reads it (``CacheClock/coarseNow``: see
-    /// <doc:FreshnessAndStatistics>). An entry inserted with a much shorter time-to-live than
-    /// the configured one falls due sooner.
-    public var refreshAhead: Double?
-    /// Whether reading an entry extends its life (sliding expiry), so that entries read often
-    /// never expire and idle ones do. Default `false`.
-    ///
-    /// A request that finds a fresh entry with less than half of its lifetime left (the same
-    /// reckoning as ``refreshAhead`` at 0.5) extends it to a full lifetime from now: in the top
-    /// ``MemoryLayer`` at once, and in the layers below in the background, a write since the read
-    /// winning. So an entry read at least once every half lifetime never expires, one unread for
-    /// a full lifetime always does, and each key costs the layers below at most one write per
-    /// half lifetime. A load that finds such an entry below the top extends it in every layer.
-    /// The writes below are best effort: one overtaken by a write of the key (or by a load's
-    /// value) is dropped, and the next extension makes up for it. An extension overtakes
-    /// nothing: a load that starts while it is written below still stores its value, after it.
-    /// Needs ``timeToLive`` or ``timeToLiveForValue``; cannot be combined with ``refreshAhead``.
-    public var slidingExpiration: Bool
-    /// Which origin errors are remembered, and for how long; `nil` (the default) for none.
-    public var negativeCaching: NegativeCachingPolicy?
-    /// The clock expiry is computed from, and retry delays are slept on. Default ``WallClock``.
-    ///
-    /// A top ``MemoryLayer`` tells whether a hit is fresh by its own clock's
-    /// ``CacheClock/coarseNow`` (read once per hit of an entry that expires, and shared by the
-    /// freshness rules): give both the same clock. Refresh-ahead and sliding-expiry points are
-    /// compared in integer nanoseconds, exact under `ManualClock`.
-    public var clock: any CacheClock
-    /// When the origin is asked again after it fails. Default ``RetryPolicy/never``.
-    public var retryPolicy: RetryPolicy
-    /// Called with every ``LoadEvent`` (retries, final failures, stale values served after a
-    /// failure), on the load's task: keep it short. Default `nil`.
-    public var onLoadEvent: (@Sendable (LoadEvent<Key>) -> Void)?
-    /// Where the cache logs its loads, retries and memory-pressure changes (see <doc:CacheLogging>);
-    /// also used by the chain that ``LoadingCache/init(layers:origin:batchOrigin:configuration:)``
-    /// builds, and by the cache's prefetchers unless they have a logger of their own. Default
-    /// ``CacheLogger/disabled``. Hits never log.
-    public var logger: CacheLogger
-    /// Where jitter draws from: a number in `0..<1` per call. Tests replace it.
-    package var randomUnit: @Sendable () -> Double = { Double.random(in: 0..<1) }
-
-    /// Creates a configuration.
-    public init(
-      timeToLive: Duration? = nil,
-      staleWhileRevalidate: Duration = .zero,
-      staleIfError: Duration = .zero,
-      refreshAhead: Double? = nil,
-      slidingExpiration: Bool = false,
-      timeToLiveJitter: Double = 0,
-      timeToLiveForValue: (@Sendable (Key, Value) -> Duration?)? = nil,
-      negativeCaching: NegativeCachingPolicy? = nil,
-      clock: any CacheClock = WallClock(),
-      retryPolicy: RetryPolicy = .never,
-      onLoadEvent: (@Sendable (LoadEvent<Key>) -> Void)? = nil,
-      logger: CacheLogger = .disabled
-    ) {
-      self.timeToLive = timeToLive
-      self.staleWhileRevalidate = staleWhileRevalidate
-      self.staleIfError = staleIfError
-      self.refreshAhead = refreshAhead
-      self.slidingExpiration = slidingExpiration
-      self.timeToLiveJitter = timeToLiveJitter
-      self.timeToLiveForValue = timeToLiveForValue
-      self.negativeCaching = negativeCaching
-      self.clock = clock
-      self.retryPolicy = retryPolicy
-      self.onLoadEvent = onLoadEvent
-      self.logger = logger
-    }
-
-    /// Throws ``AsyncCacheError/Code/invalidConfiguration`` naming the first value out of range.
-    func validate() throws {
-      if let timeToLive, timeToLive <= .zero {
-        throw AsyncCacheError.invalidConfiguration("LoadingCache timeToLive is \(timeToLive); it must be positive")
-      }
-      guard staleWhileRevalidate >= .zero else {
-        throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache staleWhileRevalidate is \(staleWhileRevalidate); it must be zero or more")
-      }
-      guard staleIfError >= .zero else {
-        throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache staleIfError is \(staleIfError); it must be zero or more")
-      }
-      if let refreshAhead, !(refreshAhead > 0 && refreshAhead < 1) {
-        throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache refreshAhead is \(refreshAhead); it must be in 0<..<1")
-      }
-      if slidingExpiration, refreshAhead != nil {
-        throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache slidingExpiration and refreshAhead cannot be combined: an entry read late in its life "
-            + "is either extended or refreshed")
-      }
-      if slidingExpiration, timeToLive == nil, timeToLiveForValue == nil {
-        throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache slidingExpiration needs a timeToLive or a timeToLiveForValue to extend entries by")
-      }
-      guard timeToLiveJitter >= 0, timeToLiveJitter < 1 else {
-        throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache timeToLiveJitter is \(timeToLiveJitter); it must be in 0..<1")
-      }
-      try negativeCaching?.validate()
-    }
-  }
-
-  /// A snapshot of a loading cache's counters, for the whole cache and per layer.
-  ///
-  /// A *request* is a call of ``LoadingCache/value(for:)`` or one key of a bulk request;
-  /// ``LoadingCache/cachedValue(for:)`` peeks and prefetches are not requests. Each request is a
-  /// hit or a miss once it is answered; a request answered by negative caching is neither (it is
-  /// a ``negativeHits``), nor is one cancelled while it waited.
-  public struct Statistics: Sendable, Hashable {
-    /// Requests answered by a layer: by the top layer without a load (stale values served at
-    /// once included), or by a load that found the value in a layer below (or kept a stale one
-    /// when the origin failed).
-    public var hits: Int
-    /// Requests answered by a load that did not find the value in a layer: with the origin's
-    /// value, or with an error (the origin's, or a failing layer's).
-    public var misses: Int
-    /// The share of requests that were hits, from 0 to 1; 0 before any request.
-    public var hitRatio: Double { hits + misses == 0 ? 0 : Double(hits) / Double(hits + misses) }
-    /// Loads started (each asks the layers below the top and, on a miss there, the origin).
-    public var loads: Int
-    /// Requests that joined a load already in flight instead of starting one.
-    public var coalescedRequests: Int
-    /// Loads that ended with an error.
-    public var loadFailures: Int
-    /// How long loads took, from start to end on the cache's clock (waits for urgent work and
-    /// retry delays included); a load abandoned by all its requests is not recorded.
-    public var loadTime: LoadTimeHistogram
-    /// Origin calls made again after a transient failure (see ``RetryPolicy``): one per retry
-    /// of a load or of a batch.
-    public var retries: Int
-    /// Requests whose task was cancelled while they waited.
-    public var cancelledRequests: Int
-    /// Loads cancelled because their last request left.
-    public var cancelledLoads: Int
-    /// Loads running now (joinable or not).
-    public var loadsInFlight: Int
-    /// Requests (and prefetches) waiting now.
-    public var requestsWaiting: Int
-    /// Loads in flight that a request waits for (see ``LoadingCache`` on urgent work).
-    public var urgentLoadsInFlight: Int
-    /// Background loads holding back from the origin until the urgent work ends.
-    public var loadsWaitingForUrgentWork: Int
-    /// Background refreshes started, of stale entries and of entries read late in their
-    /// lifetime (``Configuration-swift.struct/refreshAhead``); each is also counted in ``loads``.
-    public var refreshes: Int
-    /// Refreshes not started because a load of the key was in flight already.
-    public var refreshesCoalesced: Int
-    /// Refreshes that failed; each is also counted in ``loadFailures``.
-    public var refreshFailures: Int
-    /// Stale values served at once (stale-while-revalidate): each request the top layer answered
-    /// with one, and each load that found one below it.
-    public var staleServed: Int
-    /// Loads that failed and kept a stale value, answering their requests with it instead of the
-    /// error (stale-if-error); refreshes included. Each is also counted in ``loadFailures``.
-    public var staleServedOnError: Int
-    /// Requests (each key of a bulk request, and prefetches) answered with an error remembered by
-    /// negative caching, without a load.
-    public var negativeHits: Int
-    /// Errors remembered by negative caching now (expired ones until they are found).
-    public var negativeEntries: Int
-    /// Entries evicted by the ``MemoryLayer``s of the chain (nested chains' included), by reason;
-    /// other layers report theirs in their own statistics.
-    public var evictions: EvictionCounts
-    /// Each layer of the chain, top first.
-    public var layers: [LayerStatistics]
-  }
-
-  /// A snapshot of one layer's counters, as the cache sees it.
-  public struct LayerStatistics: Sendable, Hashable {
-    /// The layer's name in the chain.
-    public var name: String
-    /// Lookups the layer answered: the chain's, during loads, and for the top layer also the
-    /// requests it answered without a load. A top ``MemoryLayer`` shared by several loading
-    /// caches counts the request hits of all of them.
-    public var hits: Int
-    /// The chain's lookups during loads that fell through the layer.
-    public var misses: Int
-    /// Failures of the layer, whatever its ``LayerFailurePolicy``.
-    public var failures: Int
-    /// Entries the layer evicted, by reason, if it is a ``MemoryLayer``; none otherwise.
-    public var evictions: EvictionCounts
-  }
 }
 
 /// Raises the priority of `task`, the shared work of waiters one of which now runs at `priority`.

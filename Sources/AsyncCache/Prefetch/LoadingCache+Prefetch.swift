@@ -15,38 +15,28 @@ extension LoadingCache {
   /// - Returns: Whether a load of `key` was urgent and is now background work.
   @discardableResult
   public func demote(_ key: Key) -> Bool {
-    inFlight.withLock { $0.demote(key) }
+    loadTable.withLock { $0.demote(key) }
   }
 
   /// Whether a load that a request waits for is in flight. Safe from any context.
   public var hasUrgentLoads: Bool {
-    inFlight.withLock { $0.urgentLoads > 0 }
+    loadTable.withLock { $0.urgentLoads > 0 }
   }
 
-  /// Registers `observer`, called each time urgent loads start being in flight or stop being.
-  ///
-  /// It is called while the in-flight table is locked: it must return at once and must not use
-  /// the cache (yielding to an `AsyncStream` is fine). Returns the identifier to remove it with.
+  /// Registers `observer`, called each time urgent loads start being in flight or stop being
+  /// (see ``LoadTable/addUrgencyObserver(_:)``). Returns the identifier to remove it with.
   func addUrgencyObserver(_ observer: @escaping @Sendable () -> Void) -> UInt64 {
-    inFlight.withLock { state in
-      state.nextObserverID += 1
-      state.urgencyObservers[state.nextObserverID] = observer
-      return state.nextObserverID
-    }
+    loadTable.addUrgencyObserver(observer)
   }
 
   func removeUrgencyObserver(_ id: UInt64) {
-    _ = inFlight.withLock { $0.urgencyObservers.removeValue(forKey: id) }
+    loadTable.removeUrgencyObserver(id)
   }
 
   /// Returns once at least `count` background loads wait for urgent work to end (for tests:
   /// `AsyncCacheTesting` offers it as `waitForLoadsWaitingForUrgentWork(_:)`).
   package func waitForGate(_ count: Int) async {
-    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-      if !inFlight.withLock({ $0.watchGate(count: count, continuation: continuation) }) {
-        continuation.resume()
-      }
-    }
+    await loadTable.waitUntil { $0.loadsAtGate >= count }
   }
 
   // MARK: Prefetching
@@ -72,7 +62,7 @@ extension LoadingCache {
         try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<LoadSource, any Error>) in
           // Taken now, as a request takes its own: waiters join in identifier order.
           let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
-          let joined = inFlight.withLock {
+          let joined = loadTable.withLock {
             state -> (failure: (any Error)?, escalate: Task<Void, Never>?, priority: TaskPriority) in
             let priority = Task.currentPriority
             // Checked under the lock: `withdraw` sets the flag before it takes the lock, so
@@ -126,11 +116,11 @@ extension LoadingCache {
   /// Safe from any context; withdrawing twice, or after the prefetch ended, does nothing.
   func withdraw(_ ticket: PrefetchTicket, for key: Key) {
     ticket.isWithdrawn.store(true, ordering: .sequentiallyConsistent)
-    let (waiter, abandoned) = inFlight.withLock { state in
+    let (waiter, abandoned) = loadTable.withLock { state in
       // Read under the lock, where the prefetch joins: 0 when it has not joined (and never will).
       let id = ticket.waiter.load(ordering: .sequentiallyConsistent)
       guard id != 0 else {
-        return (LoadWaiter<Key, Value>?.none, InFlightLoadsStateMachine<Key, LoadWaiter<Key, Value>>.Abandoned?.none)
+        return (LoadWaiter<Key, Value>?.none, LoadTable<Key, Value>.Machine.Abandoned?.none)
       }
       let (waiter, abandoned) = state.cancel(waiter: id, key: key)
       if let token = abandoned?.token { overtake(token) }

@@ -48,7 +48,7 @@ import Testing
 
     let statistics = cache.statistics
     #expect(statistics.loadsInFlight == 0 && statistics.requestsWaiting == 0)
-    #expect(cache.inFlight.withLock { $0.isEmpty })
+    #expect(cache.loadTable.withLock { $0.isEmpty })
     // A load whose last request was cancelled ends on its own task, after that request
     // returned: its read ends then. Every read must end (a leak hangs here until the time limit).
     await cache.chain.coordinator.waitUntil { $0.isIdle }
@@ -139,7 +139,7 @@ import Testing
         }
       }
     }
-    #expect(cache.inFlight.withLock { $0.isEmpty })
+    #expect(cache.loadTable.withLock { $0.isEmpty })
     // Abandoned loads end on their own tasks; wait for their reads to end (see above).
     await cache.chain.coordinator.waitUntil { $0.isIdle }
     #expect(memory.invariantViolations.isEmpty)
@@ -194,8 +194,11 @@ import Testing
       }
     }
     await cache.chain.coordinator.waitUntil { $0.isIdle }
-    let leftovers = cache.inFlight.withLock { state in
-      (state.isEmpty, state.batches.count, state.gates.count, state.urgentLoads, state.watchers.count)
+    let leftovers = cache.loadTable.state.withLock { state in
+      let machine = state.machine
+      return (
+        machine.isEmpty, machine.batches.count, machine.gates.count, machine.urgentLoads, state.watchers.waiting.count
+      )
     }
     #expect(leftovers == (true, 0, 0, 0, 0))
     #expect(memory.invariantViolations.isEmpty)

@@ -139,7 +139,7 @@ import Testing
     }
     #expect(origin.wasCancelled("k"), "the gated origin observed its cancellation")
     #expect(cache.statistics.loadsInFlight == 0 && cache.statistics.requestsWaiting == 0)
-    #expect(cache.inFlight.withLock { $0.isEmpty })
+    #expect(cache.loadTable.withLock { $0.isEmpty })
 
     let next = Task { try await cache.value(for: "k") }
     await origin.waitForFetches(1, for: "k")
@@ -199,7 +199,7 @@ import Testing
     request.cancel()
     #expect(await request.result.isCancellation)
     #expect(origin.wasCancelled("k"), "its last waiter left, so the load was cancelled")
-    #expect(cache.inFlight.withLock { $0.isEmpty })
+    #expect(cache.loadTable.withLock { $0.isEmpty })
     #expect(memory.value(for: "k") == 5)
   }
 

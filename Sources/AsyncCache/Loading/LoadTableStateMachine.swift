@@ -1,4 +1,4 @@
-/// The in-flight table of a ``LoadingCache``: at most one joinable load per key, and the
+/// The rules of a ``LoadingCache``'s ``LoadTable``: at most one joinable load per key, and the
 /// requests (waiters) that wait for each load.
 ///
 /// Rules (DESIGN.md, "Semantics"):
@@ -14,10 +14,13 @@
 ///   *gate* before it asks the origin while any urgent load is in flight, and goes through
 ///   as soon as it becomes urgent itself or the last urgent load ends.
 ///
-/// Pure and synchronous; continuations are stored here and handed back to be resumed outside
-/// the lock. Generic over the continuation type so that tests can drive it with plain values.
+/// Pure and synchronous: it stores continuations but never resumes them and calls no one. What
+/// must happen once its owner's lock is released (a gate to open, urgency observers to tell) is
+/// left in ``effects``, which the owner takes after each critical section; waiters to answer
+/// are returned by the calls that remove them. Generic over the continuation types so that tests
+/// can drive it with plain values.
 @usableFromInline
-struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
+struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
   @usableFromInline
   struct Load {
     @usableFromInline let key: Key
@@ -89,28 +92,45 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   /// Loads no longer joinable (a write detached them) but still answering their waiters.
   @usableFromInline var detached: [Key: [UInt64]] = [:]
   @usableFromInline var nextLoadID: UInt64 = 0
-  @usableFromInline var counters = LoadingCacheCounters()
-  /// Tasks waiting until a key has enough waiters (tests use this instead of polling).
-  @usableFromInline var watchers: [(key: Key, count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
+  @usableFromInline var counters = LoadCounters()
   /// The number of urgent loads (joinable or detached).
   @usableFromInline var urgentLoads = 0
-  /// Called, under the lock, each time ``urgentLoads`` becomes zero or stops being zero.
-  @usableFromInline var urgencyObservers: [UInt64: @Sendable () -> Void] = [:]
-  @usableFromInline var nextObserverID: UInt64 = 0
   /// Load tasks waiting for urgent work to end, by gate: the task's continuation and the
   /// loads it runs (one, or the live loads of a batch).
-  @usableFromInline var gates: [UInt64: (continuation: UnsafeContinuation<Void, any Error>, loads: [UInt64])] = [:]
+  @usableFromInline var gates: [UInt64: (continuation: Gate, loads: [UInt64])] = [:]
   @usableFromInline var nextGateID: UInt64 = 0
-  /// Tasks waiting until `count` loads wait at the gate (tests use this instead of polling).
-  @usableFromInline var gateWatchers: [(count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
   /// Loads that one task runs together (a batch origin call): the task, and how many of its
   /// loads are still in the table. The task is cancelled only when all of them are abandoned.
   @usableFromInline var batches: [UInt64: (task: Task<Void, Never>?, live: Int)] = [:]
   @usableFromInline var nextBatchID: UInt64 = 0
-  /// Tasks waiting until no load is in flight (tests use this instead of polling).
-  @usableFromInline var idleWatchers: [UnsafeContinuation<Void, Never>] = []
   /// The errors remembered by negative caching.
   @usableFromInline var negatives = NegativeEntries<Key>()
+  /// What the owner must do once its lock is released; see ``takeEffects()``.
+  @usableFromInline var effects = Effects()
+
+  /// What must happen after a critical section, outside the lock.
+  @usableFromInline
+  struct Effects {
+    /// Gates to open: each held task goes on, or stops with `CancellationError` when none of
+    /// its loads is wanted any more.
+    @usableFromInline var openedGates: [(gate: Gate, cancelled: Bool)] = []
+    /// ``urgentLoads`` became zero or stopped being zero: the urgency observers must be told.
+    @usableFromInline var urgencyChanged = false
+
+    @inlinable
+    init() {}
+
+    @inlinable
+    var isEmpty: Bool { openedGates.isEmpty && !urgencyChanged }
+  }
+
+  /// Returns the effects left by the calls since the last take, and forgets them.
+  @inlinable
+  mutating func takeEffects() -> Effects {
+    guard !effects.isEmpty else { return Effects() }
+    defer { effects = Effects() }
+    return effects
+  }
 
   @inlinable
   init() {}
@@ -135,7 +155,6 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     isUrgent: Bool = true,
     skipsTopLayer: Bool = false
   ) -> JoinResult {
-    defer { if !watchers.isEmpty { resumeSatisfiedWatchers() } }
     if let id = joinable[key] {
       counters.coalesced += 1
       let (becameUrgent, escalate) = loads[id]!.add(
@@ -291,18 +310,12 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
       held.loads.removeAll { $0 == id }
       if held.loads.isEmpty {
         gates[gate] = nil
-        held.continuation.resume(throwing: CancellationError())
+        effects.openedGates.append((held.continuation, cancelled: true))
       } else {
         gates[gate] = held
       }
     }
     if load.isUrgent { urgentLoadsDecreased() }
-    if loads.isEmpty, !idleWatchers.isEmpty {
-      // Resuming under the lock only enqueues the watcher, which checks again (a refresh may
-      // start in the same critical section).
-      for watcher in idleWatchers { watcher.resume() }
-      idleWatchers = []
-    }
     return load
   }
 
@@ -314,7 +327,7 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     guard let load = loads[id], load.isUrgent != wasUrgent else { return }
     if load.isUrgent {
       urgentLoads += 1
-      if urgentLoads == 1 { notifyUrgencyObservers() }
+      if urgentLoads == 1 { effects.urgencyChanged = true }
       // Promoted: it (and its batch) no longer waits for other urgent work.
       if let gate = load.gate { openGate(gate) }
     } else {
@@ -326,7 +339,7 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   mutating func urgentLoadsDecreased() {
     urgentLoads -= 1
     guard urgentLoads == 0 else { return }
-    notifyUrgencyObservers()
+    effects.urgencyChanged = true
     for gate in Array(gates.keys) { openGate(gate) }
   }
 
@@ -335,12 +348,7 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   mutating func openGate(_ gate: UInt64) {
     guard let held = gates.removeValue(forKey: gate) else { return }
     for id in held.loads { loads[id]?.gate = nil }
-    held.continuation.resume()
-  }
-
-  @usableFromInline
-  func notifyUrgencyObservers() {
-    for observer in urgencyObservers.values { observer() }
+    effects.openedGates.append((held.continuation, cancelled: false))
   }
 
   /// Makes the waiters of every load of `key` background: the loads no longer count as urgent,
@@ -369,7 +377,7 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
 
   /// The task running loads `ids` is about to ask the origin; decides whether it waits at a
   /// gate, holding `continuation` then.
-  mutating func enterGate(_ ids: [UInt64], continuation: UnsafeContinuation<Void, any Error>) -> GateDecision {
+  mutating func enterGate(_ ids: [UInt64], continuation: Gate) -> GateDecision {
     let live = ids.filter { loads[$0] != nil }
     guard !live.isEmpty else { return .abandoned }
     // A refresh does not wait: a busy service always has urgent loads in flight, and its stale
@@ -380,12 +388,11 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
     nextGateID &+= 1
     gates[nextGateID] = (continuation, live)
     for id in live { loads[id]!.gate = nextGateID }
-    if !gateWatchers.isEmpty { resumeSatisfiedGateWatchers() }
     return .held(nextGateID)
   }
 
   /// Takes back the continuation held at `gate` (its task was cancelled), if still held.
-  mutating func leaveGate(_ gate: UInt64) -> UnsafeContinuation<Void, any Error>? {
+  mutating func leaveGate(_ gate: UInt64) -> Gate? {
     guard let held = gates.removeValue(forKey: gate) else { return nil }
     for id in held.loads { loads[id]?.gate = nil }
     return held.continuation
@@ -393,23 +400,6 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
 
   /// The number of loads waiting at the gate.
   var loadsAtGate: Int { gates.values.reduce(0) { $0 + $1.loads.count } }
-
-  /// Registers a watcher resumed once `count` loads wait at the gate; returns `false` when
-  /// they do already.
-  mutating func watchGate(count: Int, continuation: UnsafeContinuation<Void, Never>) -> Bool {
-    if loadsAtGate >= count { return false }
-    gateWatchers.append((count, continuation))
-    return true
-  }
-
-  mutating func resumeSatisfiedGateWatchers() {
-    let held = loadsAtGate
-    gateWatchers.removeAll { watcher in
-      guard held >= watcher.count else { return false }
-      watcher.continuation.resume()
-      return true
-    }
-  }
 
   /// Makes the load of `key`, if any, unjoinable: later requests start afresh.
   @inlinable
@@ -431,29 +421,6 @@ struct InFlightLoadsStateMachine<Key: Hashable & Sendable, Continuation> {
   func waiterCount(for key: Key) -> Int {
     let ids = (joinable[key].map { [$0] } ?? []) + (detached[key] ?? [])
     return ids.reduce(0) { $0 + (loads[$1]?.waiters.count ?? 0) }
-  }
-
-  /// Registers a watcher resumed once `key` has `count` waiters; returns `false` when it has
-  /// them already.
-  @inlinable
-  mutating func watch(_ key: Key, count: Int, continuation: UnsafeContinuation<Void, Never>) -> Bool {
-    if waiterCount(for: key) >= count { return false }
-    watchers.append((key, count, continuation))
-    return true
-  }
-
-  @usableFromInline
-  mutating func resumeSatisfiedWatchers() {
-    var remaining: [(key: Key, count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
-    for watcher in watchers {
-      // Resuming under the lock is fine here: the continuation only enqueues the watcher's task.
-      if waiterCount(for: watcher.key) >= watcher.count {
-        watcher.continuation.resume()
-      } else {
-        remaining.append(watcher)
-      }
-    }
-    watchers = remaining
   }
 }
 
@@ -529,7 +496,7 @@ struct Waiters<Continuation> {
 
 /// Counters kept with the in-flight table.
 @usableFromInline
-struct LoadingCacheCounters: Sendable {
+struct LoadCounters: Sendable {
   @usableFromInline var loads = 0
   @usableFromInline var coalesced = 0
   @usableFromInline var failures = 0
@@ -554,6 +521,7 @@ struct LoadingCacheCounters: Sendable {
   init() {}
 }
 
-extension InFlightLoadsStateMachine: Sendable where Continuation: Sendable {}
-extension InFlightLoadsStateMachine.Load: Sendable where Continuation: Sendable {}
+extension LoadTableStateMachine: Sendable where Continuation: Sendable, Gate: Sendable {}
+extension LoadTableStateMachine.Load: Sendable where Continuation: Sendable, Gate: Sendable {}
 extension Waiters: Sendable where Continuation: Sendable {}
+extension LoadTableStateMachine.Effects: Sendable where Gate: Sendable {}

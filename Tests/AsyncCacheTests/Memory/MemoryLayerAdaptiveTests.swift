@@ -237,7 +237,9 @@ enum AdaptiveTrace {
     let final = Self.share(of: adaptive)
     #expect(shrunk < grown / 2, "the window's share went from \(grown) to \(shrunk)")
     #expect(final < grown / 4, "the window's share went from \(grown) to \(shrunk), then \(final)")
-    #expect(adaptiveRatio >= tinyLFURatio - 1, "adaptive \(adaptiveRatio)%, W-TinyLFU \(tinyLFURatio)%")
+    // Hashes, so admissions, differ from run to run: over 10 runs the difference was -0.93 to
+    // +0.37 points (the stuck window cost 2 to 5).
+    #expect(adaptiveRatio >= tinyLFURatio - 1.5, "adaptive \(adaptiveRatio)%, W-TinyLFU \(tinyLFURatio)%")
     #expect(adaptive.invariantViolations.isEmpty)
   }
 

@@ -1,0 +1,137 @@
+extension LoadingCache {
+  /// Expiry of loaded values, retries, and the clock it is read from.
+  ///
+  /// An entry the cache stores is *fresh* for its lifetime (``timeToLive``, or what
+  /// ``timeToLiveForValue`` says, shortened by ``timeToLiveJitter``), then *stale* for a grace
+  /// period, the longer of ``staleWhileRevalidate`` and ``staleIfError``, then *expired*. The
+  /// grace is part of the expiry the layers store, so every layer keeps a stale entry until it
+  /// expires and a back-filled copy expires with its source. See <doc:FreshnessAndStatistics>.
+  public struct Configuration: Sendable {
+    /// How long values from the origin (and inserted values without their own time-to-live)
+    /// stay fresh; `nil` for ever. Positive. Layers may keep them for less.
+    public var timeToLive: Duration?
+    /// The lifetime of each loaded value, when it depends on the value (an HTTP response's
+    /// `max-age`, say); `nil` from the closure for a value that never expires. When set,
+    /// ``timeToLive`` applies to inserted values only. With ``refreshAhead``, it is also called
+    /// on reads of entries that expire, to find their lifetime. Default `nil`.
+    public var timeToLiveForValue: (@Sendable (Key, Value) -> Duration?)?
+    /// The share of a loaded value's lifetime taken off at random, in `0..<1`, so that values
+    /// loaded together do not expire together: with 0.1, a 10-minute lifetime becomes 9 to 10
+    /// minutes. Default 0.
+    public var timeToLiveJitter: Double
+    /// How long after it turns stale an entry is still served at once, while one background
+    /// load refreshes it (stale-while-revalidate). Default zero: a stale entry is not served.
+    public var staleWhileRevalidate: Duration
+    /// How long after it turns stale an entry is kept to be served when a load of its key fails
+    /// (stale-if-error); each such failure is reported as ``LoadEvent/servedStale(key:error:)``.
+    /// Default zero.
+    public var staleIfError: Duration
+    /// The share of its lifetime, in `0<..<1`, after which reading a fresh entry refreshes it
+    /// in the background, so that entries read often never turn stale. Default `nil`: none.
+    ///
+    /// Layers store no write time, so a refresh falls due when the fresh time left is at most
+    /// `1 - refreshAhead` of the configured lifetime, less ``timeToLiveJitter``'s largest cut:
+    /// with 0.8 and no jitter, at 80% of the lifetime, to the nanosecond (reckoned in integer
+    /// nanoseconds), as the hit's clock reads it (``CacheClock/coarseNow``: see
+    /// <doc:FreshnessAndStatistics>). An entry inserted with a much shorter time-to-live than
+    /// the configured one falls due sooner.
+    public var refreshAhead: Double?
+    /// Whether reading an entry extends its life (sliding expiry), so that entries read often
+    /// never expire and idle ones do. Default `false`.
+    ///
+    /// A request that finds a fresh entry with less than half of its lifetime left (the same
+    /// reckoning as ``refreshAhead`` at 0.5) extends it to a full lifetime from now: in the top
+    /// ``MemoryLayer`` at once, and in the layers below in the background, a write since the read
+    /// winning. So an entry read at least once every half lifetime never expires, one unread for
+    /// a full lifetime always does, and each key costs the layers below at most one write per
+    /// half lifetime. A load that finds such an entry below the top extends it in every layer.
+    /// The writes below are best effort: one overtaken by a write of the key (or by a load's
+    /// value) is dropped, and the next extension makes up for it. An extension overtakes
+    /// nothing: a load that starts while it is written below still stores its value, after it.
+    /// Needs ``timeToLive`` or ``timeToLiveForValue``; cannot be combined with ``refreshAhead``.
+    public var slidingExpiration: Bool
+    /// Which origin errors are remembered, and for how long; `nil` (the default) for none.
+    public var negativeCaching: NegativeCachingPolicy?
+    /// The clock expiry is computed from, and retry delays are slept on. Default ``WallClock``.
+    ///
+    /// A top ``MemoryLayer`` tells whether a hit is fresh by its own clock's
+    /// ``CacheClock/coarseNow`` (read once per hit of an entry that expires, and shared by the
+    /// freshness rules): give both the same clock. Refresh-ahead and sliding-expiry points are
+    /// compared in integer nanoseconds, exact under `ManualClock`.
+    public var clock: any CacheClock
+    /// When the origin is asked again after it fails. Default ``RetryPolicy/never``.
+    public var retryPolicy: RetryPolicy
+    /// Called with every ``LoadEvent`` (retries, final failures, stale values served after a
+    /// failure), on the load's task: keep it short. Default `nil`.
+    public var onLoadEvent: (@Sendable (LoadEvent<Key>) -> Void)?
+    /// Where the cache logs its loads, retries and memory-pressure changes (see <doc:CacheLogging>);
+    /// also used by the chain that ``LoadingCache/init(layers:origin:batchOrigin:configuration:)``
+    /// builds, and by the cache's prefetchers unless they have a logger of their own. Default
+    /// ``CacheLogger/disabled``. Hits never log.
+    public var logger: CacheLogger
+    /// Where jitter draws from: a number in `0..<1` per call. Tests replace it.
+    package var randomUnit: @Sendable () -> Double = { Double.random(in: 0..<1) }
+
+    /// Creates a configuration.
+    public init(
+      timeToLive: Duration? = nil,
+      staleWhileRevalidate: Duration = .zero,
+      staleIfError: Duration = .zero,
+      refreshAhead: Double? = nil,
+      slidingExpiration: Bool = false,
+      timeToLiveJitter: Double = 0,
+      timeToLiveForValue: (@Sendable (Key, Value) -> Duration?)? = nil,
+      negativeCaching: NegativeCachingPolicy? = nil,
+      clock: any CacheClock = WallClock(),
+      retryPolicy: RetryPolicy = .never,
+      onLoadEvent: (@Sendable (LoadEvent<Key>) -> Void)? = nil,
+      logger: CacheLogger = .disabled
+    ) {
+      self.timeToLive = timeToLive
+      self.staleWhileRevalidate = staleWhileRevalidate
+      self.staleIfError = staleIfError
+      self.refreshAhead = refreshAhead
+      self.slidingExpiration = slidingExpiration
+      self.timeToLiveJitter = timeToLiveJitter
+      self.timeToLiveForValue = timeToLiveForValue
+      self.negativeCaching = negativeCaching
+      self.clock = clock
+      self.retryPolicy = retryPolicy
+      self.onLoadEvent = onLoadEvent
+      self.logger = logger
+    }
+
+    /// Throws ``AsyncCacheError/Code/invalidConfiguration`` naming the first value out of range.
+    func validate() throws {
+      if let timeToLive, timeToLive <= .zero {
+        throw AsyncCacheError.invalidConfiguration("LoadingCache timeToLive is \(timeToLive); it must be positive")
+      }
+      guard staleWhileRevalidate >= .zero else {
+        throw AsyncCacheError.invalidConfiguration(
+          "LoadingCache staleWhileRevalidate is \(staleWhileRevalidate); it must be zero or more")
+      }
+      guard staleIfError >= .zero else {
+        throw AsyncCacheError.invalidConfiguration(
+          "LoadingCache staleIfError is \(staleIfError); it must be zero or more")
+      }
+      if let refreshAhead, !(refreshAhead > 0 && refreshAhead < 1) {
+        throw AsyncCacheError.invalidConfiguration(
+          "LoadingCache refreshAhead is \(refreshAhead); it must be in 0<..<1")
+      }
+      if slidingExpiration, refreshAhead != nil {
+        throw AsyncCacheError.invalidConfiguration(
+          "LoadingCache slidingExpiration and refreshAhead cannot be combined: an entry read late in its life "
+            + "is either extended or refreshed")
+      }
+      if slidingExpiration, timeToLive == nil, timeToLiveForValue == nil {
+        throw AsyncCacheError.invalidConfiguration(
+          "LoadingCache slidingExpiration needs a timeToLive or a timeToLiveForValue to extend entries by")
+      }
+      guard timeToLiveJitter >= 0, timeToLiveJitter < 1 else {
+        throw AsyncCacheError.invalidConfiguration(
+          "LoadingCache timeToLiveJitter is \(timeToLiveJitter); it must be in 0..<1")
+      }
+      try negativeCaching?.validate()
+    }
+  }
+}

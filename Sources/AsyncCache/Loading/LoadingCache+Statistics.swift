@@ -1,0 +1,135 @@
+extension LoadingCache {
+  /// Requests, loads, load times, freshness and eviction counters, per layer and for the whole
+  /// cache, and the size of the in-flight table. Safe from any context. O(layers + segments of
+  /// the chain's memory layers).
+  public var statistics: Statistics {
+    // Read before the top layer's counter: a declined hit counts there first, so it can only be
+    // seen there and not yet here (a brief overcount), never the other way round.
+    // The snapshot's histogram gets storage of its own, allocated before the lock: were the
+    // storage shared, the next load would copy it while holding the lock.
+    var loadTime = LoadTimeHistogram.allocated()
+    let (counters, loadsInFlight, requestsWaiting, urgentLoads, loadsAtGate, negativeEntries) = loadTable.withLock {
+      var counters = $0.counters
+      loadTime.copyContents(of: $0.counters.loadTime)
+      counters.loadTime = loadTime
+      return (counters, $0.loads.count, $0.waiterCount, $0.urgentLoads, $0.loadsAtGate, $0.negatives.count)
+    }
+    // Requests the top layer answered without a load: a memory layer counts them with its hits.
+    let topHits = (front?.store.totals.requestHits ?? 0) + synchronousHits.load(ordering: .relaxed)
+    var layers = chain.statistics.tiers.map { tier in
+      LayerStatistics(
+        name: tier.name, hits: tier.hits, misses: tier.misses, failures: tier.failures, evictions: EvictionCounts())
+    }
+    for (memory, tier) in chain.memoryLayers {
+      layers[tier].evictions = layers[tier].evictions + memory.statistics.evictions
+    }
+    // The top layer counted hits of entries the cache would not serve; those requests loaded.
+    let answeredAtTop = Swift.max(topHits - counters.declinedTopHits, 0)
+    layers[0].hits += answeredAtTop
+    return Statistics(
+      hits: answeredAtTop + counters.layerAnswers,
+      misses: counters.originAnswers,
+      loads: counters.loads,
+      coalescedRequests: counters.coalesced,
+      loadFailures: counters.failures,
+      loadTime: counters.loadTime,
+      retries: counters.retries,
+      cancelledRequests: counters.cancelledWaiters,
+      cancelledLoads: counters.cancelledLoads,
+      loadsInFlight: loadsInFlight,
+      requestsWaiting: requestsWaiting,
+      urgentLoadsInFlight: urgentLoads,
+      loadsWaitingForUrgentWork: loadsAtGate,
+      refreshes: counters.refreshes,
+      refreshesCoalesced: counters.refreshesCoalesced,
+      refreshFailures: counters.refreshFailures,
+      staleServed: counters.staleServed,
+      staleServedOnError: counters.staleServedOnError,
+      negativeHits: counters.negativeHits,
+      negativeEntries: negativeEntries,
+      evictions: layers.reduce(EvictionCounts()) { $0 + $1.evictions },
+      layers: layers
+    )
+  }
+
+  /// A snapshot of a loading cache's counters, for the whole cache and per layer.
+  ///
+  /// A *request* is a call of ``LoadingCache/value(for:)`` or one key of a bulk request;
+  /// ``LoadingCache/cachedValue(for:)`` peeks and prefetches are not requests. Each request is a
+  /// hit or a miss once it is answered; a request answered by negative caching is neither (it is
+  /// a ``negativeHits``), nor is one cancelled while it waited.
+  public struct Statistics: Sendable, Hashable {
+    /// Requests answered by a layer: by the top layer without a load (stale values served at
+    /// once included), or by a load that found the value in a layer below (or kept a stale one
+    /// when the origin failed).
+    public var hits: Int
+    /// Requests answered by a load that did not find the value in a layer: with the origin's
+    /// value, or with an error (the origin's, or a failing layer's).
+    public var misses: Int
+    /// The share of requests that were hits, from 0 to 1; 0 before any request.
+    public var hitRatio: Double { hits + misses == 0 ? 0 : Double(hits) / Double(hits + misses) }
+    /// Loads started (each asks the layers below the top and, on a miss there, the origin).
+    public var loads: Int
+    /// Requests that joined a load already in flight instead of starting one.
+    public var coalescedRequests: Int
+    /// Loads that ended with an error.
+    public var loadFailures: Int
+    /// How long loads took, from start to end on the cache's clock (waits for urgent work and
+    /// retry delays included); a load abandoned by all its requests is not recorded.
+    public var loadTime: LoadTimeHistogram
+    /// Origin calls made again after a transient failure (see ``RetryPolicy``): one per retry
+    /// of a load or of a batch.
+    public var retries: Int
+    /// Requests whose task was cancelled while they waited.
+    public var cancelledRequests: Int
+    /// Loads cancelled because their last request left.
+    public var cancelledLoads: Int
+    /// Loads running now (joinable or not).
+    public var loadsInFlight: Int
+    /// Requests (and prefetches) waiting now.
+    public var requestsWaiting: Int
+    /// Loads in flight that a request waits for (see ``LoadingCache`` on urgent work).
+    public var urgentLoadsInFlight: Int
+    /// Background loads holding back from the origin until the urgent work ends.
+    public var loadsWaitingForUrgentWork: Int
+    /// Background refreshes started, of stale entries and of entries read late in their
+    /// lifetime (``Configuration-swift.struct/refreshAhead``); each is also counted in ``loads``.
+    public var refreshes: Int
+    /// Refreshes not started because a load of the key was in flight already.
+    public var refreshesCoalesced: Int
+    /// Refreshes that failed; each is also counted in ``loadFailures``.
+    public var refreshFailures: Int
+    /// Stale values served at once (stale-while-revalidate): each request the top layer answered
+    /// with one, and each load that found one below it.
+    public var staleServed: Int
+    /// Loads that failed and kept a stale value, answering their requests with it instead of the
+    /// error (stale-if-error); refreshes included. Each is also counted in ``loadFailures``.
+    public var staleServedOnError: Int
+    /// Requests (each key of a bulk request, and prefetches) answered with an error remembered by
+    /// negative caching, without a load.
+    public var negativeHits: Int
+    /// Errors remembered by negative caching now (expired ones until they are found).
+    public var negativeEntries: Int
+    /// Entries evicted by the ``MemoryLayer``s of the chain (nested chains' included), by reason;
+    /// other layers report theirs in their own statistics.
+    public var evictions: EvictionCounts
+    /// Each layer of the chain, top first.
+    public var layers: [LayerStatistics]
+  }
+
+  /// A snapshot of one layer's counters, as the cache sees it.
+  public struct LayerStatistics: Sendable, Hashable {
+    /// The layer's name in the chain.
+    public var name: String
+    /// Lookups the layer answered: the chain's, during loads, and for the top layer also the
+    /// requests it answered without a load. A top ``MemoryLayer`` shared by several loading
+    /// caches counts the request hits of all of them.
+    public var hits: Int
+    /// The chain's lookups during loads that fell through the layer.
+    public var misses: Int
+    /// Failures of the layer, whatever its ``LayerFailurePolicy``.
+    public var failures: Int
+    /// Entries the layer evicted, by reason, if it is a ``MemoryLayer``; none otherwise.
+    public var evictions: EvictionCounts
+  }
+}

@@ -1,0 +1,115 @@
+import Testing
+
+@testable import AsyncCache
+
+@Suite struct WaitersTests {
+  @Test func outOfOrderArrivalsAreAnsweredInIdentifierOrder() {
+    var waiters = Waiters<Int>()
+    for id in [1, 2, 4, 3, 5, 7, 6] as [UInt64] { waiters.append(id, Int(id)) }
+    #expect(waiters.continuations == [1, 2, 3, 4, 5, 6, 7])
+    #expect(waiters.count == 7)
+  }
+
+  @Test func removalsLeaveTheOthersInOrderAndCompact() {
+    var waiters = Waiters<Int>()
+    for id in 1...100 { waiters.append(UInt64(id), id) }
+    for id in stride(from: 1, through: 100, by: 2) { #expect(waiters.remove(UInt64(id)) == id) }
+    #expect(waiters.remove(1) == nil, "removing twice finds nothing")
+    #expect(!waiters.contains(3) && waiters.contains(4))
+    for id in stride(from: 2, through: 60, by: 2) { _ = waiters.remove(UInt64(id)) }
+    #expect(waiters.continuations == Array(stride(from: 62, through: 100, by: 2)))
+    #expect(waiters.count == 20)
+  }
+}
+
+@Suite struct LoadTableStateMachineTests {
+  typealias Machine = LoadTableStateMachine<String, Int, Int>
+
+  @Test func requestsForAKeyShareOneLoad() {
+    var machine = Machine()
+    guard case .started(let id) = machine.join("k", waiter: 1, continuation: 1, priority: .medium) else {
+      Issue.record("the first request starts a load")
+      return
+    }
+    guard case .joined(nil) = machine.join("k", waiter: 2, continuation: 2, priority: .low) else {
+      Issue.record("the second request joins without escalation")
+      return
+    }
+    #expect(machine.waiterCount(for: "k") == 2)
+    let result29 = machine.finish(id, failed: false)
+    #expect(Set(result29) == [1, 2])
+    #expect(machine.isEmpty)
+    #expect(machine.counters.loads == 1 && machine.counters.coalesced == 1)
+  }
+
+  @Test func waitersAreAnsweredInArrivalOrder() {
+    var machine = Machine()
+    guard case .started(let id) = machine.join("k", waiter: 1, continuation: 1, priority: .medium) else { return }
+    for waiter in 2...200 { _ = machine.join("k", waiter: UInt64(waiter), continuation: waiter, priority: .medium) }
+    _ = machine.cancel(waiter: 50, key: "k")
+    #expect(machine.finish(id, failed: false) == Array(1...200).filter { $0 != 50 })
+  }
+
+  @Test func aWaiterOfADetachedLoadCanStillLeave() {
+    var machine = Machine()
+    guard case .started(let old) = machine.join("k", waiter: 1, continuation: 1, priority: .medium) else { return }
+    _ = machine.join("k", waiter: 2, continuation: 2, priority: .medium)
+    machine.detach("k")
+    guard case .started(let new) = machine.join("k", waiter: 3, continuation: 3, priority: .medium) else { return }
+    let cancelled = machine.cancel(waiter: 1, key: "k")
+    #expect(cancelled.continuation == 1 && cancelled.abandoned == nil)
+    #expect(machine.waiterCount(for: "k") == 2)
+    #expect(machine.finish(old, failed: false) == [2])
+    #expect(machine.finish(new, failed: false) == [3])
+    #expect(machine.isEmpty)
+  }
+
+  @Test func aCancelledWaiterLeavesAloneAndTheLastOneAbandonsTheLoad() {
+    var machine = Machine()
+    guard case .started(let id) = machine.join("k", waiter: 1, continuation: 1, priority: .medium) else { return }
+    _ = machine.join("k", waiter: 2, continuation: 2, priority: .medium)
+    let first = machine.cancel(waiter: 1, key: "k")
+    #expect(first.continuation == 1 && first.abandoned == nil)
+    let result30 = machine.cancel(waiter: 1, key: "k")
+    #expect(result30.continuation == nil, "cancelling twice finds nothing")
+    let last = machine.cancel(waiter: 2, key: "k")
+    #expect(last.continuation == 2 && last.abandoned != nil)
+    #expect(machine.isEmpty, "the next request starts afresh")
+    let result31 = machine.finish(id, failed: true)
+    #expect(result31 == [], "a finished abandoned load answers no one")
+    #expect(machine.counters.cancelledLoads == 1 && machine.counters.failures == 0)
+  }
+
+  @Test func aDetachedLoadKeepsItsWaitersButTakesNoNewOnes() {
+    var machine = Machine()
+    guard case .started(let old) = machine.join("k", waiter: 1, continuation: 1, priority: .medium) else { return }
+    machine.detach("k")
+    guard case .started(let new) = machine.join("k", waiter: 2, continuation: 2, priority: .medium) else {
+      Issue.record("a request after a write starts a fresh load")
+      return
+    }
+    let result32 = machine.finish(old, failed: false)
+    #expect(result32 == [1])
+    #expect(machine.joinable["k"] == new, "the old load removed only its own record")
+    let result33 = machine.finish(new, failed: false)
+    #expect(result33 == [2])
+    #expect(machine.isEmpty)
+  }
+
+  @Test func aHigherPriorityRequestEscalatesTheLoad() {
+    var machine = Machine()
+    guard case .started(let id) = machine.join("k", waiter: 1, continuation: 1, priority: .low) else { return }
+    let task = Task<Void, Never> {}
+    machine.attach(task, token: ReadToken(key: "k", id: 0), to: id)
+    guard case .joined(let escalated?) = machine.join("k", waiter: 2, continuation: 2, priority: .medium) else {
+      Issue.record("a higher-priority request escalates")
+      return
+    }
+    #expect(escalated == task)
+    let notHigher = machine.escalate(waiter: 1, key: "k", to: .low)
+    #expect(notHigher == nil, "already running higher")
+    let higher = machine.escalate(waiter: 1, key: "k", to: .high)
+    #expect(higher == task, "a waiter escalated while waiting escalates its load")
+  }
+
+}
