@@ -2,9 +2,12 @@
 /// ``LoadTableStateMachine``, which decides, while this type does what the decisions call for.
 ///
 /// Every change goes through ``withLock(_:)``: the change runs under the lock, and once the lock
-/// is released the owner opens the gates the machine opened, tells the urgency observers that
-/// urgent work started or ended, and resumes the test watchers whose condition now holds. So no
-/// continuation is resumed and no observer is called while the table is locked.
+/// is released the owner starts the tasks of the loads the change registered (through its
+/// ``LoadRunner``, and attaches them), opens the gates the machine opened, tells the urgency
+/// observers that urgent work started or ended, and resumes the test watchers whose condition
+/// now holds. So no task is started, no continuation resumed and no observer called while the
+/// table is locked, and every kind of request (a request, a bulk request, a prefetch, a
+/// refresh) starts its load the same way.
 @usableFromInline
 final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline
@@ -15,6 +18,8 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     @usableFromInline var machine = Machine()
     @usableFromInline var observers = UrgencyObservers()
     @usableFromInline var watchers = StateWatchers<Machine>()
+    /// Runs the loads; weak, since the runner owns the table.
+    @usableFromInline weak var runner: (any LoadRunner<Key, Value>)?
 
     @inlinable
     init() {}
@@ -24,6 +29,11 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
 
   @inlinable
   init() {}
+
+  /// Sets who runs the loads (once, when the owner is initialized).
+  func setRunner(_ runner: some LoadRunner<Key, Value>) {
+    state.withLock { $0.runner = runner }
+  }
 
   /// Runs `body` on the state machine under the lock, then does what it left to do.
   @inlinable
@@ -35,12 +45,44 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       let ready = state.watchers.isEmpty ? [] : state.watchers.takeSatisfied(by: state.machine)
       return (result, effects, observers, ready)
     }
+    if !effects.startedLoads.isEmpty { start(effects.startedLoads) }
     for (gate, cancelled) in effects.openedGates {
       if cancelled { gate.resume(throwing: CancellationError()) } else { gate.resume() }
     }
     for observer in observers { observer() }
     for watcher in ready { watcher.resume() }
     return result
+  }
+
+  /// Starts the tasks of `loads` (registered by one change) through the runner, then attaches
+  /// them. A load that left the table before its task was attached (its requests left) has its
+  /// read overtaken, under the lock as when a load with a task is abandoned, so that no late
+  /// value is stored; a task whose loads all left is cancelled. A task whose loads were joined
+  /// at a higher priority meanwhile is escalated.
+  @usableFromInline
+  func start(_ loads: [Machine.StartedLoad]) {
+    guard let runner = state.withLock({ $0.runner }) else { return }
+    let launches = runner.launch(loads)
+    let (cancelled, escalations) = state.withLock { state in
+      var cancelled: [Task<Void, Never>] = []
+      var escalations: [(Task<Void, Never>, TaskPriority)] = []
+      for launch in launches {
+        if launch.isBatch {
+          let (gone, priority) = state.machine.attachBatch(launch.ids, task: launch.task, tokens: launch.tokens)
+          for index in gone { runner.overtake(launch.tokens[index]) }
+          if gone.count == launch.ids.count { cancelled.append(launch.task) }
+          if let priority, priority > launch.priority { escalations.append((launch.task, priority)) }
+        } else if let priority = state.machine.attach(launch.task, token: launch.tokens[0], to: launch.ids[0]) {
+          if priority > launch.priority { escalations.append((launch.task, priority)) }
+        } else {
+          runner.overtake(launch.tokens[0])
+          cancelled.append(launch.task)
+        }
+      }
+      return (cancelled, escalations)
+    }
+    for task in cancelled { task.cancel() }
+    for (task, priority) in escalations { escalate(task, to: priority) }
   }
 
   /// Registers `observer`, called each time urgent loads start being in flight or stop being;
@@ -67,6 +109,42 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       }
       if holds { continuation.resume() }
     }
+  }
+}
+
+/// Who runs the loads of a ``LoadTable``: its owner, the loading cache.
+@usableFromInline
+protocol LoadRunner<Key, Value>: AnyObject, Sendable {
+  associatedtype Key: Hashable & Sendable
+  associatedtype Value: Sendable
+
+  /// Starts a task for each of `loads` (registered by one change, in order), or one task for
+  /// several (a batch), each with its read tokens; does not touch the table.
+  func launch(_ loads: [LoadTable<Key, Value>.Machine.StartedLoad]) -> [LoadLaunch<Key>]
+
+  /// Marks the read of a load that left the table as overtaken, so that its late value is not
+  /// stored. Called under the table's lock.
+  func overtake(_ token: ReadToken<Key>)
+}
+
+/// The task that runs one load, or a batch of loads, and their read tokens, in the same order.
+@usableFromInline
+struct LoadLaunch<Key: Hashable & Sendable>: Sendable {
+  @usableFromInline let ids: [UInt64]
+  @usableFromInline let task: Task<Void, Never>
+  @usableFromInline let tokens: [ReadToken<Key>]
+  /// The priority the task was started at.
+  @usableFromInline let priority: TaskPriority
+  /// One task for several loads (a batch origin call).
+  @usableFromInline let isBatch: Bool
+
+  @usableFromInline
+  init(ids: [UInt64], task: Task<Void, Never>, tokens: [ReadToken<Key>], priority: TaskPriority, isBatch: Bool) {
+    self.ids = ids
+    self.task = task
+    self.tokens = tokens
+    self.priority = priority
+    self.isBatch = isBatch
   }
 }
 

@@ -83,8 +83,42 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
   enum JoinResult {
     /// The request joined a load; escalate its task when given.
     case joined(escalate: Task<Void, Never>?)
-    /// The request started load `id`; the caller must ``attach(_:token:to:)`` its task.
+    /// The request started load `id`, left in ``Effects/startedLoads`` for the owner to run.
     case started(id: UInt64)
+  }
+
+  /// Who waits for a load, which decides how it is run.
+  @usableFromInline
+  enum JoinKind: Sendable {
+    /// A request for one key: urgent.
+    case request
+    /// A bulk request: urgent, and its new loads may share one batch origin call.
+    case bulk
+    /// A prefetch: background work until a request joins.
+    case prefetch
+
+    @inlinable
+    var isUrgent: Bool { self != .prefetch }
+  }
+
+  /// A load registered in the table, whose task the owner must start and then attach (see
+  /// ``attach(_:token:to:)`` and ``attachBatch(_:task:tokens:)``).
+  @usableFromInline
+  struct StartedLoad: Sendable {
+    @usableFromInline let id: UInt64
+    @usableFromInline let key: Key
+    /// The priority to start its task at.
+    @usableFromInline let priority: TaskPriority
+    /// Started by a bulk request: it may be run with others in one batch origin call.
+    @usableFromInline let batchable: Bool
+
+    @inlinable
+    init(id: UInt64, key: Key, priority: TaskPriority, batchable: Bool) {
+      self.id = id
+      self.key = key
+      self.priority = priority
+      self.batchable = batchable
+    }
   }
 
   @usableFromInline var joinable: [Key: UInt64] = [:]
@@ -116,12 +150,14 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
     @usableFromInline var openedGates: [(gate: Gate, cancelled: Bool)] = []
     /// ``urgentLoads`` became zero or stopped being zero: the urgency observers must be told.
     @usableFromInline var urgencyChanged = false
+    /// Loads registered whose tasks must be started, in the order they were registered.
+    @usableFromInline var startedLoads: [StartedLoad] = []
 
     @inlinable
     init() {}
 
     @inlinable
-    var isEmpty: Bool { openedGates.isEmpty && !urgencyChanged }
+    var isEmpty: Bool { openedGates.isEmpty && !urgencyChanged && startedLoads.isEmpty }
   }
 
   /// Returns the effects left by the calls since the last take, and forgets them.
@@ -152,9 +188,10 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
     waiter: UInt64,
     continuation: Continuation,
     priority: TaskPriority,
-    isUrgent: Bool = true,
+    kind: JoinKind = .request,
     skipsTopLayer: Bool = false
   ) -> JoinResult {
+    let isUrgent = kind.isUrgent
     if let id = joinable[key] {
       counters.coalesced += 1
       let (becameUrgent, escalate) = loads[id]!.add(
@@ -169,14 +206,21 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
     loads[id] = Load(key: key, waiters: waiters, priority: priority, skipsTopLayer: skipsTopLayer)
     joinable[key] = id
     counters.loads += 1
+    effects.startedLoads.append(StartedLoad(id: id, key: key, priority: priority, batchable: kind == .bulk))
     if isUrgent { urgencyChanged(of: id, wasUrgent: false) }
     return .started(id: id)
   }
 
+  /// Attaches the task and read token of load `id`. Returns `nil` when the load left the table
+  /// meanwhile (its requests left, or it ended): the owner must cancel the task and overtake the
+  /// token. Otherwise returns the load's priority now, which requests that joined before the
+  /// task was attached may have raised.
   @inlinable
-  mutating func attach(_ task: Task<Void, Never>, token: ReadToken<Key>, to id: UInt64) {
-    loads[id]?.task = task
-    loads[id]?.token = token
+  mutating func attach(_ task: Task<Void, Never>, token: ReadToken<Key>, to id: UInt64) -> TaskPriority? {
+    guard loads[id] != nil else { return nil }
+    loads[id]!.task = task
+    loads[id]!.token = token
+    return loads[id]!.priority
   }
 
   /// The load of `key` that `waiter` waits for.
@@ -233,8 +277,9 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
   // MARK: Refreshes
 
   /// Starts a background refresh of `key`, unless a load of it is joinable already (which will
-  /// bring a fresh value as well). Returns the load's identifier; the caller must
-  /// ``attach(_:token:to:)`` its task.
+  /// bring a fresh value as well). Returns the load's identifier, left in
+  /// ``Effects/startedLoads`` for the owner to run.
+  @discardableResult
   mutating func startRefresh(_ key: Key, priority: TaskPriority) -> UInt64? {
     if let id = joinable[key] {
       counters.refreshesCoalesced += 1
@@ -252,6 +297,7 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
     joinable[key] = id
     counters.loads += 1
     counters.refreshes += 1
+    effects.startedLoads.append(StartedLoad(id: id, key: key, priority: priority, batchable: false))
     return id
   }
 
@@ -260,21 +306,31 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
 
   // MARK: Batches
 
-  /// Makes loads `ids` (just started) one batch, run by one task; returns the batch's identifier
-  /// for ``attachBatch(_:task:tokens:)``.
+  /// Makes the loads `ids` one batch, run by `task`, and attaches the task and each load's read
+  /// token. Returns the indices of the loads that left the table meanwhile (the owner must
+  /// overtake their tokens, and cancel the task when none is left: the batch is not recorded
+  /// then), and the highest priority of the others now.
   @usableFromInline
-  mutating func startBatch(_ ids: [UInt64]) -> UInt64 {
-    nextBatchID &+= 1
-    batches[nextBatchID] = (nil, ids.count)
-    for id in ids { loads[id]?.batch = nextBatchID }
-    return nextBatchID
-  }
-
-  /// Attaches the task of `batch` and the read token of each of its loads.
-  @usableFromInline
-  mutating func attachBatch(_ batch: UInt64, task: Task<Void, Never>, tokens: [(id: UInt64, token: ReadToken<Key>)]) {
-    batches[batch]?.task = task
-    for (id, token) in tokens { attach(task, token: token, to: id) }
+  mutating func attachBatch(
+    _ ids: [UInt64], task: Task<Void, Never>, tokens: [ReadToken<Key>]
+  ) -> (gone: [Int], priority: TaskPriority?) {
+    var gone: [Int] = []
+    var highest: TaskPriority?
+    let batch = nextBatchID &+ 1
+    for (index, id) in ids.enumerated() {
+      guard loads[id] != nil else {
+        gone.append(index)
+        continue
+      }
+      loads[id]!.task = task
+      loads[id]!.token = tokens[index]
+      loads[id]!.batch = batch
+      highest = Swift.max(highest ?? loads[id]!.priority, loads[id]!.priority)
+    }
+    guard gone.count < ids.count else { return (gone, nil) }
+    nextBatchID = batch
+    batches[batch] = (task, ids.count - gone.count)
+    return (gone, highest)
   }
 
   /// Whether load `id` is still in the table (not finished, not abandoned).

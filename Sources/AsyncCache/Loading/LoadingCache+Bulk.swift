@@ -126,7 +126,6 @@ extension LoadingCache {
             }
           }
           var escalations: [Task<Void, Never>] = []
-          var started: [(id: UInt64, key: Key)] = []
           joining: for key in keys where !remembered.contains(where: { $0.key == key }) {
             if !dependents.isEmpty {
               switch dependOnLoad(state.joinable[key], of: key, from: dependents) {
@@ -138,14 +137,12 @@ extension LoadingCache {
                 continue
               }
             }
-            switch state.join(key, waiter: waiter, continuation: .bulk(collector), priority: priority) {
+            switch state.join(key, waiter: waiter, continuation: .bulk(collector), priority: priority, kind: .bulk) {
             case .joined(let task): if let task { escalations.append(task) }
             case .started(let id):
-              started.append((id, key))
               if !dependents.isEmpty { dependencies.append(dependOnStartedLoad(id, from: dependents)) }
             }
           }
-          startLoads(started, priority: priority, in: &state)
           return (escalations, remembered)
         }
         for (key, error) in remembered { collector.deliver(.failure(error), for: key) }
@@ -158,33 +155,19 @@ extension LoadingCache {
     return dependencies
   }
 
-  /// Starts the loads `started` (new records in `state`): one batch task per batch with a
-  /// batch origin, one task per key without.
-  private func startLoads(
-    _ started: [(id: UInt64, key: Key)],
-    priority: TaskPriority,
-    in state: inout LoadTable<Key, Value>.Machine
-  ) {
-    guard let batchOrigin else {
-      for (id, key) in started {
-        let (task, token) = startLoad(id, key: key, priority: priority)
-        state.attach(task, token: token, to: id)
-      }
-      return
+  /// Starts one task for the loads of `started`, a batch of the loads a bulk request started:
+  /// their layers, then one `origin` call for the keys still missing.
+  func startBatch(
+    _ started: [LoadTable<Key, Value>.Machine.StartedLoad], origin: any AsyncBatchFetcher<Key, Value>
+  ) -> LoadLaunch<Key> {
+    let items = started.map { BatchItem(id: $0.id, key: $0.key, token: chain.coordinator.beginRead($0.key)) }
+    let priority = started.map(\.priority).max() ?? .medium
+    // The batch's body runs as each of its loads (see LoadDependencies).
+    let loads = items.map { LoadIdentity(table: ObjectIdentifier(loadTable), load: $0.id) }
+    let task = Task(priority: priority) {
+      await LoadDependencies.$current.withValue(.batch(loads)) { await self.runBatch(items, origin: origin) }
     }
-    let size = Swift.max(batchOrigin.maximumBatchSize, 1)
-    for start in stride(from: 0, to: started.count, by: size) {
-      let items = started[start..<Swift.min(start + size, started.count)].map { item in
-        BatchItem(id: item.id, key: item.key, token: chain.coordinator.beginRead(item.key))
-      }
-      let batch = state.startBatch(items.map(\.id))
-      // The batch's body runs as each of its loads (see LoadDependencies).
-      let loads = items.map { LoadIdentity(table: ObjectIdentifier(loadTable), load: $0.id) }
-      let task = Task(priority: priority) {
-        await LoadDependencies.$current.withValue(.batch(loads)) { await self.runBatch(items, origin: batchOrigin) }
-      }
-      state.attachBatch(batch, task: task, tokens: items.map { ($0.id, $0.token) })
-    }
+    return LoadLaunch(ids: items.map(\.id), task: task, tokens: items.map(\.token), priority: priority, isBatch: true)
   }
 
   /// Removes `waiter` from the loads of `keys`; cancels the loads (or batches) it was the last

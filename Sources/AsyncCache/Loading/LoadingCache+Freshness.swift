@@ -120,9 +120,7 @@ extension LoadingCache {
   func startRefresh(_ key: Key, in state: inout LoadTable<Key, Value>.Machine) {
     // A refresh is background work: it runs below the requests that read the stale value, and a
     // request that joins it raises it.
-    guard let id = state.startRefresh(key, priority: .utility) else { return }
-    let (task, token) = startLoad(id, key: key, priority: .utility)
-    state.attach(task, token: token, to: id)
+    state.startRefresh(key, priority: .utility)
   }
 
   /// A stale entry a load passed over (the one expiring last), with the index of its layer: the

@@ -42,7 +42,7 @@ public import Synchronization  // Atomic
 ///   that scrolled away but is still wanted.
 ///
 /// `LoadingCache` is a `final class` whose state lives behind locks. Safe from any context.
-public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Sendable, LoadRunner {
   /// The layers, top first.
   public let chain: CacheChain<Key, Value>
   /// Where values come from when no layer has them.
@@ -129,6 +129,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     self.configuration = configuration
     self.front = chain.front
     self.synchronousFront = chain.synchronousFront
+    loadTable.setRunner(self)
   }
 
   /// Creates a loading cache over `layers`, top first, whose failures are propagated.
@@ -360,8 +361,6 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
             return (nil, task, priority)
           case .started(let id):
             if !dependents.isEmpty { dependency = dependOnStartedLoad(id, from: dependents) }
-            let (task, token) = startLoad(id, key: key, priority: priority)
-            state.attach(task, token: token, to: id)
             return (nil, nil, priority)
           }
         }
@@ -382,6 +381,31 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       continuation?.resume(throwing: CancellationError())
       abandoned?.task?.cancel()
     }
+  }
+
+  /// Starts the tasks of `loads`, registered in the table by one change: one task per load, or,
+  /// with a ``batchOrigin``, one per batch of the loads a bulk request started.
+  @usableFromInline
+  func launch(_ loads: [LoadTable<Key, Value>.Machine.StartedLoad]) -> [LoadLaunch<Key>] {
+    var launches: [LoadLaunch<Key>] = []
+    var batchable: [LoadTable<Key, Value>.Machine.StartedLoad] = []
+    for load in loads {
+      if load.batchable, batchOrigin != nil {
+        batchable.append(load)
+      } else {
+        let (task, token) = startLoad(load.id, key: load.key, priority: load.priority)
+        launches.append(
+          LoadLaunch(ids: [load.id], task: task, tokens: [token], priority: load.priority, isBatch: false))
+      }
+    }
+    if let batchOrigin, !batchable.isEmpty {
+      let size = Swift.max(batchOrigin.maximumBatchSize, 1)
+      for start in stride(from: 0, to: batchable.count, by: size) {
+        let batch = Array(batchable[start..<Swift.min(start + size, batchable.count)])
+        launches.append(startBatch(batch, origin: batchOrigin))
+      }
+    }
+    return launches
   }
 
   /// Starts load `id` of `key`: registers its read with the chain and runs it in a task.

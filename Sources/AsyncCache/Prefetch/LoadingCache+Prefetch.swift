@@ -77,14 +77,10 @@ extension LoadingCache {
             ticket.waiter.store(waiter, ordering: .sequentiallyConsistent)
             let result = state.join(
               key, waiter: waiter, continuation: .prefetch(continuation), priority: priority,
-              isUrgent: false, skipsTopLayer: skipsTopLayer)
+              kind: .prefetch, skipsTopLayer: skipsTopLayer)
             switch result {
-            case .joined(let task):
-              return (nil, task, priority)
-            case .started(let id):
-              let (task, token) = startLoad(id, key: key, priority: priority)
-              state.attach(task, token: token, to: id)
-              return (nil, nil, priority)
+            case .joined(let task): return (nil, task, priority)
+            case .started: return (nil, nil, priority)
             }
           }
           if let failure = joined.failure {

@@ -96,19 +96,57 @@ import Testing
     #expect(machine.isEmpty)
   }
 
+  @Test func aLoadWhoseRequestsLeftBeforeItsTaskWasAttachedIsReportedGone() {
+    var machine = Machine()
+    guard case .started(let id) = machine.join("k", waiter: 1, continuation: 1, priority: .low) else { return }
+    let (continuation, abandoned) = machine.cancel(waiter: 1, key: "k")
+    #expect(continuation == 1)
+    #expect(abandoned != nil && abandoned?.task == nil, "no task to cancel yet")
+    #expect(machine.attach(Task {}, token: ReadToken(key: "k", id: 0), to: id) == nil, "the owner cancels it")
+    #expect(machine.isEmpty)
+  }
+
+  @Test func aBatchAttachesItsLiveLoadsAndIsCancelledWithItsLastOne() {
+    var machine = Machine()
+    var ids: [UInt64] = []
+    for (waiter, key) in zip([1, 2, 3] as [UInt64], ["a", "b", "c"]) {
+      guard
+        case .started(let id) = machine.join(
+          key, waiter: waiter, continuation: Int(waiter), priority: .low, kind: .bulk)
+      else { return }
+      ids.append(id)
+    }
+    #expect(machine.takeEffects().startedLoads.map(\.batchable) == [true, true, true])
+    _ = machine.cancel(waiter: 2, key: "b")
+    _ = machine.join("c", waiter: 4, continuation: 4, priority: .high)
+    let task = Task<Void, Never> {}
+    let tokens = ["a", "b", "c"].map { ReadToken(key: $0, id: 0) }
+    let (gone, priority) = machine.attachBatch(ids, task: task, tokens: tokens)
+    #expect(gone == [1], "b left before the batch's task was attached")
+    #expect(priority == .high, "c was joined at a higher priority meanwhile")
+    #expect(machine.cancel(waiter: 1, key: "a").abandoned?.task == nil, "c still wants the batch's task")
+    _ = machine.cancel(waiter: 3, key: "c")
+    #expect(machine.cancel(waiter: 4, key: "c").abandoned?.task == task, "the last load of the batch cancels it")
+    #expect(machine.isEmpty && machine.batches.isEmpty)
+  }
+
   @Test func aHigherPriorityRequestEscalatesTheLoad() {
     var machine = Machine()
     guard case .started(let id) = machine.join("k", waiter: 1, continuation: 1, priority: .low) else { return }
+    #expect(machine.takeEffects().startedLoads.map(\.id) == [id], "the owner starts the load's task")
+    // A request that joins before the task is attached raises the priority: the owner escalates
+    // the task it started at the first request's.
+    guard case .joined(nil) = machine.join("k", waiter: 3, continuation: 3, priority: .medium) else { return }
     let task = Task<Void, Never> {}
-    machine.attach(task, token: ReadToken(key: "k", id: 0), to: id)
-    guard case .joined(let escalated?) = machine.join("k", waiter: 2, continuation: 2, priority: .medium) else {
+    #expect(machine.attach(task, token: ReadToken(key: "k", id: 0), to: id) == .medium)
+    guard case .joined(let escalated?) = machine.join("k", waiter: 2, continuation: 2, priority: .high) else {
       Issue.record("a higher-priority request escalates")
       return
     }
     #expect(escalated == task)
-    let notHigher = machine.escalate(waiter: 1, key: "k", to: .low)
+    let notHigher = machine.escalate(waiter: 1, key: "k", to: .medium)
     #expect(notHigher == nil, "already running higher")
-    let higher = machine.escalate(waiter: 1, key: "k", to: .high)
+    let higher = machine.escalate(waiter: 1, key: "k", to: TaskPriority(rawValue: TaskPriority.high.rawValue + 1))
     #expect(higher == task, "a waiter escalated while waiting escalates its load")
   }
 
