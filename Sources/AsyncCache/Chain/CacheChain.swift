@@ -132,19 +132,19 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` when a layer whose policy is
   ///   ``LayerFailurePolicy/propagate`` fails; `CancellationError` when cancelled.
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
-    let token = coordinator.beginRead(key)
-    var tokenHandedOff = false
-    defer { if !tokenHandedOff { coordinator.endRead(token) } }
-    guard let (entry, tier) = try await locate(key) else { return nil }
-    if tier > 0 {
-      switch configuration.backfill {
-      case .awaited:
-        await backfill(entry, for: key, into: 0..<tier, token: token)
-      case .background:
-        tokenHandedOff = true
-        backfillInBackground(entry, for: key, into: 0..<tier, token: token)
-      }
+    let read = beginRead(key)
+    let found: (entry: CacheEntry<Value>, tier: Int)?
+    do {
+      found = try await locate(key)
+    } catch {
+      endRead(read)
+      throw error
     }
+    guard let (entry, tier) = found else {
+      endRead(read)
+      return nil
+    }
+    await endRead(read, copying: entry, into: 0..<tier)
     return entry
   }
 
@@ -217,6 +217,60 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     }
   }
 
+  // MARK: Read-through (also used by LoadingCache)
+
+  // A read-through is one read of the chain's write coordinator, from `beginRead` to one of
+  // the `endRead`s: the chain owns the token from start to end, and a write of the key while
+  // it runs overtakes it (it may still answer with what it found, but stores nothing).
+
+  /// Begins a read of `key`: the lookups, then the copies or the loaded value it stores.
+  nonisolated func beginRead(_ key: Key) -> ReadToken<Key> {
+    coordinator.beginRead(key)
+  }
+
+  /// Ends `read` without storing anything (nothing found, or the load failed).
+  nonisolated func endRead(_ read: ReadToken<Key>) {
+    coordinator.endRead(read)
+  }
+
+  /// Marks `read` as overtaken, so that it stores nothing (a load no one wants any more: a
+  /// fresh load may follow).
+  nonisolated func overtake(_ read: ReadToken<Key>) {
+    coordinator.overtake(read)
+  }
+
+  /// Ends `read`, which found `entry` (or extended it), by copying it into the layers in
+  /// `range`, unless a write overtook the read: awaited, or in a task of its own, per
+  /// ``Configuration-swift.struct/backfill``. A copy overtakes no other read (see
+  /// <doc:Semantics>).
+  nonisolated func endRead(_ read: ReadToken<Key>, copying entry: CacheEntry<Value>, into range: Range<Int>) async {
+    guard !range.isEmpty else { return endRead(read) }
+    guard configuration.backfill == .awaited else { return endReadInBackground(read, copying: entry, into: range) }
+    _ = await commit(entry, for: read.key, to: range, token: read, operation: .backfill)
+    endRead(read)
+  }
+
+  /// Ends `read` as ``endRead(_:copying:into:)`` does, always in a task of its own (a sliding
+  /// expiry's extension, decided on a hit that must not wait).
+  nonisolated func endReadInBackground(_ read: ReadToken<Key>, copying entry: CacheEntry<Value>, into range: Range<Int>)
+  {
+    guard !range.isEmpty else { return endRead(read) }
+    runInBackground {
+      _ = await self.commit(entry, for: read.key, to: range, token: read, operation: .backfill)
+      self.endRead(read)
+    }
+  }
+
+  /// Ends `read`, which loaded `entry` from the origin, by storing it in the layers in `range`,
+  /// unless a write overtook the read. Returns whether it stored it.
+  @discardableResult
+  nonisolated func endRead(_ read: ReadToken<Key>, storing entry: CacheEntry<Value>, into range: Range<Int>) async
+    -> Bool
+  {
+    defer { endRead(read) }
+    return await commit(entry, for: read.key, to: range, token: read, operation: .insert)
+  }
+
   // MARK: Building blocks (also used by LoadingCache)
 
   /// The first unexpired entry for `key` and the index of the layer that had it; no back-fill.
@@ -261,28 +315,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     return nil
   }
 
-  /// Copies `entry` into the layers in `range` (above the one that had it), unless a write
-  /// overtook `token`. Failures are recorded (and the key removed from the failed layer), never
-  /// thrown: the lookup that found the entry has succeeded.
-  nonisolated func backfill(
-    _ entry: CacheEntry<Value>, for key: Key, into range: Range<Int>, token: ReadToken<Key>
-  ) async {
-    _ = await commit(entry, for: key, to: range, token: token, operation: .backfill)
-  }
-
-  /// Starts ``backfill(_:for:into:token:)`` in a task of its own, which then ends the read of `token`.
-  nonisolated func backfillInBackground(
-    _ entry: CacheEntry<Value>, for key: Key, into range: Range<Int>, token: ReadToken<Key>
-  ) {
-    runInBackground {
-      await self.backfill(entry, for: key, into: range, token: token)
-      self.coordinator.endRead(token)
-    }
-  }
-
   /// Writes `entry` to the layers in `range` unless a write overtook `token` (or the task was
   /// cancelled while waiting for the key). Returns whether it wrote.
-  nonisolated func commit(
+  private nonisolated func commit(
     _ entry: CacheEntry<Value>,
     for key: Key,
     to range: Range<Int>,

@@ -160,7 +160,7 @@ extension LoadingCache {
   func startBatch(
     _ started: [LoadTable<Key, Value>.Machine.StartedLoad], origin: any AsyncBatchFetcher<Key, Value>
   ) -> LoadLaunch<Key> {
-    let items = started.map { BatchItem(id: $0.id, key: $0.key, token: chain.coordinator.beginRead($0.key)) }
+    let items = started.map { BatchItem(id: $0.id, key: $0.key, token: chain.beginRead($0.key)) }
     let priority = started.map(\.priority).max() ?? .medium
     // The batch's body runs as each of its loads (see LoadDependencies).
     let loads = items.map { LoadIdentity(table: ObjectIdentifier(loadTable), load: $0.id) }
@@ -204,7 +204,7 @@ extension LoadingCache {
         group.addTask {
           // A load abandoned meanwhile is not looked up, nor fetched.
           guard self.loadTable.withLock({ $0.isLive(item.id) }) else {
-            self.chain.coordinator.endRead(item.token)
+            self.chain.endRead(item.token)
             return nil
           }
           var fallback: Fallback?
@@ -226,7 +226,7 @@ extension LoadingCache {
     var fallbacks: [UInt64: Fallback] = [:]
     /// Answers the load of `item` with `error`, or with its stale value (stale-if-error).
     func fail(_ item: BatchItem<Key>, with error: any Error) {
-      chain.coordinator.endRead(item.token)
+      chain.endRead(item.token)
       if let stale = staleValue(after: error, fallback: fallbacks[item.id], key: item.key) {
         finish(item.id, key: item.key, startedAt: startedAt, with: .success(stale), staleAfter: error)
       } else {
@@ -240,18 +240,8 @@ extension LoadingCache {
       case .success(nil):
         missing.append(item)
       case .success(let (found, tier, state)?):
-        var tokenHandedOff = false
         let (entry, layers) = storing(found, state: state, for: item.key, foundIn: tier, top: 0)
-        if !layers.isEmpty {
-          switch chain.configuration.backfill {
-          case .awaited:
-            await chain.backfill(entry, for: item.key, into: layers, token: item.token)
-          case .background:
-            tokenHandedOff = true
-            chain.backfillInBackground(entry, for: item.key, into: layers, token: item.token)
-          }
-        }
-        if !tokenHandedOff { chain.coordinator.endRead(item.token) }
+        await chain.endRead(item.token, copying: entry, into: layers)
         finish(
           item.id, key: item.key, startedAt: startedAt, with: .success((entry.value, .layer(tier))),
           servedStale: state == .stale,
@@ -276,8 +266,7 @@ extension LoadingCache {
         }
         let entry = CacheEntry(value, expiresAt: loadedExpiry(for: item.key, value: value))
         // A key abandoned during the call is not stored: its read was overtaken.
-        _ = await chain.commit(entry, for: item.key, to: chain.tiers.indices, token: item.token, operation: .insert)
-        chain.coordinator.endRead(item.token)
+        await chain.endRead(item.token, storing: entry, into: chain.tiers.indices)
         finish(item.id, key: item.key, startedAt: startedAt, with: .success((value, .origin)))
       case .failure(let error):
         fail(item, with: error)

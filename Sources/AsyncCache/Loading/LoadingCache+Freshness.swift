@@ -54,24 +54,23 @@ extension LoadingCache {
   @usableFromInline
   func extend(_ key: Key, value: Value, expiry: Int64) {
     guard let front, let lifetime = lifetime(of: key, value) else { return }
-    let now = front.store.clock.now.nanosecondsSince1970
-    let extended = freshness.expiry(now: CacheInstant(nanosecondsSince1970: now), lifetime: lifetime)
-    let target = front.store.cappedExpiry(extended.nanosecondsSince1970, now: now)
+    var extended = CacheInstant(nanosecondsSince1970: expiry)
     // By half a lifetime at least: at most one extension per key per half lifetime, even when
     // the top layer's own time-to-live keeps cutting entries shorter than their lifetime.
-    guard target.subtractingReportingOverflow(expiry).partialValue >= lifetime.saturatingNanoseconds / 2 else {
-      return
-    }
+    let target = front.extendedExpiry(
+      from: expiry,
+      to: { now in
+        extended = freshness.expiry(now: now, lifetime: lifetime)
+        return extended
+      },
+      minimumGain: lifetime.saturatingNanoseconds / 2)
+    guard let target else { return }
     // Begun before the top layer moves: a write that ends after that overtakes it.
-    let token = chain.tiers.count > 1 ? chain.coordinator.beginRead(key) : nil
-    let moved = front.store.extendExpiry(of: key, from: expiry, to: target)
-    guard let token else { return }
-    if moved {
-      chain.backfillInBackground(
-        CacheEntry(value, expiresAt: extended), for: key, into: 1..<chain.tiers.count, token: token)
-    } else {
-      chain.coordinator.endRead(token)
-    }
+    let read = chain.tiers.count > 1 ? chain.beginRead(key) : nil
+    let moved = front.moveExpiry(of: key, from: expiry, to: target)
+    guard let read else { return }
+    guard moved else { return chain.endRead(read) }
+    chain.endReadInBackground(read, copying: CacheEntry(value, expiresAt: extended), into: 1..<chain.tiers.count)
   }
 
   /// The entry a load answers with, and the layers to store it in: `entry`, found in layer

@@ -15,7 +15,7 @@ extension LoadingCache {
       return (counters, $0.loads.count, $0.waiterCount, $0.urgentLoads, $0.loadsAtGate, $0.negatives.count)
     }
     // Requests the top layer answered without a load: a memory layer counts them with its hits.
-    let topHits = (front?.store.totals.requestHits ?? 0) + synchronousHits.load(ordering: .relaxed)
+    let topHits = (front?.requestHits ?? 0) + synchronousHits.load(ordering: .relaxed)
     var layers = chain.statistics.tiers.map { tier in
       LayerStatistics(
         name: tier.name, hits: tier.hits, misses: tier.misses, failures: tier.failures, evictions: EvictionCounts())

@@ -280,7 +280,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// the cache beyond that. The sequence ends when the cache is deinitialized, after the events
   /// already buffered.
   public func events(bufferingNewest limit: Int = 1_000) -> CacheEvents<Key> {
-    let hubs = [(hub: eventHub, layer: 0)] + chain.memoryLayers.map { (hub: $0.layer.store.eventHub, layer: $0.tier) }
+    let hubs = [(hub: eventHub, layer: 0)] + chain.memoryLayers.map { (hub: $0.layer.eventHub, layer: $0.tier) }
     return CacheEvents(capacity: limit, observing: hubs)
   }
 
@@ -418,7 +418,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// whose load waits for this one fails instead of waiting for ever.
   @usableFromInline
   func startLoad(_ id: UInt64, key: Key, priority: TaskPriority) -> (Task<Void, Never>, ReadToken<Key>) {
-    let token = chain.coordinator.beginRead(key)
+    let token = chain.beginRead(key)
     let load = LoadIdentity(table: ObjectIdentifier(loadTable), load: id)
     let task = Task(priority: priority) {
       await LoadDependencies.$current.withValue(.load(load)) { await self.run(id, key: key, token: token) }
@@ -456,7 +456,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// Marks the read of an abandoned load as overtaken, so that a late value is not stored.
   @usableFromInline
   func overtake(_ token: ReadToken<Key>) {
-    chain.coordinator.overtake(token)
+    chain.overtake(token)
   }
 
   /// The body of load `id`: the layers below, then the origin; then answers the waiters.
@@ -472,7 +472,6 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     let isRefresh = checksFreshness && loadTable.withLock { $0.isRefresh(id) }
     if eventHub.isObserved { eventHub.emit(isRefresh ? .refreshStarted(key: key) : .loadStarted(key: key)) }
     var result: Result<(Value, LoadSource), any Error>
-    var tokenHandedOff = false
     var refreshAfterwards = false
     var foundStale = false
     var fallback: Fallback?
@@ -483,24 +482,18 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         // A prefetch into the lower layers leaves the top layer alone.
         let top = tier > 0 && skipsTopLayer(id) ? 1 : 0
         let (entry, layers) = storing(entry, state: state, for: key, foundIn: tier, top: top)
-        if !layers.isEmpty {
-          switch chain.configuration.backfill {
-          case .awaited:
-            await chain.backfill(entry, for: key, into: layers, token: token)
-          case .background:
-            tokenHandedOff = true
-            chain.backfillInBackground(entry, for: key, into: layers, token: token)
-          }
-        }
+        await chain.endRead(token, copying: entry, into: layers)
         result = .success((entry.value, .layer(tier)))
       } else {
         let value = try await fetchRetrying(key, load: id)
         let entry = CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value))
         let top = skipsTopLayer(id) && chain.tiers.count > 1 ? 1 : 0
-        _ = await chain.commit(entry, for: key, to: top..<chain.tiers.count, token: token, operation: .insert)
+        await chain.endRead(token, storing: entry, into: top..<chain.tiers.count)
         result = .success((value, .origin))
       }
     } catch {
+      // Nothing was stored: the read ends here.
+      chain.endRead(token)
       result = .failure(error)
     }
     var staleAfter: (any Error)?
@@ -508,7 +501,6 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       result = .success(stale)
       staleAfter = error
     }
-    if !tokenHandedOff { chain.coordinator.endRead(token) }
     finish(
       id, key: key, startedAt: startedAt, with: result, servedStale: foundStale, staleAfter: staleAfter,
       thenRefresh: refreshAfterwards)

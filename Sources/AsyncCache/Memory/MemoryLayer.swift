@@ -103,6 +103,30 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     store.timedValue(for: key, countingRequest: countingRequest)
   }
 
+  /// The expiry an entry that expires at `expiry` gets when extended (a loading cache's sliding
+  /// expiry): `extended(now)`, by the layer's clock, or the layer's own time-to-live from now if
+  /// that comes first; `nil` when that gains less than `minimumGain` nanoseconds.
+  nonisolated func extendedExpiry(
+    from expiry: Int64, to extended: (_ now: CacheInstant) -> CacheInstant, minimumGain: Int64
+  ) -> Int64? {
+    let now = store.clock.now
+    let target = store.cappedExpiry(extended(now).nanosecondsSince1970, now: now.nanosecondsSince1970)
+    return target.subtractingReportingOverflow(expiry).partialValue >= minimumGain ? target : nil
+  }
+
+  /// Moves the expiry of the entry for `key` from `expiry` to `target` (nanoseconds since 1970)
+  /// if it still expires at `expiry` (no write replaced it); returns whether it moved. Does not
+  /// change recency or statistics.
+  nonisolated func moveExpiry(of key: Key, from expiry: Int64, to target: Int64) -> Bool {
+    store.extendExpiry(of: key, from: expiry, to: target)
+  }
+
+  /// The hits the layer counted as a loading cache's requests.
+  nonisolated var requestHits: Int { store.totals.requestHits }
+
+  /// Where the layer's evictions are reported while someone observes them.
+  nonisolated var eventHub: CacheEventHub<Key> { store.eventHub }
+
   /// Whether the layer holds an unexpired entry for `key`, without counting a hit or a miss and
   /// without changing its recency. Safe from any context. Never suspends.
   public nonisolated func contains(_ key: Key) -> Bool {
