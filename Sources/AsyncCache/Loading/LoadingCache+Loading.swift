@@ -1,0 +1,381 @@
+public import Synchronization  // Atomic, used by inlinable code
+
+// The life of a load: a request joins the load of its key or starts one; the load table starts
+// its task, which looks the key up in the layers below, then asks the origin, stores what it
+// found or loaded through the chain, and answers the waiters.
+extension LoadingCache {
+
+  // The path of a request that misses is inlinable, like the hit path, so that it is specialized
+  // for the caller's key and value types: unspecialized generic code costs metadata lookups and
+  // value-witness calls per request, which dominate when thousands of requests join one load.
+  // The work done once per load (`startLoad`, `run`) stays out of line.
+
+  /// Joins the load of `key` in flight or starts one, and waits for it.
+  @inlinable
+  nonisolated(nonsending) func load(_ key: Key) async throws -> Value {
+    let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
+    if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
+      // A request escalated while it waits raises its load's priority too.
+      return try await withTaskPriorityEscalationHandler {
+        try await self.wait(for: key, as: waiter)
+      } onPriorityEscalated: { _, newPriority in
+        if let task = self.loadTable.withLock({ $0.escalate(waiter: waiter, key: key, to: newPriority) }) {
+          escalate(task, to: newPriority)
+        }
+      }
+    } else {
+      return try await wait(for: key, as: waiter)
+    }
+  }
+
+  @inlinable
+  nonisolated(nonsending) func wait(for key: Key, as waiter: UInt64) async throws -> Value {
+    // The loads whose body makes this request, if any: it must not wait for one of them.
+    let dependents = LoadDependencies.loadsOfCurrentTask
+    var dependency: LoadIdentity?
+    defer { if let dependency { LoadDependencies.shared.remove(dependents, waitingFor: dependency) } }
+    return try await withTaskCancellationHandler {
+      try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, any Error>) in
+        // Decided under the lock: the cancellation flag is set before `onCancel` runs, so
+        // either this sees it and never joins, or `onCancel` finds the waiter.
+        let escalation = loadTable.withLock {
+          state -> (failure: (any Error)?, task: Task<Void, Never>?, priority: TaskPriority) in
+          // Read under the lock: an escalation after this finds the waiter registered.
+          let priority = Task.currentPriority
+          if Task.isCancelled { return (CancellationError(), nil, priority) }
+          if !state.negatives.isEmpty, let error = rememberedError(for: key, in: &state) {
+            return (error, nil, priority)
+          }
+          if !dependents.isEmpty {
+            switch dependOnLoad(state.joinable[key], of: key, from: dependents) {
+            case .success(let target): dependency = target
+            case .failure(let error): return (error, nil, priority)
+            }
+          }
+          switch state.join(key, waiter: waiter, continuation: .request(continuation), priority: priority) {
+          case .joined(let task):
+            return (nil, task, priority)
+          case .started(let id):
+            if !dependents.isEmpty { dependency = dependOnStartedLoad(id, from: dependents) }
+            return (nil, nil, priority)
+          }
+        }
+        if let failure = escalation.failure {
+          continuation.resume(throwing: failure)
+        } else if let task = escalation.task {
+          escalate(task, to: escalation.priority)
+        }
+      }
+    } onCancel: {
+      let (continuation, abandoned) = loadTable.withLock { state in
+        let (continuation, abandoned) = state.cancel(waiter: waiter, key: key)
+        // A late value of an abandoned load must not be stored: a fresh load may follow. Marked
+        // under the lock, so no later request can start that fresh load before it is marked.
+        if let token = abandoned?.token { overtake(token) }
+        return (continuation, abandoned)
+      }
+      continuation?.resume(throwing: CancellationError())
+      abandoned?.task?.cancel()
+    }
+  }
+
+  /// Starts the tasks of `loads`, registered in the table by one change: one task per load, or,
+  /// with a ``batchOrigin``, one per batch of the loads a bulk request started.
+  @usableFromInline
+  func launch(_ loads: [LoadTable<Key, Value>.Machine.StartedLoad]) -> [LoadLaunch<Key>] {
+    var launches: [LoadLaunch<Key>] = []
+    var batchable: [LoadTable<Key, Value>.Machine.StartedLoad] = []
+    for load in loads {
+      if load.batchable, batchOrigin != nil {
+        batchable.append(load)
+      } else {
+        let (task, token) = startLoad(load.id, key: load.key, priority: load.priority)
+        launches.append(
+          LoadLaunch(ids: [load.id], task: task, tokens: [token], priority: load.priority, isBatch: false))
+      }
+    }
+    if let batchOrigin, !batchable.isEmpty {
+      let size = Swift.max(batchOrigin.maximumBatchSize, 1)
+      for start in stride(from: 0, to: batchable.count, by: size) {
+        let batch = Array(batchable[start..<Swift.min(start + size, batchable.count)])
+        launches.append(startBatch(batch, origin: batchOrigin))
+      }
+    }
+    return launches
+  }
+
+  /// Starts load `id` of `key`: registers its read with the chain and runs it in a task.
+  ///
+  /// An unstructured task: it is shared, so it must not be cancelled with the request that
+  /// started it, but it inherits that request's task-local values (tracing context, the current
+  /// test), as single-flight loads conventionally run in the first caller's context.
+  ///
+  /// The body runs as the load's (see ``LoadDependencies``), so that a request it makes for a key
+  /// whose load waits for this one fails instead of waiting for ever.
+  @usableFromInline
+  func startLoad(_ id: UInt64, key: Key, priority: TaskPriority) -> (Task<Void, Never>, ReadToken<Key>) {
+    let token = chain.beginRead(key)
+    let load = LoadIdentity(table: ObjectIdentifier(loadTable), load: id)
+    let task = Task(priority: priority) {
+      await LoadDependencies.$current.withValue(.load(load)) { await self.run(id, key: key, token: token) }
+    }
+    return (task, token)
+  }
+
+  /// Records that `dependents` (the loads whose body makes a request for `key`) wait for `id`,
+  /// the joinable load of `key`, if there is one, and returns it; fails with
+  /// ``AsyncCacheError/Code/recursiveLoad`` when that load waits for one of them (or is one),
+  /// recording nothing. `nil` when no load of `key` is joinable: the request starts one, which
+  /// ``dependOnStartedLoad(_:from:)`` records. Called under the in-flight lock, on misses made
+  /// inside a load only.
+  @usableFromInline
+  func dependOnLoad(
+    _ id: UInt64?, of key: Key, from dependents: [LoadIdentity]
+  ) -> Result<LoadIdentity?, AsyncCacheError> {
+    guard let id else { return .success(nil) }
+    let target = LoadIdentity(table: ObjectIdentifier(loadTable), load: id)
+    guard LoadDependencies.shared.add(dependents, waitingFor: target, checkingCycles: true) else {
+      return .failure(.recursiveLoad(key))
+    }
+    return .success(target)
+  }
+
+  /// Records that `dependents` wait for load `id`, just started by their request: a new load
+  /// waits for nothing yet, so this closes no cycle.
+  @usableFromInline
+  func dependOnStartedLoad(_ id: UInt64, from dependents: [LoadIdentity]) -> LoadIdentity {
+    let target = LoadIdentity(table: ObjectIdentifier(loadTable), load: id)
+    _ = LoadDependencies.shared.add(dependents, waitingFor: target, checkingCycles: false)
+    return target
+  }
+
+  /// Marks the read of an abandoned load as overtaken, so that a late value is not stored.
+  @usableFromInline
+  func overtake(_ token: ReadToken<Key>) {
+    chain.overtake(token)
+  }
+
+  /// The body of load `id`: the layers below, then the origin; then answers the waiters.
+  ///
+  /// With freshness rules (<doc:FreshnessAndStatistics>), a stale entry a layer returns is
+  /// served at once while stale-while-revalidate allows it, and refreshed afterwards; otherwise
+  /// the lookup goes on to the layers below and the origin, keeping the stale entry to serve if
+  /// they fail (stale-if-error). A refresh serves nothing stale at once: it is the one that
+  /// brings the fresh value.
+  private func run(_ id: UInt64, key: Key, token: ReadToken<Key>) async {
+    let startedAt = configuration.clock.now
+    logLoadStarted(key)
+    let isRefresh = checksFreshness && loadTable.withLock { $0.isRefresh(id) }
+    if eventHub.isObserved { eventHub.emit(isRefresh ? .refreshStarted(key: key) : .loadStarted(key: key)) }
+    var result: Result<(Value, LoadSource), any Error>
+    var refreshAfterwards = false
+    var foundStale = false
+    var fallback: Fallback?
+    do {
+      if let (entry, tier, state) = try await locateForLoad(key, isRefresh: isRefresh, fallback: &fallback) {
+        refreshAfterwards = state == .stale || state == .refreshDue
+        foundStale = state == .stale
+        // A prefetch into the lower layers leaves the top layer alone.
+        let top = tier > 0 && skipsTopLayer(id) ? 1 : 0
+        let (entry, layers) = storing(entry, state: state, for: key, foundIn: tier, top: top)
+        await chain.endRead(token, copying: entry, into: layers)
+        result = .success((entry.value, .layer(tier)))
+      } else {
+        let value = try await fetchRetrying(key, load: id)
+        let entry = CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value))
+        let top = skipsTopLayer(id) && chain.tiers.count > 1 ? 1 : 0
+        await chain.endRead(token, storing: entry, into: top..<chain.tiers.count)
+        result = .success((value, .origin))
+      }
+    } catch {
+      // Nothing was stored: the read ends here.
+      chain.endRead(token)
+      result = .failure(error)
+    }
+    var staleAfter: (any Error)?
+    if case .failure(let error) = result, let stale = staleValue(after: error, fallback: fallback, key: key) {
+      result = .success(stale)
+      staleAfter = error
+    }
+    finish(
+      id, key: key, startedAt: startedAt, with: result, servedStale: foundStale, staleAfter: staleAfter,
+      thenRefresh: refreshAfterwards)
+  }
+
+  /// Removes load `id` of `key` from the table and answers its waiters; counts its requests as
+  /// hits or misses and records its duration, unless it was abandoned.
+  ///
+  /// - Parameters:
+  ///   - startedAt: When the load started, on the cache's clock.
+  ///   - servedStale: The load answers with a stale value at once (stale-while-revalidate).
+  ///   - staleAfter: The error the load failed with, when it answers with a stale value instead
+  ///     (stale-if-error).
+  ///   - thenRefresh: Start a background refresh of `key` once the load is out of the table, in
+  ///     the same critical section: no request can start a second one in between.
+  func finish(
+    _ id: UInt64,
+    key: Key,
+    startedAt: CacheInstant,
+    with result: Result<(Value, LoadSource), any Error>,
+    servedStale: Bool = false,
+    staleAfter: (any Error)? = nil,
+    thenRefresh: Bool = false
+  ) {
+    // A load that answers with a stale value after an error failed all the same.
+    let failed: Bool = if case .failure = result { true } else { staleAfter != nil }
+    logLoadFinished(key, with: result)
+    var negative: (error: any Error, expiry: Int64, limit: Int)?
+    if case .failure(let error) = result, let policy = configuration.negativeCaching,
+      !(error is CancellationError), !AsyncCacheError.isRecursiveLoad(error), policy.remembers(error)
+    {
+      let expiry = configuration.clock.now.advanced(by: policy.timeToLive).nanosecondsSince1970
+      negative = (error, expiry, policy.countLimit)
+    }
+    let duration = startedAt.duration(to: configuration.clock.now)
+    let answeredFromLayer: Bool = if case .success((_, .layer)) = result { true } else { false }
+    let waiters = loadTable.withLock { state in
+      // An abandoned load is out of the table: its requests left, and it is not counted. It
+      // ended as cancelled, whatever it brought.
+      guard state.loads[id] != nil else {
+        if eventHub.isObserved { eventHub.emit(.loadFailed(key: key, error: CancellationError(), duration: duration)) }
+        return [LoadWaiter<Key, Value>]()
+      }
+      state.counters.loadTime.record(duration)
+      // Reported before the load leaves the table, so before anyone can see it gone (the event
+      // locks are leaves).
+      if eventHub.isObserved { reportEnd(of: key, with: result, staleAfter: staleAfter, duration: duration) }
+      // A write during the load made it unjoinable: its error is as stale as its value, and no
+      // one asked for the key since, so nothing is refreshed.
+      let waiters = state.finish(id, failed: failed) { state in
+        if servedStale { state.counters.staleServed += 1 }
+        if staleAfter != nil { state.counters.staleServedOnError += 1 }
+        if let negative {
+          state.negatives.remember(negative.error, for: key, expiry: negative.expiry, limit: negative.limit)
+        }
+        if thenRefresh { startRefresh(key, in: &state) }
+      }
+      let requests = waiters.count { $0.isRequest }
+      if answeredFromLayer { state.counters.layerAnswers += requests } else { state.counters.originAnswers += requests }
+      return waiters
+    }
+    let value = result.map(\.0)
+    let source = result.map(\.1)
+    for waiter in waiters { waiter.resume(value: value, source: source, key: key) }
+  }
+
+  /// Reports the end of a load of `key`: with a value, an error, or an error and the stale value
+  /// served instead.
+  private func reportEnd(
+    of key: Key, with result: Result<(Value, LoadSource), any Error>, staleAfter: (any Error)?, duration: Duration
+  ) {
+    switch (result, staleAfter) {
+    case (.success, let error?):
+      eventHub.emit(.loadFailed(key: key, error: error, duration: duration))
+      eventHub.emit(.servedStale(key: key, error: error))
+    case (.success((_, let source)), nil):
+      eventHub.emit(.loadFinished(key: key, source: source, duration: duration))
+    case (.failure(let error), _):
+      eventHub.emit(.loadFailed(key: key, error: error, duration: duration))
+    }
+  }
+
+  /// Whether load `id` stores below the top layer only (read when it decides where to store).
+  private func skipsTopLayer(_ id: UInt64) -> Bool {
+    loadTable.withLock { $0.loads[id]?.skipsTopLayer ?? false }
+  }
+
+  /// Waits, if loads `ids` (one load, or a batch's) are background work, until no urgent load
+  /// is in flight or one of them is promoted.
+  ///
+  /// - Throws: `CancellationError` when the task is cancelled, or none of the loads is wanted
+  ///   any more (they were abandoned, and the task is about to be cancelled).
+  func waitForUrgentWork(loads ids: [UInt64]) async throws {
+    try await withTaskCancellationHandler {
+      try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
+        let decision = loadTable.withLock {
+          state -> LoadTable<Key, Value>.Machine.GateDecision in
+          Task.isCancelled ? .abandoned : state.enterGate(ids, continuation: continuation)
+        }
+        switch decision {
+        case .proceed: continuation.resume()
+        case .abandoned: continuation.resume(throwing: CancellationError())
+        case .held: break
+        }
+      }
+    } onCancel: {
+      let continuation = loadTable.withLock { state -> UnsafeContinuation<Void, any Error>? in
+        guard let gate = ids.first(where: { state.loads[$0]?.gate != nil }).flatMap({ state.loads[$0]?.gate })
+        else { return nil }
+        return state.leaveGate(gate)
+      }
+      continuation?.resume(throwing: CancellationError())
+    }
+  }
+
+  /// Asks the origin, again after transient failures, per the retry policy. Runs inside the
+  /// key's one load, so all its waiters share the loop.
+  private func fetchRetrying(_ key: Key, load id: UInt64) async throws -> Value {
+    try await retrying([key]) {
+      try await waitForUrgentWork(loads: [id])
+      return try await origin.fetch(key)
+    }
+  }
+
+  /// Runs `attempt` for the loads of `keys`, again after transient failures, per the retry
+  /// policy, and reports the retries and the final failure of each key.
+  func retrying<Success>(_ keys: [Key], _ attempt: () async throws -> Success) async throws -> Success {
+    try await retrying({ keys }, attempt)
+  }
+
+  /// Runs `attempt` as ``retrying(_:_:)-(_,_)`` does, reporting the keys `keys()` returns after
+  /// each failure (a batch's keys still wanted).
+  func retrying<Success>(_ keys: () -> [Key], _ attempt: () async throws -> Success) async throws -> Success {
+    let policy = configuration.retryPolicy
+    var attempts = 1
+    while true {
+      do {
+        return try await attempt()
+      } catch is CancellationError {
+        throw CancellationError()
+      } catch {
+        if Task.isCancelled { throw CancellationError() }
+        // A recursive load fails the same way however often it is tried.
+        let isFatal = AsyncCacheError.isRecursiveLoad(error) || policy.classify(error) == .fatal
+        // No delay either when the error asks for a longer one than the policy allows: give up.
+        let mayRetry = !isFatal && attempts < policy.maximumAttempts
+        let delay = mayRetry ? policy.delay(beforeRetry: attempts, after: error, unit: Double.random(in: 0..<1)) : nil
+        guard let delay else {
+          logGivingUp(on: keys(), attempts: attempts, error: error, isFatal: isFatal)
+          for key in keys() {
+            configuration.onLoadEvent?(.failed(key: key, attempts: attempts, error: error, isFatal: isFatal))
+          }
+          throw error
+        }
+        logRetry(of: keys(), attempt: attempts, error: error, delay: delay)
+        loadTable.withLock { $0.counters.retries += 1 }
+        for key in keys() {
+          configuration.onLoadEvent?(.retrying(key: key, attempt: attempts, error: error, delay: delay))
+          if eventHub.isObserved { eventHub.emit(.retrying(key: key, attempt: attempts, error: error, delay: delay)) }
+        }
+        let clock = configuration.clock
+        try await clock.sleep(until: clock.now.advanced(by: delay), tolerance: nil)
+        attempts += 1
+      }
+    }
+  }
+
+  /// The expiry of a value inserted now: `timeToLive`, or the configured one, then the grace.
+  func insertedExpiry(timeToLive: Duration?) -> CacheInstant? {
+    guard let lifetime = timeToLive ?? configuration.timeToLive else { return nil }
+    return freshness.expiry(now: configuration.clock.now, lifetime: lifetime)
+  }
+
+  /// The expiry of `value`, loaded for `key` now: its lifetime per the configuration, shortened
+  /// by jitter, then the grace.
+  func loadedExpiry(for key: Key, value: Value) -> CacheInstant? {
+    guard var lifetime = lifetime(of: key, value) else { return nil }
+    let jitter = configuration.timeToLiveJitter
+    if jitter > 0 { lifetime = lifetime * (1 - jitter * configuration.randomUnit()) }
+    return freshness.expiry(now: configuration.clock.now, lifetime: lifetime)
+  }
+}
