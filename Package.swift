@@ -56,33 +56,40 @@ let package = Package(
       path: "Tests/PersistenceTestSupport",
       swiftSettings: strict
     ),
+    // Helpers every test target shares: an event log, an error to throw on purpose.
+    .target(
+      name: "TestSupport",
+      dependencies: ["AsyncCache"],
+      path: "Tests/TestSupport",
+      swiftSettings: strict
+    ),
     .testTarget(
       name: "AsyncCacheTests",
-      dependencies: ["AsyncCache", "AsyncCacheTesting", "PersistenceTestSupport", "PersistenceProbe"],
+      dependencies: ["AsyncCache", "AsyncCacheTesting", "PersistenceTestSupport", "PersistenceProbe", "TestSupport"],
       swiftSettings: strict
     ),
     .testTarget(
       name: "AsyncCacheSQLiteTests",
       dependencies: [
         "AsyncCache", "AsyncCacheSQLite", "AsyncCacheTesting", "CSQLite", "PersistenceTestSupport",
-        "PersistenceProbe",
+        "PersistenceProbe", "TestSupport",
       ],
       swiftSettings: strict
     ),
     .testTarget(
       name: "AsyncCacheTestingTests",
-      dependencies: ["AsyncCache", "AsyncCacheTesting"],
+      dependencies: ["AsyncCache", "AsyncCacheTesting", "TestSupport"],
       swiftSettings: strict
     ),
     // Starts redis-server processes of its own on loopback ports (skipped without one, outside CI).
     .testTarget(
       name: "AsyncCacheRedisTests",
-      dependencies: ["AsyncCache", "AsyncCacheRedis", "AsyncCacheTesting", "PersistenceTestSupport"],
+      dependencies: ["AsyncCache", "AsyncCacheRedis", "AsyncCacheTesting", "PersistenceTestSupport", "TestSupport"],
       swiftSettings: strict),
     // Runs URLSessionFetcher against a small HTTP/1.1 server of its own on a loopback port.
     .testTarget(
       name: "AsyncCacheURLSessionTests",
-      dependencies: ["AsyncCache", "AsyncCacheTesting", "AsyncCacheURLSession"],
+      dependencies: ["AsyncCache", "AsyncCacheTesting", "AsyncCacheURLSession", "TestSupport"],
       swiftSettings: strict
     ),
   ],

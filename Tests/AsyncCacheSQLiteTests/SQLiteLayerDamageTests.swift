@@ -3,6 +3,7 @@ import AsyncCacheSQLite
 import AsyncCacheTesting
 import Foundation
 import PersistenceTestSupport
+import TestSupport
 import Testing
 
 /// RELIABILITY rows 7 and 8: damaged rows and files, older and newer schemas.
@@ -111,7 +112,7 @@ struct SQLiteLayerDamageTests {
       try handle.truncate(atOffset: 2048)
       try handle.close()
     }
-    let events = EventLog()
+    let events = EventLog<SQLiteLayerEvent>()
     let layer = try await SQLiteLayer<String, String>(
       url: url, configuration: .init(eventHandler: { events.append($0) }))
     #expect(try await layer.value(for: "a") == nil)
@@ -208,7 +209,7 @@ struct SQLiteLayerDamageTests {
       DROP TRIGGER entries_delete; DROP TRIGGER entries_update;
       DROP TABLE namespaces; ALTER TABLE entries DROP COLUMN written_at; PRAGMA user_version = 1;
       """)
-    let events = EventLog()
+    let events = EventLog<SQLiteLayerEvent>()
     let layer = try await SQLiteLayer<String, String>(
       url: url, configuration: .init(eventHandler: { events.append($0) }))
     #expect(try await layer.value(for: "a") == "one")
@@ -273,7 +274,7 @@ struct SQLiteLayerDamageTests {
         PRAGMA user_version = 7;
         """)
     }
-    let events = EventLog()
+    let events = EventLog<SQLiteLayerEvent>()
     let layer = try await SQLiteLayer<String, String>(
       url: url, configuration: .init(eventHandler: { events.append($0) }))
     #expect(try await layer.keys.isEmpty)
@@ -284,13 +285,6 @@ struct SQLiteLayerDamageTests {
     #expect(try RawDatabase(url).integer("SELECT count(*) FROM sqlite_master WHERE name LIKE 'future%'") == 0)
     #expect(events.all.contains { if case .schemaReset(7) = $0 { true } else { false } })
   }
-}
-
-/// Collects events from a handler that runs on another thread.
-final class EventLog: Sendable {
-  private let events = Locked<[SQLiteLayerEvent]>([])
-  func append(_ event: SQLiteLayerEvent) { events.withLock { $0.append(event) } }
-  var all: [SQLiteLayerEvent] { events.withLock { $0 } }
 }
 
 /// A small seeded generator for test data.

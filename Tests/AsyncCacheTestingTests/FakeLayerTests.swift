@@ -1,9 +1,9 @@
 import AsyncCache
 import AsyncCacheTesting
+import TestSupport
 import Testing
 
 @Suite(.timeLimit(.minutes(1))) struct FakeLayerTests {
-  struct Broken: Error, Equatable {}
 
   @Test func itStoresEntriesAndExpiresThemByItsClock() async throws {
     let clock = ManualClock()
@@ -17,13 +17,13 @@ import Testing
 
   @Test func scriptedFaultsThrowTheGivenNumberOfTimes() async throws {
     let layer = FakeLayer<String, Int>()
-    layer.fail(.insert, with: Broken(), times: 2)
-    await #expect(throws: Broken.self) { try await layer.insert(CacheEntry(1), for: "a") }
-    await #expect(throws: Broken.self) { try await layer.insert(CacheEntry(1), for: "a") }
+    layer.fail(.insert, with: TestError("broken"), times: 2)
+    await #expect(throws: TestError.self) { try await layer.insert(CacheEntry(1), for: "a") }
+    await #expect(throws: TestError.self) { try await layer.insert(CacheEntry(1), for: "a") }
     try await layer.insert(CacheEntry(1), for: "a")
     #expect(layer.callCount(.insert) == 3)
-    layer.fail(.lookup, with: Broken())
-    await #expect(throws: Broken.self) { try await layer.entry(for: "a") }
+    layer.fail(.lookup, with: TestError("broken"))
+    await #expect(throws: TestError.self) { try await layer.entry(for: "a") }
     layer.stopFailing()
     #expect(try await layer.entry(for: "a")?.value == 1)
   }
@@ -42,7 +42,7 @@ import Testing
 
   @Test func failingZeroTimesDoesNotFail() async throws {
     let layer = FakeLayer<String, Int>()
-    layer.fail(.lookup, with: Broken(), times: 0)
+    layer.fail(.lookup, with: TestError("broken"), times: 0)
     #expect(try await layer.entry(for: "a") == nil)
   }
 

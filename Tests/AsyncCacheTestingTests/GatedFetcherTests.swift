@@ -1,5 +1,6 @@
 import AsyncCache
 import AsyncCacheTesting
+import TestSupport
 import Testing
 
 @Suite(.timeLimit(.minutes(1))) struct GatedFetcherTests {
@@ -20,12 +21,11 @@ import Testing
   }
 
   @Test func releasingWithAnErrorThrowsIt() async throws {
-    struct Offline: Error {}
     let origin = GatedFetcher<String, Int> { _ in 0 }
     let fetch = Task { try await origin.fetch("k") }
     await origin.waitForFetches(1, for: "k")
-    origin.release("k", throwing: Offline())
-    await #expect(throws: Offline.self) { try await fetch.value }
+    origin.release("k", throwing: TestError("offline"))
+    await #expect(throws: TestError.self) { try await fetch.value }
   }
 
   @Test func aCancelledFetchThrowsAndIsReported() async throws {

@@ -1,6 +1,7 @@
 import AsyncCache
 import AsyncCacheTesting
 import Foundation
+import TestSupport
 import Testing
 
 @testable import AsyncCacheRedis
@@ -21,7 +22,7 @@ struct RedisClusterTests {
   @Test("keys spread over the masters: single and bulk reads, removal, and removeAll on every master")
   func roundTrip() async throws {
     let cluster = try await RedisClusterServers.start()
-    let events = EventLog()
+    let events = EventLog<RedisLayerEvent>()
     // One seed is enough: the layer reads the other masters from it.
     let layer = try makeClusterLayer(cluster, seeds: [cluster.seeds[1]], namespace: "spread") {
       $0.eventHandler = events.handler

@@ -1,6 +1,7 @@
 import AsyncCache
 import AsyncCacheTesting
 import Foundation
+import TestSupport
 import Testing
 
 @testable import AsyncCacheRedis
@@ -26,7 +27,7 @@ struct ServiceInstance {
   let memory: MemoryLayer<String, Data>
   let redis: RedisLayer<String, Data>
   let cache: LoadingCache<String, Data>
-  let events = EventLog()
+  let events = EventLog<RedisLayerEvent>()
 
   init(
     servers: RedisServers, namespace: String = "shared", forwards: Bool = true,

@@ -2,6 +2,7 @@ import AsyncCache
 import AsyncCacheTesting
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 @testable import AsyncCacheRedis
@@ -12,13 +13,7 @@ import Testing
   import Glibc
 #endif
 
-/// Collects a layer's events.
-final class EventLog: Sendable {
-  private let events = Locked<[RedisLayerEvent]>([])
-
-  var handler: @Sendable (RedisLayerEvent) -> Void { { event in self.events.withLock { $0.append(event) } } }
-  var all: [RedisLayerEvent] { events.withLock { $0 } }
-
+extension EventLog<RedisLayerEvent> {
   var circuitOpenings: Int { all.count { if case .circuitOpened = $0 { true } else { false } } }
   var circuitClosings: Int { all.count { if case .circuitClosed = $0 { true } else { false } } }
   var discarded: [RedisError] {
@@ -39,7 +34,7 @@ struct RedisFaultTests {
   func killedAndRestarted() async throws {
     let server = try await RedisServer.start()
     let clock = ManualClock()
-    let events = EventLog()
+    let events = EventLog<RedisLayerEvent>()
     let redis = try makeLayer(server) {
       $0.clock = clock
       $0.eventHandler = events.handler
@@ -99,7 +94,7 @@ struct RedisFaultTests {
   @Test("a paused server: the command times out, its connection is discarded, the next command gets its own reply")
   func pausedServer() async throws {
     let server = try await RedisServer.start()
-    let events = EventLog()
+    let events = EventLog<RedisLayerEvent>()
     let layer = try makeLayer(server) {
       $0.operationTimeout = .seconds(1)
       $0.maximumConnections = 1
@@ -127,7 +122,7 @@ struct RedisFaultTests {
   func timeoutsOpenTheBreaker() async throws {
     let server = try await RedisServer.start()
     let clock = ManualClock()
-    let events = EventLog()
+    let events = EventLog<RedisLayerEvent>()
     let layer = try makeLayer(server) {
       $0.clock = clock
       $0.operationTimeout = .seconds(1)
@@ -228,7 +223,7 @@ struct RedisFaultTests {
   @Test("bytes that are not the protocol fail with protocolError and discard the connection")
   func protocolError() async throws {
     let peer = try ScriptedPeer(.reply(Array("hello there\r\n".utf8)))
-    let events = EventLog()
+    let events = EventLog<RedisLayerEvent>()
     let layer = try RedisLayer<String, Data>(
       configuration: .init(endpoint: RedisEndpoint(host: "127.0.0.1", port: peer.port), eventHandler: events.handler))
     await #expect {

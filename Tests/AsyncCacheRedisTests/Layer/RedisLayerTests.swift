@@ -2,6 +2,7 @@ import AsyncCache
 import AsyncCacheTesting
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 @testable import AsyncCacheRedis
@@ -205,17 +206,16 @@ struct RedisLayerTests {
 
   @Test("a value the coder cannot encode is a typed error naming the key; nothing is sent")
   func unencodableValue() async throws {
-    struct Refused: Error {}
     let server = try await RedisServer.start()
     let layer = try RedisLayer<String, Int>(
       configuration: .init(endpoint: server.endpoint), namespace: "test", keyEncoding: .string,
-      valueCoder: CacheValueCoder(encode: { _ in throw Refused() }, decode: { _ in 0 }))
+      valueCoder: CacheValueCoder(encode: { _ in throw TestError("refused") }, decode: { _ in 0 }))
     await #expect {
       try await layer.insert(1, for: "odd")
     } throws: { error in
       let error = error as? PersistenceError
       return error?.code == .encodingFailed && error?.message.contains("\"odd\"") == true
-        && error?.underlying is Refused
+        && error?.underlying is TestError
     }
     #expect(layer.statistics.connectionsOpened == 0)
     #expect(layer.statistics.writes == 0)

@@ -1,5 +1,6 @@
 import AsyncCacheTesting
 import Foundation
+import TestSupport
 import Testing
 
 @testable import AsyncCache
@@ -9,8 +10,6 @@ struct SynchronousLookupLayerTests {
   struct UserID: Hashable, Sendable {
     var rawValue: Int
   }
-
-  struct Refused: Error {}
 
   /// Memory keyed by `Int` holding `Int`, seen as `UserID → String` through synchronous
   /// operators.
@@ -23,7 +22,7 @@ struct SynchronousLookupLayerTests {
       memory
       .mappingValues(ValueTransform(decode: { "\($0)" }, encode: { Int($0) ?? 0 }))
       .mappingKeys { (id: UserID) in
-        guard id.rawValue != 13 else { throw Refused() }
+        guard id.rawValue != 13 else { throw TestError("refused") }
         return id.rawValue
       }
       .onlyIf { $0.rawValue >= 0 }

@@ -1,10 +1,10 @@
 import AsyncCache
 import AsyncCacheTesting
+import TestSupport
 import Testing
 
 @Suite("LoadingCache bulk requests", .timeLimit(.minutes(1)))
 struct LoadingCacheBulkTests {
-  struct Failure: Error, Equatable {}
 
   static func cache(_ origin: GatedFetcher<String, String>) throws -> (
     LoadingCache<String, String>, MemoryLayer<String, String>
@@ -21,11 +21,11 @@ struct LoadingCacheBulkTests {
     let request = Task { await cache.values(for: ["a", "b", "c", "b"]) }
     await origin.waitForFetches(2)
     #expect(origin.release("b") == 1)
-    #expect(origin.release("c", throwing: Failure()) == 1)
+    #expect(origin.release("c", throwing: TestError("failure")) == 1)
     let result = await request.value
     #expect(result.values == ["a": "cached a", "b": "loaded b"])
     #expect(Array(result.failures.keys) == ["c"])
-    #expect(result.failures["c"] is Failure)
+    #expect(result.failures["c"] is TestError)
     #expect(origin.calls.sorted() == ["b", "c"], "a was cached, b asked once")
   }
 
@@ -56,8 +56,8 @@ struct LoadingCacheBulkTests {
     let request = Task { try await cache.allValues(for: ["a", "b", "c"]) }
     await origin.waitForFetches(3)
     await cache.waitForRequests(2, for: "c")
-    #expect(origin.release("a", throwing: Failure()) == 1)
-    await #expect(throws: Failure.self) { try await request.value }
+    #expect(origin.release("a", throwing: TestError("failure")) == 1)
+    await #expect(throws: TestError.self) { try await request.value }
     // b's load had no other waiter: it is cancelled. c's goes on for the single request.
     #expect(origin.releaseAll() == 1)
     #expect(origin.cancellationCount(for: "b") == 1)
@@ -151,14 +151,14 @@ struct LoadingCacheBulkTests {
     let (cache, _, batches, _) = try Self.batchCache(policy: policy, clock: clock)
     let request = Task { await cache.values(for: ["a", "b"]) }
     await batches.waitForFetches(1, for: ["a", "b"])
-    batches.release(["a", "b"], throwing: Failure())
+    batches.release(["a", "b"], throwing: TestError("failure"))
     await clock.waitForSleepers(1)
     clock.advance(by: .milliseconds(10))
     await batches.waitForFetches(1, for: ["a", "b"])
-    batches.release(["a", "b"], throwing: Failure())
+    batches.release(["a", "b"], throwing: TestError("failure"))
     let result = await request.value
     #expect(result.values.isEmpty)
-    #expect(result.failures["a"] is Failure && result.failures["b"] is Failure)
+    #expect(result.failures["a"] is TestError && result.failures["b"] is TestError)
     #expect(batches.callCount == 2)
     #expect(cache.statistics.loadFailures == 2)
     #expect(cache.cachedValue(for: "a") == nil, "an error is not stored")
@@ -225,7 +225,7 @@ struct LoadingCacheBulkTests {
     let (cache, single, batches, _) = try Self.batchCache(policy: policy, clock: clock)
     let bulk = Task { await cache.values(for: ["a", "b"]) }
     await batches.waitForFetches(1, for: ["a", "b"])
-    batches.release(["a", "b"], throwing: Failure())
+    batches.release(["a", "b"], throwing: TestError("failure"))
     await clock.waitForSleepers(1)
     #expect(cache.demote("a") && cache.demote("b"))
     let onScreen = Task { try await cache.value(for: "u") }

@@ -1,5 +1,6 @@
 import AsyncCacheTesting
 import Synchronization
+import TestSupport
 import Testing
 
 @testable import AsyncCache
@@ -85,24 +86,10 @@ import Testing
 @Suite(.timeLimit(.minutes(1))) struct LoadingCacheFreshnessTests {
   let clock = ManualClock()
   let memory: MemoryLayer<String, Int>
-  let events = EventLog()
+  let events = EventLog<String>()
 
   init() throws {
     memory = try MemoryLayer(configuration: .init(clock: clock))
-  }
-
-  final class EventLog: Sendable {
-    private let lines = Locked<[String]>([])
-    func record(_ event: LoadEvent<String>) {
-      let line =
-        switch event {
-        case .retrying(let key, let attempt, _, _): "retrying \(key) \(attempt)"
-        case .failed(let key, let attempts, let error, _): "failed \(key) \(attempts) \(error)"
-        case .servedStale(let key, let error): "served stale \(key) \(error)"
-        }
-      lines.withLock { $0.append(line) }
-    }
-    var all: [String] { lines.withLock { $0 } }
   }
 
   func cache(
@@ -760,5 +747,16 @@ import Testing
     }
     #expect(error?.code == .invalidConfiguration)
     #expect(error?.message.contains("LoadingCache \(name) is") == true)
+  }
+}
+
+extension EventLog<String> {
+  /// Records a line describing `event`.
+  func record(_ event: LoadEvent<String>) {
+    switch event {
+    case .retrying(let key, let attempt, _, _): append("retrying \(key) \(attempt)")
+    case .failed(let key, let attempts, let error, _): append("failed \(key) \(attempts) \(error)")
+    case .servedStale(let key, let error): append("served stale \(key) \(error)")
+    }
   }
 }

@@ -1,4 +1,5 @@
 import AsyncCacheTesting
+import TestSupport
 import Testing
 
 @testable import AsyncCache

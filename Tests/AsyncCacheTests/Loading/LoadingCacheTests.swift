@@ -1,5 +1,6 @@
 import AsyncCacheTesting
 import Synchronization
+import TestSupport
 import Testing
 
 @testable import AsyncCache

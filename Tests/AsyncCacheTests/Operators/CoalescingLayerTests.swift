@@ -1,11 +1,11 @@
 import AsyncCacheTesting
+import TestSupport
 import Testing
 
 @testable import AsyncCache
 
 @Suite("CoalescingLayer", .timeLimit(.minutes(1)))
 struct CoalescingLayerTests {
-  struct Broken: Error {}
 
   @Test("concurrent lookups of a key share one lookup of the layer; other keys have their own")
   func sharesLookups() async throws {
@@ -32,13 +32,13 @@ struct CoalescingLayerTests {
     let fake = FakeLayer<String, Int>(entries: ["a": CacheEntry(1)])
     let shared = fake.coalescingLookups()
     fake.hold(.lookup)
-    fake.fail(.lookup, with: Broken(), times: 1)
+    fake.fail(.lookup, with: TestError("broken"), times: 1)
     let first = Task { try await shared.entry(for: "a") }
     let second = Task { try await shared.entry(for: "a") }
     await shared.waitForLookups(2, for: "a")
     fake.release(.lookup)
-    await #expect(throws: Broken.self) { try await first.value }
-    await #expect(throws: Broken.self) { try await second.value }
+    await #expect(throws: TestError.self) { try await first.value }
+    await #expect(throws: TestError.self) { try await second.value }
     #expect(try await shared.entry(for: "a")?.value == 1)
     #expect(fake.callCount(.lookup) == 2)
   }

@@ -1,5 +1,6 @@
 import AsyncCacheTesting
 import Foundation
+import TestSupport
 import Testing
 
 @testable import AsyncCache
@@ -10,8 +11,6 @@ struct OperatorTests {
     var id: String
     var name: String
   }
-
-  struct Refused: Error, Equatable {}
 
   // MARK: Key transforms
 
@@ -31,7 +30,7 @@ struct OperatorTests {
   func failedKeyTransformSkipsTheLayer() async throws {
     let skipped = RecordingLayer(
       try MemoryLayer<String, Int>().mappingKeys { (key: String) -> String in
-        guard key != "bad" else { throw Refused() }
+        guard key != "bad" else { throw TestError("refused") }
         return key
       })
     let lower = try MemoryLayer<String, Int>()
@@ -40,7 +39,7 @@ struct OperatorTests {
 
     let error = await #expect(throws: AsyncCacheError.self) { try await skipped.base.entry(for: "bad") }
     #expect(error?.code == .transformFailed)
-    #expect(error?.message.contains("bad") == true && error?.underlying is Refused)
+    #expect(error?.message.contains("bad") == true && error?.underlying is TestError)
 
     #expect(try await chain.value(for: "bad") == 7, "skipped although the policy is .propagate")
     #expect(chain.statistics.tiers[0].failures >= 1)
@@ -51,13 +50,13 @@ struct OperatorTests {
   func failedFetcherKeyTransform() async throws {
     let origin = ClosureFetcher<URL, String> { url in url.lastPathComponent }
       .mappingKeys { (id: Int) -> URL in
-        guard id > 0 else { throw Refused() }
+        guard id > 0 else { throw TestError("refused") }
         return URL(string: "https://example.com/users/\(id)")!
       }
     let cache = try LoadingCache(layers: [MemoryLayer<Int, String>()], origin: origin)
     #expect(try await cache.value(for: 42) == "42")
     let error = await #expect(throws: AsyncCacheError.self) { try await cache.value(for: -1) }
-    #expect(error?.code == .transformFailed && error?.underlying is Refused)
+    #expect(error?.code == .transformFailed && error?.underlying is TestError)
   }
 
   // MARK: Value transforms
@@ -112,12 +111,12 @@ struct OperatorTests {
   func fetcherValues() async throws {
     let origin = ClosureFetcher<String, Data> { key in Data(key.utf8) }
       .mappingValues { data -> Int in
-        guard let number = Int(String(decoding: data, as: UTF8.self)) else { throw Refused() }
+        guard let number = Int(String(decoding: data, as: UTF8.self)) else { throw TestError("refused") }
         return number
       }
     #expect(try await origin.fetch("12") == 12)
     let error = await #expect(throws: AsyncCacheError.self) { try await origin.fetch("twelve") }
-    #expect(error?.code == .transformFailed && error?.underlying is Refused)
+    #expect(error?.code == .transformFailed && error?.underlying is TestError)
   }
 
   // MARK: Conditions
@@ -137,13 +136,13 @@ struct OperatorTests {
 
   @Test("a failed condition reaches the caller even when the layer's failures are skipped")
   func failedCondition() async throws {
-    let guarded = try MemoryLayer<Int, String>().onlyIf { _ in throw Refused() }
+    let guarded = try MemoryLayer<Int, String>().onlyIf { _ in throw TestError("refused") }
     let origin = GatedFetcher<Int, String> { "\($0)" }
     origin.open()
     let chain = try CacheChain([guarded], failurePolicy: .skip)
     let cache = try LoadingCache(chain: chain, origin: origin)
     let error = await #expect(throws: AsyncCacheError.self) { try await cache.value(for: 1) }
-    #expect(error?.code == .conditionFailed && error?.underlying is Refused)
+    #expect(error?.code == .conditionFailed && error?.underlying is TestError)
     #expect(origin.callCount == 0)
   }
 
@@ -160,7 +159,7 @@ struct OperatorTests {
     let entry = try #require(try await stamped.entry(for: "ada"))
     #expect(entry.value == "hello for ada" && entry.expiresAt == expiry)
 
-    let failing = base.postProcessing { _, _ -> String in throw Refused() }
+    let failing = base.postProcessing { _, _ -> String in throw TestError("refused") }
     let error = await #expect(throws: AsyncCacheError.self) { try await failing.entry(for: "ada") }
     #expect(error?.code == .transformFailed)
 

@@ -1,11 +1,11 @@
 import AsyncCacheTesting
+import TestSupport
 import Testing
 
 @testable import AsyncCache
 
 @Suite("RequestCappedLayer", .timeLimit(.minutes(1)))
 struct RequestCappedLayerTests {
-  struct Broken: Error {}
 
   @Test("at most N requests reach the layer; the others wait for a slot")
   func cap() async throws {
@@ -115,8 +115,8 @@ struct RequestCappedLayerTests {
   func errorsFreeTheSlot() async throws {
     let fake = FakeLayer<String, Int>()
     let capped = try fake.cappingRequests(at: 1)
-    fake.fail(.lookup, with: Broken(), times: 1)
-    await #expect(throws: Broken.self) { try await capped.entry(for: "a") }
+    fake.fail(.lookup, with: TestError("broken"), times: 1)
+    await #expect(throws: TestError.self) { try await capped.entry(for: "a") }
     #expect(capped.requestsInFlight == 0)
     try await capped.insert(CacheEntry(1), for: "a")
     #expect(try await capped.entry(for: "a")?.value == 1)

@@ -1,6 +1,7 @@
 import AsyncCacheTesting
 import Foundation
 import PersistenceTestSupport
+import TestSupport
 import Testing
 
 @testable import AsyncCache

@@ -1,12 +1,5 @@
 @testable import AsyncCache
 
-/// An error a test double throws on purpose.
-struct TestError: Error, Equatable, CustomStringConvertible {
-  var name: String
-  init(_ name: String = "boom") { self.name = name }
-  var description: String { "TestError(\(name))" }
-}
-
 /// A small, fast, seeded random number generator (SplitMix64) so that random tests replay.
 typealias SeededGenerator = SplitMix64
 
