@@ -241,8 +241,8 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   /// Ends `read`, which found `entry` (or extended it), by copying it into the layers in
   /// `range`, unless a write overtook the read: awaited, or in a task of its own, per
-  /// ``Configuration-swift.struct/backfill``. A copy overtakes no other read (see
-  /// <doc:Semantics>).
+  /// ``Configuration-swift.struct/backfill``. A copy overtakes no load's value, and drops the
+  /// copies of the other reads of the key in progress (see <doc:Semantics>).
   nonisolated func endRead(_ read: ReadToken<Key>, copying entry: CacheEntry<Value>, into range: Range<Int>) async {
     guard !range.isEmpty else { return endRead(read) }
     guard configuration.backfill == .awaited else { return endReadInBackground(read, copying: entry, into: range) }

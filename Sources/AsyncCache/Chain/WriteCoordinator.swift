@@ -122,7 +122,7 @@ final class WriteCoordinator<Key: Hashable & Sendable>: Sendable {
         return nil
       }
       let ticket = WriteTicket(key: token.key, writer: writer)
-      if isOvertaken(token) {
+      if mutate({ $0.isRefused(token.key, id: token.id, kind: kind) }) {
         releaseWrite(ticket)
         return nil
       }

@@ -9,9 +9,12 @@
 ///   write to its key is requested, queued or running is overtaken from the start.
 /// - A read's commit is a write too. A ``CommitKind/fill`` (a value the read brought from the
 ///   origin) overtakes like any write. A ``CommitKind/copy`` (what a layer holds, copied into
-///   others: a back-fill, or an entry extended by sliding expiry) overtakes nothing: it makes no
-///   read's value older, so a load that starts while it is pending still stores what it loads
-///   (queued behind it, so the newer value is written last).
+///   others: a back-fill, or an entry extended by sliding expiry) overtakes no read's fill: it
+///   makes no value a load brings older, so a load that starts while it is pending still stores
+///   what it loads (queued behind it, so the newer value is written last). It does make the
+///   other reads' *copies* redundant or older (the same entry, or one from before an
+///   extension): those are refused, as are the copies of reads that start while any write of
+///   the key is pending, so that of concurrent readers one back-fills and none waits.
 /// - A global write (`removeAll`) overtakes every read, waits for the key writers in progress,
 ///   and holds back new ones until it is done.
 ///
@@ -35,6 +38,9 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
   struct KeyState {
     /// Reads in progress, and whether a write has overtaken each.
     var readers: [UInt64: Bool] = [:]
+    /// Reads in progress whose copy would be redundant or older (see ``CommitKind/copy``); they
+    /// may still commit a fill.
+    var copiedOver: Set<UInt64> = []
     /// The writer holding the key.
     var owner: UInt64?
     /// Whether the owner overtakes the reads that start while it writes (not a copy).
@@ -56,7 +62,7 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
     /// A value the read brought (a load's value from the origin): a write like any other.
     case fill
     /// What a layer holds, copied into other layers (a back-fill, an extended expiry): it
-    /// overtakes no read.
+    /// overtakes no read's fill, and refuses the other reads' copies.
     case copy
   }
 
@@ -104,6 +110,7 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
     let id = makeID()
     var state = keys[key] ?? KeyState()
     state.readers[id] = state.overtakingWritePending || globalWritePending
+    if state.writePending { state.copiedOver.insert(id) }
     keys[key] = state
     return id
   }
@@ -111,12 +118,20 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
   mutating func endRead(_ key: Key, id: UInt64) {
     guard var state = keys[key] else { return }
     state.readers[id] = nil
+    state.copiedOver.remove(id)
     store(state, for: key)
   }
 
   /// Whether a write overtook the read (an unknown read counts as overtaken).
   func isOvertaken(_ key: Key, id: UInt64) -> Bool {
     keys[key]?.readers[id] ?? true
+  }
+
+  /// Whether the read may not commit a write of `kind`: a write overtook it, or it is a copy
+  /// that another copy made redundant or older.
+  func isRefused(_ key: Key, id: UInt64, kind: CommitKind) -> Bool {
+    if isOvertaken(key, id: id) { return true }
+    return kind == .copy && keys[key]?.copiedOver.contains(id) == true
   }
 
   /// Marks one read as overtaken, e.g. a load whose requests all left.
@@ -141,9 +156,12 @@ struct WriteCoordinatorStateMachine<Key: Hashable, Continuation> {
   /// Like ``requestWrite(_:)`` for read `reader` that wants to write back what it read (a
   /// back-fill or a load's commit). A read that is already overtaken is refused without side
   /// effects: it must not overtake the reads that started after the write that overtook it. A
-  /// ``CommitKind/copy`` overtakes no read.
+  /// ``CommitKind/copy`` overtakes no read, and refuses the other reads' copies.
   mutating func requestCommit(_ key: Key, reader: UInt64, kind: CommitKind = .fill) -> Request {
-    if isOvertaken(key, id: reader) { return .overtaken }
+    if isRefused(key, id: reader, kind: kind) { return .overtaken }
+    if kind == .copy {
+      for id in keys[key]!.readers.keys where id != reader { keys[key]!.copiedOver.insert(id) }
+    }
     return requestWrite(key, exempt: reader, overtakes: kind == .fill)
   }
 

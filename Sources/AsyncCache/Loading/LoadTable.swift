@@ -1,8 +1,9 @@
 /// The loads in flight of a ``LoadingCache`` and the requests waiting for them: the owner of a
 /// ``LoadTableStateMachine``, which decides, while this type does what the decisions call for.
 ///
-/// Every change goes through ``withLock(_:)``: the change runs under the lock, and once the lock
-/// is released the owner starts the tasks of the loads the change registered (through its
+/// Every change goes through ``withLock(_:)``: the change runs under the lock, and begins the
+/// chain read of each load it registered there (so that an abandonment always finds the read to
+/// overtake); once the lock is released the owner starts the loads' tasks (through its
 /// ``LoadRunner``, and attaches them), opens the gates the machine opened, tells the urgency
 /// observers that urgent work started or ended, and resumes the test watchers whose condition
 /// now holds. So no task is started, no continuation resumed and no observer called while the
@@ -40,7 +41,8 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   func withLock<Result>(_ body: (inout Machine) -> Result) -> Result {
     let (result, effects, observers, ready) = state.withLock { state in
       let result = body(&state.machine)
-      let effects = state.machine.takeEffects()
+      var effects = state.machine.takeEffects()
+      if !effects.startedLoads.isEmpty { beginReads(of: &effects.startedLoads, in: &state) }
       let observers = effects.urgencyChanged ? state.observers.all : []
       let ready = state.watchers.isEmpty ? [] : state.watchers.takeSatisfied(by: state.machine)
       return (result, effects, observers, ready)
@@ -54,11 +56,22 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     return result
   }
 
+  /// Begins the chain read of each of `loads`, just registered, and records it in the machine.
+  @usableFromInline
+  func beginReads(of loads: inout [Machine.StartedLoad], in state: inout State) {
+    guard let runner = state.runner else { return }
+    for index in loads.indices {
+      let token = runner.beginRead(loads[index].key)
+      loads[index].token = token
+      state.machine.setToken(token, for: loads[index].id)
+    }
+  }
+
   /// Starts the tasks of `loads` (registered by one change) through the runner, then attaches
-  /// them. A load that left the table before its task was attached (its requests left) has its
-  /// read overtaken, under the lock as when a load with a task is abandoned, so that no late
-  /// value is stored; a task whose loads all left is cancelled. A task whose loads were joined
-  /// at a higher priority meanwhile is escalated.
+  /// them. A load that left the table before its task was attached (its requests left, which
+  /// overtook its read; or it ended) gets its task cancelled, as does a batch's task whose loads
+  /// all left; the task body may still be running, which ``LoadTableStateMachine/running``
+  /// tells. A task whose loads were joined at a higher priority meanwhile is escalated.
   @usableFromInline
   func start(_ loads: [Machine.StartedLoad]) {
     guard let runner = state.withLock({ $0.runner }) else { return }
@@ -68,14 +81,12 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       var escalations: [(Task<Void, Never>, TaskPriority)] = []
       for launch in launches {
         if launch.isBatch {
-          let (gone, priority) = state.machine.attachBatch(launch.ids, task: launch.task, tokens: launch.tokens)
-          for index in gone { runner.overtake(launch.tokens[index]) }
+          let (gone, priority) = state.machine.attachBatch(launch.ids, task: launch.task)
           if gone.count == launch.ids.count { cancelled.append(launch.task) }
           if let priority, priority > launch.priority { escalations.append((launch.task, priority)) }
-        } else if let priority = state.machine.attach(launch.task, token: launch.tokens[0], to: launch.ids[0]) {
+        } else if let priority = state.machine.attach(launch.task, to: launch.ids[0]) {
           if priority > launch.priority { escalations.append((launch.task, priority)) }
         } else {
-          runner.overtake(launch.tokens[0])
           cancelled.append(launch.task)
         }
       }
@@ -118,31 +129,29 @@ protocol LoadRunner<Key, Value>: AnyObject, Sendable {
   associatedtype Key: Hashable & Sendable
   associatedtype Value: Sendable
 
-  /// Starts a task for each of `loads` (registered by one change, in order), or one task for
-  /// several (a batch), each with its read tokens; does not touch the table.
-  func launch(_ loads: [LoadTable<Key, Value>.Machine.StartedLoad]) -> [LoadLaunch<Key>]
+  /// Begins the chain read of a load of `key`, just registered. Called under the table's lock.
+  func beginRead(_ key: Key) -> ReadToken<Key>
 
-  /// Marks the read of a load that left the table as overtaken, so that its late value is not
-  /// stored. Called under the table's lock.
-  func overtake(_ token: ReadToken<Key>)
+  /// Starts a task for each of `loads` (registered by one change, in order, each with its read
+  /// token), or one task for several (a batch); does not touch the table. Each task tells the
+  /// table when its body ends (``LoadTableStateMachine/taskEnded(_:)``).
+  func launch(_ loads: [LoadTable<Key, Value>.Machine.StartedLoad]) -> [LoadLaunch]
 }
 
-/// The task that runs one load, or a batch of loads, and their read tokens, in the same order.
+/// The task that runs one load, or a batch of loads.
 @usableFromInline
-struct LoadLaunch<Key: Hashable & Sendable>: Sendable {
+struct LoadLaunch: Sendable {
   @usableFromInline let ids: [UInt64]
   @usableFromInline let task: Task<Void, Never>
-  @usableFromInline let tokens: [ReadToken<Key>]
   /// The priority the task was started at.
   @usableFromInline let priority: TaskPriority
   /// One task for several loads (a batch origin call).
   @usableFromInline let isBatch: Bool
 
   @usableFromInline
-  init(ids: [UInt64], task: Task<Void, Never>, tokens: [ReadToken<Key>], priority: TaskPriority, isBatch: Bool) {
+  init(ids: [UInt64], task: Task<Void, Never>, priority: TaskPriority, isBatch: Bool) {
     self.ids = ids
     self.task = task
-    self.tokens = tokens
     self.priority = priority
     self.isBatch = isBatch
   }

@@ -1,7 +1,7 @@
 /// The rules of a ``LoadingCache``'s ``LoadTable``: at most one joinable load per key, and the
 /// requests (waiters) that wait for each load.
 ///
-/// Rules (DESIGN.md, "Semantics"):
+/// Rules (see <doc:Semantics>):
 /// - a request for a key with a joinable load joins it; otherwise it starts a load;
 /// - a cancelled waiter leaves alone; the load is cancelled only when its last waiter leaves,
 ///   and is then no longer joinable, so the next request starts afresh;
@@ -33,7 +33,7 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
     @usableFromInline var skipsTopLayer: Bool
     /// The gate the load's task waits at for urgent work to end, if it waits.
     @usableFromInline var gate: UInt64?
-    /// The batch whose task runs this load, if one does (see ``startBatch(_:)``).
+    /// The batch whose task runs this load, if one does (see ``attachBatch(_:task:)``).
     @usableFromInline var batch: UInt64?
     /// A background refresh of a stale entry (see ``startRefresh(_:priority:)``): it goes on
     /// when the requests that joined it leave, and does not wait for urgent work.
@@ -69,11 +69,16 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
   /// A load that its last waiter left.
   @usableFromInline
   struct Abandoned {
+    /// The load's identifier: its task may still be running (see ``running``).
+    @usableFromInline var id: UInt64
+    /// Its task, to cancel; `nil` when the owner has not attached it yet (it cancels it then).
     @usableFromInline var task: Task<Void, Never>?
+    /// Its read, to overtake so that a late value is not stored.
     @usableFromInline var token: ReadToken<Key>?
 
     @inlinable
-    init(task: Task<Void, Never>?, token: ReadToken<Key>?) {
+    init(id: UInt64, task: Task<Void, Never>?, token: ReadToken<Key>?) {
+      self.id = id
       self.task = task
       self.token = token
     }
@@ -102,11 +107,14 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
   }
 
   /// A load registered in the table, whose task the owner must start and then attach (see
-  /// ``attach(_:token:to:)`` and ``attachBatch(_:task:tokens:)``).
+  /// ``attach(_:to:)`` and ``attachBatch(_:task:)``).
   @usableFromInline
   struct StartedLoad: Sendable {
     @usableFromInline let id: UInt64
     @usableFromInline let key: Key
+    /// Its read of the chain, begun by the owner in the critical section that registered it
+    /// (see ``setToken(_:for:)``), so that an abandonment always finds it.
+    @usableFromInline var token: ReadToken<Key>?
     /// The priority to start its task at.
     @usableFromInline let priority: TaskPriority
     /// Started by a bulk request: it may be run with others in one batch origin call.
@@ -139,6 +147,9 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
   @usableFromInline var nextBatchID: UInt64 = 0
   /// The errors remembered by negative caching.
   @usableFromInline var negatives = NegativeEntries<Key>()
+  /// Loads whose task body has not ended yet (registered, abandoned or not): a prefetch that
+  /// abandoned a load waits for it to leave this set, so that no work outlives it.
+  @usableFromInline var running: Set<UInt64> = []
   /// What the owner must do once its lock is released; see ``takeEffects()``.
   @usableFromInline var effects = Effects()
 
@@ -207,20 +218,32 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
     joinable[key] = id
     counters.loads += 1
     effects.startedLoads.append(StartedLoad(id: id, key: key, priority: priority, batchable: kind == .bulk))
+    running.insert(id)
     if isUrgent { urgencyChanged(of: id, wasUrgent: false) }
     return .started(id: id)
   }
 
-  /// Attaches the task and read token of load `id`. Returns `nil` when the load left the table
-  /// meanwhile (its requests left, or it ended): the owner must cancel the task and overtake the
-  /// token. Otherwise returns the load's priority now, which requests that joined before the
-  /// task was attached may have raised.
+  /// Records the read token of load `id`, just registered (in the same critical section).
   @inlinable
-  mutating func attach(_ task: Task<Void, Never>, token: ReadToken<Key>, to id: UInt64) -> TaskPriority? {
+  mutating func setToken(_ token: ReadToken<Key>, for id: UInt64) {
+    loads[id]?.token = token
+  }
+
+  /// Attaches the task of load `id`. Returns `nil` when the load left the table meanwhile (its
+  /// requests left, which overtook its read, or it ended): the owner must cancel the task.
+  /// Otherwise returns the load's priority now, which requests that joined before the task was
+  /// attached may have raised.
+  @inlinable
+  mutating func attach(_ task: Task<Void, Never>, to id: UInt64) -> TaskPriority? {
     guard loads[id] != nil else { return nil }
     loads[id]!.task = task
-    loads[id]!.token = token
     return loads[id]!.priority
+  }
+
+  /// The task of loads `ids` ended: nothing of them runs any more.
+  @inlinable
+  mutating func taskEnded(_ ids: [UInt64]) {
+    for id in ids { running.remove(id) }
   }
 
   /// The load of `key` that `waiter` waits for.
@@ -253,7 +276,7 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
     counters.cancelledLoads += 1
     // A batch's task goes on while another of its loads is wanted.
     let task = load.batch == nil ? load.task : leaveBatch(load.batch!)
-    return (continuation, Abandoned(task: task, token: load.token))
+    return (continuation, Abandoned(id: id, task: task, token: load.token))
   }
 
   /// Removes load `id` and returns its waiters in arrival order; calls `wasJoinable` after the
@@ -298,6 +321,7 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
     counters.loads += 1
     counters.refreshes += 1
     effects.startedLoads.append(StartedLoad(id: id, key: key, priority: priority, batchable: false))
+    running.insert(id)
     return id
   }
 
@@ -306,14 +330,11 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
 
   // MARK: Batches
 
-  /// Makes the loads `ids` one batch, run by `task`, and attaches the task and each load's read
-  /// token. Returns the indices of the loads that left the table meanwhile (the owner must
-  /// overtake their tokens, and cancel the task when none is left: the batch is not recorded
-  /// then), and the highest priority of the others now.
+  /// Makes the loads `ids` one batch, run by `task`, and attaches the task. Returns the indices
+  /// of the loads that left the table meanwhile (the owner must cancel the task when none is
+  /// left: the batch is not recorded then), and the highest priority of the others now.
   @usableFromInline
-  mutating func attachBatch(
-    _ ids: [UInt64], task: Task<Void, Never>, tokens: [ReadToken<Key>]
-  ) -> (gone: [Int], priority: TaskPriority?) {
+  mutating func attachBatch(_ ids: [UInt64], task: Task<Void, Never>) -> (gone: [Int], priority: TaskPriority?) {
     var gone: [Int] = []
     var highest: TaskPriority?
     let batch = nextBatchID &+ 1
@@ -323,7 +344,6 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
         continue
       }
       loads[id]!.task = task
-      loads[id]!.token = tokens[index]
       loads[id]!.batch = batch
       highest = Swift.max(highest ?? loads[id]!.priority, loads[id]!.priority)
     }

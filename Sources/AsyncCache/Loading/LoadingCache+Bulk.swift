@@ -159,15 +159,16 @@ extension LoadingCache {
   /// their layers, then one `origin` call for the keys still missing.
   func startBatch(
     _ started: [LoadTable<Key, Value>.Machine.StartedLoad], origin: any AsyncBatchFetcher<Key, Value>
-  ) -> LoadLaunch<Key> {
-    let items = started.map { BatchItem(id: $0.id, key: $0.key, token: chain.beginRead($0.key)) }
+  ) -> LoadLaunch {
+    let items = started.map { BatchItem(id: $0.id, key: $0.key, token: $0.token!) }
     let priority = started.map(\.priority).max() ?? .medium
     // The batch's body runs as each of its loads (see LoadDependencies).
     let loads = items.map { LoadIdentity(table: ObjectIdentifier(loadTable), load: $0.id) }
     let task = Task(priority: priority) {
       await LoadDependencies.$current.withValue(.batch(loads)) { await self.runBatch(items, origin: origin) }
+      self.loadTable.withLock { $0.taskEnded(items.map(\.id)) }
     }
-    return LoadLaunch(ids: items.map(\.id), task: task, tokens: items.map(\.token), priority: priority, isBatch: true)
+    return LoadLaunch(ids: items.map(\.id), task: task, priority: priority, isBatch: true)
   }
 
   /// Removes `waiter` from the loads of `keys`; cancels the loads (or batches) it was the last

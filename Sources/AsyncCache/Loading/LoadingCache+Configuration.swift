@@ -46,8 +46,9 @@ extension LoadingCache {
     /// a full lifetime always does, and each key costs the layers below at most one write per
     /// half lifetime. A load that finds such an entry below the top extends it in every layer.
     /// The writes below are best effort: one overtaken by a write of the key (or by a load's
-    /// value) is dropped, and the next extension makes up for it. An extension overtakes
-    /// nothing: a load that starts while it is written below still stores its value, after it.
+    /// value, or by another extension's) is dropped, and the next extension makes up for it. An
+    /// extension overtakes no load: a load that starts while it is written below still stores
+    /// its value, after it.
     /// Needs ``timeToLive`` or ``timeToLiveForValue``; cannot be combined with ``refreshAhead``.
     public var slidingExpiration: Bool
     /// Which origin errors are remembered, and for how long; `nil` (the default) for none.

@@ -114,7 +114,7 @@ extension LoadingCache {
     }
   }
 
-  /// Starts a background refresh of `key` in `state` (under the in-flight lock), unless a load
+  /// Starts a background refresh of `key` in `state` (under the load table's lock), unless a load
   /// of it is in flight.
   func startRefresh(_ key: Key, in state: inout LoadTable<Key, Value>.Machine) {
     // A refresh is background work: it runs below the requests that read the stale value, and a
@@ -171,7 +171,7 @@ extension LoadingCache {
   }
 
   /// The error negative caching remembers for `key`, if any; counts the hit. Call under the
-  /// in-flight lock.
+  /// load table's lock.
   @usableFromInline
   func rememberedError(
     for key: Key, in state: inout LoadTable<Key, Value>.Machine

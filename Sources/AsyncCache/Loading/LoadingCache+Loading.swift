@@ -82,16 +82,15 @@ extension LoadingCache {
   /// Starts the tasks of `loads`, registered in the table by one change: one task per load, or,
   /// with a ``batchOrigin``, one per batch of the loads a bulk request started.
   @usableFromInline
-  func launch(_ loads: [LoadTable<Key, Value>.Machine.StartedLoad]) -> [LoadLaunch<Key>] {
-    var launches: [LoadLaunch<Key>] = []
+  func launch(_ loads: [LoadTable<Key, Value>.Machine.StartedLoad]) -> [LoadLaunch] {
+    var launches: [LoadLaunch] = []
     var batchable: [LoadTable<Key, Value>.Machine.StartedLoad] = []
     for load in loads {
       if load.batchable, batchOrigin != nil {
         batchable.append(load)
       } else {
-        let (task, token) = startLoad(load.id, key: load.key, priority: load.priority)
-        launches.append(
-          LoadLaunch(ids: [load.id], task: task, tokens: [token], priority: load.priority, isBatch: false))
+        let task = startLoad(load.id, key: load.key, token: load.token!, priority: load.priority)
+        launches.append(LoadLaunch(ids: [load.id], task: task, priority: load.priority, isBatch: false))
       }
     }
     if let batchOrigin, !batchable.isEmpty {
@@ -104,7 +103,14 @@ extension LoadingCache {
     return launches
   }
 
-  /// Starts load `id` of `key`: registers its read with the chain and runs it in a task.
+  /// Begins the chain read of a load of `key` (see ``LoadRunner/beginRead(_:)``).
+  @usableFromInline
+  func beginRead(_ key: Key) -> ReadToken<Key> {
+    chain.beginRead(key)
+  }
+
+  /// Starts load `id` of `key`, whose read of the chain is `token`, in a task of its own, which
+  /// tells the table when it ends.
   ///
   /// An unstructured task: it is shared, so it must not be cancelled with the request that
   /// started it, but it inherits that request's task-local values (tracing context, the current
@@ -113,20 +119,19 @@ extension LoadingCache {
   /// The body runs as the load's (see ``LoadDependencies``), so that a request it makes for a key
   /// whose load waits for this one fails instead of waiting for ever.
   @usableFromInline
-  func startLoad(_ id: UInt64, key: Key, priority: TaskPriority) -> (Task<Void, Never>, ReadToken<Key>) {
-    let token = chain.beginRead(key)
+  func startLoad(_ id: UInt64, key: Key, token: ReadToken<Key>, priority: TaskPriority) -> Task<Void, Never> {
     let load = LoadIdentity(table: ObjectIdentifier(loadTable), load: id)
-    let task = Task(priority: priority) {
+    return Task(priority: priority) {
       await LoadDependencies.$current.withValue(.load(load)) { await self.run(id, key: key, token: token) }
+      self.loadTable.withLock { $0.taskEnded([id]) }
     }
-    return (task, token)
   }
 
   /// Records that `dependents` (the loads whose body makes a request for `key`) wait for `id`,
   /// the joinable load of `key`, if there is one, and returns it; fails with
   /// ``AsyncCacheError/Code/recursiveLoad`` when that load waits for one of them (or is one),
   /// recording nothing. `nil` when no load of `key` is joinable: the request starts one, which
-  /// ``dependOnStartedLoad(_:from:)`` records. Called under the in-flight lock, on misses made
+  /// ``dependOnStartedLoad(_:from:)`` records. Called under the load table's lock, on misses made
   /// inside a load only.
   @usableFromInline
   func dependOnLoad(

@@ -98,7 +98,8 @@ extension LoadingCache {
       }
     } catch is CancellationError where ticket.isWithdrawn.load(ordering: .sequentiallyConsistent) || Task.isCancelled {
       // See out the load this prefetch abandoned, if it did: it is cancelled and ends soon.
-      if let abandoned = ticket.abandonedLoad.withLock({ $0 }) { await abandoned.value }
+      let abandoned = ticket.abandonedLoad.load(ordering: .sequentiallyConsistent)
+      if abandoned != 0 { await loadTable.waitUntil { !$0.running.contains(abandoned) } }
       return .cancelled
     } catch {
       // Includes a CancellationError the origin threw on its own (a timeout of its own, say):
@@ -122,7 +123,7 @@ extension LoadingCache {
       if let token = abandoned?.token { overtake(token) }
       return (waiter, abandoned)
     }
-    if let task = abandoned?.task { ticket.abandonedLoad.withLock { $0 = task } }
+    if let abandoned { ticket.abandonedLoad.store(abandoned.id, ordering: .sequentiallyConsistent) }
     waiter?.resume(throwing: CancellationError())
     abandoned?.task?.cancel()
   }
@@ -136,8 +137,9 @@ final class PrefetchTicket: Sendable {
   let waiter = Atomic<UInt64>(0)
   /// Set before the waiter is removed, so a prefetch that has not joined yet never does.
   let isWithdrawn = Atomic<Bool>(false)
-  /// The load that withdrawing this ticket abandoned (and cancelled), if it did.
-  let abandonedLoad = Locked<Task<Void, Never>?>(nil)
+  /// The identifier of the load that withdrawing this ticket abandoned (and cancelled); 0 for
+  /// none. Its task may still run, even before it was attached: the prefetch waits for it.
+  let abandonedLoad = Atomic<UInt64>(0)
 }
 
 /// How one prefetch ended.

@@ -19,6 +19,32 @@ import Testing
     #expect(chain.statistics.tiers.map(\.misses) == [1, 1])
   }
 
+  @Test func concurrentReadersBackFillOnceAndNoneWaitsForAnother() async throws {
+    let disk = FakeLayer<String, Int>(clock: clock)
+    let remote = FakeLayer<String, Int>(entries: ["k": CacheEntry(7)], clock: clock)
+    let chain = try CacheChain<String, Int>([try memory(), disk, remote])
+    remote.hold(.lookup)
+    let first = Task { try await chain.entry(for: "k") }
+    let second = Task { try await chain.entry(for: "k") }
+    await remote.waitForHeld(2, .lookup)
+    disk.hold(.insert)
+    remote.release(.lookup)
+    await disk.waitForHeld(1, .insert)
+    // The second reader's copy is either refused (its read ends) or queued behind the first.
+    let queued = Locked(false)
+    await chain.coordinator.waitUntil { machine in
+      guard machine.readerCount(for: "k") == 1 || machine.queuedWriterCount(for: "k") == 1 else { return false }
+      queued.withLock { $0 = machine.queuedWriterCount(for: "k") == 1 }
+      return true
+    }
+    disk.release(.insert)
+    #expect(try await first.value?.value == 7)
+    #expect(try await second.value?.value == 7)
+    #expect(!queued.withLock { $0 }, "the second reader waited for the first one's write to the disk")
+    #expect(disk.callCount(.insert) == 1, "the same entry was back-filled twice")
+    #expect(chain.coordinator.isIdle)
+  }
+
   @Test func aHitBelowBackfillsTheLayersAboveWithTheOriginalExpiry() async throws {
     let top = try memory()
     let middle = FakeLayer<String, Int>()

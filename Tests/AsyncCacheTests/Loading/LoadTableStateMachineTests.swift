@@ -99,11 +99,19 @@ import Testing
   @Test func aLoadWhoseRequestsLeftBeforeItsTaskWasAttachedIsReportedGone() {
     var machine = Machine()
     guard case .started(let id) = machine.join("k", waiter: 1, continuation: 1, priority: .low) else { return }
+    // The owner begins the load's read in the same critical section.
+    machine.setToken(ReadToken(key: "k", id: 9), for: id)
     let (continuation, abandoned) = machine.cancel(waiter: 1, key: "k")
     #expect(continuation == 1)
+    #expect(abandoned?.id == id)
+    #expect(abandoned?.token?.id == 9, "the abandonment overtakes the read, task or not")
     #expect(abandoned != nil && abandoned?.task == nil, "no task to cancel yet")
-    #expect(machine.attach(Task {}, token: ReadToken(key: "k", id: 0), to: id) == nil, "the owner cancels it")
+    #expect(machine.attach(Task {}, to: id) == nil, "the owner cancels it")
     #expect(machine.isEmpty)
+    // Its task may run for a while yet: a prefetch that abandoned it waits until it ends.
+    #expect(machine.running == [id])
+    machine.taskEnded([id])
+    #expect(machine.running.isEmpty)
   }
 
   @Test func aBatchAttachesItsLiveLoadsAndIsCancelledWithItsLastOne() {
@@ -120,8 +128,7 @@ import Testing
     _ = machine.cancel(waiter: 2, key: "b")
     _ = machine.join("c", waiter: 4, continuation: 4, priority: .high)
     let task = Task<Void, Never> {}
-    let tokens = ["a", "b", "c"].map { ReadToken(key: $0, id: 0) }
-    let (gone, priority) = machine.attachBatch(ids, task: task, tokens: tokens)
+    let (gone, priority) = machine.attachBatch(ids, task: task)
     #expect(gone == [1], "b left before the batch's task was attached")
     #expect(priority == .high, "c was joined at a higher priority meanwhile")
     #expect(machine.cancel(waiter: 1, key: "a").abandoned?.task == nil, "c still wants the batch's task")
@@ -138,7 +145,7 @@ import Testing
     // the task it started at the first request's.
     guard case .joined(nil) = machine.join("k", waiter: 3, continuation: 3, priority: .medium) else { return }
     let task = Task<Void, Never> {}
-    #expect(machine.attach(task, token: ReadToken(key: "k", id: 0), to: id) == .medium)
+    #expect(machine.attach(task, to: id) == .medium)
     guard case .joined(let escalated?) = machine.join("k", waiter: 2, continuation: 2, priority: .high) else {
       Issue.record("a higher-priority request escalates")
       return

@@ -451,8 +451,8 @@ import Testing
     for _ in 0..<5 {
       clock.advance(by: .seconds(5))
       #expect(try await cache.value(for: "k") == 1)
-      // Each extension's write below is a write of the key: one still running would overtake
-      // the next one's (which the extension after that makes up for).
+      // Each extension's write below is a copy: one that starts while another is still being
+      // written is refused (the extension after that makes up for it).
       await cache.chain.waitForBackfills()
     }
     #expect(memory.entry(for: "k")?.expiresAt == start.advanced(by: .seconds(40)))
@@ -538,6 +538,35 @@ import Testing
     #expect(disk.storedEntries["k"]?.value == 1, "and below, after the extension's older copy")
     #expect(try await cache.value(for: "k") == 1)
     #expect(origin.callCount == 1)
+  }
+
+  @Test func aBackFillReadBeforeAnExtensionDoesNotWindItsExpiryBack() async throws {
+    let disk = FakeLayer<String, Int>(clock: clock)
+    let cache = try cache(origin: UnimplementedFetcher<String, Int>(), below: [disk]) {
+      $0.timeToLive = .seconds(10)
+      $0.slidingExpiration = true
+    }
+    let start = clock.now
+    try await cache.insert(0, for: "k")
+    memory.removeValue(for: "k")
+    clock.advance(by: .seconds(6))
+    // A load and a plain chain read both read the disk's entry, due for extension.
+    disk.hold(.lookup, phase: .afterApplying)
+    let load = Task { try await cache.value(for: "k") }
+    await disk.waitForHeld(1, .lookup)
+    let read = Task { try await cache.chain.entry(for: "k") }
+    await disk.waitForHeld(2, .lookup)
+    disk.releaseOne(.lookup)
+    #expect(try await load.value == 0)
+    #expect(memory.entry(for: "k")?.expiresAt == start.advanced(by: .seconds(16)))
+    #expect(disk.storedEntries["k"]?.expiresAt == start.advanced(by: .seconds(16)))
+    // The read found the entry from before the extension: it answers with it, but its copy is
+    // older than the extension and must not replace it.
+    disk.release(.lookup)
+    #expect(try await read.value?.expiresAt == start.advanced(by: .seconds(10)))
+    #expect(
+      memory.entry(for: "k")?.expiresAt == start.advanced(by: .seconds(16)), "an older copy overwrote the extension")
+    #expect(cache.chain.coordinator.isIdle)
   }
 
   @Test func slidingExpiryNeedsALifetimeAndExcludesRefreshAhead() throws {
