@@ -39,21 +39,45 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// Runs `body` on the state machine under the lock, then does what it left to do.
   @inlinable
   func withLock<Result>(_ body: (inout Machine) -> Result) -> Result {
-    let (result, effects, observers, ready) = state.withLock { state in
+    let (result, deferred) = state.withLock { state -> (Result, Deferred?) in
       let result = body(&state.machine)
+      // Most changes (a request joining a load) leave nothing to do.
+      guard !state.machine.effects.isEmpty || !state.watchers.isEmpty else { return (result, nil) }
       var effects = state.machine.takeEffects()
       if !effects.startedLoads.isEmpty { beginReads(of: &effects.startedLoads, in: &state) }
       let observers = effects.urgencyChanged ? state.observers.all : []
       let ready = state.watchers.isEmpty ? [] : state.watchers.takeSatisfied(by: state.machine)
-      return (result, effects, observers, ready)
+      return (result, Deferred(effects: effects, observers: observers, ready: ready))
     }
-    if !effects.startedLoads.isEmpty { start(effects.startedLoads) }
-    for (gate, cancelled) in effects.openedGates {
+    if let deferred { perform(deferred) }
+    return result
+  }
+
+  /// What a change left to do once the lock is released.
+  @usableFromInline
+  struct Deferred {
+    @usableFromInline var effects: Machine.Effects
+    @usableFromInline var observers: [@Sendable () -> Void]
+    @usableFromInline var ready: [UnsafeContinuation<Void, Never>]
+
+    @inlinable
+    init(effects: Machine.Effects, observers: [@Sendable () -> Void], ready: [UnsafeContinuation<Void, Never>]) {
+      self.effects = effects
+      self.observers = observers
+      self.ready = ready
+    }
+  }
+
+  /// Starts the loads a change registered, opens the gates it opened, tells the urgency
+  /// observers and resumes the watchers whose condition now holds, in that order.
+  @usableFromInline
+  func perform(_ deferred: Deferred) {
+    if !deferred.effects.startedLoads.isEmpty { start(deferred.effects.startedLoads) }
+    for (gate, cancelled) in deferred.effects.openedGates {
       if cancelled { gate.resume(throwing: CancellationError()) } else { gate.resume() }
     }
-    for observer in observers { observer() }
-    for watcher in ready { watcher.resume() }
-    return result
+    for observer in deferred.observers { observer() }
+    for watcher in deferred.ready { watcher.resume() }
   }
 
   /// Begins the chain read of each of `loads`, just registered, and records it in the machine.

@@ -98,8 +98,11 @@ extension LoadingCache {
       }
     } catch is CancellationError where ticket.isWithdrawn.load(ordering: .sequentiallyConsistent) || Task.isCancelled {
       // See out the load this prefetch abandoned, if it did: it is cancelled and ends soon.
-      let abandoned = ticket.abandonedLoad.load(ordering: .sequentiallyConsistent)
-      if abandoned != 0 { await loadTable.waitUntil { !$0.running.contains(abandoned) } }
+      // Its task, when it was attached; otherwise (abandoned before its task was attached) the
+      // table tells when its body ends.
+      if let (id, task) = ticket.abandonedLoad.withLock({ $0 }) {
+        if let task { await task.value } else { await loadTable.waitUntil { !$0.running.contains(id) } }
+      }
       return .cancelled
     } catch {
       // Includes a CancellationError the origin threw on its own (a timeout of its own, say):
@@ -123,7 +126,7 @@ extension LoadingCache {
       if let token = abandoned?.token { overtake(token) }
       return (waiter, abandoned)
     }
-    if let abandoned { ticket.abandonedLoad.store(abandoned.id, ordering: .sequentiallyConsistent) }
+    if let abandoned { ticket.abandonedLoad.withLock { $0 = (abandoned.id, abandoned.task) } }
     waiter?.resume(throwing: CancellationError())
     abandoned?.task?.cancel()
   }
@@ -137,9 +140,10 @@ final class PrefetchTicket: Sendable {
   let waiter = Atomic<UInt64>(0)
   /// Set before the waiter is removed, so a prefetch that has not joined yet never does.
   let isWithdrawn = Atomic<Bool>(false)
-  /// The identifier of the load that withdrawing this ticket abandoned (and cancelled); 0 for
-  /// none. Its task may still run, even before it was attached: the prefetch waits for it.
-  let abandonedLoad = Atomic<UInt64>(0)
+  /// The load that withdrawing this ticket abandoned (and cancelled), if it did: its identifier,
+  /// and its task unless it was not attached yet. Its task may still run: the prefetch waits
+  /// for it.
+  let abandonedLoad = Locked<(id: UInt64, task: Task<Void, Never>?)?>(nil)
 }
 
 /// How one prefetch ended.
