@@ -127,20 +127,16 @@ extension LoadingCache {
           }
           var escalations: [Task<Void, Never>] = []
           joining: for key in keys where !remembered.contains(where: { $0.key == key }) {
-            if !dependents.isEmpty {
-              switch dependOnLoad(state.joinable[key], of: key, from: dependents) {
-              case .success(let target): if let target { dependencies.append(target) }
-              case .failure(let error):
-                remembered.append((key, error))
-                // Failing fast, the request fails with it: nothing else is asked for.
-                if collector.failsFast { break joining }
-                continue
-              }
-            }
-            switch state.join(key, waiter: waiter, continuation: .bulk(collector), priority: priority, kind: .bulk) {
-            case .joined(let task): if let task { escalations.append(task) }
-            case .started(let id):
-              if !dependents.isEmpty { dependencies.append(dependOnStartedLoad(id, from: dependents)) }
+            let outcome = join(
+              key, waiter: waiter, continuation: .bulk(collector), kind: .bulk, priority: priority,
+              dependents: dependents, dependencies: &dependencies, in: &state)
+            switch outcome {
+            case .waiting(let task):
+              if let task { escalations.append(task) }
+            case .failed(let error):
+              remembered.append((key, error))
+              // Failing fast, the request fails with it: nothing else is asked for.
+              if collector.failsFast { break joining }
             }
           }
           return (escalations, remembered)

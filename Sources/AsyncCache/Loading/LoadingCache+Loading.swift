@@ -32,8 +32,8 @@ extension LoadingCache {
   nonisolated(nonsending) func wait(for key: Key, as waiter: UInt64) async throws -> Value {
     // The loads whose body makes this request, if any: it must not wait for one of them.
     let dependents = LoadDependencies.loadsOfCurrentTask
-    var dependency: LoadIdentity?
-    defer { if let dependency { LoadDependencies.shared.remove(dependents, waitingFor: dependency) } }
+    var dependencies: [LoadIdentity] = []
+    defer { for target in dependencies { LoadDependencies.shared.remove(dependents, waitingFor: target) } }
     return try await withTaskCancellationHandler {
       try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, any Error>) in
         // Decided under the lock: the cancellation flag is set before `onCancel` runs, so
@@ -43,21 +43,12 @@ extension LoadingCache {
           // Read under the lock: an escalation after this finds the waiter registered.
           let priority = Task.currentPriority
           if Task.isCancelled { return (CancellationError(), nil, priority) }
-          if !state.negatives.isEmpty, let error = rememberedError(for: key, in: &state) {
-            return (error, nil, priority)
-          }
-          if !dependents.isEmpty {
-            switch dependOnLoad(state.joinable[key], of: key, from: dependents) {
-            case .success(let target): dependency = target
-            case .failure(let error): return (error, nil, priority)
-            }
-          }
-          switch state.join(key, waiter: waiter, continuation: .request(continuation), priority: priority) {
-          case .joined(let task):
-            return (nil, task, priority)
-          case .started(let id):
-            if !dependents.isEmpty { dependency = dependOnStartedLoad(id, from: dependents) }
-            return (nil, nil, priority)
+          let outcome = join(
+            key, waiter: waiter, continuation: .request(continuation), kind: .request, priority: priority,
+            dependents: dependents, dependencies: &dependencies, in: &state)
+          switch outcome {
+          case .failed(let error): return (error, nil, priority)
+          case .waiting(let task): return (nil, task, priority)
           }
         }
         if let failure = escalation.failure {
@@ -101,6 +92,54 @@ extension LoadingCache {
       }
     }
     return launches
+  }
+
+  /// What joining the load of a key came to.
+  @usableFromInline
+  enum JoinOutcome {
+    /// The request fails at once: with an error negative caching remembers, or because it
+    /// would wait for its own load (``AsyncCacheError/Code/recursiveLoad``).
+    case failed(any Error)
+    /// The request waits for a load; escalate this task (the load's) when given.
+    case waiting(escalate: Task<Void, Never>?)
+  }
+
+  /// Joins `waiter` to the load of `key`, or starts one (which the load table then runs): the
+  /// one way in for a request, each key of a bulk request and a prefetch. Call under the load
+  /// table's lock.
+  ///
+  /// A key whose error negative caching remembers fails without a load. With `dependents` (the
+  /// loads whose body makes this request), the load the request now waits for is recorded in
+  /// `dependencies`, to forget once the request ends, unless it waits for one of them: then
+  /// the request fails with ``AsyncCacheError/Code/recursiveLoad``, recording nothing.
+  @inlinable
+  func join(
+    _ key: Key,
+    waiter: UInt64,
+    continuation: LoadWaiter<Key, Value>,
+    kind: LoadTable<Key, Value>.Machine.JoinKind,
+    priority: TaskPriority,
+    skipsTopLayer: Bool = false,
+    dependents: [LoadIdentity],
+    dependencies: inout [LoadIdentity],
+    in state: inout LoadTable<Key, Value>.Machine
+  ) -> JoinOutcome {
+    if !state.negatives.isEmpty, let error = rememberedError(for: key, in: &state) { return .failed(error) }
+    if !dependents.isEmpty {
+      switch dependOnLoad(state.joinable[key], of: key, from: dependents) {
+      case .success(let target): if let target { dependencies.append(target) }
+      case .failure(let error): return .failed(error)
+      }
+    }
+    switch state.join(
+      key, waiter: waiter, continuation: continuation, priority: priority, kind: kind, skipsTopLayer: skipsTopLayer)
+    {
+    case .joined(let task):
+      return .waiting(escalate: task)
+    case .started(let id):
+      if !dependents.isEmpty { dependencies.append(dependOnStartedLoad(id, from: dependents)) }
+      return .waiting(escalate: nil)
+    }
   }
 
   /// Begins the chain read of a load of `key` (see ``LoadRunner/beginRead(_:)``).

@@ -70,17 +70,16 @@ extension LoadingCache {
             if Task.isCancelled || ticket.isWithdrawn.load(ordering: .sequentiallyConsistent) {
               return (CancellationError(), nil, priority)
             }
-            // A key the origin said it does not have is not asked for again.
-            if !state.negatives.isEmpty, let error = rememberedError(for: key, in: &state) {
-              return (error, nil, priority)
-            }
             ticket.waiter.store(waiter, ordering: .sequentiallyConsistent)
-            let result = state.join(
-              key, waiter: waiter, continuation: .prefetch(continuation), priority: priority,
-              kind: .prefetch, skipsTopLayer: skipsTopLayer)
-            switch result {
-            case .joined(let task): return (nil, task, priority)
-            case .started: return (nil, nil, priority)
+            // A key the origin said it does not have is not asked for again. Prefetches are not
+            // checked for recursion: a prefetcher runs beside the requests, not inside a load.
+            var dependencies: [LoadIdentity] = []
+            let outcome = join(
+              key, waiter: waiter, continuation: .prefetch(continuation), kind: .prefetch, priority: priority,
+              skipsTopLayer: skipsTopLayer, dependents: [], dependencies: &dependencies, in: &state)
+            switch outcome {
+            case .failed(let error): return (error, nil, priority)
+            case .waiting(let task): return (nil, task, priority)
             }
           }
           if let failure = joined.failure {
