@@ -69,10 +69,6 @@ final class WriteCoordinator<Key: Hashable & Sendable>: Sendable {
     mutate { $0.endRead(token.key, id: token.id) }
   }
 
-  func isOvertaken(_ token: ReadToken<Key>) -> Bool {
-    mutate { $0.isOvertaken(token.key, id: token.id) }
-  }
-
   /// Marks `token` as overtaken, so that it commits nothing.
   func overtake(_ token: ReadToken<Key>) {
     mutate { $0.overtake(token.key, id: token.id) }

@@ -47,7 +47,8 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       if !effects.startedLoads.isEmpty { beginReads(of: &effects.startedLoads, in: &state) }
       let observers = effects.urgencyChanged ? state.observers.all : []
       let ready = state.watchers.isEmpty ? [] : state.watchers.takeSatisfied(by: state.machine)
-      return (result, Deferred(effects: effects, observers: observers, ready: ready))
+      let runner = effects.startedLoads.isEmpty ? nil : state.runner
+      return (result, Deferred(effects: effects, runner: runner, observers: observers, ready: ready))
     }
     if let deferred { perform(deferred) }
     return result
@@ -57,12 +58,18 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline
   struct Deferred {
     @usableFromInline var effects: Machine.Effects
+    /// Who starts the loads registered, if any were.
+    @usableFromInline var runner: (any LoadRunner<Key, Value>)?
     @usableFromInline var observers: [@Sendable () -> Void]
     @usableFromInline var ready: [UnsafeContinuation<Void, Never>]
 
     @inlinable
-    init(effects: Machine.Effects, observers: [@Sendable () -> Void], ready: [UnsafeContinuation<Void, Never>]) {
+    init(
+      effects: Machine.Effects, runner: (any LoadRunner<Key, Value>)?, observers: [@Sendable () -> Void],
+      ready: [UnsafeContinuation<Void, Never>]
+    ) {
       self.effects = effects
+      self.runner = runner
       self.observers = observers
       self.ready = ready
     }
@@ -72,7 +79,7 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// observers and resumes the watchers whose condition now holds, in that order.
   @usableFromInline
   func perform(_ deferred: Deferred) {
-    if !deferred.effects.startedLoads.isEmpty { start(deferred.effects.startedLoads) }
+    if let runner = deferred.runner { start(deferred.effects.startedLoads, runner: runner) }
     for (gate, cancelled) in deferred.effects.openedGates {
       if cancelled { gate.resume(throwing: CancellationError()) } else { gate.resume() }
     }
@@ -97,8 +104,7 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// all left; the task body may still be running, which ``LoadTableStateMachine/running``
   /// tells. A task whose loads were joined at a higher priority meanwhile is escalated.
   @usableFromInline
-  func start(_ loads: [Machine.StartedLoad]) {
-    guard let runner = state.withLock({ $0.runner }) else { return }
+  func start(_ loads: [Machine.StartedLoad], runner: any LoadRunner<Key, Value>) {
     let launches = runner.launch(loads)
     let (cancelled, escalations) = state.withLock { state in
       var cancelled: [Task<Void, Never>] = []

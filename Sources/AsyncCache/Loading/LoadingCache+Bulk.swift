@@ -173,9 +173,7 @@ extension LoadingCache {
     let abandoned = loadTable.withLock { state -> [Task<Void, Never>] in
       var tasks: [Task<Void, Never>] = []
       for key in keys {
-        guard let load = state.cancel(waiter: waiter, key: key).abandoned else { continue }
-        if let token = load.token { overtake(token) }
-        if let task = load.task { tasks.append(task) }
+        if let task = leave(waiter, key: key, in: &state).abandoned?.task { tasks.append(task) }
       }
       return tasks
     }

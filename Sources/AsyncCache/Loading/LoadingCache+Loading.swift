@@ -58,13 +58,7 @@ extension LoadingCache {
         }
       }
     } onCancel: {
-      let (continuation, abandoned) = loadTable.withLock { state in
-        let (continuation, abandoned) = state.cancel(waiter: waiter, key: key)
-        // A late value of an abandoned load must not be stored: a fresh load may follow. Marked
-        // under the lock, so no later request can start that fresh load before it is marked.
-        if let token = abandoned?.token { overtake(token) }
-        return (continuation, abandoned)
-      }
+      let (continuation, abandoned) = loadTable.withLock { leave(waiter, key: key, in: &$0) }
       continuation?.resume(throwing: CancellationError())
       abandoned?.task?.cancel()
     }
@@ -193,10 +187,18 @@ extension LoadingCache {
     return target
   }
 
-  /// Marks the read of an abandoned load as overtaken, so that a late value is not stored.
+  /// Removes `waiter` (a request, a key of a bulk request, or a prefetch of `key`) from its
+  /// load; returns its continuation, if it was still waiting, and the load if it was its last
+  /// waiter. The read of an abandoned load is marked overtaken here, under the table's lock, so
+  /// that its late value is not stored: no request can start the fresh load that may follow
+  /// before it is marked. Call under the load table's lock.
   @usableFromInline
-  func overtake(_ token: ReadToken<Key>) {
-    chain.overtake(token)
+  func leave(
+    _ waiter: UInt64, key: Key, in state: inout LoadTable<Key, Value>.Machine
+  ) -> (continuation: LoadWaiter<Key, Value>?, abandoned: LoadTable<Key, Value>.Machine.Abandoned?) {
+    let left = state.cancel(waiter: waiter, key: key)
+    if let token = left.abandoned?.token { chain.overtake(token) }
+    return left
   }
 
   /// The body of load `id`: the layers below, then the origin; then answers the waiters.

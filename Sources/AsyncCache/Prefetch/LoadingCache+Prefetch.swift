@@ -121,9 +121,7 @@ extension LoadingCache {
       guard id != 0 else {
         return (LoadWaiter<Key, Value>?.none, LoadTable<Key, Value>.Machine.Abandoned?.none)
       }
-      let (waiter, abandoned) = state.cancel(waiter: id, key: key)
-      if let token = abandoned?.token { overtake(token) }
-      return (waiter, abandoned)
+      return leave(id, key: key, in: &state)
     }
     if let abandoned { ticket.abandonedLoad.withLock { $0 = (abandoned.id, abandoned.task) } }
     waiter?.resume(throwing: CancellationError())
