@@ -41,7 +41,9 @@ extension SQLiteLayer {
     /// The clock that expiry and access times are read from. Default `WallClock`.
     public var clock: any CacheClock
 
-    /// Called with every ``SQLiteLayerEvent``, on the layer's connection thread: keep it short.
+    /// Called with every ``SQLiteLayerEvent`` the layer's ``SQLiteLayer/events(bufferingNewest:)``
+    /// sequences get, those of its opening included, synchronously on the layer's connection
+    /// thread: keep it short. Default `nil`.
     public var eventHandler: (@Sendable (SQLiteLayerEvent) -> Void)?
 
     /// Where the layer logs every ``SQLiteLayerEvent`` and its other recoveries: a database

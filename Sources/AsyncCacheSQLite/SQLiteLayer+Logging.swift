@@ -37,6 +37,7 @@ extension SQLiteLayerEvent {
     case .rowDiscarded: .warning
     case .writeFailed: .warning
     case .writesRecovered: .notice
+    case .dropped: .warning
     }
   }
 
@@ -57,6 +58,8 @@ extension SQLiteLayerEvent {
       return ["event": "writeFailed", "error": CacheLogger.describe(error)]
     case .writesRecovered:
       return ["event": "writesRecovered"]
+    case .dropped(let count):
+      return ["event": "dropped", "count": "\(count)"]
     }
   }
 }

@@ -61,6 +61,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   private var expired: [[UInt8]] = []
   private var counters = Statistics()
   private var events: [SQLiteLayerEvent] = []
+  /// Delivers the layer's events to its observers and its configuration's handler.
+  private nonisolated let eventHub: EventHub<SQLiteLayerEvent>
 
   /// The layer runs on its own thread, where SQLite may block.
   public nonisolated var unownedExecutor: UnownedSerialExecutor {
@@ -107,6 +109,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     self.accessResolution = configuration.accessTimeResolution.clampedNanoseconds
     self.executor = try BlockingExecutor(label: "AsyncCache.SQLite")
     self.pending = Locked(PendingWrites())
+    self.eventHub = EventHub(handler: configuration.eventHandler)
     try open()
   }
 
@@ -502,6 +505,17 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// The events recorded since the layer was opened (at most the last 100), oldest first.
   public var recentEvents: [SQLiteLayerEvent] { events }
 
+  /// A sequence of the events the layer reports from now on (``SQLiteLayerEvent``), for one
+  /// observer; see `EventSequence` for its buffering and its end. Events of the layer's opening
+  /// happened before any sequence: ``recentEvents`` keeps them, and a
+  /// ``Configuration-swift.struct/eventHandler`` sees them too.
+  ///
+  /// - Parameter limit: The most events the sequence buffers for a slow observer; past it, the
+  ///   oldest are dropped and reported by a ``SQLiteLayerEvent/dropped(count:)``. At least 1.
+  public nonisolated func events(bufferingNewest limit: Int = 1_000) -> EventSequence<SQLiteLayerEvent> {
+    eventHub.events(bufferingNewest: limit)
+  }
+
   // MARK: Internals
 
   private enum Local: Sendable {
@@ -581,8 +595,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   private func record(_ event: SQLiteLayerEvent) {
     events.append(event)
     if events.count > 100 { events.removeFirst(events.count - 100) }
-    configuration.eventHandler?(event)
     log(event)
+    eventHub.emit(event)
   }
 
   private func discard(_ keyBytes: [UInt8], blob: Data, key: String, reason: String) {

@@ -2,7 +2,7 @@ public import AsyncCache
 public import Foundation
 
 /// Something a ``SQLiteLayer`` did on its own that its owner may want to log.
-public enum SQLiteLayerEvent: Sendable, CustomStringConvertible {
+public enum SQLiteLayerEvent: DropReportingEvent, CustomStringConvertible {
   /// SQLite reported the database as corrupt or not a database. The file was emptied in place
   /// (so that every connection to it goes on with the same file), after a copy of it (and of
   /// its `-wal` file) was saved at `copiedTo` for inspection, when copying was possible.
@@ -20,6 +20,9 @@ public enum SQLiteLayerEvent: Sendable, CustomStringConvertible {
   case writeFailed(PersistenceError)
   /// A background retry committed the writes that had failed.
   case writesRecovered
+  /// The observer's sequence fell behind and `count` events before this one were dropped from
+  /// its buffer. Only an observer's sequence reports this.
+  case dropped(count: Int)
 
   /// A sentence describing the event, for logs.
   public var description: String {
@@ -32,6 +35,7 @@ public enum SQLiteLayerEvent: Sendable, CustomStringConvertible {
     case .rowDiscarded(let key, let reason): "row for key \(key.debugDescription) discarded: \(reason)"
     case .writeFailed(let error): "background write failed: \(error)"
     case .writesRecovered: "background writes that had failed are committed"
+    case .dropped(let count): "\(count) events dropped by a slow observer"
     }
   }
 }

@@ -49,6 +49,29 @@ struct SQLiteLayerDamageTests {
     #expect(try raw.rowCount() == 1, "the damaged row is deleted with the next batch")
   }
 
+  @Test("the layer's event sequence and its handler get the same events; a slow observer is told what it lost")
+  func eventSequence() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    let handled = EventLog<String>()
+    let layer = try await SQLiteLayer<String, Data>(
+      url: url, configuration: .init(eventHandler: { handled.append($0.description) }))
+    let everything = layer.events()
+    let lastOnly = layer.events(bufferingNewest: 1)
+    for key in ["a", "b", "c"] { try await layer.insert(Data(repeating: 1, count: 100), for: key) }
+    try await layer.flush()
+    let raw = try RawDatabase(url)
+    for key in ["a", "b", "c"] { try raw.setBlob(Data([0]), key: key) }
+    for key in ["a", "b", "c"] { #expect(try await layer.value(for: key) == nil) }
+
+    let seen = await everything.drained().map(\.description)
+    #expect(seen.count == 3 && seen.allSatisfy { $0.hasPrefix("row for key") })
+    #expect(seen == handled.all, "the handler is an adapter of the same hub")
+    #expect(await lastOnly.drained().map(\.description) == ["2 events dropped by a slow observer", seen[2]])
+    #expect(lastOnly.droppedCount == 2)
+  }
+
   @Test("a row damaged and then rewritten is not deleted by the clean-up of the damaged bytes")
   func rewrittenAfterDamage() async throws {
     let folder = try TemporaryDirectory()

@@ -2,6 +2,7 @@ import AsyncCache
 import AsyncCacheTesting
 import AsyncCacheURLSession
 import Foundation
+import TestSupport
 import Testing
 
 @Suite("URLSessionFetcher with operators and LoadingCache", .timeLimit(.minutes(1)))
@@ -15,11 +16,12 @@ struct URLSessionFetcherCompositionTests {
     var rawValue: Int
   }
 
-  /// Records a cache's load events, from the load's task.
+  /// Observes a cache's events.
   final class Events: Sendable {
-    private let events = Locked<[LoadEvent<URL>]>([])
-    func record(_ event: LoadEvent<URL>) { events.withLock { $0.append(event) } }
-    var all: [LoadEvent<URL>] { events.withLock { $0 } }
+    private let sequence = Locked<CacheEvents<URL>?>(nil)
+    func observe(_ cache: LoadingCache<URL, Data>) { sequence.withLock { $0 = cache.events() } }
+    /// Ends the observation; the events it saw.
+    func all() async -> [CacheEvent<URL>] { await sequence.withLock({ $0 })?.drained() ?? [] }
   }
 
   static func json(_ user: User) -> Data { try! JSONEncoder().encode(user) }
@@ -27,11 +29,12 @@ struct URLSessionFetcherCompositionTests {
   static func cache(
     clock: ManualClock, events: Events, maximumAttempts: Int = 3
   ) throws -> LoadingCache<URL, Data> {
-    try LoadingCache(
+    let cache = try LoadingCache(
       layers: [MemoryLayer<URL, Data>()], origin: URLSessionFetcher(session: makeSession()),
       configuration: .init(
-        clock: clock, retryPolicy: .urlSession(maximumAttempts: maximumAttempts, initialDelay: .seconds(1), jitter: 0),
-        onLoadEvent: { events.record($0) }))
+        clock: clock, retryPolicy: .urlSession(maximumAttempts: maximumAttempts, initialDelay: .seconds(1), jitter: 0)))
+    events.observe(cache)
+    return cache
   }
 
   // MARK: Operators
@@ -99,7 +102,7 @@ struct URLSessionFetcherCompositionTests {
       #expect(value == body)
       #expect(server.requestCount(for: "/flaky") == 2)
 
-      let retries = events.all.compactMap { event -> (Int, Int?, Duration)? in
+      let retries = await events.all().compactMap { event -> (Int, Int?, Duration)? in
         guard case .retrying(_, let attempt, let error, let delay) = event else { return nil }
         return (attempt, (error as? URLSessionFetcherError)?.statusCode, delay)
       }
@@ -122,10 +125,12 @@ struct URLSessionFetcherCompositionTests {
       #expect(error?.statusCode == status)
       #expect(server.requestCount(for: "/gone") == 1)
       #expect(clock.sleeperCount == 0, "no retry is waiting")
-      guard case .failed(_, let attempts, _, let isFatal) = events.all.last else {
-        Issue.record("no failure event: \(events.all)")
+      let all = await events.all()
+      guard case .loadFailed(_, let error, let attempts, _) = all.last else {
+        Issue.record("no failure event: \(all)")
         return
       }
+      let isFatal = RetryPolicy.urlSession().classify(error) == .fatal
       #expect(attempts == 1 && isFatal)
 
       await #expect(throws: URLSessionFetcherError.self) { try await cache.value(for: url) }
@@ -149,10 +154,12 @@ struct URLSessionFetcherCompositionTests {
       }
       await #expect(throws: URLSessionFetcherError.self) { try await request.value }
       #expect(server.requestCount(for: "/down") == 3)
-      guard case .failed(_, let attempts, _, let isFatal) = events.all.last else {
-        Issue.record("no failure event: \(events.all)")
+      let all = await events.all()
+      guard case .loadFailed(_, let error, let attempts, _) = all.last else {
+        Issue.record("no failure event: \(all)")
         return
       }
+      let isFatal = RetryPolicy.urlSession().classify(error) == .fatal
       #expect(attempts == 3 && !isFatal)
     }
   }
@@ -174,7 +181,7 @@ struct URLSessionFetcherCompositionTests {
       clock.advance(by: .seconds(5))
       #expect(try await request.value == body)
       #expect(server.requestCount(for: "/busy") == 2)
-      let delays = events.all.compactMap { event -> Duration? in
+      let delays = await events.all().compactMap { event -> Duration? in
         guard case .retrying(_, _, _, let delay) = event else { return nil }
         return delay
       }
@@ -194,10 +201,12 @@ struct URLSessionFetcherCompositionTests {
       #expect(error?.statusCode == 429 && error?.retryAfter == .seconds(120))
       #expect(server.requestCount(for: "/busy") == 1)
       #expect(clock.sleeperCount == 0, "no retry is waiting")
-      guard case .failed(_, let attempts, _, let isFatal) = events.all.last else {
-        Issue.record("no failure event: \(events.all)")
+      let all = await events.all()
+      guard case .loadFailed(_, let error, let attempts, _) = all.last else {
+        Issue.record("no failure event: \(all)")
         return
       }
+      let isFatal = RetryPolicy.urlSession().classify(error) == .fatal
       #expect(attempts == 1 && !isFatal)
     }
   }

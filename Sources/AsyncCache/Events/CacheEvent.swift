@@ -4,7 +4,7 @@
 /// Events describe work already done; they are delivered in the order they were produced by
 /// one thread, and events from different threads interleave. An observer that falls behind
 /// loses the oldest events it has not read, and is told so by ``dropped(count:)`` where they were.
-public enum CacheEvent<Key: Hashable & Sendable>: Sendable {
+public enum CacheEvent<Key: Hashable & Sendable>: DropReportingEvent {
   /// A request (``LoadingCache/value(for:)``, or one key of a bulk request) was answered by the
   /// top layer without a load; a stale value served at once included.
   case hit(key: Key)
@@ -19,9 +19,14 @@ public enum CacheEvent<Key: Hashable & Sendable>: Sendable {
   /// A load (or refresh) of `key` ended with a value from `source`, after `duration` on the
   /// cache's clock (waits for urgent work and retry delays included).
   case loadFinished(key: Key, source: LoadSource, duration: Duration)
-  /// A load (or refresh) of `key` ended with `error`, after `duration`, any retries included; a
-  /// load abandoned by all its requests ends with `CancellationError`.
-  case loadFailed(key: Key, error: any Error, duration: Duration)
+  /// A load (or refresh) of `key` ended with `error`, after asking the origin `attempts` times
+  /// (0 when it failed before reaching the origin, such as a layer's error), and after
+  /// `duration`, retry delays included. A load abandoned by all its requests ends with
+  /// `CancellationError`.
+  ///
+  /// Whether the error was fatal or the ``RetryPolicy`` ran out of attempts: compare `attempts`
+  /// with ``RetryPolicy/maximumAttempts``, or ask the policy's ``RetryPolicy/classify``.
+  case loadFailed(key: Key, error: any Error, attempts: Int, duration: Duration)
   /// Attempt `attempt` of a load of `key` failed with a transient error; the origin is asked
   /// again after `delay` (see ``RetryPolicy``).
   case retrying(key: Key, attempt: Int, error: any Error, delay: Duration)
@@ -55,7 +60,8 @@ extension CacheEvent: CustomStringConvertible {
     case .loadStarted(let key): "loadStarted \(key)"
     case .refreshStarted(let key): "refreshStarted \(key)"
     case .loadFinished(let key, let source, let duration): "loadFinished \(key) from \(source) in \(duration)"
-    case .loadFailed(let key, let error, let duration): "loadFailed \(key) in \(duration): \(error)"
+    case .loadFailed(let key, let error, let attempts, let duration):
+      "loadFailed \(key) after \(attempts) attempt\(attempts == 1 ? "" : "s") in \(duration): \(error)"
     case .retrying(let key, let attempt, let error, let delay):
       "retrying \(key) after attempt \(attempt) in \(delay): \(error)"
     case .servedStale(let key, let error): "servedStale \(key): \(error)"

@@ -220,12 +220,13 @@ extension LoadingCache {
     var missing: [BatchItem<Key>] = []
     var fallbacks: [UInt64: Fallback] = [:]
     /// Answers the load of `item` with `error`, or with its stale value (stale-if-error).
-    func fail(_ item: BatchItem<Key>, with error: any Error) {
+    func fail(_ item: BatchItem<Key>, with error: any Error, attempts: Int = 0) {
       chain.endRead(item.token)
       if let stale = staleValue(after: error, fallback: fallbacks[item.id], key: item.key) {
-        finish(item.id, key: item.key, startedAt: startedAt, with: .success(stale), staleAfter: error)
+        finish(
+          item.id, key: item.key, startedAt: startedAt, with: .success(stale), attempts: attempts, staleAfter: error)
       } else {
-        finish(item.id, key: item.key, startedAt: startedAt, with: .failure(error))
+        finish(item.id, key: item.key, startedAt: startedAt, with: .failure(error), attempts: attempts)
       }
     }
     for lookup in lookups {
@@ -238,7 +239,7 @@ extension LoadingCache {
         let (entry, layers) = storing(found, state: state, for: item.key, foundIn: tier, top: 0)
         await chain.endRead(item.token, copying: entry, into: layers)
         finish(
-          item.id, key: item.key, startedAt: startedAt, with: .success((entry.value, .layer(tier))),
+          item.id, key: item.key, startedAt: startedAt, with: .success((entry.value, .layer(tier))), attempts: 0,
           servedStale: state == .stale,
           thenRefresh: state == .stale || state == .refreshDue)
       case .failure(let error):
@@ -249,22 +250,24 @@ extension LoadingCache {
     guard !missing.isEmpty else { return }
     // Each attempt asks only for the keys still wanted, after waiting for urgent work if no
     // request waits for any of them (a batch whose requests were all demoted).
-    let outcome = await fetchBatch(missing, from: origin)
+    var attempts = 0
+    let outcome = await fetchBatch(missing, from: origin, attempts: &attempts)
     for item in missing {
       switch outcome {
       case .success(let values):
         guard let value = values[item.key] else {
           fail(
             item,
-            with: AsyncCacheError(code: .notFound, message: "the batch origin returned no value for key \(item.key)"))
+            with: AsyncCacheError(code: .notFound, message: "the batch origin returned no value for key \(item.key)"),
+            attempts: attempts)
           continue
         }
         let entry = CacheEntry(value, expiresAt: loadedExpiry(for: item.key, value: value))
         // A key abandoned during the call is not stored: its read was overtaken.
         await chain.endRead(item.token, storing: entry, into: chain.tiers.indices)
-        finish(item.id, key: item.key, startedAt: startedAt, with: .success((value, .origin)))
+        finish(item.id, key: item.key, startedAt: startedAt, with: .success((value, .origin)), attempts: attempts)
       case .failure(let error):
-        fail(item, with: error)
+        fail(item, with: error, attempts: attempts)
       }
     }
   }
@@ -275,12 +278,12 @@ extension LoadingCache {
   /// attempt asks only for the keys still wanted, after waiting for urgent work if no request
   /// waits for any of them (a batch whose requests were all demoted).
   fileprivate func fetchBatch(
-    _ items: [BatchItem<Key>], from origin: any AsyncBatchFetcher<Key, Value>
+    _ items: [BatchItem<Key>], from origin: any AsyncBatchFetcher<Key, Value>, attempts: inout Int
   ) async -> Result<[Key: Value], any Error> {
     var asked: [BatchItem<Key>] = []
     do {
       return .success(
-        try await retrying({ asked.map(\.key) }) {
+        try await retrying(keys: asked.map(\.key), attempts: &attempts) {
           asked = loadTable.withLock { state in items.filter { state.isLive($0.id) } }
           guard !asked.isEmpty else { throw CancellationError() }
           try await waitForUrgentWork(loads: asked.map(\.id))

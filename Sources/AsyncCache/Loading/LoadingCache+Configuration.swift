@@ -23,7 +23,7 @@ extension LoadingCache {
     /// load refreshes it (stale-while-revalidate). Default zero: a stale entry is not served.
     public var staleWhileRevalidate: Duration
     /// How long after it turns stale an entry is kept to be served when a load of its key fails
-    /// (stale-if-error); each such failure is reported as ``LoadEvent/servedStale(key:error:)``.
+    /// (stale-if-error); each such failure is reported as ``CacheEvent/servedStale(key:error:)``.
     /// Default zero.
     public var staleIfError: Duration
     /// The share of its lifetime, in `0<..<1`, after which reading a fresh entry refreshes it
@@ -62,9 +62,6 @@ extension LoadingCache {
     public var clock: any CacheClock
     /// When the origin is asked again after it fails. Default ``RetryPolicy/never``.
     public var retryPolicy: RetryPolicy
-    /// Called with every ``LoadEvent`` (retries, final failures, stale values served after a
-    /// failure), on the load's task: keep it short. Default `nil`.
-    public var onLoadEvent: (@Sendable (LoadEvent<Key>) -> Void)?
     /// Where the cache logs its loads, retries and memory-pressure changes (see <doc:CacheLogging>);
     /// also used by the chain that ``LoadingCache/init(layers:origin:batchOrigin:configuration:)``
     /// builds, and by the cache's prefetchers unless they have a logger of their own. Default
@@ -85,7 +82,6 @@ extension LoadingCache {
       negativeCaching: NegativeCachingPolicy? = nil,
       clock: any CacheClock = WallClock(),
       retryPolicy: RetryPolicy = .never,
-      onLoadEvent: (@Sendable (LoadEvent<Key>) -> Void)? = nil,
       logger: CacheLogger = .disabled
     ) {
       self.timeToLive = timeToLive
@@ -98,7 +94,6 @@ extension LoadingCache {
       self.negativeCaching = negativeCaching
       self.clock = clock
       self.retryPolicy = retryPolicy
-      self.onLoadEvent = onLoadEvent
       self.logger = logger
     }
 

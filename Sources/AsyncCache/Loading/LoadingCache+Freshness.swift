@@ -153,8 +153,7 @@ extension LoadingCache {
   }
 
   /// The stale value to answer a failed load of `key` with, if `fallback` is stale and has not
-  /// expired (stale-if-error), and where it came from; reports the error as a
-  /// ``LoadEvent/servedStale(key:error:)``. `nil` when the load was cancelled (no one waits for
+  /// expired (stale-if-error), and where it came from. `nil` when the load was cancelled (no one waits for
   /// it), or there is no stale fallback (a refresh ahead that failed leaves its fresh entry be).
   func staleValue(
     after error: any Error, fallback: Fallback?, key: Key
@@ -166,7 +165,6 @@ extension LoadingCache {
     case .fresh, .refreshDue, .extendDue, .expired: return nil
     }
     logServingStale(key, error: error)
-    configuration.onLoadEvent?(.servedStale(key: key, error: error))
     return (fallback.entry.value, .layer(fallback.tier))
   }
 

@@ -217,6 +217,7 @@ extension LoadingCache {
     var refreshAfterwards = false
     var foundStale = false
     var fallback: Fallback?
+    var attempts = 0
     do {
       if let (entry, tier, state) = try await locateForLoad(key, isRefresh: isRefresh, fallback: &fallback) {
         refreshAfterwards = state == .stale || state == .refreshDue
@@ -227,7 +228,7 @@ extension LoadingCache {
         await chain.endRead(token, copying: entry, into: layers)
         result = .success((entry.value, .layer(tier)))
       } else {
-        let value = try await fetchRetrying(key, load: id)
+        let value = try await fetchRetrying(key, load: id, attempts: &attempts)
         let entry = CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value))
         let top = skipsTopLayer(id) && chain.tiers.count > 1 ? 1 : 0
         await chain.endRead(token, storing: entry, into: top..<chain.tiers.count)
@@ -244,8 +245,8 @@ extension LoadingCache {
       staleAfter = error
     }
     finish(
-      id, key: key, startedAt: startedAt, with: result, servedStale: foundStale, staleAfter: staleAfter,
-      thenRefresh: refreshAfterwards)
+      id, key: key, startedAt: startedAt, with: result, attempts: attempts, servedStale: foundStale,
+      staleAfter: staleAfter, thenRefresh: refreshAfterwards)
   }
 
   /// Removes load `id` of `key` from the table and answers its waiters; counts its requests as
@@ -253,6 +254,7 @@ extension LoadingCache {
   ///
   /// - Parameters:
   ///   - startedAt: When the load started, on the cache's clock.
+  ///   - attempts: The origin calls the load made.
   ///   - servedStale: The load answers with a stale value at once (stale-while-revalidate).
   ///   - staleAfter: The error the load failed with, when it answers with a stale value instead
   ///     (stale-if-error).
@@ -263,6 +265,7 @@ extension LoadingCache {
     key: Key,
     startedAt: CacheInstant,
     with result: Result<(Value, LoadSource), any Error>,
+    attempts: Int,
     servedStale: Bool = false,
     staleAfter: (any Error)? = nil,
     thenRefresh: Bool = false
@@ -283,13 +286,17 @@ extension LoadingCache {
       // An abandoned load is out of the table: its requests left, and it is not counted. It
       // ended as cancelled, whatever it brought.
       guard state.loads[id] != nil else {
-        if eventHub.isObserved { eventHub.emit(.loadFailed(key: key, error: CancellationError(), duration: duration)) }
+        if eventHub.isObserved {
+          eventHub.emit(.loadFailed(key: key, error: CancellationError(), attempts: attempts, duration: duration))
+        }
         return [LoadWaiter<Key, Value>]()
       }
       state.counters.loadTime.record(duration)
       // Reported before the load leaves the table, so before anyone can see it gone (the event
       // locks are leaves).
-      if eventHub.isObserved { reportEnd(of: key, with: result, staleAfter: staleAfter, duration: duration) }
+      if eventHub.isObserved {
+        reportEnd(of: key, with: result, staleAfter: staleAfter, attempts: attempts, duration: duration)
+      }
       // A write during the load made it unjoinable: its error is as stale as its value, and no
       // one asked for the key since, so nothing is refreshed.
       let waiters = state.finish(id, failed: failed) { state in
@@ -312,16 +319,17 @@ extension LoadingCache {
   /// Reports the end of a load of `key`: with a value, an error, or an error and the stale value
   /// served instead.
   private func reportEnd(
-    of key: Key, with result: Result<(Value, LoadSource), any Error>, staleAfter: (any Error)?, duration: Duration
+    of key: Key, with result: Result<(Value, LoadSource), any Error>, staleAfter: (any Error)?, attempts: Int,
+    duration: Duration
   ) {
     switch (result, staleAfter) {
     case (.success, let error?):
-      eventHub.emit(.loadFailed(key: key, error: error, duration: duration))
+      eventHub.emit(.loadFailed(key: key, error: error, attempts: attempts, duration: duration))
       eventHub.emit(.servedStale(key: key, error: error))
     case (.success((_, let source)), nil):
       eventHub.emit(.loadFinished(key: key, source: source, duration: duration))
     case (.failure(let error), _):
-      eventHub.emit(.loadFailed(key: key, error: error, duration: duration))
+      eventHub.emit(.loadFailed(key: key, error: error, attempts: attempts, duration: duration))
     }
   }
 
@@ -360,26 +368,23 @@ extension LoadingCache {
 
   /// Asks the origin, again after transient failures, per the retry policy. Runs inside the
   /// key's one load, so all its waiters share the loop.
-  private func fetchRetrying(_ key: Key, load id: UInt64) async throws -> Value {
-    try await retrying([key]) {
+  private func fetchRetrying(_ key: Key, load id: UInt64, attempts: inout Int) async throws -> Value {
+    try await retrying(keys: [key], attempts: &attempts) {
       try await waitForUrgentWork(loads: [id])
       return try await origin.fetch(key)
     }
   }
 
-  /// Runs `attempt` for the loads of `keys`, again after transient failures, per the retry
-  /// policy, and reports the retries and the final failure of each key.
-  func retrying<Success>(_ keys: [Key], _ attempt: () async throws -> Success) async throws -> Success {
-    try await retrying({ keys }, attempt)
-  }
-
-  /// Runs `attempt` as ``retrying(_:_:)-(_,_)`` does, reporting the keys `keys()` returns after
-  /// each failure (a batch's keys still wanted).
-  func retrying<Success>(_ keys: () -> [Key], _ attempt: () async throws -> Success) async throws -> Success {
+  /// Runs `attempt` for the loads of `keys` (evaluated after each failure: a batch's keys still
+  /// wanted), again after transient failures, per the retry policy, and reports the retries;
+  /// counts the calls of `attempt` in `attempts`.
+  func retrying<Success>(
+    keys: @autoclosure () -> [Key], attempts: inout Int, _ attempt: () async throws -> Success
+  ) async throws -> Success {
     let policy = configuration.retryPolicy
-    var attempts = 1
     while true {
       do {
+        attempts += 1
         return try await attempt()
       } catch is CancellationError {
         throw CancellationError()
@@ -392,20 +397,15 @@ extension LoadingCache {
         let delay = mayRetry ? policy.delay(beforeRetry: attempts, after: error, unit: Double.random(in: 0..<1)) : nil
         guard let delay else {
           logGivingUp(on: keys(), attempts: attempts, error: error, isFatal: isFatal)
-          for key in keys() {
-            configuration.onLoadEvent?(.failed(key: key, attempts: attempts, error: error, isFatal: isFatal))
-          }
           throw error
         }
         logRetry(of: keys(), attempt: attempts, error: error, delay: delay)
         loadTable.withLock { $0.counters.retries += 1 }
         for key in keys() {
-          configuration.onLoadEvent?(.retrying(key: key, attempt: attempts, error: error, delay: delay))
           if eventHub.isObserved { eventHub.emit(.retrying(key: key, attempt: attempts, error: error, delay: delay)) }
         }
         let clock = configuration.clock
         try await clock.sleep(until: clock.now.advanced(by: delay), tolerance: nil)
-        attempts += 1
       }
     }
   }

@@ -63,7 +63,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// Hits of a top layer that is not a ``MemoryLayer`` (a memory layer counts its own).
   @usableFromInline let synchronousHits = Atomic<Int>(0)
   /// Where the cache's events go while someone observes them.
-  @usableFromInline let eventHub = CacheEventHub<Key>()
+  @usableFromInline let eventHub = EventHub<CacheEvent<Key>>()
   /// How entries' expiry reads (see <doc:FreshnessAndStatistics>).
   @usableFromInline let freshness: FreshnessRules
   /// Whether a hit must read its entry's expiry: a grace period or a refresh ahead is set.

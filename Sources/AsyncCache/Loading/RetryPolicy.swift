@@ -106,19 +106,3 @@ public struct RetryPolicy: Sendable {
     return Swift.max(computed, requested)
   }
 }
-
-/// Something a ``LoadingCache``'s load did that code may want to show or log, such as a
-/// "retrying" state.
-public enum LoadEvent<Key: Hashable & Sendable>: Sendable {
-  /// Attempt `attempt` (1 for the first) failed with a transient error; the origin is asked
-  /// again after `delay`.
-  case retrying(key: Key, attempt: Int, error: any Error, delay: Duration)
-  /// The load failed for good after `attempts` attempts: with a fatal error, or a transient one
-  /// when no attempts remained.
-  case failed(key: Key, attempts: Int, error: any Error, isFatal: Bool)
-  /// The load failed with `error` (after any retries), and the stale value the layers still hold
-  /// stays: the load's requests, if any, got it instead of the error, and later reads keep
-  /// getting it while it may be served (see ``LoadingCache/Configuration-swift.struct/staleIfError``).
-  /// A failed background refresh of a stale value reports this too.
-  case servedStale(key: Key, error: any Error)
-}

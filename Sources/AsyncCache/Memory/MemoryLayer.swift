@@ -125,7 +125,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   nonisolated var requestHits: Int { store.totals.requestHits }
 
   /// Where the layer's evictions are reported while someone observes them.
-  nonisolated var eventHub: CacheEventHub<Key> { store.eventHub }
+  nonisolated var eventHub: EventHub<CacheEvent<Key>> { store.eventHub }
 
   /// Whether the layer holds an unexpired entry for `key`, without counting a hit or a miss and
   /// without changing its recency. Safe from any context. Never suspends.

@@ -30,7 +30,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline let entryCount = Atomic<Int>(0)
   @usableFromInline let entryCost = Atomic<Int64>(0)
   /// Where evictions are reported while someone observes them.
-  @usableFromInline let eventHub = CacheEventHub<Key>()
+  @usableFromInline let eventHub = EventHub<CacheEvent<Key>>()
   /// Under ``EvictionPolicy/adaptive``, the window share that every segment's ghosts vote into
   /// (one for the layer; see ``WindowTarget``); `nil` otherwise. Locked only to count a vote,
   /// after the segment's lock (never the other way round).

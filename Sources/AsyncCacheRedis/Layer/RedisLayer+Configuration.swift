@@ -84,7 +84,9 @@ extension RedisLayer {
     /// The clock that expiry and the circuit breaker's delays are read from. Default
     /// `WallClock`. Socket time limits are real time whatever the clock.
     public var clock: any CacheClock
-    /// Called with every ``RedisLayerEvent``, possibly on a connection's thread: keep it short.
+    /// Called with every ``RedisLayerEvent`` the layer's ``RedisLayer/events(bufferingNewest:)``
+    /// sequences get, synchronously, possibly on a connection's thread: keep it short. Default
+    /// `nil`.
     public var eventHandler: (@Sendable (RedisLayerEvent) -> Void)?
     /// Where the layer logs every ``RedisLayerEvent``: a circuit that opens (`error`), a
     /// connection discarded or a value it cannot read (`warning`), a circuit that closes

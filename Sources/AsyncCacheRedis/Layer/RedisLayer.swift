@@ -41,6 +41,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   public nonisolated let namespace: String
   /// The server, limits and timing.
   public nonisolated let configuration: Configuration
+  /// Delivers the layer's events to its observers and its configuration's handler.
+  private nonisolated let eventHub: EventHub<RedisLayerEvent>
   /// How keys become stored strings.
   public nonisolated let keyEncoding: CacheKeyEncoding<Key>
   /// How values become stored bytes.
@@ -87,11 +89,12 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     self.keyPrefix = Self.keyPrefix(of: namespace)
     let counters = RedisCounters()
     self.counters = counters
-    let handler = configuration.eventHandler
+    let eventHub = EventHub(handler: configuration.eventHandler)
+    self.eventHub = eventHub
     let logger = configuration.logger
     let onEvent: @Sendable (RedisLayerEvent) -> Void = { event in
       Self.log(event, to: logger, namespace: namespace)
-      handler?(event)
+      eventHub.emit(event)
     }
     let makePool: @Sendable (RedisEndpoint) -> RedisConnectionPool = { endpoint in
       RedisConnectionPool(
@@ -685,7 +688,17 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   private nonisolated func report(_ event: RedisLayerEvent) {
     Self.log(event, to: configuration.logger, namespace: namespace)
-    configuration.eventHandler?(event)
+    eventHub.emit(event)
+  }
+
+  /// A sequence of the events the layer reports from now on (``RedisLayerEvent``), for one
+  /// observer; see `EventSequence` for its buffering and its end. A
+  /// ``Configuration-swift.struct/eventHandler`` gets the same events, synchronously.
+  ///
+  /// - Parameter limit: The most events the sequence buffers for a slow observer; past it, the
+  ///   oldest are dropped and reported by a ``RedisLayerEvent/dropped(count:)``. At least 1.
+  public nonisolated func events(bufferingNewest limit: Int = 1_000) -> EventSequence<RedisLayerEvent> {
+    eventHub.events(bufferingNewest: limit)
   }
 
   /// The start of every stored key of `namespace`: the namespace with `\` and `:` escaped by
@@ -728,6 +741,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       case .connectionDiscarded, .valueDiscarded, .invalidationsInterrupted: .warning
       case .circuitOpened: .error
       case .circuitClosed, .topologyChanged, .invalidationsResubscribed: .notice
+      case .dropped: .warning
       }
     logger.log(level, event.description, metadata: ["namespace": namespace], source: "RedisLayer")
   }

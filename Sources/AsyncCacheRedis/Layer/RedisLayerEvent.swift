@@ -1,7 +1,7 @@
 public import AsyncCache
 
 /// Something a ``RedisLayer`` did on its own that its owner may want to log or count.
-public enum RedisLayerEvent: Sendable, CustomStringConvertible {
+public enum RedisLayerEvent: DropReportingEvent, CustomStringConvertible {
   /// A connection to `server` opened (and passed its handshake).
   case connected(server: String)
   /// A connection closed because of `reason` (a timeout, a protocol error, the server closing
@@ -24,6 +24,9 @@ public enum RedisLayerEvent: Sendable, CustomStringConvertible {
   /// The subscription to the invalidation `channel` is back; the layers it forwards to were
   /// emptied, since messages sent while it was away are lost.
   case invalidationsResubscribed(channel: String)
+  /// The observer's sequence fell behind and `count` events before this one were dropped from
+  /// its buffer. Only an observer's sequence reports this.
+  case dropped(count: Int)
 
   /// A sentence describing the event, for logs.
   public var description: String {
@@ -40,6 +43,7 @@ public enum RedisLayerEvent: Sendable, CustomStringConvertible {
       "invalidations on \(channel.debugDescription) resubscribed; the layers they reach were emptied"
     case .topologyChanged(let masters):
       "cluster topology: \(masters.count) masters (\(masters.map(\.description).joined(separator: ", ")))"
+    case .dropped(let count): "\(count) events dropped by a slow observer"
     }
   }
 }

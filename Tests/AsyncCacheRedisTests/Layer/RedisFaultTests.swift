@@ -226,6 +226,7 @@ struct RedisFaultTests {
     let events = EventLog<RedisLayerEvent>()
     let layer = try RedisLayer<String, Data>(
       configuration: .init(endpoint: RedisEndpoint(host: "127.0.0.1", port: peer.port), eventHandler: events.handler))
+    let sequence = layer.events()
     await #expect {
       try await layer.ping()
     } throws: { error in
@@ -234,6 +235,8 @@ struct RedisFaultTests {
     }
     #expect(layer.statistics.connectionsDiscarded == 1)
     #expect(events.discarded.map(\.code) == [.protocolError])
+    let delivered = await sequence.drained()
+    #expect(delivered.map(\.description) == events.all.map(\.description), "the sequence gets what the handler gets")
   }
 
   @Test("writing to a connection the peer reset fails with connectionClosed, never SIGPIPE")

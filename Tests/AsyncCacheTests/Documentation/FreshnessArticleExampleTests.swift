@@ -89,8 +89,8 @@ import Testing
     let reader = Task {
       for await event in events {
         switch event {
-        case .loadFailed(let key, let error, let duration):
-          lines.withLock { $0.append("loading \(key) failed after \(duration): \(error)") }
+        case .loadFailed(let key, let error, let attempts, let duration):
+          lines.withLock { $0.append("loading \(key) failed after \(attempts) attempts, \(duration): \(error)") }
         case .eviction(let key, .memoryPressure, _):
           lines.withLock { $0.append("dropped \(key) under memory pressure") }
         case .dropped(let count):
@@ -105,7 +105,7 @@ import Testing
     #expect(
       lines.withLock { $0 } == [
         "the event log fell behind by 4 events",
-        "loading B failed after \(Duration.zero): \(error)",
+        "loading B failed after 1 attempts, \(Duration.zero): \(error)",
         "dropped A under memory pressure",
       ])
     #expect(events.droppedCount == 4)

@@ -285,17 +285,23 @@ struct PrefetchingArticleExampleTests {
         clock: clock,
         retryPolicy: RetryPolicy(
           maximumAttempts: 4, initialDelay: .milliseconds(200), maximumDelay: .seconds(5),
-          classify: { error in (error as? HTTPError)?.status == 404 ? .fatal : .transient }),
-        onLoadEvent: { event in
-          switch event {
-          case .retrying(let id, let attempt, let error, let delay):
-            logger.info("photo \(id): attempt \(attempt) failed (\(error)), retry in \(delay)")
-          case .failed(let id, let attempts, let error, let isFatal):
-            logger.warning("photo \(id): \(error) after \(attempts) attempts (fatal: \(isFatal))")
-          case .servedStale(let id, let error):
-            logger.warning("photo \(id): \(error); showing the stale copy")
-          }
-        }))
+          classify: { error in (error as? HTTPError)?.status == 404 ? .fatal : .transient })))
+
+    let events = photos.events()
+    let logging = Task {  // (the test keeps the task, to wait for it)
+      for await event in events {
+        switch event {
+        case .retrying(let id, let attempt, let error, let delay):
+          logger.info("photo \(id): attempt \(attempt) failed (\(error)), retry in \(delay)")
+        case .loadFailed(let id, let error, let attempts, _):
+          logger.warning("photo \(id): \(error) after \(attempts) attempts")
+        case .servedStale(let id, let error):
+          logger.warning("photo \(id): \(error); showing the stale copy")
+        default:
+          break
+        }
+      }
+    }
 
     // A 503 is transient: two requests share one retry loop.
     let first = Task { try await photos.value(for: "p1") }
@@ -317,10 +323,12 @@ struct PrefetchingArticleExampleTests {
     await #expect(throws: HTTPError(status: 404)) { try await missing.value }
     #expect(api.origin.callCount(for: "missing") == 1)
 
+    events.finish()
+    await logging.value
     let lines = logger.lines
     #expect(lines.count == 2)
     #expect(lines.first?.hasPrefix("info: photo p1: attempt 1 failed (HTTPError(status: 503)), retry in 0.") == true)
-    #expect(lines.last == "warning: photo missing: HTTPError(status: 404) after 1 attempts (fatal: true)")
+    #expect(lines.last == "warning: photo missing: HTTPError(status: 404) after 1 attempts")
   }
 
   // MARK: Load many keys at once

@@ -86,7 +86,7 @@ import Testing
 @Suite(.timeLimit(.minutes(1))) struct LoadingCacheFreshnessTests {
   let clock = ManualClock()
   let memory: MemoryLayer<String, Int>
-  let events = EventLog<String>()
+  let events = LoadEventLines()
 
   init() throws {
     memory = try MemoryLayer(configuration: .init(clock: clock))
@@ -97,10 +97,11 @@ import Testing
     below: [any AsyncCacheLayer<String, Int>] = [],
     configure: (inout LoadingCache<String, Int>.Configuration) -> Void
   ) throws -> LoadingCache<String, Int> {
-    var configuration = LoadingCache<String, Int>.Configuration(
-      clock: clock, onLoadEvent: { [events] in events.record($0) })
+    var configuration = LoadingCache<String, Int>.Configuration(clock: clock)
     configure(&configuration)
-    return try LoadingCache(layers: [memory] + below, origin: origin, configuration: configuration)
+    let cache = try LoadingCache(layers: [memory] + below, origin: origin, configuration: configuration)
+    events.observe(cache)
+    return cache
   }
 
   /// A fetcher that answers `key` with the next number of a counter per key: 1, 2, 3...
@@ -277,7 +278,7 @@ import Testing
     #expect(statistics.staleServed == 2)
     // The failed refresh kept the stale value, and said why.
     #expect(statistics.staleServedOnError == 1)
-    #expect(events.all == ["failed k 1 TestError(boom)", "served stale k TestError(boom)"])
+    #expect(await events.all == ["failed k 1 TestError(boom)", "served stale k TestError(boom)"])
   }
 
   // MARK: Stale-if-error
@@ -294,7 +295,7 @@ import Testing
     await origin.waitForFetches(1, for: "k")
     #expect(origin.release("k", throwing: TestError("down")) == 1)
     #expect(try await request.value == 1)
-    #expect(events.all == ["failed k 1 TestError(down)", "served stale k TestError(down)"])
+    #expect(await events.all == ["failed k 1 TestError(down)", "served stale k TestError(down)"])
     #expect(cache.statistics.staleServedOnError == 1)
     #expect(cache.statistics.loadFailures == 1)
 
@@ -326,12 +327,12 @@ import Testing
     broken.fail(.lookup, with: TestError("disk"))
     let chain = try CacheChain<String, Int>([.init(memory), .init(broken, failurePolicy: .propagate)])
     let configuration = LoadingCache<String, Int>.Configuration(
-      timeToLive: .seconds(60), staleIfError: .seconds(30), clock: clock, onLoadEvent: { [events] in events.record($0) }
-    )
+      timeToLive: .seconds(60), staleIfError: .seconds(30), clock: clock)
     let cache = try LoadingCache(
       chain: chain, origin: UnimplementedFetcher<String, Int>(),
       batchOrigin: batchOrigin ? ClosureBatchFetcher { _ in throw TestError("no origin call") } : nil,
       configuration: configuration)
+    events.observe(cache)
     try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(30))), for: "k")
     try memory.insert(CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(30))), for: "b")
     // Stale from the start: the loads look below, where the layer's failure is thrown.
@@ -341,7 +342,7 @@ import Testing
     #expect(result.failures.isEmpty)
     #expect(cache.statistics.staleServedOnError == 2)
     #expect(cache.statistics.loadFailures == 2)
-    let served = events.all.filter { $0.hasPrefix("served stale") }
+    let served = await events.all.filter { $0.hasPrefix("served stale") }
     #expect(served.count == 2)
     #expect(served.allSatisfy { $0.contains("layerFailure") && $0.contains("TestError(disk)") })
     // With no stale entry above it, the layer's failure reaches the request.
@@ -779,13 +780,28 @@ import Testing
   }
 }
 
-extension EventLog<String> {
-  /// Records a line describing `event`.
-  func record(_ event: LoadEvent<String>) {
-    switch event {
-    case .retrying(let key, let attempt, _, _): append("retrying \(key) \(attempt)")
-    case .failed(let key, let attempts, let error, _): append("failed \(key) \(attempts) \(error)")
-    case .servedStale(let key, let error): append("served stale \(key) \(error)")
+/// Observes the caches a test creates: their retries, failures and stale values served after
+/// failures, as lines.
+final class LoadEventLines: Sendable {
+  private let sequences = Locked<[CacheEvents<String>]>([])
+
+  func observe(_ cache: LoadingCache<String, Int>) { sequences.withLock { $0.append(cache.events()) } }
+
+  /// Ends the observation; what it saw, cache by cache.
+  var all: [String] {
+    get async {
+      var lines: [String] = []
+      for events in sequences.withLock({ $0 }) {
+        for event in await events.drained() {
+          switch event {
+          case .retrying(let key, let attempt, _, _): lines.append("retrying \(key) \(attempt)")
+          case .loadFailed(let key, let error, let attempts, _): lines.append("failed \(key) \(attempts) \(error)")
+          case .servedStale(let key, let error): lines.append("served stale \(key) \(error)")
+          default: break
+          }
+        }
+      }
+      return lines
     }
   }
 }

@@ -1,24 +1,12 @@
 import AsyncCacheTesting
 import Foundation
+import TestSupport
 import Testing
 
 @testable import AsyncCache
 
 struct InsightTestFailure: Error, CustomStringConvertible {
   var description: String { "origin down" }
-}
-
-extension CacheEvents {
-  /// The next `count` events, as lines.
-  func read(_ count: Int) async -> [String] {
-    var iterator = makeAsyncIterator()
-    var lines: [String] = []
-    for _ in 0..<count {
-      guard let event = await iterator.next() else { break }
-      lines.append(event.description)
-    }
-    return lines
-  }
 }
 
 @Suite("LoadingCache statistics", .timeLimit(.minutes(1))) struct LoadingCacheStatisticsTests {
@@ -428,7 +416,7 @@ extension CacheEvents {
     events.finish()
     #expect(
       await events.read(100) == [
-        "miss k", "loadStarted k", "loadFailed k in \(Duration.zero): \(CancellationError())",
+        "miss k", "loadStarted k", "loadFailed k after 1 attempt in \(Duration.zero): \(CancellationError())",
       ])
     #expect(cache.statistics.misses == 0, "a cancelled request is neither a hit nor a miss")
     #expect(cache.statistics.hits == 0)
@@ -436,7 +424,7 @@ extension CacheEvents {
   }
 
   @Test func theBufferGrowsAsNeededKeepsOrderAndTakesAnyLimit() async throws {
-    let buffer = CacheEventBuffer<Int>(capacity: 4)
+    let buffer = EventBuffer<CacheEvent<Int>>(capacity: 4)
     buffer.append(.hit(key: 1))
     buffer.append(.hit(key: 2))
     #expect(await buffer.next()?.description == "hit 1")
@@ -553,10 +541,10 @@ extension CacheEvents {
     #expect(
       lines.dropFirst(2) == [
         "retrying k after attempt 1 in \(Duration.seconds(1)): origin down",
-        "loadFailed k in \(Duration.seconds(1)): origin down",
+        "loadFailed k after 2 attempts in \(Duration.seconds(1)): origin down",
         "servedStale k: origin down",
         "miss none", "loadStarted none",
-        "loadFailed none in \(Duration.zero): \(notFound)",
+        "loadFailed none after 1 attempt in \(Duration.zero): \(notFound)",
         "miss none", "negativeHit none: \(notFound)",
       ])
   }

@@ -1,4 +1,5 @@
 import AsyncCacheTesting
+import TestSupport
 import Testing
 
 @testable import AsyncCache
@@ -8,20 +9,22 @@ struct LoadingCacheRetryTests {
   struct Transient: Error, Equatable {}
   struct NotFound: Error, Equatable {}
 
-  /// Records load events from the load's task.
+  /// Observes a cache's retries, failures and stale values served after failures.
   final class Events: Sendable {
-    private let events = Locked<[String]>([])
-    func record(_ event: LoadEvent<String>) {
-      let line =
+    private let sequence = Locked<CacheEvents<String>?>(nil)
+    func observe(_ cache: LoadingCache<String, String>) { sequence.withLock { $0 = cache.events() } }
+    /// Ends the observation; the events it saw, as lines.
+    func all() async -> [String] {
+      guard let events = sequence.withLock({ $0 }) else { return [] }
+      return await events.drained().compactMap { event in
         switch event {
         case .retrying(let key, let attempt, let error, let delay): "retrying \(key) \(attempt) \(error) \(delay)"
-        case .failed(let key, let attempts, let error, let isFatal):
-          "failed \(key) \(attempts) \(error) fatal:\(isFatal)"
+        case .loadFailed(let key, let error, let attempts, _): "failed \(key) \(attempts) \(error)"
         case .servedStale(let key, let error): "served stale \(key) \(error)"
+        default: nil
         }
-      events.withLock { $0.append(line) }
+      }
     }
-    var all: [String] { events.withLock { $0 } }
   }
 
   static func policy(attempts: Int = 4) -> RetryPolicy {
@@ -33,9 +36,10 @@ struct LoadingCacheRetryTests {
   static func cache(
     _ origin: GatedFetcher<String, String>, clock: ManualClock, events: Events, policy: RetryPolicy = policy()
   ) throws -> LoadingCache<String, String> {
-    try LoadingCache(
-      layers: [MemoryLayer<String, String>()], origin: origin,
-      configuration: .init(clock: clock, retryPolicy: policy, onLoadEvent: { events.record($0) }))
+    let cache = try LoadingCache(
+      layers: [MemoryLayer<String, String>()], origin: origin, configuration: .init(clock: clock, retryPolicy: policy))
+    events.observe(cache)
+    return cache
   }
 
   @Test("transient failures are retried after growing delays on the cache's clock, capped, until one succeeds")
@@ -59,14 +63,14 @@ struct LoadingCacheRetryTests {
     #expect(try await request.value == "value of k")
     #expect(origin.callCount(for: "k") == 4)
     #expect(
-      events.all == [
+      await events.all() == [
         "retrying k 1 Transient() 0.1 seconds", "retrying k 2 Transient() 0.2 seconds",
         "retrying k 3 Transient() 0.3 seconds",
       ])
     #expect(cache.cachedValue(for: "k") == "value of k")
   }
 
-  @Test("a fatal error is never retried, and is reported as fatal")
+  @Test("a fatal error is never retried: the failure is reported after one attempt")
   func fatal() async throws {
     let clock = ManualClock()
     let origin = GatedFetcher<String, String> { $0 }
@@ -77,7 +81,7 @@ struct LoadingCacheRetryTests {
     #expect(origin.release("k", throwing: NotFound()) == 1)
     await #expect(throws: NotFound.self) { try await request.value }
     #expect(origin.callCount(for: "k") == 1)
-    #expect(events.all == ["failed k 1 NotFound() fatal:true"])
+    #expect(await events.all() == ["failed k 1 NotFound()"])
   }
 
   @Test("after the last attempt the transient error reaches every waiter, reported as not fatal")
@@ -98,7 +102,7 @@ struct LoadingCacheRetryTests {
     await #expect(throws: Transient.self) { try await first.value }
     await #expect(throws: Transient.self) { try await second.value }
     #expect(origin.callCount(for: "k") == 2, "one retry loop for both waiters")
-    #expect(events.all == ["retrying k 1 Transient() 0.1 seconds", "failed k 2 Transient() fatal:false"])
+    #expect(await events.all() == ["retrying k 1 Transient() 0.1 seconds", "failed k 2 Transient()"])
   }
 
   @Test("a load whose last waiter leaves during a retry delay is cancelled, and retries no more")
@@ -179,10 +183,10 @@ struct LoadingCacheRetryTests {
     }
     #expect(origin.callCount(for: "k") == 3)
     #expect(
-      events.all == [
+      await events.all() == [
         "retrying k 1 Busy(retryAfter: 0.25 seconds) 0.25 seconds",
         "retrying k 2 Busy(retryAfter: 0.05 seconds) 0.2 seconds",
-        "failed k 3 Busy(retryAfter: 0.301 seconds) fatal:false",
+        "failed k 3 Busy(retryAfter: 0.301 seconds)",
       ])
 
     #expect(policy.delay(beforeRetry: 1, after: Busy(retryAfter: .milliseconds(300)), unit: 0) == .milliseconds(300))

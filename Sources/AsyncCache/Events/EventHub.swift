@@ -1,67 +1,90 @@
 public import Synchronization  // Atomic
 
-/// Fans a producer's events out to its observers' bounded buffers.
+/// An event that an observer's bounded buffer can report its losses with: what an
+/// ``EventSequence`` delivers.
+public protocol DropReportingEvent: Sendable {
+  /// The event that stands for `count` events the observer's buffer dropped before it.
+  static func dropped(count: Int) -> Self
+}
+
+/// Fans a component's events out to its observers: bounded buffers (each an
+/// ``EventSequence``) and, for components that offer one, a synchronous handler.
 ///
 /// Producers check ``isObserved`` (one relaxed atomic load) before they build an event, so no
 /// event exists while nobody listens. One buffer may observe several hubs (a loading cache's
 /// and its memory layers'); each subscription carries the index of the layer it observes.
 ///
 /// Lock order: a hub's lock, then a buffer's. Neither is held while calling out, and producers
-/// may emit while holding locks of their own: both locks are leaves.
+/// may emit while holding locks of their own: both locks are leaves. A handler is called on the
+/// producer's thread: a hub with one must be emitted to outside the producer's locks.
 @usableFromInline
-final class CacheEventHub<Key: Hashable & Sendable>: Sendable {
+package final class EventHub<Event: DropReportingEvent>: Sendable {
   @usableFromInline
   struct Subscriber: Sendable {
-    @usableFromInline let buffer: CacheEventBuffer<Key>
+    @usableFromInline let buffer: EventBuffer<Event>
     @usableFromInline let layer: Int
   }
 
   @usableFromInline let observerCount = Atomic<Int>(0)
   @usableFromInline let subscribers = Locked<[Subscriber]>([])
+  /// Called with every event, before the buffers get it; counts as an observer.
+  @usableFromInline let handler: (@Sendable (Event) -> Void)?
 
+  /// Creates a hub; `handler`, if any, is called with every event, synchronously.
   @usableFromInline
-  init() {}
+  package init(handler: (@Sendable (Event) -> Void)? = nil) {
+    self.handler = handler
+    if handler != nil { observerCount.store(1, ordering: .relaxed) }
+  }
 
   /// Whether anyone observes this hub now. A producer that reads `false` builds no event.
   @inlinable
-  var isObserved: Bool { observerCount.load(ordering: .relaxed) != 0 }
+  package var isObserved: Bool { observerCount.load(ordering: .relaxed) != 0 }
 
-  /// Appends `event` to every observer's buffer. Inlinable, so that it is specialized for the
-  /// key type: unspecialized, copying an event costs metadata lookups.
+  /// Hands `event` to the handler, then appends it to every observer's buffer. Inlinable, so
+  /// that it is specialized for the event type: unspecialized, copying an event costs metadata
+  /// lookups.
   @inlinable
-  func emit(_ event: CacheEvent<Key>) {
+  package func emit(_ event: Event) {
+    handler?(event)
     for subscriber in subscribers.withLock({ $0 }) { subscriber.buffer.append(event) }
   }
 
   /// Appends an eviction of `key` to every observer's buffer, with the index each gave the layer.
   @inlinable
-  func emitEviction(of key: Key, reason: EvictionReason) {
+  func emitEviction<Key>(of key: Key, reason: EvictionReason) where Event == CacheEvent<Key> {
+    handler?(.eviction(key: key, reason: reason, layer: 0))
     for subscriber in subscribers.withLock({ $0 }) {
       subscriber.buffer.append(.eviction(key: key, reason: reason, layer: subscriber.layer))
     }
   }
 
-  func subscribe(_ buffer: CacheEventBuffer<Key>, layer: Int = 0) {
+  /// A new observer's sequence, buffering at most `limit` events (at least 1).
+  package func events(bufferingNewest limit: Int) -> EventSequence<Event> {
+    EventSequence(capacity: limit, observing: [(self, 0)])
+  }
+
+  func subscribe(_ buffer: EventBuffer<Event>, layer: Int = 0) {
     subscribers.withLock { subscribers in
       subscribers.append(Subscriber(buffer: buffer, layer: layer))
-      observerCount.store(subscribers.count, ordering: .relaxed)
+      observerCount.store(subscribers.count + (handler == nil ? 0 : 1), ordering: .relaxed)
     }
   }
 
-  func unsubscribe(_ buffer: CacheEventBuffer<Key>) {
+  func unsubscribe(_ buffer: EventBuffer<Event>) {
     subscribers.withLock { subscribers in
       subscribers.removeAll { $0.buffer === buffer }
-      observerCount.store(subscribers.count, ordering: .relaxed)
+      observerCount.store(subscribers.count + (handler == nil ? 0 : 1), ordering: .relaxed)
     }
   }
 
   /// Ends every observer's sequence once it has read what its buffer holds (the producer is
   /// going away).
-  func finishAll() {
+  package func finishAll() {
     let finished = subscribers.withLock { subscribers in
       defer {
         subscribers = []
-        observerCount.store(0, ordering: .relaxed)
+        observerCount.store(handler == nil ? 0 : 1, ordering: .relaxed)
       }
       return subscribers
     }
@@ -72,10 +95,10 @@ final class CacheEventHub<Key: Hashable & Sendable>: Sendable {
 /// One observer's events: a ring of at most `capacity` events, grown as events wait in it, that
 /// drops the oldest when full and counts what it dropped.
 @usableFromInline
-final class CacheEventBuffer<Key: Hashable & Sendable>: Sendable {
+final class EventBuffer<Event: DropReportingEvent>: Sendable {
   @usableFromInline
   struct State: Sendable {
-    @usableFromInline var ring: [CacheEvent<Key>?] = []
+    @usableFromInline var ring: [Event?] = []
     @usableFromInline let capacity: Int
     @usableFromInline var start = 0
     @usableFromInline var count = 0
@@ -83,7 +106,7 @@ final class CacheEventBuffer<Key: Hashable & Sendable>: Sendable {
     @usableFromInline var pendingDrops = 0
     @usableFromInline var totalDrops = 0
     /// Readers waiting for an event, oldest first (one per task calling `next()`).
-    @usableFromInline var readers: [(id: UInt64, continuation: UnsafeContinuation<CacheEvent<Key>?, Never>)] = []
+    @usableFromInline var readers: [(id: UInt64, continuation: UnsafeContinuation<Event?, Never>)] = []
     @usableFromInline var nextReader: UInt64 = 0
     @usableFromInline var isFinished = false
 
@@ -93,7 +116,7 @@ final class CacheEventBuffer<Key: Hashable & Sendable>: Sendable {
 
     /// Buffers `event`, dropping the oldest when full.
     @inlinable
-    mutating func push(_ event: CacheEvent<Key>) {
+    mutating func push(_ event: Event) {
       if count == capacity {
         _ = popOldest()
         pendingDrops += 1
@@ -113,16 +136,16 @@ final class CacheEventBuffer<Key: Hashable & Sendable>: Sendable {
     }
 
     /// The next event for the reader: the report of events dropped, if any, then the oldest.
-    mutating func pop() -> CacheEvent<Key>? {
+    mutating func pop() -> Event? {
       if pendingDrops > 0 {
         defer { pendingDrops = 0 }
-        return .dropped(count: pendingDrops)
+        return Event.dropped(count: pendingDrops)
       }
       return popOldest()
     }
 
     @inlinable
-    mutating func popOldest() -> CacheEvent<Key>? {
+    mutating func popOldest() -> Event? {
       guard count > 0 else { return nil }
       defer {
         ring[start] = nil
@@ -141,8 +164,8 @@ final class CacheEventBuffer<Key: Hashable & Sendable>: Sendable {
 
   /// Hands `event` to a waiting reader, or buffers it, dropping the oldest when full.
   @inlinable
-  func append(_ event: CacheEvent<Key>) {
-    let reader = state.withLock { state -> UnsafeContinuation<CacheEvent<Key>?, Never>? in
+  func append(_ event: Event) {
+    let reader = state.withLock { state -> UnsafeContinuation<Event?, Never>? in
       if state.isFinished { return nil }
       // A reader waits only while nothing is buffered or pending.
       if !state.readers.isEmpty { return state.readers.removeFirst().continuation }
@@ -154,14 +177,14 @@ final class CacheEventBuffer<Key: Hashable & Sendable>: Sendable {
 
   /// The next event; `nil` once the buffer is finished and read, or when the calling task is
   /// cancelled (which finishes the buffer).
-  func next() async -> CacheEvent<Key>? {
+  func next() async -> Event? {
     let id = state.withLock { state in
       state.nextReader &+= 1
       return state.nextReader
     }
     return await withTaskCancellationHandler {
-      await withUnsafeContinuation { (continuation: UnsafeContinuation<CacheEvent<Key>?, Never>) in
-        let ready = state.withLock { state -> CacheEvent<Key>?? in
+      await withUnsafeContinuation { (continuation: UnsafeContinuation<Event?, Never>) in
+        let ready = state.withLock { state -> Event?? in
           if Task.isCancelled {
             state.isFinished = true
             return .some(nil)
@@ -175,7 +198,7 @@ final class CacheEventBuffer<Key: Hashable & Sendable>: Sendable {
       }
     } onCancel: {
       // Cancelling a reader ends the sequence, as for `AsyncStream`.
-      let reader = state.withLock { state -> UnsafeContinuation<CacheEvent<Key>?, Never>? in
+      let reader = state.withLock { state -> UnsafeContinuation<Event?, Never>? in
         state.isFinished = true
         guard let index = state.readers.firstIndex(where: { $0.id == id }) else { return nil }
         return state.readers.remove(at: index).continuation
