@@ -282,10 +282,12 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// The first unexpired entry for `key` that `accept` takes, and the index of the layer that
   /// had it; no back-fill. An entry `accept` declines does not stop the lookup: the one of
   /// them that expires last is left in `fallback`, also when a layer's failure is then thrown
-  /// (``LayerFailurePolicy/propagate``), so that a caller can still serve it.
+  /// (``LayerFailurePolicy/propagate``), so that a caller can still serve it; `passedOver` is
+  /// told of each declined entry and its layer as soon as it is found.
   nonisolated func locate(
     _ key: Key,
     fallback: inout (entry: CacheEntry<Value>, tier: Int)?,
+    passedOver: (CacheEntry<Value>, Int) -> Void = { _, _ in },
     accepting accept: (CacheEntry<Value>) -> Bool
   ) async throws -> (entry: CacheEntry<Value>, tier: Int)? {
     for index in tiers.indices {
@@ -297,6 +299,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
           }
           if recovered { logRecovery(tier: index) }
           if accept(entry) { return (entry, index) }
+          passedOver(entry, index)
           if fallback == nil || entry.expiresAt ?? .distantFuture > fallback!.entry.expiresAt ?? .distantFuture {
             fallback = (entry, index)
           }

@@ -15,6 +15,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case transformFailed
       case conditionFailed
       case recursiveLoad
+      case timedOut
     }
 
     private let base: Base
@@ -47,6 +48,10 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
     /// keys (A loads B, B loads A), in this cache or another. The request fails at once instead of
     /// waiting for ever; the message names the key. Never retried.
     public static let recursiveLoad = Code(.recursiveLoad)
+    /// A request waited for its load longer than its hard timeout (``LoadTimeouts/hard``); the
+    /// message names the key and the timeout. The load goes on while other requests wait for
+    /// it. Never retried by the cache.
+    public static let timedOut = Code(.timedOut)
 
     public var description: String {
       switch base {
@@ -58,6 +63,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case .transformFailed: "transformFailed"
       case .conditionFailed: "conditionFailed"
       case .recursiveLoad: "recursiveLoad"
+      case .timedOut: "timedOut"
       }
     }
   }
@@ -91,5 +97,12 @@ extension AsyncCacheError {
 
   package static func invalidState(_ message: String) -> AsyncCacheError {
     AsyncCacheError(code: .invalidState, message: message)
+  }
+
+  /// The error of a request for `key` that waited `timeout` for its load.
+  package static func timedOut(_ key: some Sendable, after timeout: Duration) -> AsyncCacheError {
+    AsyncCacheError(
+      code: .timedOut,
+      message: "the request for key \(CacheLogger.describe(key)) waited \(timeout) for its load (hard timeout)")
   }
 }

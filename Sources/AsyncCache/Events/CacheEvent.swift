@@ -33,6 +33,12 @@ public enum CacheEvent<Key: Hashable & Sendable>: DropReportingEvent {
   /// A load of `key` failed with `error`, and its requests got the stale value the layers hold
   /// instead (see ``LoadingCache/Configuration-swift.struct/staleIfError``).
   case servedStale(key: Key, error: any Error)
+  /// A request for `key` waited `timeout`, its soft timeout, for a load and got the stale value
+  /// the load found instead; the load goes on (see ``LoadTimeouts/soft``).
+  case softTimeout(key: Key, timeout: Duration)
+  /// A request for `key` waited `timeout`, its hard timeout, for a load and failed with
+  /// ``AsyncCacheError/Code/timedOut`` (see ``LoadTimeouts/hard``).
+  case hardTimeout(key: Key, timeout: Duration)
   /// A request for `key` got `error`, remembered by negative caching, without a load.
   case negativeHit(key: Key, error: any Error)
   /// The ``MemoryLayer`` at index `layer` of the chain (0 for a layer observed on its own) dropped
@@ -65,6 +71,8 @@ extension CacheEvent: CustomStringConvertible {
     case .retrying(let key, let attempt, let error, let delay):
       "retrying \(key) after attempt \(attempt) in \(delay): \(error)"
     case .servedStale(let key, let error): "servedStale \(key): \(error)"
+    case .softTimeout(let key, let timeout): "softTimeout \(key) after \(timeout): served stale"
+    case .hardTimeout(let key, let timeout): "hardTimeout \(key) after \(timeout)"
     case .negativeHit(let key, let error): "negativeHit \(key): \(error)"
     case .eviction(let key, let reason, let layer): "eviction \(key) from layer \(layer): \(reason)"
     case .dropped(let count): "dropped \(count)"

@@ -12,7 +12,9 @@
 @usableFromInline
 final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline
-  typealias Machine = LoadTableStateMachine<Key, LoadWaiter<Key, Value>, UnsafeContinuation<Void, any Error>>
+  typealias Machine = LoadTableStateMachine<
+    Key, LoadWaiter<Key, Value>, UnsafeContinuation<Void, any Error>, (entry: CacheEntry<Value>, tier: Int)
+  >
 
   @usableFromInline
   struct State: Sendable {

@@ -14,13 +14,19 @@
 ///   *gate* before it asks the origin while any urgent load is in flight, and goes through
 ///   as soon as it becomes urgent itself or the last urgent load ends.
 ///
+/// - a request with a *soft timeout* that has waited that long gets the stale value its load
+///   offered (``offerStale(_:for:)``), at once or as soon as the load offers one, and leaves
+///   without cancelling the load: the load then goes on alone, owned by the cache (as a refresh
+///   does). A *hard timeout* removes the waiter as a cancellation does (the load is cancelled
+///   only if it was the last waiter).
+///
 /// Pure and synchronous: it stores continuations but never resumes them and calls no one. What
 /// must happen once its owner's lock is released (a gate to open, urgency observers to tell) is
 /// left in ``effects``, which the owner takes after each critical section; waiters to answer
-/// are returned by the calls that remove them. Generic over the continuation types so that tests
-/// can drive it with plain values.
+/// are returned by the calls that remove them. Generic over the continuation types and the
+/// stale answer so that tests can drive it with plain values.
 @usableFromInline
-struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
+struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale> {
   @usableFromInline
   struct Load {
     @usableFromInline let key: Key
@@ -38,6 +44,18 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
     /// A background refresh of a stale entry (see ``startRefresh(_:priority:)``): it goes on
     /// when the requests that joined it leave, and does not wait for urgent work.
     @usableFromInline var isRefresh = false
+    /// A request left it at its soft timeout with the stale value: the load goes on when its
+    /// other waiters leave, owned by the cache.
+    @usableFromInline var isKept = false
+    /// The stale answer the load found on its way, which waiters past their soft timeout get.
+    @usableFromInline var stale: Stale?
+    /// Waiters whose soft timeout passed before the load had a stale answer to offer, with
+    /// that timeout.
+    @usableFromInline var pastSoftTimeout: [(waiter: UInt64, timeout: Duration)] = []
+
+    /// The load goes on when its waiters leave.
+    @inlinable
+    var outlivesWaiters: Bool { isRefresh || isKept }
 
     @inlinable
     init(key: Key, waiters: Waiters<Continuation>, priority: TaskPriority, skipsTopLayer: Bool) {
@@ -266,17 +284,88 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate> {
   /// `CancellationError`), if it was still waiting, and the load if it was the last waiter.
   @inlinable
   mutating func cancel(waiter: UInt64, key: Key) -> (continuation: Continuation?, abandoned: Abandoned?) {
+    leave(waiter: waiter, key: key, timedOut: false)
+  }
+
+  /// Removes a waiter whose hard timeout passed, as ``cancel(waiter:key:)`` does (the load is
+  /// abandoned only if it was the last waiter), counting a timeout instead of a cancellation.
+  @inlinable
+  mutating func timeOut(waiter: UInt64, key: Key) -> (continuation: Continuation?, abandoned: Abandoned?) {
+    leave(waiter: waiter, key: key, timedOut: true)
+  }
+
+  @inlinable
+  mutating func leave(
+    waiter: UInt64, key: Key, timedOut: Bool
+  ) -> (continuation: Continuation?, abandoned: Abandoned?) {
     guard let id = load(of: waiter, key: key) else { return (nil, nil) }
     let wasUrgent = loads[id]!.isUrgent
     let continuation = loads[id]!.waiters.remove(waiter)
-    counters.cancelledWaiters += 1
+    if timedOut { counters.hardTimeouts += 1 } else { counters.cancelledWaiters += 1 }
+    if !loads[id]!.pastSoftTimeout.isEmpty { loads[id]!.pastSoftTimeout.removeAll { $0.waiter == waiter } }
     urgencyChanged(of: id, wasUrgent: wasUrgent)
-    guard loads[id]!.waiters.isEmpty, !loads[id]!.isRefresh else { return (continuation, nil) }
+    guard loads[id]!.waiters.isEmpty, !loads[id]!.outlivesWaiters else { return (continuation, nil) }
     let load = remove(id)
     counters.cancelledLoads += 1
     // A batch's task goes on while another of its loads is wanted.
     let task = load.batch == nil ? load.task : leaveBatch(load.batch!)
     return (continuation, Abandoned(id: id, task: task, token: load.token))
+  }
+
+  // MARK: Soft timeouts
+
+  /// What a waiter's soft timeout came to.
+  @usableFromInline
+  enum SoftTimeout {
+    /// The waiter left with the load's stale answer; resume it with that. The load goes on.
+    case served(Continuation, Stale)
+    /// The load has no stale answer yet: the waiter gets one if the load offers it.
+    case waiting
+    /// The waiter no longer waits (it was answered, or left).
+    case gone
+  }
+
+  /// The soft timeout `timeout` of `waiter` (a request for `key`) passed: it leaves with the
+  /// stale answer of its load if the load has one that `isServable` accepts now, and the load
+  /// is kept.
+  @inlinable
+  mutating func softTimeOut(
+    waiter: UInt64, key: Key, after timeout: Duration, isServable: (Stale) -> Bool
+  ) -> SoftTimeout {
+    guard let id = load(of: waiter, key: key) else { return .gone }
+    if let stale = loads[id]!.stale, isServable(stale), let continuation = serveStale(waiter, of: id) {
+      return .served(continuation, stale)
+    }
+    if !loads[id]!.pastSoftTimeout.contains(where: { $0.waiter == waiter }) {
+      loads[id]!.pastSoftTimeout.append((waiter, timeout))
+    }
+    return .waiting
+  }
+
+  /// Records `stale`, the stale answer load `id` found, for waiters whose soft timeout passes;
+  /// those whose soft timeout passed already leave with it: returns them, with their timeouts,
+  /// to resume with it.
+  @inlinable
+  mutating func offerStale(_ stale: Stale, for id: UInt64) -> [(Continuation, timeout: Duration)] {
+    guard loads[id] != nil else { return [] }
+    loads[id]!.stale = stale
+    let waiting = loads[id]!.pastSoftTimeout
+    guard !waiting.isEmpty else { return [] }
+    loads[id]!.pastSoftTimeout = []
+    return waiting.compactMap { waiter in serveStale(waiter.waiter, of: id).map { ($0, waiter.timeout) } }
+  }
+
+  /// Removes `waiter` of load `id`, answered with the load's stale answer; the load is kept.
+  /// `nil` if the waiter no longer waits.
+  @inlinable
+  mutating func serveStale(_ waiter: UInt64, of id: UInt64) -> Continuation? {
+    loads[id]!.pastSoftTimeout.removeAll { $0.waiter == waiter }
+    let wasUrgent = loads[id]!.isUrgent
+    guard let continuation = loads[id]!.waiters.remove(waiter) else { return nil }
+    loads[id]!.isKept = true
+    counters.softTimeouts += 1
+    urgencyChanged(of: id, wasUrgent: wasUrgent)
+    return continuation
   }
 
   /// Removes load `id` and returns its waiters in arrival order; calls `wasJoinable` after the
@@ -591,13 +680,18 @@ struct LoadCounters: Sendable {
   /// Request hits the top memory layer counted for entries the cache would not serve.
   @usableFromInline var declinedTopHits = 0
   @usableFromInline var retries = 0
+  /// Requests answered with a stale value at their soft timeout.
+  @usableFromInline var softTimeouts = 0
+  /// Requests that failed at their hard timeout.
+  @usableFromInline var hardTimeouts = 0
   @usableFromInline var loadTime = LoadTimeHistogram()
 
   @inlinable
   init() {}
 }
 
-extension LoadTableStateMachine: Sendable where Continuation: Sendable, Gate: Sendable {}
-extension LoadTableStateMachine.Load: Sendable where Continuation: Sendable, Gate: Sendable {}
+extension LoadTableStateMachine: Sendable where Continuation: Sendable, Gate: Sendable, Stale: Sendable {}
+extension LoadTableStateMachine.Load: Sendable where Continuation: Sendable, Gate: Sendable, Stale: Sendable {}
 extension Waiters: Sendable where Continuation: Sendable {}
 extension LoadTableStateMachine.Effects: Sendable where Gate: Sendable {}
+extension LoadTableStateMachine.SoftTimeout: Sendable where Continuation: Sendable, Stale: Sendable {}

@@ -204,7 +204,7 @@ extension LoadingCache {
           }
           var fallback: Fallback?
           do {
-            let found = try await self.locateForLoad(item.key, isRefresh: false, fallback: &fallback)
+            let found = try await self.locateForLoad(item.key, load: item.id, isRefresh: false, fallback: &fallback)
             return BatchLookup(item: item, found: .success(found), fallback: fallback)
           } catch {
             return BatchLookup(item: item, found: .failure(error), fallback: fallback)

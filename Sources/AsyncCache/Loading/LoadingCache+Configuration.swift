@@ -62,6 +62,10 @@ extension LoadingCache {
     public var clock: any CacheClock
     /// When the origin is asked again after it fails. Default ``RetryPolicy/never``.
     public var retryPolicy: RetryPolicy
+    /// How long a request waits for a slow load before it gets a stale value (soft) or an error
+    /// (hard). Default ``LoadTimeouts/none``. A request may set its own
+    /// (``LoadingCache/value(for:timeouts:)``).
+    public var loadTimeouts: LoadTimeouts
     /// Where the cache logs its loads, retries and memory-pressure changes (see <doc:CacheLogging>);
     /// also used by the chain that ``LoadingCache/init(layers:origin:batchOrigin:configuration:)``
     /// builds, and by the cache's prefetchers unless they have a logger of their own. Default
@@ -82,6 +86,7 @@ extension LoadingCache {
       negativeCaching: NegativeCachingPolicy? = nil,
       clock: any CacheClock = WallClock(),
       retryPolicy: RetryPolicy = .never,
+      loadTimeouts: LoadTimeouts = .none,
       logger: CacheLogger = .disabled
     ) {
       self.timeToLive = timeToLive
@@ -94,6 +99,7 @@ extension LoadingCache {
       self.negativeCaching = negativeCaching
       self.clock = clock
       self.retryPolicy = retryPolicy
+      self.loadTimeouts = loadTimeouts
       self.logger = logger
     }
 
@@ -128,6 +134,7 @@ extension LoadingCache {
           "LoadingCache timeToLiveJitter is \(timeToLiveJitter); it must be in 0..<1")
       }
       try negativeCaching?.validate()
+      try loadTimeouts.validate(in: "LoadingCache loadTimeouts:")
     }
   }
 }

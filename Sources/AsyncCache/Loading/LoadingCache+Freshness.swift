@@ -123,16 +123,23 @@ extension LoadingCache {
   }
 
   /// A stale entry a load passed over (the one expiring last), with the index of its layer: the
-  /// answer if the load fails (stale-if-error).
+  /// answer if the load fails (stale-if-error), or when a request's soft timeout passes.
   typealias Fallback = (entry: CacheEntry<Value>, tier: Int)
+
+  /// Whether `entry` for `key` may still be served at `now` instead of waiting for a load: it has
+  /// not expired past its grace (stale-if-error).
+  func isServable(_ entry: CacheEntry<Value>, for key: Key, at now: CacheInstant) -> Bool {
+    freshness.state(of: entry, at: now) { lifetime(of: key, entry.value) } != .expired
+  }
 
   /// Looks `key` up for a load: the entry it may answer with, its tier and state. Without
   /// freshness rules the first entry is the answer; with them, a request's load takes the first
   /// entry that may be served now (fresh, or stale within stale-while-revalidate), and a
   /// refresh only a fresh one. A stale entry passed over is left in `fallback`, also when a
-  /// layer below then fails the lookup.
+  /// layer below then fails the lookup, and is offered at once to the requests of load `id`
+  /// whose soft timeout passes.
   func locateForLoad(
-    _ key: Key, isRefresh: Bool, fallback: inout Fallback?
+    _ key: Key, load id: UInt64, isRefresh: Bool, fallback: inout Fallback?
   ) async throws -> (entry: CacheEntry<Value>, tier: Int, state: FreshnessRules.State)? {
     guard checksFreshness else {
       return try await chain.locate(key).map { ($0.entry, $0.tier, .fresh) }
@@ -140,15 +147,18 @@ extension LoadingCache {
     let clock = configuration.clock
     // The state of the entry taken, as decided: read again, the clock may have moved on.
     var accepted = FreshnessRules.State.fresh
-    let found = try await chain.locate(key, fallback: &fallback) { entry in
-      let state = freshness.state(of: entry, at: clock.now) { lifetime(of: key, entry.value) }
-      accepted = state
-      return switch state {
-      case .fresh, .extendDue: true
-      case .refreshDue, .stale: !isRefresh
-      case .staleIfError, .expired: false
-      }
-    }
+    let found = try await chain.locate(
+      key, fallback: &fallback,
+      passedOver: { entry, tier in offerStale((entry, tier), for: id, key: key) },
+      accepting: { entry in
+        let state = freshness.state(of: entry, at: clock.now) { lifetime(of: key, entry.value) }
+        accepted = state
+        return switch state {
+        case .fresh, .extendDue: true
+        case .refreshDue, .stale: !isRefresh
+        case .staleIfError, .expired: false
+        }
+      })
     return found.map { ($0.entry, $0.tier, accepted) }
   }
 

@@ -10,12 +10,20 @@ extension LoadingCache {
   // value-witness calls per request, which dominate when thousands of requests join one load.
   // The work done once per load (`startLoad`, `run`) stays out of line.
 
-  /// Joins the load of `key` in flight or starts one, and waits for it.
+  /// Joins the load of `key` in flight or starts one, and waits for it, within the cache's
+  /// load timeouts.
   @inlinable
   nonisolated(nonsending) func load(_ key: Key) async throws -> Value {
+    if hasLoadTimeouts { return try await load(key, timeouts: configuration.loadTimeouts) }
     let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
+    return try await wait(escalating: key, as: waiter)
+  }
+
+  /// Waits for the load of `key` as `waiter`; a request escalated while it waits raises its
+  /// load's priority too.
+  @inlinable
+  nonisolated(nonsending) func wait(escalating key: Key, as waiter: UInt64) async throws -> Value {
     if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
-      // A request escalated while it waits raises its load's priority too.
       return try await withTaskPriorityEscalationHandler {
         try await self.wait(for: key, as: waiter)
       } onPriorityEscalated: { _, newPriority in
@@ -26,6 +34,106 @@ extension LoadingCache {
     } else {
       return try await wait(for: key, as: waiter)
     }
+  }
+
+  /// What ended a wait with timeouts first.
+  enum TimedWait: Sendable {
+    case answered(Value)
+    case softDeadline
+    case hardDeadline
+  }
+
+  /// Joins the load of `key` or starts one, and waits for it within `timeouts` (see
+  /// ``LoadTimeouts``): the wait and its deadlines are child tasks of the request, so the
+  /// request's cancellation reaches them all, and a deadline acts on the waiter through the
+  /// load table, as a cancellation does.
+  @usableFromInline
+  nonisolated(nonsending) func load(_ key: Key, timeouts: LoadTimeouts) async throws -> Value {
+    let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
+    guard timeouts.isEnabled else { return try await wait(escalating: key, as: waiter) }
+    let clock = configuration.clock
+    let start = clock.now
+    return try await withThrowingTaskGroup(of: TimedWait.self) { group in
+      group.addTask { .answered(try await self.wait(escalating: key, as: waiter)) }
+      if let soft = timeouts.soft {
+        group.addTask {
+          try await clock.sleep(until: start.advanced(by: soft), tolerance: nil)
+          return .softDeadline
+        }
+      } else if let hard = timeouts.hard {
+        group.addTask {
+          try await clock.sleep(until: start.advanced(by: hard), tolerance: nil)
+          return .hardDeadline
+        }
+      }
+      // The wait's error (the load's, a hard timeout's, a cancellation) ends the group.
+      while let outcome = try await group.next() {
+        switch outcome {
+        case .answered(let value):
+          group.cancelAll()
+          return value
+        case .softDeadline:
+          softTimeOut(waiter, key: key, after: timeouts.soft!)
+          if let hard = timeouts.hard {
+            group.addTask {
+              try await clock.sleep(until: start.advanced(by: hard), tolerance: nil)
+              return .hardDeadline
+            }
+          }
+        case .hardDeadline:
+          hardTimeOut(waiter, key: key, after: timeouts.hard!)
+        }
+      }
+      // Unreachable: the wait ends with a value or an error.
+      throw CancellationError()
+    }
+  }
+
+  /// The soft timeout of `waiter` (a request for `key`) passed: it gets the stale value its
+  /// load found, if that may still be served, and leaves the load to go on; otherwise it gets
+  /// one as soon as the load finds it (``offerStale(_:for:)``).
+  func softTimeOut(_ waiter: UInt64, key: Key, after timeout: Duration) {
+    let now = configuration.clock.now
+    let outcome = loadTable.withLock { state in
+      state.softTimeOut(waiter: waiter, key: key, after: timeout) { isServable($0.entry, for: key, at: now) }
+    }
+    guard case .served(let continuation, let stale) = outcome else { return }
+    answerAtSoftTimeout([(continuation, timeout)], with: stale, key: key)
+  }
+
+  /// Answers requests past their soft timeout with `stale`, the load's stale value.
+  func answerAtSoftTimeout(
+    _ waiters: [(LoadWaiter<Key, Value>, timeout: Duration)], with stale: Fallback, key: Key
+  ) {
+    for (waiter, timeout) in waiters {
+      logSoftTimeout(key, after: timeout)
+      if eventHub.isObserved { eventHub.emit(.softTimeout(key: key, timeout: timeout)) }
+      waiter.resume(value: .success(stale.entry.value), source: .success(.layer(stale.tier)), key: key)
+    }
+  }
+
+  /// The hard timeout of `waiter` (a request for `key`) passed: it fails with
+  /// ``AsyncCacheError/Code/timedOut``, and leaves its load as a cancelled request would.
+  func hardTimeOut(_ waiter: UInt64, key: Key, after timeout: Duration) {
+    let (continuation, abandoned) = loadTable.withLock { state in
+      let left = state.timeOut(waiter: waiter, key: key)
+      if let token = left.abandoned?.token { chain.overtake(token) }
+      return left
+    }
+    guard let continuation else { return }
+    logHardTimeout(key, after: timeout)
+    if eventHub.isObserved { eventHub.emit(.hardTimeout(key: key, timeout: timeout)) }
+    continuation.resume(throwing: AsyncCacheError.timedOut(key, after: timeout))
+    abandoned?.task?.cancel()
+  }
+
+  /// Offers `stale`, an entry load `id` of `key` passed over, to the requests of the load whose
+  /// soft timeout passes (or passed) before the load ends.
+  func offerStale(_ stale: Fallback, for id: UInt64, key: Key) {
+    let now = configuration.clock.now
+    guard isServable(stale.entry, for: key, at: now) else { return }
+    let waiting = loadTable.withLock { $0.offerStale(stale, for: id) }
+    if !waiting.isEmpty { answerAtSoftTimeout(waiting, with: stale, key: key) }
   }
 
   @inlinable
@@ -219,7 +327,7 @@ extension LoadingCache {
     var fallback: Fallback?
     var attempts = 0
     do {
-      if let (entry, tier, state) = try await locateForLoad(key, isRefresh: isRefresh, fallback: &fallback) {
+      if let (entry, tier, state) = try await locateForLoad(key, load: id, isRefresh: isRefresh, fallback: &fallback) {
         refreshAfterwards = state == .stale || state == .refreshDue
         foundStale = state == .stale
         // A prefetch into the lower layers leaves the top layer alone.

@@ -68,6 +68,22 @@ extension LoadingCache {
       source: Self.component)
   }
 
+  /// `.notice`: a request waited its soft timeout for a load, and gets the stale value instead.
+  func logSoftTimeout(_ key: Key, after timeout: Duration) {
+    configuration.logger.notice(
+      "load slower than the soft timeout; serving the stale value",
+      metadata: ["key": CacheLogger.describe(key), "timeout": "\(timeout)"],
+      source: Self.component)
+  }
+
+  /// `.warning`: a request waited its hard timeout for a load, and fails.
+  func logHardTimeout(_ key: Key, after timeout: Duration) {
+    configuration.logger.warning(
+      "load slower than the hard timeout; the request fails",
+      metadata: ["key": CacheLogger.describe(key), "timeout": "\(timeout)"],
+      source: Self.component)
+  }
+
   /// Where a load found its value, for logs: `origin`, or the layer's tier name.
   private func describe(_ source: LoadSource) -> String {
     switch source {

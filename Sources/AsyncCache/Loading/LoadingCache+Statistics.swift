@@ -45,6 +45,8 @@ extension LoadingCache {
       refreshFailures: counters.refreshFailures,
       staleServed: counters.staleServed,
       staleServedOnError: counters.staleServedOnError,
+      softTimeouts: counters.softTimeouts,
+      hardTimeouts: counters.hardTimeouts,
       negativeHits: counters.negativeHits,
       negativeEntries: negativeEntries,
       evictions: layers.reduce(EvictionCounts()) { $0 + $1.evictions },
@@ -57,7 +59,8 @@ extension LoadingCache {
   /// A *request* is a call of ``LoadingCache/value(for:)`` or one key of a bulk request;
   /// ``LoadingCache/cachedValue(for:)`` peeks and prefetches are not requests. Each request is a
   /// hit or a miss once it is answered; a request answered by negative caching is neither (it is
-  /// a ``negativeHits``), nor is one cancelled while it waited.
+  /// a ``negativeHits``), nor is one cancelled while it waited, nor one that stopped waiting at
+  /// a timeout (``softTimeouts``, ``hardTimeouts``).
   public struct Statistics: Sendable, Hashable {
     /// Requests answered by a layer: by the top layer without a load (stale values served at
     /// once included), or by a load that found the value in a layer below (or kept a stale one
@@ -105,6 +108,12 @@ extension LoadingCache {
     /// Loads that failed and kept a stale value, answering their requests with it instead of the
     /// error (stale-if-error); refreshes included. Each is also counted in ``loadFailures``.
     public var staleServedOnError: Int
+    /// Requests that waited their soft timeout for a load and got a stale value instead (see
+    /// ``LoadTimeouts/soft``).
+    public var softTimeouts: Int
+    /// Requests that waited their hard timeout for a load and failed with
+    /// ``AsyncCacheError/Code/timedOut`` (see ``LoadTimeouts/hard``).
+    public var hardTimeouts: Int
     /// Requests (each key of a bulk request, and prefetches) answered with an error remembered by
     /// negative caching, without a load.
     public var negativeHits: Int

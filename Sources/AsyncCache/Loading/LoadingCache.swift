@@ -68,6 +68,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   @usableFromInline let freshness: FreshnessRules
   /// Whether a hit must read its entry's expiry: a grace period or a refresh ahead is set.
   @usableFromInline let checksFreshness: Bool
+  /// Requests wait for loads within the configuration's ``LoadTimeouts``.
+  @usableFromInline let hasLoadTimeouts: Bool
   /// The lead of a refresh ahead or an extension, when every value has the same lifetime.
   @usableFromInline let configuredLead: ConfiguredLead
 
@@ -106,6 +108,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       jitter: configuration.timeToLiveJitter,
       sliding: configuration.slidingExpiration)
     self.checksFreshness = freshness.checksHits
+    self.hasLoadTimeouts = configuration.loadTimeouts.isEnabled
     self.configuredLead =
       if configuration.timeToLiveForValue != nil {
         .perValue
@@ -149,6 +152,19 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   }
 
   // MARK: Reading
+
+  /// Returns the value for `key` as ``value(for:)`` does, with `timeouts` instead of the
+  /// configuration's ``Configuration-swift.struct/loadTimeouts`` if it has to wait for a load.
+  ///
+  /// - Throws: What ``value(for:)`` throws; ``AsyncCacheError/Code/timedOut`` when the request
+  ///   waits longer than `timeouts.hard`; ``AsyncCacheError/Code/invalidConfiguration`` when
+  ///   `timeouts` are out of range (not positive, or a soft timeout not shorter than the hard one).
+  public nonisolated(nonsending) func value(for key: Key, timeouts: LoadTimeouts) async throws -> Value {
+    try timeouts.validate(in: "value(for:timeouts:)")
+    if let value = topValue(for: key) { return value }
+    if eventHub.isObserved { eventHub.emit(.miss(key: key)) }
+    return try await load(key, timeouts: timeouts)
+  }
 
   /// Returns the value for `key` from the first layer that has it, or loads it.
   ///

@@ -3,12 +3,12 @@ import Testing
 @testable import AsyncCache
 
 /// The load table's state machine driven by random steps (joins of every kind, cancellations,
-/// writes, gates, attachments of single and batch tasks, finishes with and without a refresh
+/// soft and hard timeouts and stale answers offered, writes, gates, attachments of single and batch tasks, finishes with and without a refresh
 /// afterwards, refreshes, demotions and escalations), checked against a model of who waits for
 /// what after every step. Continuations are join numbers and gates are gate numbers, so the
 /// test sees every waiter and every gate answered, and answered once.
 @Suite struct LoadTableModelTests {
-  typealias Machine = LoadTableStateMachine<String, Int, Int>
+  typealias Machine = LoadTableStateMachine<String, Int, Int, Int>
 
   /// What the test knows, kept beside the machine.
   struct Model {
@@ -79,6 +79,11 @@ import Testing
       if record.live != live { found.append("batch \(batch) counts \(record.live) live loads, has \(live)") }
     }
     for id in machine.loads.keys where !machine.running.contains(id) { found.append("load \(id) has no running task") }
+    for (id, load) in machine.loads {
+      for (waiter, _) in load.pastSoftTimeout where !load.waiters.contains(waiter) {
+        found.append("load \(id) keeps waiter \(waiter) past its soft timeout, but it does not wait")
+      }
+    }
     let waiting = machine.loads.values.reduce(0) { $0 + $1.waiters.count }
     if waiting != model.waiting.count {
       found.append("\(waiting) waiters in the table, \(model.waiting.count) in the model")
@@ -124,16 +129,37 @@ import Testing
           key, waiter: model.nextWaiter, continuation: model.nextJoin,
           priority: priorities.randomElement(using: &random)!, kind: kind, skipsTopLayer: Bool.random(using: &random))
         name = "join \(key) as \(kind): \(result)"
-      case 30..<45:
+      case 30..<39:
         guard let (join, waiter) = model.waiting.randomElement(using: &random) else { continue }
-        let continuation = machine.cancel(waiter: waiter.waiter, key: waiter.key).continuation
-        if let continuation {
-          if continuation != join { model.failures.append("cancelling join \(join) returned \(continuation)") }
-          model.answer(continuation, "cancelled")
+        let timedOut = Int.random(in: 0..<3, using: &random) == 0
+        let left =
+          timedOut
+          ? machine.timeOut(waiter: waiter.waiter, key: waiter.key)
+          : machine.cancel(waiter: waiter.waiter, key: waiter.key)
+        if let continuation = left.continuation {
+          if continuation != join { model.failures.append("removing join \(join) returned \(continuation)") }
+          model.answer(continuation, timedOut ? "timed out" : "cancelled")
         } else {
-          model.failures.append("cancelling waiting join \(join) returned nothing")
+          model.failures.append("removing waiting join \(join) returned nothing")
         }
-        name = "cancel join \(join)"
+        name = "\(timedOut ? "time out" : "cancel") join \(join)"
+      case 39..<42:
+        guard let (join, waiter) = model.waiting.randomElement(using: &random) else { continue }
+        let servable = Bool.random(using: &random)
+        switch machine.softTimeOut(
+          waiter: waiter.waiter, key: waiter.key, after: .seconds(1), isServable: { _ in servable })
+        {
+        case .served(let continuation, _):
+          if continuation != join { model.failures.append("soft timeout of join \(join) served \(continuation)") }
+          model.answer(continuation, "served stale")
+        case .waiting: break
+        case .gone: model.failures.append("soft timeout of waiting join \(join) found it gone")
+        }
+        name = "soft timeout of join \(join) (servable \(servable))"
+      case 42..<45:
+        guard let id = machine.loads.keys.randomElement(using: &random) else { continue }
+        for (join, _) in machine.offerStale(Int(id), for: id) { model.answer(join, "served stale late") }
+        name = "load \(id) offers a stale answer"
       case 45..<60:
         guard let id = machine.loads.keys.randomElement(using: &random) else { continue }
         let refresh = Bool.random(using: &random)

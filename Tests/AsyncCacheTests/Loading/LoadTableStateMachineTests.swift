@@ -23,7 +23,7 @@ import Testing
 }
 
 @Suite struct LoadTableStateMachineTests {
-  typealias Machine = LoadTableStateMachine<String, Int, Int>
+  typealias Machine = LoadTableStateMachine<String, Int, Int, Int>
 
   @Test func requestsForAKeyShareOneLoad() {
     var machine = Machine()
@@ -157,4 +157,50 @@ import Testing
     #expect(higher == task, "a waiter escalated while waiting escalates its load")
   }
 
+  @Test func aSoftTimeoutServesTheStaleAnswerAndKeepsTheLoad() {
+    var machine = Machine()
+    guard case .started(let id) = machine.join("k", waiter: 1, continuation: 1, priority: .medium) else { return }
+    _ = machine.join("k", waiter: 2, continuation: 2, priority: .medium)
+    _ = machine.offerStale(41, for: id)
+    guard case .served(1, 41) = machine.softTimeOut(waiter: 1, key: "k", after: .seconds(1), isServable: { _ in true })
+    else {
+      Issue.record("the first waiter gets the stale answer")
+      return
+    }
+    guard case .waiting = machine.softTimeOut(waiter: 2, key: "k", after: .seconds(2), isServable: { _ in false })
+    else {
+      Issue.record("a stale answer no longer servable is not served")
+      return
+    }
+    #expect(machine.counters.softTimeouts == 1)
+    // A fresher stale answer reaches the waiter past its soft timeout at once.
+    let served = machine.offerStale(42, for: id)
+    #expect(served.map(\.0) == [2] && served.map(\.timeout) == [.seconds(2)])
+    #expect(machine.loads[id]?.waiters.isEmpty == true)
+    #expect(machine.loads[id]?.isKept == true, "the load goes on without waiters, owned by the cache")
+    guard case .gone = machine.softTimeOut(waiter: 2, key: "k", after: .seconds(2), isServable: { _ in true }) else {
+      Issue.record("a waiter answered is gone")
+      return
+    }
+    // A request that joins the kept load and leaves does not cancel it.
+    _ = machine.join("k", waiter: 3, continuation: 3, priority: .medium)
+    #expect(machine.cancel(waiter: 3, key: "k").abandoned == nil)
+    #expect(machine.finish(id, failed: false).isEmpty)
+    #expect(machine.isEmpty)
+  }
+
+  @Test func aHardTimeoutLeavesAsACancellationDoesCountedApart() {
+    var machine = Machine()
+    guard case .started(let id) = machine.join("k", waiter: 1, continuation: 1, priority: .medium) else { return }
+    _ = machine.join("k", waiter: 2, continuation: 2, priority: .medium)
+    _ = machine.softTimeOut(waiter: 1, key: "k", after: .seconds(1), isServable: { _ in true })
+    let first = machine.timeOut(waiter: 1, key: "k")
+    #expect(first.continuation == 1 && first.abandoned == nil, "another waiter still wants the load")
+    #expect(machine.loads[id]?.pastSoftTimeout.isEmpty == true, "a waiter that left is no longer past its timeout")
+    let second = machine.timeOut(waiter: 2, key: "k")
+    #expect(second.continuation == 2 && second.abandoned?.id == id, "the last waiter's timeout abandons the load")
+    #expect(machine.counters.hardTimeouts == 2 && machine.counters.cancelledWaiters == 0)
+    #expect(machine.counters.cancelledLoads == 1)
+    #expect(machine.isEmpty)
+  }
 }
