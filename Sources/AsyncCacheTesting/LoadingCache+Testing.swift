@@ -1,7 +1,8 @@
 public import AsyncCache
 
 extension LoadingCache {
-  /// Returns once at least `count` requests wait for a load of `key`.
+  /// Returns once at least `count` requests wait for a load of `key`, or when the calling task
+  /// is cancelled (a test's time limit ends a wait for something that never happens).
   ///
   /// Await it to know that concurrent requests have joined a load before the test cancels one
   /// of them or releases the origin, instead of yielding in a loop. Requests served by a layer
@@ -17,8 +18,9 @@ extension LoadingCache {
     await waitForWaiters(count, for: key)
   }
 
-  /// Returns once at least `count` background loads wait for urgent work to end before they
-  /// ask the origin (prefetches, or demoted requests, held at the gate; see `LoadingCache`).
+  /// Returns once at least `count` background loads wait for urgent work to end before they ask
+  /// the origin (prefetches, or demoted requests, held at the gate; see `LoadingCache`), or when
+  /// the calling task is cancelled.
   ///
   /// ```swift
   /// photos.demote("far away")                  // its next attempt is background work
@@ -32,7 +34,8 @@ extension LoadingCache {
     await waitForGate(count)
   }
 
-  /// Returns once no load is in flight, background refreshes of stale entries included.
+  /// Returns once no load is in flight, background refreshes of stale entries included, or when
+  /// the calling task is cancelled.
   ///
   /// Await it after releasing a refresh's fetch, before checking what the refresh stored:
   ///

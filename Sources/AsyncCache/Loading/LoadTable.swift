@@ -142,15 +142,22 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   }
 
   /// Returns once `condition` holds for the table at the end of a change (for tests: it
-  /// replaces polling).
-  func waitUntil(_ condition: @escaping @Sendable (Machine) -> Bool) async {
-    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-      let holds = state.withLock { state -> Bool in
-        if condition(state.machine) { return true }
-        state.watchers.add(condition, continuation)
-        return false
+  /// replaces polling), or, when `orCancellation`, once the calling task is cancelled (so that a
+  /// test's time limit ends a wait that would never end).
+  func waitUntil(orCancellation: Bool = false, _ condition: @escaping @Sendable (Machine) -> Bool) async {
+    let id = state.withLock { $0.watchers.makeID() }
+    await withTaskCancellationHandler {
+      await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+        let holds = state.withLock { state -> Bool in
+          if condition(state.machine) || (orCancellation && Task.isCancelled) { return true }
+          state.watchers.add(id, condition, continuation)
+          return false
+        }
+        if holds { continuation.resume() }
       }
-      if holds { continuation.resume() }
+    } onCancel: {
+      guard orCancellation else { return }
+      state.withLock { $0.watchers.remove(id) }?.resume()
     }
   }
 }
@@ -217,8 +224,8 @@ struct UrgencyObservers: Sendable {
 @usableFromInline
 struct StateWatchers<Watched>: Sendable {
   @usableFromInline var waiting:
-    [(condition: @Sendable (Watched) -> Bool, continuation: UnsafeContinuation<Void, Never>)] =
-      []
+    [(id: UInt64, condition: @Sendable (Watched) -> Bool, continuation: UnsafeContinuation<Void, Never>)] = []
+  @usableFromInline var lastID: UInt64 = 0
 
   @inlinable
   init() {}
@@ -226,9 +233,23 @@ struct StateWatchers<Watched>: Sendable {
   @inlinable
   var isEmpty: Bool { waiting.isEmpty }
 
-  mutating func add(_ condition: @escaping @Sendable (Watched) -> Bool, _ continuation: UnsafeContinuation<Void, Never>)
-  {
-    waiting.append((condition, continuation))
+  /// An identifier for a new watcher.
+  mutating func makeID() -> UInt64 {
+    lastID &+= 1
+    return lastID
+  }
+
+  mutating func add(
+    _ id: UInt64, _ condition: @escaping @Sendable (Watched) -> Bool,
+    _ continuation: UnsafeContinuation<Void, Never>
+  ) {
+    waiting.append((id, condition, continuation))
+  }
+
+  /// Removes watcher `id`; returns its continuation if it was still waiting.
+  mutating func remove(_ id: UInt64) -> UnsafeContinuation<Void, Never>? {
+    guard let index = waiting.firstIndex(where: { $0.id == id }) else { return nil }
+    return waiting.remove(at: index).continuation
   }
 
   /// Removes the watchers whose condition holds for `state` and returns their continuations, to

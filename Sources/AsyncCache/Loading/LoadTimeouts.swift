@@ -13,7 +13,8 @@
 /// ```
 ///
 /// Both are measured on the cache's clock from the moment the request starts waiting for a
-/// load; a hit never waits, so it never times out.
+/// load; a hit never waits, so it never times out. The configured timeouts apply to each key of
+/// a bulk request too; prefetches have none.
 public struct LoadTimeouts: Hashable, Sendable {
   /// After waiting this long, a request gets the stale value the cache holds for the key (an
   /// entry past its lifetime that may still be served, within

@@ -81,7 +81,7 @@ extension LoadingCache {
     if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
       // A request escalated while it waits raises the priority of its keys' loads too.
       await withTaskPriorityEscalationHandler {
-        dependencies = await register(waiter, collector: collector, keys: keys, dependents: dependents)
+        dependencies = await registerWithinTimeouts(waiter, collector: collector, keys: keys, dependents: dependents)
       } onPriorityEscalated: { _, newPriority in
         let tasks = self.loadTable.withLock { state in
           keys.compactMap { state.escalate(waiter: waiter, key: $0, to: newPriority) }
@@ -89,12 +89,49 @@ extension LoadingCache {
         for task in Set(tasks) { escalate(task, to: newPriority) }
       }
     } else {
-      dependencies = await register(waiter, collector: collector, keys: keys, dependents: dependents)
+      dependencies = await registerWithinTimeouts(waiter, collector: collector, keys: keys, dependents: dependents)
     }
     let (outstanding, values, failures) = collector.snapshot
     // Failed fast: the other keys are no longer wanted by this request.
     if !outstanding.isEmpty { withdraw(waiter, from: Array(outstanding)) }
     return (values, failures)
+  }
+
+  /// Registers `waiter` as ``register(_:collector:keys:dependents:)`` does, within the cache's
+  /// ``LoadTimeouts``: each key still outstanding at the soft deadline gets the stale value its
+  /// load found, if any (its load goes on); each one outstanding at the hard deadline fails with
+  /// ``AsyncCacheError/Code/timedOut`` (its load is cancelled if no one else waits for it). The
+  /// deadlines run in a child task, ended with the request.
+  private func registerWithinTimeouts(
+    _ waiter: UInt64, collector: BulkCollector<Key, Value>, keys: [Key], dependents: [LoadIdentity]
+  ) async -> [LoadIdentity] {
+    guard hasLoadTimeouts else {
+      return await register(waiter, collector: collector, keys: keys, dependents: dependents)
+    }
+    let timeouts = configuration.loadTimeouts
+    let clock = configuration.clock
+    let start = clock.now
+    return await withTaskGroup(of: [LoadIdentity]?.self) { group in
+      group.addTask { await self.register(waiter, collector: collector, keys: keys, dependents: dependents) }
+      group.addTask {
+        if let soft = timeouts.soft {
+          guard (try? await clock.sleep(until: start.advanced(by: soft), tolerance: nil)) != nil else { return nil }
+          for key in collector.snapshot.outstanding { self.softTimeOut(waiter, key: key, after: soft) }
+        }
+        if let hard = timeouts.hard {
+          guard (try? await clock.sleep(until: start.advanced(by: hard), tolerance: nil)) != nil else { return nil }
+          for key in collector.snapshot.outstanding { self.hardTimeOut(waiter, key: key, after: hard) }
+        }
+        return nil
+      }
+      var dependencies: [LoadIdentity] = []
+      for await registered in group {
+        guard let registered else { continue }
+        dependencies = registered
+        group.cancelAll()
+      }
+      return dependencies
+    }
   }
 
   /// Registers `waiter` (collecting into `collector`) with the load of each of `keys`, starting

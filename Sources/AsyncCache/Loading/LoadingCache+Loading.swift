@@ -89,7 +89,7 @@ extension LoadingCache {
     }
   }
 
-  /// The soft timeout of `waiter` (a request for `key`) passed: it gets the stale value its
+  /// The soft timeout of `waiter` (a request for `key`, or a bulk request) passed: it gets the stale value its
   /// load found, if that may still be served, and leaves the load to go on; otherwise it gets
   /// one as soon as the load finds it (``offerStale(_:for:)``).
   func softTimeOut(_ waiter: UInt64, key: Key, after timeout: Duration) {
@@ -112,7 +112,7 @@ extension LoadingCache {
     }
   }
 
-  /// The hard timeout of `waiter` (a request for `key`) passed: it fails with
+  /// The hard timeout of `waiter` (a request for `key`, or a bulk request) passed: it fails with
   /// ``AsyncCacheError/Code/timedOut``, and leaves its load as a cancelled request would.
   func hardTimeOut(_ waiter: UInt64, key: Key, after timeout: Duration) {
     let (continuation, abandoned) = loadTable.withLock { state in
@@ -123,7 +123,9 @@ extension LoadingCache {
     guard let continuation else { return }
     logHardTimeout(key, after: timeout)
     if eventHub.isObserved { eventHub.emit(.hardTimeout(key: key, timeout: timeout)) }
-    continuation.resume(throwing: AsyncCacheError.timedOut(key, after: timeout))
+    let error = AsyncCacheError.timedOut(key, after: timeout)
+    // Delivered as the load's outcome, so that a bulk request's collector gets it too.
+    continuation.resume(value: .failure(error), source: .failure(error), key: key)
     abandoned?.task?.cancel()
   }
 

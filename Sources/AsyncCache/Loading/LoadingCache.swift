@@ -312,15 +312,17 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   }
 
   /// Returns once at least `count` requests wait for a load of `key` (for tests: it replaces
-  /// polling; `AsyncCacheTesting` offers it as `waitForRequests(_:for:)`).
+  /// polling; `AsyncCacheTesting` offers it as `waitForRequests(_:for:)`), or once the calling
+  /// task is cancelled.
   package func waitForWaiters(_ count: Int, for key: Key) async {
-    await loadTable.waitUntil { $0.waiterCount(for: key) >= count }
+    await loadTable.waitUntil(orCancellation: true) { $0.waiterCount(for: key) >= count }
   }
 
   /// Returns once no load is in flight, background refreshes included (for tests: it replaces
-  /// polling; `AsyncCacheTesting` offers it as `waitUntilIdle()`).
+  /// polling; `AsyncCacheTesting` offers it as `waitUntilIdle()`), or once the calling task is
+  /// cancelled.
   package func waitForNoLoads() async {
-    await loadTable.waitUntil { $0.loads.isEmpty }
+    await loadTable.waitUntil(orCancellation: true) { $0.loads.isEmpty }
   }
 }
 

@@ -36,7 +36,7 @@ extension LoadingCache {
   /// Returns once at least `count` background loads wait for urgent work to end (for tests:
   /// `AsyncCacheTesting` offers it as `waitForLoadsWaitingForUrgentWork(_:)`).
   package func waitForGate(_ count: Int) async {
-    await loadTable.waitUntil { $0.loadsAtGate >= count }
+    await loadTable.waitUntil(orCancellation: true) { $0.loadsAtGate >= count }
   }
 
   // MARK: Prefetching

@@ -197,6 +197,38 @@ struct LoadingCacheTimeoutTests {
     #expect(try await cache.value(for: "k") == 7, "a hit waits for nothing")
   }
 
+  @Test("each key of a bulk request gets a stale value at the soft timeout, or fails at the hard one")
+  func bulkRequests() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 0 }
+    let cache = try cache(origin)
+    try await storeStale(1, for: "stale", in: cache, origin: origin)
+
+    let request = Task { await cache.values(for: ["stale", "cold"]) }
+    await origin.waitForFetches(2)
+    await clock.waitForSleepers(1)
+    clock.advance(by: .seconds(1))
+    await clock.waitForSleepers(1)  // the hard deadline, for the key still outstanding
+    clock.advance(by: .seconds(4))
+    let outcome = await request.value
+    #expect(outcome.values == ["stale": 1])
+    #expect((outcome.failures["cold"] as? AsyncCacheError)?.code == .timedOut)
+    #expect(!origin.wasCancelled("stale"))
+    #expect(origin.release("stale", returning: 2) == 1, "the stale key's load went on")
+    await cache.waitUntilIdle()
+    #expect(origin.wasCancelled("cold"), "no one else waited for the cold key")
+    #expect(cache.cachedValue(for: "stale") == 2)
+    #expect(cache.statistics.softTimeouts == 1 && cache.statistics.hardTimeouts == 1)
+
+    let all = Task { try await cache.allValues(for: ["cold"]) }
+    await origin.waitForFetches(1, for: "cold")
+    await clock.waitForSleepers(1)
+    clock.advance(by: .seconds(1))
+    await clock.waitForSleepers(1)
+    clock.advance(by: .seconds(4))
+    let error = await #expect(throws: AsyncCacheError.self) { try await all.value }
+    #expect(error?.code == .timedOut)
+  }
+
   @Test(
     "timeouts out of range are refused, naming the value",
     arguments: [
