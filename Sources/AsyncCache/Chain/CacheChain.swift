@@ -50,8 +50,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   public struct Configuration: Sendable {
     /// When entries found lower down are copied upward. Default ``BackfillPolicy/awaited``.
     public var backfill: BackfillPolicy
-    /// Called with every layer failure, whatever the policy; e.g. to log it. Runs on the task
-    /// that saw the failure; keep it short.
+    /// Called with every layer failure, whatever the policy, synchronously on the task that saw
+    /// it (keep it short): an observer of the chain's events that sees only their
+    /// ``CacheEvent/layerFailed(key:failure:)`` (see ``CacheChain/events(bufferingNewest:)``).
     public var onFailure: (@Sendable (LayerFailure) -> Void)?
     /// Where the chain logs layer failures and memory-pressure changes (see <doc:CacheLogging>).
     /// Default ``CacheLogger/disabled``.
@@ -81,6 +82,8 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   nonisolated let synchronousFront: SynchronousLookupFunction<Key, Value>?
 
   nonisolated let coordinator = WriteCoordinator<Key>()
+  /// Delivers the chain's own events (layer failures) to its observers and to `onFailure`.
+  nonisolated let eventHub: EventHub<CacheEvent<Key>>
   private nonisolated let counters: Locked<[TierStatistics]>
   private nonisolated let backgroundWork = Locked<(next: UInt64, tasks: [UInt64: Task<Void, Never>])>((0, [:]))
 
@@ -93,12 +96,36 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     }
     self.tiers = tiers
     self.configuration = configuration
+    var handler: (@Sendable (CacheEvent<Key>) -> Void)?
+    if let onFailure = configuration.onFailure {
+      handler = { event in
+        if case .layerFailed(_, let failure) = event { onFailure(failure) }
+      }
+    }
+    self.eventHub = EventHub(handler: handler)
     self.counters = Locked(tiers.map { TierStatistics(name: $0.name) })
     switch tiers[0].layer {
     case let memory as MemoryLayer<Key, Value>: (front, synchronousFront) = (memory, nil)
     case let chain as CacheChain<Key, Value>: (front, synchronousFront) = (chain.front, chain.synchronousFront)
     case let layer: (front, synchronousFront) = (nil, layer.synchronousLookupFunction)
     }
+  }
+
+  /// A sequence of the chain's events from now on, for one observer: its layer failures
+  /// (``CacheEvent/layerFailed(key:failure:)``) and the evictions of its memory layers (nested
+  /// chains' included), buffered as ``EventSequence`` describes. A ``LoadingCache``'s
+  /// ``LoadingCache/events(bufferingNewest:)`` includes them.
+  ///
+  /// - Parameter limit: The most events the sequence buffers for a slow observer; past it, the
+  ///   oldest are dropped and reported by a ``CacheEvent/dropped(count:)``. At least 1.
+  public nonisolated func events(bufferingNewest limit: Int = 1_000) -> CacheEvents<Key> {
+    CacheEvents(capacity: limit, observing: eventHubs)
+  }
+
+  /// The hubs whose events ``events(bufferingNewest:)`` delivers, with the index of the layer
+  /// each observes.
+  nonisolated var eventHubs: [(hub: EventHub<CacheEvent<Key>>, layer: Int)] {
+    [(eventHub, 0)] + memoryLayers.map { (hub: $0.layer.eventHub, layer: $0.tier) }
   }
 
   /// The ``MemoryLayer``s of the chain, nested chains' included, each with the index of the
@@ -433,8 +460,8 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     return policy == .propagate ? .wrap : .skip
   }
 
-  /// Counts `failure`, passes it to `onFailure` and logs it; `thrown` tells whether the caller
-  /// gets the error.
+  /// Counts `failure`, reports it (to `onFailure` and the chain's events) and logs it; `thrown`
+  /// tells whether the caller gets the error.
   private nonisolated func record(_ failure: LayerFailure, key: Key?, thrown: Bool) {
     let repeated = counters.withLock { counters in
       counters[failure.tierIndex].failures += 1
@@ -443,7 +470,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       if !thrown, !(failure.error is CancellationError) { counters[failure.tierIndex].isFailing = true }
       return repeated
     }
-    configuration.onFailure?(failure)
+    if eventHub.isObserved { eventHub.emit(.layerFailed(key: key, failure: failure)) }
     logFailure(failure, key: key, thrown: thrown, repeated: repeated)
   }
 

@@ -44,6 +44,9 @@ public enum CacheEvent<Key: Hashable & Sendable>: DropReportingEvent {
   /// The ``MemoryLayer`` at index `layer` of the chain (0 for a layer observed on its own) dropped
   /// or refused the entry for `key`, for `reason`.
   case eviction(key: Key, reason: EvictionReason, layer: Int)
+  /// A layer of the chain failed (`key` is `nil` for a ``CacheChain/removeAll()``); reported
+  /// whatever the layer's ``LayerFailurePolicy``, so also when the chain skipped the layer.
+  case layerFailed(key: Key?, failure: LayerFailure)
   /// The observer fell behind and `count` events before this one were dropped from its buffer.
   case dropped(count: Int)
 }
@@ -75,6 +78,7 @@ extension CacheEvent: CustomStringConvertible {
     case .hardTimeout(let key, let timeout): "hardTimeout \(key) after \(timeout)"
     case .negativeHit(let key, let error): "negativeHit \(key): \(error)"
     case .eviction(let key, let reason, let layer): "eviction \(key) from layer \(layer): \(reason)"
+    case .layerFailed(let key, let failure): "layerFailed \(key.map { "\($0)" } ?? "every key"): \(failure)"
     case .dropped(let count): "dropped \(count)"
     }
   }

@@ -296,8 +296,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// the cache beyond that. The sequence ends when the cache is deinitialized, after the events
   /// already buffered.
   public func events(bufferingNewest limit: Int = 1_000) -> CacheEvents<Key> {
-    let hubs = [(hub: eventHub, layer: 0)] + chain.memoryLayers.map { (hub: $0.layer.eventHub, layer: $0.tier) }
-    return CacheEvents(capacity: limit, observing: hubs)
+    CacheEvents(capacity: limit, observing: [(hub: eventHub, layer: 0)] + chain.eventHubs)
   }
 
   /// The number of requests waiting for a load of `key`. Safe from any context. O(loads in flight).

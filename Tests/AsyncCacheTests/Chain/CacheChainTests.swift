@@ -176,6 +176,24 @@ import Testing
     #expect(broken.storedEntries["a"] == CacheEntry(3), "its inserts still work, so it is back-filled")
   }
 
+  @Test func layerFailuresAreEventsOfTheChainAndOfTheLoadingCacheOverIt() async throws {
+    let handled = Locked<[LayerFailure]>([])
+    let broken = FakeLayer<String, Int>()
+    broken.fail(.lookup, with: TestError("disk gone"))
+    let chain = try CacheChain<String, Int>(
+      [.init(try memory()), .init(broken, failurePolicy: .skip, name: "disk")],
+      configuration: .init(onFailure: { failure in handled.withLock { $0.append(failure) } }))
+    let cache = try LoadingCache(chain: chain, origin: ClosureFetcher<String, Int> { $0.count })
+    let chainEvents = chain.events()
+    let cacheEvents = cache.events()
+    #expect(try await cache.value(for: "abc") == 3)
+    try await chain.removeAll()  // the broken layer's removal works: no failure
+    let expected = "layerFailed abc: layer 1 (disk) failed during lookup: TestError(disk gone)"
+    #expect(await chainEvents.drained().map(\.description) == [expected])
+    #expect(await cacheEvents.drained().map(\.description).filter { $0.hasPrefix("layerFailed") } == [expected])
+    #expect(handled.withLock { $0.map(\.description) } == ["layer 1 (disk) failed during lookup: TestError(disk gone)"])
+  }
+
   @Test func aPropagatingLayersFailureIsATypedErrorNamingTheLayer() async throws {
     let broken = FakeLayer<String, Int>()
     broken.fail(.lookup, with: TestError())
