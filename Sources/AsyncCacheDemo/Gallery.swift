@@ -89,8 +89,8 @@ struct Gallery {
     let prefetcher = try AsyncPrefetcher(cache: cache, keys: photos, configuration: Self.prefetching)
     // Subscribed before the prefetcher runs, so that the monitor sees its first update. The
     // sequence finishes when the prefetcher stops, which ends the monitor on its own: it is not
-    // cancelled, so it counts every update.
-    let updates = prefetcher.updates()
+    // cancelled, and its buffer has no limit, so it counts every update.
+    let updates = prefetcher.events(bufferingNewest: .max)
     async let activity = PrefetchMonitor(photoCount: photos.count).follow(updates)
     var pass = try await withThrowingTaskGroup { group in
       group.addTask { try await prefetcher.run() }

@@ -17,7 +17,7 @@ struct PrefetchActivity {
     case .failed: failed += 1
     case .cancelled: cancelled += 1
     case .paused: pauses += 1
-    case .moved, .started, .resumed: break
+    case .moved, .started, .resumed, .dropped: break
     }
   }
 }
@@ -29,7 +29,7 @@ struct PrefetchMonitor {
   let isTerminal = isatty(STDOUT_FILENO) == 1
 
   /// Returns what the prefetcher did once `updates` finishes, when the prefetcher stops.
-  func follow(_ updates: AsyncStream<PrefetchUpdate<Int>>) async -> PrefetchActivity {
+  func follow(_ updates: EventSequence<PrefetchUpdate<Int>>) async -> PrefetchActivity {
     var activity = PrefetchActivity()
     var quartersReported = 0
     for await update in updates {

@@ -39,3 +39,8 @@ public enum SQLiteLayerEvent: DropReportingEvent, CustomStringConvertible {
     }
   }
 }
+
+extension SQLiteLayerEvent {
+  /// ``dropped(count:)``: the layer's events carry no state to pass on.
+  public static func dropped(count: Int, last: SQLiteLayerEvent) -> SQLiteLayerEvent { .dropped(count: count) }
+}

@@ -51,6 +51,11 @@ public enum CacheEvent<Key: Hashable & Sendable>: DropReportingEvent {
   case dropped(count: Int)
 }
 
+extension CacheEvent {
+  /// ``dropped(count:)``: a cache's events carry no state to pass on.
+  public static func dropped(count: Int, last: CacheEvent) -> CacheEvent { .dropped(count: count) }
+}
+
 /// Where a load found its value.
 public enum LoadSource: Hashable, Sendable {
   /// The layer at this index of the chain, top first.

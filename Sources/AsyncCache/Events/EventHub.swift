@@ -3,8 +3,9 @@ public import Synchronization  // Atomic
 /// An event that an observer's bounded buffer can report its losses with: what an
 /// ``EventSequence`` delivers.
 public protocol DropReportingEvent: Sendable {
-  /// The event that stands for `count` events the observer's buffer dropped before it.
-  static func dropped(count: Int) -> Self
+  /// The event that stands for `count` events the observer's buffer dropped, `last` being the
+  /// latest of them (an event that carries state, such as a prefetcher's progress, passes it on).
+  static func dropped(count: Int, last: Self) -> Self
 }
 
 /// Fans a component's events out to its observers: bounded buffers (each an
@@ -27,6 +28,8 @@ package final class EventHub<Event: DropReportingEvent>: Sendable {
 
   @usableFromInline let observerCount = Atomic<Int>(0)
   @usableFromInline let subscribers = Locked<[Subscriber]>([])
+  /// The producer is gone (``finishAll()``): a new observer's sequence ends at once.
+  let isFinished = Atomic<Bool>(false)
   /// Called with every event, before the buffers get it; counts as an observer.
   @usableFromInline let handler: (@Sendable (Event) -> Void)?
 
@@ -65,10 +68,13 @@ package final class EventHub<Event: DropReportingEvent>: Sendable {
   }
 
   func subscribe(_ buffer: EventBuffer<Event>, layer: Int = 0) {
-    subscribers.withLock { subscribers in
+    let finished = subscribers.withLock { subscribers -> Bool in
+      if isFinished.load(ordering: .relaxed) { return true }
       subscribers.append(Subscriber(buffer: buffer, layer: layer))
       observerCount.store(subscribers.count + (handler == nil ? 0 : 1), ordering: .relaxed)
+      return false
     }
+    if finished { buffer.finish() }
   }
 
   func unsubscribe(_ buffer: EventBuffer<Event>) {
@@ -82,6 +88,7 @@ package final class EventHub<Event: DropReportingEvent>: Sendable {
   /// going away).
   package func finishAll() {
     let finished = subscribers.withLock { subscribers in
+      isFinished.store(true, ordering: .relaxed)
       defer {
         subscribers = []
         observerCount.store(handler == nil ? 0 : 1, ordering: .relaxed)
@@ -104,6 +111,8 @@ final class EventBuffer<Event: DropReportingEvent>: Sendable {
     @usableFromInline var count = 0
     /// Events dropped since the observer last read; reported before the next event.
     @usableFromInline var pendingDrops = 0
+    /// The latest of them.
+    @usableFromInline var lastDropped: Event?
     @usableFromInline var totalDrops = 0
     /// Readers waiting for an event, oldest first (one per task calling `next()`).
     @usableFromInline var readers: [(id: UInt64, continuation: UnsafeContinuation<Event?, Never>)] = []
@@ -118,7 +127,7 @@ final class EventBuffer<Event: DropReportingEvent>: Sendable {
     @inlinable
     mutating func push(_ event: Event) {
       if count == capacity {
-        _ = popOldest()
+        lastDropped = popOldest()
         pendingDrops += 1
         totalDrops += 1
       }
@@ -137,9 +146,12 @@ final class EventBuffer<Event: DropReportingEvent>: Sendable {
 
     /// The next event for the reader: the report of events dropped, if any, then the oldest.
     mutating func pop() -> Event? {
-      if pendingDrops > 0 {
-        defer { pendingDrops = 0 }
-        return Event.dropped(count: pendingDrops)
+      if pendingDrops > 0, let last = lastDropped {
+        defer {
+          pendingDrops = 0
+          lastDropped = nil
+        }
+        return Event.dropped(count: pendingDrops, last: last)
       }
       return popOldest()
     }

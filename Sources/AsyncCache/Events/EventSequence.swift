@@ -6,7 +6,7 @@
 /// call is missed, and unsubscribed when the sequence and its iterators are gone, when the task
 /// iterating it is cancelled, or when ``finish()`` is called. Events wait in a buffer of bounded
 /// size: producers never wait for the observer, and an observer that falls behind loses the
-/// oldest events, reported by a ``DropReportingEvent/dropped(count:)`` event in their place.
+/// oldest events, reported by a ``DropReportingEvent/dropped(count:last:)`` event in their place.
 ///
 /// ```swift
 /// let events = cache.events()

@@ -28,7 +28,7 @@
 /// - Prefetches are background work: while requests wait for loads of the same cache, no new
 ///   prefetch starts (the prefetcher pauses and resumes on its own), and a request that needs a
 ///   key being prefetched joins that load and promotes it (see ``LoadingCache``).
-/// - ``updates(bufferingPolicy:)`` reports every load and the progress of the window, to as
+/// - ``events(bufferingNewest:)`` reports every load and the progress of the window, to as
 ///   many observers as want it.
 ///
 /// Its work runs in a task group owned by ``run()``, which returns when its task is cancelled
@@ -111,7 +111,7 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
   /// Wakes the run loop up to start loads: the index moved, a load ended, urgent work changed.
   private let wakeups: AsyncStream<Void>
   private let wakeup: AsyncStream<Void>.Continuation
-  private nonisolated let subscribers = Locked(Subscribers())
+  private nonisolated let eventHub = EventHub<PrefetchUpdate<Key>>()
 
   /// Creates a prefetcher of `keys` through `cache`, around `currentIndex`. It starts loading
   /// when it runs (``run()`` or ``start()``).
@@ -177,7 +177,7 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
 
   /// Prefetches until the calling task is cancelled or ``stop()`` is called, then cancels the
   /// loads still running and returns once they have ended (a load that a request joined goes
-  /// on for the request); the ``updates(bufferingPolicy:)`` sequences finish then.
+  /// on for the request); the ``events(bufferingNewest:)`` sequences finish then.
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidState`` when the prefetcher runs or ran already.
   public func run() async throws {
@@ -330,55 +330,26 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
 
   // MARK: Updates
 
-  /// A sequence of what the prefetcher does, each with the progress of the current window.
+  /// A sequence of what the prefetcher does from now on, each with the progress of the current
+  /// window, for one observer.
   ///
-  /// Each call returns a new sequence, and any number can be observed at once. A sequence
-  /// finishes when the prefetcher stops (one made after that is empty); stop iterating it, or
-  /// cancel the task that does, to unsubscribe. Safe from any context.
+  /// Each call returns a new sequence, and any number can be observed at once; each buffers and
+  /// ends as ``EventSequence`` describes, like every component's events. A sequence finishes
+  /// when the prefetcher stops (one made after that is empty). Safe from any context.
   ///
-  /// - Parameter bufferingPolicy: What to keep when the observer falls behind. Default
-  ///   `.unbounded`; with `.bufferingNewest(n)` a slow observer loses the oldest updates, but
-  ///   every update carries the whole progress, so a progress bar stays right.
-  public nonisolated func updates(
-    bufferingPolicy: AsyncStream<PrefetchUpdate<Key>>.Continuation.BufferingPolicy = .unbounded
-  ) -> AsyncStream<PrefetchUpdate<Key>> {
-    let (stream, continuation) = AsyncStream.makeStream(of: PrefetchUpdate<Key>.self, bufferingPolicy: bufferingPolicy)
-    let id = subscribers.withLock { subscribers -> Int? in
-      guard !subscribers.isFinished else { return nil }
-      subscribers.nextID += 1
-      subscribers.continuations[subscribers.nextID] = continuation
-      return subscribers.nextID
-    }
-    guard let id else {
-      continuation.finish()
-      return stream
-    }
-    continuation.onTermination = { [subscribers] _ in
-      _ = subscribers.withLock { $0.continuations.removeValue(forKey: id) }
-    }
-    return stream
+  /// - Parameter limit: The most updates the sequence buffers for a slow observer; past it, the
+  ///   oldest are dropped and reported by a ``PrefetchEvent/dropped(count:)`` that carries the
+  ///   latest dropped progress, so a progress bar stays right. At least 1.
+  public nonisolated func events(bufferingNewest limit: Int = 1_000) -> EventSequence<PrefetchUpdate<Key>> {
+    eventHub.events(bufferingNewest: limit)
   }
 
   private func emit(_ event: PrefetchEvent<Key>) {
-    let continuations = subscribers.withLock { Array($0.continuations.values) }
-    guard !continuations.isEmpty else { return }
-    let update = PrefetchUpdate(event: event, progress: progress)
-    for continuation in continuations { continuation.yield(update) }
+    guard eventHub.isObserved else { return }
+    eventHub.emit(PrefetchUpdate(event: event, progress: progress))
   }
 
   private func finishUpdates() {
-    // Finished outside the lock: finishing runs `onTermination`, which takes it.
-    let continuations = subscribers.withLock { subscribers in
-      subscribers.isFinished = true
-      defer { subscribers.continuations = [:] }
-      return Array(subscribers.continuations.values)
-    }
-    for continuation in continuations { continuation.finish() }
-  }
-
-  private struct Subscribers {
-    var nextID = 0
-    var continuations: [Int: AsyncStream<PrefetchUpdate<Key>>.Continuation] = [:]
-    var isFinished = false
+    eventHub.finishAll()
   }
 }

@@ -22,12 +22,16 @@ public enum PrefetchEvent<Key: Hashable & Sendable>: Sendable {
   case paused
   /// The urgent loads ended: prefetching goes on.
   case resumed
+  /// The observer fell behind and `count` updates before this one were dropped from its buffer
+  /// (see ``AsyncPrefetcher/events(bufferingNewest:)``); the update's progress is the latest
+  /// dropped one's.
+  case dropped(count: Int)
 
   /// The key the event is about, if it is about one.
   public var key: Key? {
     switch self {
     case .started(let key), .loaded(let key), .skipped(let key), .failed(let key, _), .cancelled(let key): key
-    case .moved, .paused, .resumed: nil
+    case .moved, .paused, .resumed, .dropped: nil
     }
   }
 }
@@ -57,8 +61,8 @@ public struct PrefetchProgress: Sendable, Hashable {
   }
 }
 
-/// One element of an ``AsyncPrefetcher``'s updates: what happened, and the progress after it.
-public struct PrefetchUpdate<Key: Hashable & Sendable>: Sendable {
+/// One element of an ``AsyncPrefetcher``'s events: what happened, and the progress after it.
+public struct PrefetchUpdate<Key: Hashable & Sendable>: DropReportingEvent {
   /// What happened.
   public var event: PrefetchEvent<Key>
   /// The progress of the current window once it happened.
@@ -68,5 +72,13 @@ public struct PrefetchUpdate<Key: Hashable & Sendable>: Sendable {
   public init(event: PrefetchEvent<Key>, progress: PrefetchProgress) {
     self.event = event
     self.progress = progress
+  }
+}
+
+extension PrefetchUpdate {
+  /// A ``PrefetchEvent/dropped(count:)``, with the progress of `last`, the latest update dropped:
+  /// a progress bar stays right.
+  public static func dropped(count: Int, last: PrefetchUpdate) -> PrefetchUpdate {
+    PrefetchUpdate(event: .dropped(count: count), progress: last.progress)
   }
 }

@@ -47,3 +47,8 @@ public enum RedisLayerEvent: DropReportingEvent, CustomStringConvertible {
     }
   }
 }
+
+extension RedisLayerEvent {
+  /// ``dropped(count:)``: the layer's events carry no state to pass on.
+  public static func dropped(count: Int, last: RedisLayerEvent) -> RedisLayerEvent { .dropped(count: count) }
+}

@@ -54,7 +54,7 @@ struct PrefetchingArticleExampleTests {
 
   /// Reads `updates` until one satisfies `condition` and returns it; `nil` if the sequence ended.
   static func read(
-    _ updates: inout AsyncStream<PrefetchUpdate<String>>.Iterator,
+    _ updates: inout EventSequence<PrefetchUpdate<String>>.AsyncIterator,
     until condition: (PrefetchUpdate<String>) -> Bool
   ) async -> PrefetchUpdate<String>? {
     while let update = await updates.next() {
@@ -76,7 +76,7 @@ struct PrefetchingArticleExampleTests {
       layers: [MemoryLayer<String, Photo>(configuration: .init(countLimit: 200))],
       origin: ClosureFetcher { id in try await api.photo(id) })
     let prefetcher = try AsyncPrefetcher(cache: photos, keys: photoIDs)
-    var updates = prefetcher.updates().makeAsyncIterator()
+    var updates = prefetcher.events().makeAsyncIterator()
     let gallery = Task {
       try await withThrowingDiscardingTaskGroup { group in
         group.addTask { try await prefetcher.run() }  // ends when the group is cancelled
@@ -137,10 +137,10 @@ struct PrefetchingArticleExampleTests {
     let progressBar = ProgressBar()
     let logger = Logger()
     // A second observer, which stops the prefetcher once its window is done.
-    let stopper = prefetcher.updates()
+    let stopper = prefetcher.events()
 
     // From the article:
-    let updates = prefetcher.updates()  // before run(), to see every update
+    let updates = prefetcher.events()  // before run(), to see every update
 
     let run = Task { try await prefetcher.run() }
     let stop = Task {
@@ -234,7 +234,7 @@ struct PrefetchingArticleExampleTests {
         maximumConcurrentLoads: 4,
         destination: .lowerLayers))
 
-    let updates = prefetcher.updates()
+    let updates = prefetcher.events()
     let run = Task { try await prefetcher.run() }
     // Around the first of 20 items, the window holds the 19 others.
     for await update in updates where update.progress.completed == 19 { break }
@@ -388,7 +388,7 @@ struct PrefetchingArticleExampleTests {
     let prefetcher = try AsyncPrefetcher(
       cache: photos, keys: ["a", "b", "c", "d", "e"],
       configuration: .init(window: PrefetchWindow(range: 2)))
-    let updates = prefetcher.updates()  // made before run(): sees every update
+    let updates = prefetcher.events()  // made before run(): sees every update
     let run = Task { try await prefetcher.run() }
 
     await origin.waitForFetches(1, for: "b")  // the window after "a": "b" and "c"
@@ -419,7 +419,7 @@ struct PrefetchingArticleExampleTests {
     // The prefetcher runs, and "b" is in its window:
     let prefetcher = try AsyncPrefetcher(
       cache: photos, keys: ["a", "b"], configuration: .init(window: PrefetchWindow(range: 1)))
-    let updates = prefetcher.updates()
+    let updates = prefetcher.events()
     let run = Task { try await prefetcher.run() }
 
     // From the article:

@@ -29,7 +29,7 @@ struct AsyncPrefetcherTests {
     try await cache.insert("cached", for: "k2")
     lower.clearCalls()
     let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(range: 3))
-    var updates = UpdateReader(prefetcher.updates())
+    var updates = UpdateReader(prefetcher.events())
     let run = Task { try await prefetcher.run() }
 
     await origin.gate.waitForFetches(1, for: "k1")
@@ -56,7 +56,7 @@ struct AsyncPrefetcherTests {
     let cache = try LoadingCache(layers: [try MemoryLayer<String, String>(), lower], origin: origin)
     try lower.insert(CacheEntry("from below"), for: "k1")
     let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(range: 1))
-    var updates = UpdateReader(prefetcher.updates())
+    var updates = UpdateReader(prefetcher.events())
     let run = Task { try await prefetcher.run() }
     _ = await updates.read { $0.event.key == "k1" && $0.progress.completed == 1 }
     #expect(updates.events.last == "loaded k1")
@@ -73,7 +73,7 @@ struct AsyncPrefetcherTests {
     let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
     let prefetcher = try Prefetcher(
       cache: cache, keys: Self.keys, currentIndex: 9, configuration: Self.configuration(.both, range: 3, limit: 1))
-    var updates = UpdateReader(prefetcher.updates())
+    var updates = UpdateReader(prefetcher.events())
     let run = Task { try await prefetcher.run() }
     _ = await updates.read { $0.progress.completed == 3 }
     #expect(updates.events.filter { $0.hasPrefix("started") } == ["started k8", "started k7", "started k6"])
@@ -89,7 +89,7 @@ struct AsyncPrefetcherTests {
     let origin = TrackingFetcher()
     let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
     let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(range: 1))
-    var updates = UpdateReader(prefetcher.updates())
+    var updates = UpdateReader(prefetcher.events())
     let run = Task { try await prefetcher.run() }
     await origin.gate.waitForFetches(1, for: "k1")
     origin.gate.release("k1", throwing: TestError("offline"))
@@ -111,7 +111,7 @@ struct AsyncPrefetcherTests {
     let origin = TrackingFetcher()
     let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
     let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration())
-    var updates = UpdateReader(prefetcher.updates())
+    var updates = UpdateReader(prefetcher.events())
     let run = Task { try await prefetcher.run() }
     await origin.gate.waitForFetches(1, for: "k1")
     await origin.gate.waitForFetches(1, for: "k2")
@@ -168,7 +168,7 @@ struct AsyncPrefetcherTests {
     let origin = TrackingFetcher()
     let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
     let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(range: 1))
-    var updates = UpdateReader(prefetcher.updates())
+    var updates = UpdateReader(prefetcher.events())
     let run = Task { try await prefetcher.run() }
     await origin.gate.waitForFetches(1, for: "k1")
     let request = Task { try await cache.value(for: "k1") }
@@ -210,7 +210,7 @@ struct AsyncPrefetcherTests {
     let origin = TrackingFetcher()
     let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
     let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(range: 1))
-    var updates = UpdateReader(prefetcher.updates())
+    var updates = UpdateReader(prefetcher.events())
     let run = Task { try await prefetcher.run() }
     await origin.gate.waitForFetches(1, for: "k1")
     origin.gate.release("k1", throwing: CancellationError())  // a timeout of the origin's own
@@ -229,7 +229,7 @@ struct AsyncPrefetcherTests {
     let prefetcher = try AsyncPrefetcher<String, Int>(
       cache: cache, keys: Self.keys,
       configuration: .init(window: PrefetchWindow(range: 1), maximumConcurrentLoads: 1))
-    var updates = UpdateReader(prefetcher.updates())
+    var updates = UpdateReader(prefetcher.events())
     let run = Task { try await prefetcher.run() }
     await origin.waitForCalls(1)  // k1
     await prefetcher.setCurrentIndex(3)  // k1 is cancelled, but its origin call goes on
@@ -254,7 +254,7 @@ struct AsyncPrefetcherTests {
     let origin = TrackingFetcher()
     let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
     let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(range: 1))
-    let updates = Task { await UpdateReader(prefetcher.updates()).readToEnd() }
+    let updates = Task { await UpdateReader(prefetcher.events()).readToEnd() }
     try await prefetcher.start()
     await origin.gate.waitForFetches(1, for: "k1")
     await Self.move(prefetcher, to: 5, thenStop: true)
@@ -281,7 +281,7 @@ struct AsyncPrefetcherTests {
     #expect(cache.hasUrgentLoads)
 
     let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(limit: 1))
-    var updates = UpdateReader(prefetcher.updates())
+    var updates = UpdateReader(prefetcher.events())
     let run = Task { try await prefetcher.run() }
     _ = await updates.read { $0.event.isPaused }
     #expect(await prefetcher.isPaused)
@@ -304,7 +304,7 @@ struct AsyncPrefetcherTests {
     let cache = try LoadingCache(layers: [try MemoryLayer<String, String>(), lower], origin: origin)
     let prefetcher = try Prefetcher(
       cache: cache, keys: Self.keys, configuration: Self.configuration(destination: .lowerLayers))
-    var updates = UpdateReader(prefetcher.updates())
+    var updates = UpdateReader(prefetcher.events())
     let run = Task { try await prefetcher.run() }
     await origin.gate.waitForFetches(1, for: "k1")
     await origin.gate.waitForFetches(1, for: "k2")
@@ -418,7 +418,7 @@ struct AsyncPrefetcherTests {
     lower.clearCalls()
     let prefetcher = try Prefetcher(
       cache: cache, keys: Self.keys, configuration: Self.configuration(range: 3, limit: 3, destination: .lowerLayers))
-    var updates = UpdateReader(prefetcher.updates())
+    var updates = UpdateReader(prefetcher.events())
     let run = Task { try await prefetcher.run() }
     _ = await updates.read { $0.progress.completed == 3 }
     #expect(
@@ -452,8 +452,8 @@ struct AsyncPrefetcherTests {
     let origin = TrackingFetcher()
     let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
     let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration())
-    let first = Task { await UpdateReader(prefetcher.updates()).readToEnd() }
-    let second = Task { await UpdateReader(prefetcher.updates()).readToEnd() }
+    let first = Task { await UpdateReader(prefetcher.events()).readToEnd() }
+    let second = Task { await UpdateReader(prefetcher.events()).readToEnd() }
     let run = Task { try await prefetcher.run() }
     await origin.gate.waitForFetches(2)
 
@@ -464,7 +464,7 @@ struct AsyncPrefetcherTests {
     let (firstEvents, secondEvents) = await (first.value, second.value)
     #expect(firstEvents == secondEvents, "every observer sees every update")
     #expect(Set(firstEvents.suffix(2)) == ["cancelled k1", "cancelled k2"])
-    #expect(await UpdateReader(prefetcher.updates()).readToEnd().isEmpty, "a sequence made after the end is empty")
+    #expect(await UpdateReader(prefetcher.events()).readToEnd().isEmpty, "a sequence made after the end is empty")
     await #expect(throws: AsyncCacheError.self) { try await prefetcher.run() }
   }
 
@@ -473,7 +473,7 @@ struct AsyncPrefetcherTests {
     let origin = TrackingFetcher()
     let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
     let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration())
-    let updates = Task { await UpdateReader(prefetcher.updates()).readToEnd() }
+    let updates = Task { await UpdateReader(prefetcher.events()).readToEnd() }
     try await prefetcher.start()
     try await prefetcher.start()  // running already: nothing happens
     await origin.gate.waitForFetches(2)
@@ -488,11 +488,40 @@ struct AsyncPrefetcherTests {
     #expect(stopped?.code == .invalidState)
   }
 
+  @Test("a slow observer's sequence drops the oldest updates and says so, with the latest dropped progress")
+  func aSlowObserverIsToldWhatItLost() async throws {
+    let origin = TrackingFetcher()
+    origin.gate.open()
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(range: 3))
+    let everything = prefetcher.events()
+    let lastTwo = prefetcher.events(bufferingNewest: 2)
+    var reader = UpdateReader(everything)
+    let run = Task { try await prefetcher.run() }
+    _ = await reader.read { $0.progress.completed == 3 }
+    await prefetcher.stop()
+    try await run.value
+    let all = await everything.drained()
+    let kept = await lastTwo.drained()
+    let seen = reader.updates + all
+    #expect(kept.count == 3)
+    guard case .dropped(let count) = kept.first?.event else {
+      Issue.record("the first update is the report of what was dropped: \(kept)")
+      return
+    }
+    #expect(count == seen.count - 2)
+    #expect(kept.first?.progress == seen[seen.count - 3].progress, "the progress of the latest update dropped")
+    #expect(
+      kept.dropFirst().map { UpdateReader.describe($0.event) } == seen.suffix(2).map { UpdateReader.describe($0.event) }
+    )
+    #expect(lastTwo.droppedCount == count)
+  }
+
   @Test("a prefetcher stopped before it ran never runs, and its updates end at once")
   func stopBeforeRun() async throws {
     let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: TrackingFetcher())
     let prefetcher = try Prefetcher(cache: cache, keys: Self.keys)
-    let updates = prefetcher.updates()
+    let updates = prefetcher.events()
     await prefetcher.stop()
     #expect(await UpdateReader(updates).readToEnd().isEmpty)
     await #expect(throws: AsyncCacheError.self) { try await prefetcher.run() }
@@ -522,10 +551,11 @@ final class TrackingFetcher: AsyncFetcher, Sendable {
 
 /// Reads a prefetcher's updates in order and keeps their events as short strings.
 struct UpdateReader {
-  private var iterator: AsyncStream<PrefetchUpdate<String>>.Iterator
+  private var iterator: EventSequence<PrefetchUpdate<String>>.AsyncIterator
   private(set) var events: [String] = []
+  private(set) var updates: [PrefetchUpdate<String>] = []
 
-  init(_ updates: AsyncStream<PrefetchUpdate<String>>) {
+  init(_ updates: EventSequence<PrefetchUpdate<String>>) {
     iterator = updates.makeAsyncIterator()
   }
 
@@ -533,6 +563,7 @@ struct UpdateReader {
   mutating func read(until condition: (PrefetchUpdate<String>) -> Bool) async -> PrefetchUpdate<String>? {
     while let update = await iterator.next() {
       events.append(Self.describe(update.event))
+      updates.append(update)
       if condition(update) { return update }
     }
     return nil
@@ -554,6 +585,7 @@ struct UpdateReader {
     case .cancelled(let key): "cancelled \(key)"
     case .paused: "paused"
     case .resumed: "resumed"
+    case .dropped(let count): "dropped \(count)"
     }
   }
 }
