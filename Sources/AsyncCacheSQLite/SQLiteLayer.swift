@@ -113,6 +113,11 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     try open()
   }
 
+  deinit {
+    // The observers' sequences end once they have read what is buffered.
+    eventHub.finishAll()
+  }
+
   // MARK: Reading
 
   /// The entry stored for `key`, or `nil` when there is none, it expired, or its row was
@@ -431,6 +436,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       store?.connection.close()
       store = nil
       isClosed = true
+      // Nothing happens after this: the event sequences end once read.
+      eventHub.finishAll()
     }
     try writePending(background: false)
   }

@@ -363,6 +363,8 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
     let wasUrgent = loads[id]!.isUrgent
     guard let continuation = loads[id]!.waiters.remove(waiter) else { return nil }
     loads[id]!.isKept = true
+    // Kept, it no longer waits for urgent work (as a refresh does not).
+    if let gate = loads[id]!.gate { openGate(gate) }
     counters.softTimeouts += 1
     urgencyChanged(of: id, wasUrgent: wasUrgent)
     return continuation
@@ -545,9 +547,9 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
   mutating func enterGate(_ ids: [UInt64], continuation: Gate) -> GateDecision {
     let live = ids.filter { loads[$0] != nil }
     guard !live.isEmpty else { return .abandoned }
-    // A refresh does not wait: a busy service always has urgent loads in flight, and its stale
-    // entries would never be refreshed.
-    guard urgentLoads > 0, !live.contains(where: { loads[$0]!.isUrgent || loads[$0]!.isRefresh }) else {
+    // A refresh does not wait, nor a load kept after a soft timeout: a busy service always has
+    // urgent loads in flight, and its stale entries would never be refreshed.
+    guard urgentLoads > 0, !live.contains(where: { loads[$0]!.isUrgent || loads[$0]!.outlivesWaiters }) else {
       return .proceed
     }
     nextGateID &+= 1

@@ -101,7 +101,7 @@ extension LoadingCache {
   /// ``LoadTimeouts``: each key still outstanding at the soft deadline gets the stale value its
   /// load found, if any (its load goes on); each one outstanding at the hard deadline fails with
   /// ``AsyncCacheError/Code/timedOut`` (its load is cancelled if no one else waits for it). The
-  /// deadlines run in a child task, ended with the request.
+  /// deadlines run in a child task, ended with the request, once the keys have joined.
   private func registerWithinTimeouts(
     _ waiter: UInt64, collector: BulkCollector<Key, Value>, keys: [Key], dependents: [LoadIdentity]
   ) async -> [LoadIdentity] {
@@ -111,9 +111,14 @@ extension LoadingCache {
     let timeouts = configuration.loadTimeouts
     let clock = configuration.clock
     let start = clock.now
+    // The deadlines are slept for once the keys joined their loads, so that they find them.
+    let (joined, join) = AsyncStream<Never>.makeStream()
     return await withTaskGroup(of: [LoadIdentity]?.self) { group in
-      group.addTask { await self.register(waiter, collector: collector, keys: keys, dependents: dependents) }
       group.addTask {
+        await self.register(waiter, collector: collector, keys: keys, dependents: dependents) { join.finish() }
+      }
+      group.addTask {
+        for await _ in joined {}
         if let soft = timeouts.soft {
           guard (try? await clock.sleep(until: start.advanced(by: soft), tolerance: nil)) != nil else { return nil }
           for key in collector.snapshot.outstanding { self.softTimeOut(waiter, key: key, after: soft) }
@@ -141,7 +146,8 @@ extension LoadingCache {
   /// them fails with ``AsyncCacheError/Code/recursiveLoad`` instead of joining it. Returns the
   /// loads that `dependents` were recorded as waiting for, to forget once the request ends.
   private func register(
-    _ waiter: UInt64, collector: BulkCollector<Key, Value>, keys: [Key], dependents: [LoadIdentity]
+    _ waiter: UInt64, collector: BulkCollector<Key, Value>, keys: [Key], dependents: [LoadIdentity],
+    joined: (@Sendable () -> Void)? = nil
   ) async -> [LoadIdentity] {
     var dependencies: [LoadIdentity] = []
     await withTaskCancellationHandler {
@@ -178,6 +184,7 @@ extension LoadingCache {
           }
           return (escalations, remembered)
         }
+        joined?()
         for (key, error) in remembered { collector.deliver(.failure(error), for: key) }
         for task in escalations { escalate(task, to: priority) }
       }
@@ -237,6 +244,8 @@ extension LoadingCache {
           // A load abandoned meanwhile is not looked up, nor fetched.
           guard self.loadTable.withLock({ $0.isLive(item.id) }) else {
             self.chain.endRead(item.token)
+            // Out of the table: this reports its end, as cancelled.
+            self.finish(item.id, key: item.key, startedAt: startedAt, with: .failure(CancellationError()), attempts: 0)
             return nil
           }
           var fallback: Fallback?
@@ -320,10 +329,11 @@ extension LoadingCache {
     var asked: [BatchItem<Key>] = []
     do {
       return .success(
-        try await retrying(keys: asked.map(\.key), attempts: &attempts) {
+        try await retrying(keys: asked.map(\.key)) {
           asked = loadTable.withLock { state in items.filter { state.isLive($0.id) } }
           guard !asked.isEmpty else { throw CancellationError() }
           try await waitForUrgentWork(loads: asked.map(\.id))
+          attempts += 1
           return try await origin.fetch(asked.map(\.key))
         })
     } catch {

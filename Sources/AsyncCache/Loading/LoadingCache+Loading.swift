@@ -21,18 +21,21 @@ extension LoadingCache {
 
   /// Waits for the load of `key` as `waiter`; a request escalated while it waits raises its
   /// load's priority too.
+  /// `joined`, if given, is called once the request has joined its load (or failed to).
   @inlinable
-  nonisolated(nonsending) func wait(escalating key: Key, as waiter: UInt64) async throws -> Value {
+  nonisolated(nonsending) func wait(
+    escalating key: Key, as waiter: UInt64, joined: (@Sendable () -> Void)? = nil
+  ) async throws -> Value {
     if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
       return try await withTaskPriorityEscalationHandler {
-        try await self.wait(for: key, as: waiter)
+        try await self.wait(for: key, as: waiter, joined: joined)
       } onPriorityEscalated: { _, newPriority in
         if let task = self.loadTable.withLock({ $0.escalate(waiter: waiter, key: key, to: newPriority) }) {
           escalate(task, to: newPriority)
         }
       }
     } else {
-      return try await wait(for: key, as: waiter)
+      return try await wait(for: key, as: waiter, joined: joined)
     }
   }
 
@@ -46,25 +49,26 @@ extension LoadingCache {
   /// Joins the load of `key` or starts one, and waits for it within `timeouts` (see
   /// ``LoadTimeouts``): the wait and its deadlines are child tasks of the request, so the
   /// request's cancellation reaches them all, and a deadline acts on the waiter through the
-  /// load table, as a cancellation does.
+  /// load table, as a cancellation does. The first deadline is slept for only once the request
+  /// has joined its load (deadlines are counted from the request's start all the same), so that
+  /// it always finds the waiter, whichever child task runs first.
   @usableFromInline
   nonisolated(nonsending) func load(_ key: Key, timeouts: LoadTimeouts) async throws -> Value {
     let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
     guard timeouts.isEnabled else { return try await wait(escalating: key, as: waiter) }
     let clock = configuration.clock
     let start = clock.now
+    let (joined, join) = AsyncStream<Never>.makeStream()
     return try await withThrowingTaskGroup(of: TimedWait.self) { group in
-      group.addTask { .answered(try await self.wait(escalating: key, as: waiter)) }
-      if let soft = timeouts.soft {
-        group.addTask {
+      group.addTask { .answered(try await self.wait(escalating: key, as: waiter, joined: { join.finish() })) }
+      group.addTask {
+        for await _ in joined {}
+        if let soft = timeouts.soft {
           try await clock.sleep(until: start.advanced(by: soft), tolerance: nil)
           return .softDeadline
         }
-      } else if let hard = timeouts.hard {
-        group.addTask {
-          try await clock.sleep(until: start.advanced(by: hard), tolerance: nil)
-          return .hardDeadline
-        }
+        try await clock.sleep(until: start.advanced(by: timeouts.hard!), tolerance: nil)
+        return .hardDeadline
       }
       // The wait's error (the load's, a hard timeout's, a cancellation) ends the group.
       while let outcome = try await group.next() {
@@ -139,7 +143,9 @@ extension LoadingCache {
   }
 
   @inlinable
-  nonisolated(nonsending) func wait(for key: Key, as waiter: UInt64) async throws -> Value {
+  nonisolated(nonsending) func wait(
+    for key: Key, as waiter: UInt64, joined: (@Sendable () -> Void)? = nil
+  ) async throws -> Value {
     // The loads whose body makes this request, if any: it must not wait for one of them.
     let dependents = LoadDependencies.loadsOfCurrentTask
     var dependencies: [LoadIdentity] = []
@@ -161,6 +167,7 @@ extension LoadingCache {
           case .waiting(let task): return (nil, task, priority)
           }
         }
+        joined?()
         if let failure = escalation.failure {
           continuation.resume(throwing: failure)
         } else if let task = escalation.task {
@@ -479,22 +486,24 @@ extension LoadingCache {
   /// Asks the origin, again after transient failures, per the retry policy. Runs inside the
   /// key's one load, so all its waiters share the loop.
   private func fetchRetrying(_ key: Key, load id: UInt64, attempts: inout Int) async throws -> Value {
-    try await retrying(keys: [key], attempts: &attempts) {
+    var calls = 0
+    defer { attempts = calls }
+    return try await retrying(keys: [key]) {
       try await waitForUrgentWork(loads: [id])
+      calls += 1
       return try await origin.fetch(key)
     }
   }
 
   /// Runs `attempt` for the loads of `keys` (evaluated after each failure: a batch's keys still
-  /// wanted), again after transient failures, per the retry policy, and reports the retries;
-  /// counts the calls of `attempt` in `attempts`.
+  /// wanted), again after transient failures, per the retry policy, and reports the retries.
   func retrying<Success>(
-    keys: @autoclosure () -> [Key], attempts: inout Int, _ attempt: () async throws -> Success
+    keys: @autoclosure () -> [Key], _ attempt: () async throws -> Success
   ) async throws -> Success {
     let policy = configuration.retryPolicy
+    var attempts = 1
     while true {
       do {
-        attempts += 1
         return try await attempt()
       } catch is CancellationError {
         throw CancellationError()
@@ -516,6 +525,7 @@ extension LoadingCache {
         }
         let clock = configuration.clock
         try await clock.sleep(until: clock.now.advanced(by: delay), tolerance: nil)
+        attempts += 1
       }
     }
   }

@@ -154,6 +154,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   deinit {
     subscription?.stop()
     backend.shutDown()
+    // The observers' sequences end once they have read what is buffered.
+    eventHub.finishAll()
   }
 
   // MARK: Invalidation
@@ -546,6 +548,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   public nonisolated func shutDown() {
     subscription?.stop()
     backend.shutDown()
+    // Nothing happens after this: the event sequences end once read.
+    eventHub.finishAll()
   }
 
   /// What the layer has counted since it was created.
