@@ -254,7 +254,8 @@ struct AsyncPrefetcherTests {
     let origin = TrackingFetcher()
     let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
     let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(range: 1))
-    let updates = Task { await UpdateReader(prefetcher.events()).readToEnd() }
+    let subscription = prefetcher.events()
+    let updates = Task { await UpdateReader(subscription).readToEnd() }
     try await prefetcher.start()
     await origin.gate.waitForFetches(1, for: "k1")
     await Self.move(prefetcher, to: 5, thenStop: true)
@@ -452,8 +453,10 @@ struct AsyncPrefetcherTests {
     let origin = TrackingFetcher()
     let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
     let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration())
-    let first = Task { await UpdateReader(prefetcher.events()).readToEnd() }
-    let second = Task { await UpdateReader(prefetcher.events()).readToEnd() }
+    // Subscribed before run(), so that both see every update.
+    let (firstUpdates, secondUpdates) = (prefetcher.events(), prefetcher.events())
+    let first = Task { await UpdateReader(firstUpdates).readToEnd() }
+    let second = Task { await UpdateReader(secondUpdates).readToEnd() }
     let run = Task { try await prefetcher.run() }
     await origin.gate.waitForFetches(2)
 
@@ -473,7 +476,8 @@ struct AsyncPrefetcherTests {
     let origin = TrackingFetcher()
     let cache = try LoadingCache(layers: [try MemoryLayer<String, String>()], origin: origin)
     let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration())
-    let updates = Task { await UpdateReader(prefetcher.events()).readToEnd() }
+    let subscription = prefetcher.events()
+    let updates = Task { await UpdateReader(subscription).readToEnd() }
     try await prefetcher.start()
     try await prefetcher.start()  // running already: nothing happens
     await origin.gate.waitForFetches(2)
