@@ -8,14 +8,19 @@ extension CacheChain {
   /// `.debug` when the error reaches the caller, whose code reports it; `.debug` for a
   /// cancellation, which is not a fault of the layer. A layer that keeps failing (`repeated`:
   /// it has not answered a lookup since it last failed) logs its next failures at `.debug`, so
-  /// that a layer that is down logs one warning, not one per request.
-  nonisolated func logFailure(_ failure: LayerFailure, key: Key?, thrown: Bool, repeated: Bool) {
+  /// that a layer that is down logs one warning, not one per request, whatever kind of failure
+  /// (a lookup, a write-back, the removal after it) comes first. `note` replaces the usual
+  /// sentence after the layer's name.
+  nonisolated func logFailure(_ failure: LayerFailure, key: Key?, thrown: Bool, repeated: Bool, note: String? = nil) {
     let logger = configuration.logger
     let level: CacheLogLevel = thrown || repeated || failure.error is CancellationError ? .debug : .warning
+    let what =
+      note
+      ?? "failed during \(failure.operation.rawValue); "
+      + (thrown ? "the error is thrown to the caller" : "the chain goes on without it")
     logger.log(
       level,
-      "layer \(failure.tierIndex) (\(failure.layerName)) failed during \(failure.operation.rawValue); "
-        + (thrown ? "the error is thrown to the caller" : "the chain goes on without it"),
+      "layer \(failure.tierIndex) (\(failure.layerName)) \(what)",
       metadata: Self.failureMetadata(failure, key: key),
       source: Self.component)
   }
@@ -29,21 +34,17 @@ extension CacheChain {
   }
 
   /// Removes `key` from the layer at `index` after a write failed, so that the layer cannot serve
-  /// an older value; a failure of the removal is logged at `.warning`, since that layer may then
-  /// serve the older value until it expires (`.debug` for a cancellation).
+  /// an older value. A failure of the removal is a failure of the layer like any other: counted,
+  /// reported, and logged at `.warning` once per outage (the layer may then serve the older
+  /// value until it expires), at `.debug` while the layer keeps failing.
   nonisolated func removeAfterFailure(_ key: Key, from index: Int) async {
     do {
       try await tiers[index].layer.removeValue(for: key)
     } catch {
-      configuration.logger.log(
-        error is CancellationError ? .debug : .warning,
-        "layer \(index) (\(tiers[index].name)) could not remove the key after a failed write; "
-          + "it may serve an older value until that expires",
-        metadata: [
-          "key": CacheLogger.describe(key), "layer": tiers[index].name, "tier": "\(index)",
-          "error": CacheLogger.describe(error),
-        ],
-        source: Self.component)
+      record(
+        LayerFailure(tierIndex: index, layerName: tiers[index].name, operation: .remove, error: error), key: key,
+        thrown: false,
+        note: "could not remove the key after a failed write; it may serve an older value until that expires")
     }
   }
 

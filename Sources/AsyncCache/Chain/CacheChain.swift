@@ -461,8 +461,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   }
 
   /// Counts `failure`, reports it (to `onFailure` and the chain's events) and logs it; `thrown`
-  /// tells whether the caller gets the error.
-  private nonisolated func record(_ failure: LayerFailure, key: Key?, thrown: Bool) {
+  /// tells whether the caller gets the error, and `note`, if given, says what the failure means
+  /// in the log instead of the usual sentence.
+  nonisolated func record(_ failure: LayerFailure, key: Key?, thrown: Bool, note: String? = nil) {
     let repeated = counters.withLock { counters in
       counters[failure.tierIndex].failures += 1
       counters[failure.tierIndex].lastFailure = failure
@@ -471,7 +472,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       return repeated
     }
     if eventHub.isObserved { eventHub.emit(.layerFailed(key: key, failure: failure)) }
-    logFailure(failure, key: key, thrown: thrown, repeated: repeated)
+    logFailure(failure, key: key, thrown: thrown, repeated: repeated, note: note)
   }
 
   private nonisolated func wrap(

@@ -50,11 +50,52 @@ public struct CacheInstant: InstantProtocol, Hashable, Sendable, CustomStringCon
     lhs.nanosecondsSince1970 < rhs.nanosecondsSince1970
   }
 
+  /// The instant in UTC, ISO 8601 with as many fraction digits as it needs (none, 3, 6 or 9),
+  /// such as `2026-11-27T04:53:10.250Z`; `distantFuture` and `distantPast` by name. For logs.
   public var description: String {
-    let seconds = nanosecondsSince1970 / 1_000_000_000
-    let fraction = abs(nanosecondsSince1970 % 1_000_000_000)
-    let padded = String(fraction)
-    return "CacheInstant(\(seconds).\(String(repeating: "0", count: 9 - padded.count))\(padded)s since 1970)"
+    if self == .distantFuture { return "distantFuture" }
+    if self == .distantPast { return "distantPast" }
+    // Floor division, so that instants before 1970 print the calendar's date too.
+    var seconds = nanosecondsSince1970 / 1_000_000_000
+    var nanoseconds = nanosecondsSince1970 % 1_000_000_000
+    if nanoseconds < 0 {
+      seconds -= 1
+      nanoseconds += 1_000_000_000
+    }
+    var days = seconds / 86_400
+    var secondOfDay = seconds % 86_400
+    if secondOfDay < 0 {
+      days -= 1
+      secondOfDay += 86_400
+    }
+    let (year, month, day) = Self.civilDate(daysSince1970: days)
+    func padded(_ value: Int64, _ width: Int) -> String {
+      let digits = String(value)
+      return String(repeating: "0", count: Swift.max(width - digits.count, 0)) + digits
+    }
+    var text =
+      "\(padded(year, 4))-\(padded(month, 2))-\(padded(day, 2))T"
+      + "\(padded(secondOfDay / 3_600, 2)):\(padded(secondOfDay / 60 % 60, 2)):\(padded(secondOfDay % 60, 2))"
+    if nanoseconds != 0 {
+      var fraction = padded(nanoseconds, 9)
+      while fraction.count > 3, fraction.hasSuffix("000") { fraction.removeLast(3) }
+      text += "." + fraction
+    }
+    return text + "Z"
+  }
+
+  /// The proleptic Gregorian date of a day counted from 1970-01-01 (Howard Hinnant's
+  /// `civil_from_days`).
+  private static func civilDate(daysSince1970 days: Int64) -> (year: Int64, month: Int64, day: Int64) {
+    let shifted = days + 719_468
+    let era = (shifted >= 0 ? shifted : shifted - 146_096) / 146_097
+    let dayOfEra = shifted - era * 146_097
+    let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+    let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+    let monthIndex = (5 * dayOfYear + 2) / 153
+    let day = dayOfYear - (153 * monthIndex + 2) / 5 + 1
+    let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
+    return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
   }
 }
 

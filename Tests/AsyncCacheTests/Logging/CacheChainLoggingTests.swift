@@ -105,22 +105,49 @@ struct CacheChainLoggingTests {
     #expect(warning.metadata["error"]?.contains("transformFailed") == true)
   }
 
-  @Test("a removal that fails after a failed write logs a warning: the layer may serve an older value")
+  @Test(
+    "a removal that fails after a failed write says the layer may serve an older value, in the outage's one warning")
   func failedCleanup() async throws {
     let logs = RecordingLogHandler()
     let disk = FakeLayer<String, Int>(entries: ["a": CacheEntry(0)])
-    disk.fail(.insert, with: TestError("read-only"))
     disk.fail(.remove, with: TestError("read-only"))
+    disk.fail(.insert, with: TestError("read-only"))
     let chain = try Self.chain(disk, policy: .skip, logs: logs)
     try await chain.insert(1, for: "a")
     let warnings = logs.records(atLeast: .warning)
-    #expect(warnings.count == 2)
+    #expect(warnings.count == 1, "one warning per outage: \(warnings.map(\.message))")
     #expect(warnings.first?.metadata["operation"] == "insert")
+    let removal = try #require(logs.records.last)
+    #expect(removal.level == .debug, "the same outage: the layer is failing already")
     #expect(
-      warnings.last?.message
+      removal.message
         == "layer 1 (disk) could not remove the key after a failed write; it may serve an older value until that expires"
     )
-    #expect(warnings.last?.metadata["key"] == "a" && warnings.last?.metadata["error"] == "TestError(read-only)")
+    #expect(removal.metadata["key"] == "a" && removal.metadata["error"] == "TestError(read-only)")
+    #expect(removal.metadata["operation"] == "remove")
+    #expect(chain.statistics.tiers[1].failures == 2, "the removal's failure is counted as the layer's")
+  }
+
+  @Test("a 100-key outage of a skipped layer behind a loading cache logs one warning, whatever fails")
+  func oneWarningPerOutage() async throws {
+    let logs = RecordingLogHandler()
+    let redis = FakeLayer<String, Int>()
+    for operation in [FakeLayer<String, Int>.Operation.lookup, .insert, .remove] {
+      redis.fail(operation, with: TestError("connection refused"))
+    }
+    let chain = try Self.chain(redis, policy: .skip, logs: logs)
+    let cache = try LoadingCache(chain: chain, origin: ClosureFetcher<String, Int> { $0.count })
+    for index in 0..<100 { #expect(try await cache.value(for: "key \(index)") == "key \(index)".count) }
+    let warnings = logs.records(atLeast: .warning)
+    #expect(warnings.count == 1, "one warning per outage, not one per key: \(warnings.count)")
+    #expect(chain.statistics.tiers[1].failures == 300, "each key's lookup, write-back and removal are counted")
+
+    redis.stopFailing()
+    #expect(try await cache.value(for: "key 100") == 7)
+    #expect(logs.records.contains { $0.level == .info && $0.message.contains("answers lookups again") })
+    redis.fail(.lookup, with: TestError("down again"))
+    #expect(try await cache.value(for: "key 101") == 7)
+    #expect(logs.records(atLeast: .warning).count == 2, "a new outage warns again")
   }
 
   @Test("a failed removal, skipped, logs a warning without a key for removeAll")
