@@ -151,6 +151,24 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     try self.init(chain: chain, origin: origin, batchOrigin: batchOrigin, configuration: configuration)
   }
 
+  /// Creates a loading cache over the layers of `tiers`, top first, each with the failure policy
+  /// its tier gives it: a service that wants a shared tier skipped while it is down writes
+  /// `tiers: [.init(memory), .init(redis, failurePolicy: .skip)]`.
+  ///
+  /// The chain it builds logs with the configuration's ``Configuration-swift.struct/logger``.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` when `tiers` is empty, or naming
+  ///   the first configuration value that is out of range.
+  public convenience init(
+    tiers: [CacheChain<Key, Value>.Tier],
+    origin: some AsyncFetcher<Key, Value>,
+    batchOrigin: (any AsyncBatchFetcher<Key, Value>)? = nil,
+    configuration: Configuration = Configuration()
+  ) throws {
+    let chain = try CacheChain(tiers, configuration: CacheChain.Configuration(logger: configuration.logger))
+    try self.init(chain: chain, origin: origin, batchOrigin: batchOrigin, configuration: configuration)
+  }
+
   // MARK: Reading
 
   /// Returns the value for `key` as ``value(for:)`` does, with `timeouts` instead of the

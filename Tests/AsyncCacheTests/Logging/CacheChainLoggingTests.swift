@@ -128,6 +128,25 @@ struct CacheChainLoggingTests {
     #expect(chain.statistics.tiers[1].failures == 2, "the removal's failure is counted as the layer's")
   }
 
+  @Test("a cache built from tiers skips the tiers that say so, and its chain logs through the cache's logger")
+  func cacheFromTiers() async throws {
+    let logs = RecordingLogHandler()
+    let redis = FakeLayer<String, Int>()
+    redis.fail(.lookup, with: TestError("connection refused"))
+    let cache = try LoadingCache(
+      tiers: [.init(try MemoryLayer<String, Int>()), .init(redis, failurePolicy: .skip, name: "redis")],
+      origin: ClosureFetcher<String, Int> { $0.count },
+      configuration: .init(logger: logs.logger()))
+    #expect(try await cache.value(for: "abc") == 3, "the failing tier is skipped, not thrown")
+    #expect(cache.statistics.layers.map(\.name) == ["MemoryLayer<String, Int>", "redis"])
+    let warning = try #require(logs.records(atLeast: .warning).only)
+    #expect(warning.source == "CacheChain" && warning.metadata["layer"] == "redis")
+    let empty = #expect(throws: AsyncCacheError.self) {
+      try LoadingCache(tiers: [], origin: ClosureFetcher<String, Int> { $0.count })
+    }
+    #expect(empty?.code == .invalidConfiguration)
+  }
+
   @Test("a 100-key outage of a skipped layer behind a loading cache logs one warning, whatever fails")
   func oneWarningPerOutage() async throws {
     let logs = RecordingLogHandler()
