@@ -147,8 +147,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     batchOrigin: (any AsyncBatchFetcher<Key, Value>)? = nil,
     configuration: Configuration = Configuration()
   ) throws {
-    let chain = try CacheChain(layers, configuration: CacheChain.Configuration(logger: configuration.logger))
-    try self.init(chain: chain, origin: origin, batchOrigin: batchOrigin, configuration: configuration)
+    try self.init(
+      tiers: layers.map { CacheChain.Tier($0) }, origin: origin, batchOrigin: batchOrigin, configuration: configuration)
   }
 
   /// Creates a loading cache over the layers of `tiers`, top first, each with the failure policy

@@ -52,16 +52,21 @@ struct HastyClock: CacheClock {
 struct LoadingCacheTimeoutOrderingTests {
   let clock = ManualClock()
 
+  /// A cache with a hard timeout of 2 s on a clock whose sleeps end at once, their deadline
+  /// reached: the deadline passes before anything else runs.
+  func hastyCache() throws -> LoadingCache<String, Int> {
+    try LoadingCache(
+      layers: [try MemoryLayer<String, Int>(configuration: .init(clock: clock))],
+      origin: GatedFetcher<String, Int> { _ in 7 },
+      configuration: .init(clock: HastyClock(base: clock), loadTimeouts: LoadTimeouts(hard: .seconds(2))))
+  }
+
   // MARK: 1. A deadline that passes before the wait joined its load is lost
 
   @Test("a hard timeout that passes before the request joined its load still fails the request")
   func hardDeadlineBeforeJoin() async throws {
     let executor = StackExecutor()
-    let hasty = HastyClock(base: clock)
-    let origin = GatedFetcher<String, Int> { _ in 7 }
-    let cache = try LoadingCache(
-      layers: [try MemoryLayer<String, Int>(configuration: .init(clock: clock))], origin: origin,
-      configuration: .init(clock: hasty, loadTimeouts: LoadTimeouts(hard: .seconds(2))))
+    let cache = try hastyCache()
     let request = Task(executorPreference: executor) { try await cache.value(for: "k") }
     // The request's body adds the wait, then the deadline; the deadline's task runs first.
     executor.runUntilIdle()
@@ -78,11 +83,7 @@ struct LoadingCacheTimeoutOrderingTests {
   @Test("a bulk request's hard timeout that passes before its keys joined their loads still fails them")
   func bulkHardDeadlineBeforeJoin() async throws {
     let executor = StackExecutor()
-    let hasty = HastyClock(base: clock)
-    let origin = GatedFetcher<String, Int> { _ in 7 }
-    let cache = try LoadingCache(
-      layers: [try MemoryLayer<String, Int>(configuration: .init(clock: clock))], origin: origin,
-      configuration: .init(clock: hasty, loadTimeouts: LoadTimeouts(hard: .seconds(2))))
+    let cache = try hastyCache()
     let request = Task(executorPreference: executor) { await cache.values(for: ["a"]) }
     executor.runUntilIdle()
     let pump = executor.pump()
