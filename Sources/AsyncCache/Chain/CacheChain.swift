@@ -111,6 +111,11 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     }
   }
 
+  deinit {
+    // The observers' sequences end once they have read what is buffered.
+    eventHub.finishAll()
+  }
+
   /// A sequence of the chain's events from now on, for one observer: its layer failures
   /// (``CacheEvent/layerFailed(key:failure:)``) and the evictions of its memory layers (nested
   /// chains' included), buffered as ``EventSequence`` describes. A ``LoadingCache``'s

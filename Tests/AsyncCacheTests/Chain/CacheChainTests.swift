@@ -194,6 +194,15 @@ import Testing
     #expect(handled.withLock { $0.map(\.description) } == ["layer 1 (disk) failed during lookup: TestError(disk gone)"])
   }
 
+  @Test func aChainsEventSequenceEndsWhenTheChainGoesAway() async throws {
+    var chain: CacheChain<String, Int>? = try CacheChain<String, Int>([.init(FakeLayer<String, Int>())])
+    let events = chain!.events()
+    chain = nil
+    var count = 0
+    for await _ in events { count += 1 }  // ends: the chain is gone
+    #expect(count == 0)
+  }
+
   @Test func aPropagatingLayersFailureIsATypedErrorNamingTheLayer() async throws {
     let broken = FakeLayer<String, Int>()
     broken.fail(.lookup, with: TestError())
