@@ -96,9 +96,9 @@ extension SQLiteLayer {
         throw invalid("maximumEntrySize \(entryLimit) exceeds SQLite's limit of \(ceiling) bytes per value")
       }
       if let timeToLive, timeToLive <= .zero {
-        throw invalid("timeToLive must be positive, got \(timeToLive)")
+        throw invalid("timeToLive must be positive, got \(timeToLive.readable)")
       }
-      guard busyTimeout >= .zero else { throw invalid("busyTimeout must not be negative, got \(busyTimeout)") }
+      guard busyTimeout >= .zero else { throw invalid("busyTimeout must not be negative, got \(busyTimeout.readable)") }
       guard maximumPendingBytes > 0 else {
         throw invalid("maximumPendingBytes must be positive, got \(maximumPendingBytes)")
       }

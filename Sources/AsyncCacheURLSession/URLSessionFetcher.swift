@@ -243,7 +243,7 @@ public struct URLSessionFetcher: AsyncFetcher {
     URLSessionFetcherError(
       code: .timeLimitExceeded,
       message:
-        "\(Self.describe(request.httpMethod, url)) did not finish within the fetcher's timeLimit of \(timeLimit)",
+        "\(Self.describe(request.httpMethod, url)) did not finish within the fetcher's timeLimit of \(timeLimit.readable)",
       url: url)
   }
 

@@ -1,3 +1,4 @@
+internal import AsyncCache
 public import Foundation
 
 /// An error of a ``URLSessionFetcher``: a response with an unacceptable status, a response that
@@ -112,7 +113,7 @@ public struct URLSessionFetcherError: Error, Sendable, CustomStringConvertible {
       text += " (body: \(String(decoding: bodyExcerpt, as: UTF8.self).debugDescription))"
     }
     if let retryAfter {
-      text += " (retry after: \(retryAfter))"
+      text += " (retry after: \(retryAfter.readable))"
     }
     if let underlying {
       text += " (underlying: \(underlying))"

@@ -105,7 +105,7 @@ struct URLSessionFetcherClassifyTests {
     #expect(!error.description.contains("retry after"))
     let busy = URLSessionFetcherError(
       code: .unacceptableStatus, message: "HTTP 429", url: Self.url, statusCode: 429, retryAfter: .seconds(30))
-    #expect(busy.description.contains("(retry after: 30.0 seconds)"))
+    #expect(busy.description.contains("(retry after: 30s)"))
     #expect(
       [URLSessionFetcherError.Code.unacceptableStatus, .notHTTP, .transport, .timeLimitExceeded, .bodyTooLarge].map(
         \.description) == ["unacceptableStatus", "notHTTP", "transport", "timeLimitExceeded", "bodyTooLarge"])

@@ -103,6 +103,7 @@ extension AsyncCacheError {
   package static func timedOut(_ key: some Sendable, after timeout: Duration) -> AsyncCacheError {
     AsyncCacheError(
       code: .timedOut,
-      message: "the request for key \(CacheLogger.describe(key)) waited \(timeout) for its load (hard timeout)")
+      message: "the request for key \(CacheLogger.describe(key)) waited \(timeout.readable) for its load (hard timeout)"
+    )
   }
 }

@@ -66,21 +66,21 @@ public enum LoadSource: Hashable, Sendable {
 
 extension CacheEvent: CustomStringConvertible {
   /// A short line naming the event, its key and its details, such as `loadFinished k from origin
-  /// in 0.2 seconds`.
+  /// in 200ms`.
   public var description: String {
     switch self {
     case .hit(let key): "hit \(key)"
     case .miss(let key): "miss \(key)"
     case .loadStarted(let key): "loadStarted \(key)"
     case .refreshStarted(let key): "refreshStarted \(key)"
-    case .loadFinished(let key, let source, let duration): "loadFinished \(key) from \(source) in \(duration)"
+    case .loadFinished(let key, let source, let duration): "loadFinished \(key) from \(source) in \(duration.readable)"
     case .loadFailed(let key, let error, let attempts, let duration):
-      "loadFailed \(key) after \(attempts) attempt\(attempts == 1 ? "" : "s") in \(duration): \(error)"
+      "loadFailed \(key) after \(attempts) attempt\(attempts == 1 ? "" : "s") in \(duration.readable): \(error)"
     case .retrying(let key, let attempt, let error, let delay):
-      "retrying \(key) after attempt \(attempt) in \(delay): \(error)"
+      "retrying \(key) after attempt \(attempt) in \(delay.readable): \(error)"
     case .servedStale(let key, let error): "servedStale \(key): \(error)"
-    case .softTimeout(let key, let timeout): "softTimeout \(key) after \(timeout): served stale"
-    case .hardTimeout(let key, let timeout): "hardTimeout \(key) after \(timeout)"
+    case .softTimeout(let key, let timeout): "softTimeout \(key) after \(timeout.readable): served stale"
+    case .hardTimeout(let key, let timeout): "hardTimeout \(key) after \(timeout.readable)"
     case .negativeHit(let key, let error): "negativeHit \(key): \(error)"
     case .eviction(let key, let reason, let layer): "eviction \(key) from layer \(layer): \(reason)"
     case .layerFailed(let key, let failure): "layerFailed \(key.map { "\($0)" } ?? "every key"): \(failure)"

@@ -46,14 +46,15 @@ public struct LoadTimeouts: Hashable, Sendable {
   /// or a soft timeout that is not shorter than the hard one (it could never apply).
   func validate(in owner: String) throws {
     if let soft, soft <= .zero {
-      throw AsyncCacheError.invalidConfiguration("\(owner) soft timeout is \(soft); it must be positive")
+      throw AsyncCacheError.invalidConfiguration("\(owner) soft timeout is \(soft.readable); it must be positive")
     }
     if let hard, hard <= .zero {
-      throw AsyncCacheError.invalidConfiguration("\(owner) hard timeout is \(hard); it must be positive")
+      throw AsyncCacheError.invalidConfiguration("\(owner) hard timeout is \(hard.readable); it must be positive")
     }
     if let soft, let hard, soft >= hard {
       throw AsyncCacheError.invalidConfiguration(
-        "\(owner) soft timeout (\(soft)) must be shorter than the hard timeout (\(hard)), or it never applies")
+        "\(owner) soft timeout (\(soft.readable)) must be shorter than the hard timeout (\(hard.readable)), or it never applies"
+      )
     }
   }
 }

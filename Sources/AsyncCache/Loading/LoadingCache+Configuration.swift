@@ -106,7 +106,8 @@ extension LoadingCache {
     /// Throws ``AsyncCacheError/Code/invalidConfiguration`` naming the first value out of range.
     func validate() throws {
       if let timeToLive, timeToLive <= .zero {
-        throw AsyncCacheError.invalidConfiguration("LoadingCache timeToLive is \(timeToLive); it must be positive")
+        throw AsyncCacheError.invalidConfiguration(
+          "LoadingCache timeToLive is \(timeToLive.readable); it must be positive")
       }
       guard staleWhileRevalidate >= .zero else {
         throw AsyncCacheError.invalidConfiguration(

@@ -41,7 +41,7 @@ extension LoadingCache {
     configuration.logger.info(
       "origin failed; retrying",
       metadata: Self.keyMetadata(keys()).merging(
-        ["attempt": "\(attempt)", "delay": "\(delay)", "error": CacheLogger.describe(error)]
+        ["attempt": "\(attempt)", "delay": delay.readable, "error": CacheLogger.describe(error)]
       ) { $1 },
       source: Self.component)
   }
@@ -72,7 +72,7 @@ extension LoadingCache {
   func logSoftTimeout(_ key: Key, after timeout: Duration) {
     configuration.logger.notice(
       "load slower than the soft timeout; serving the stale value",
-      metadata: ["key": CacheLogger.describe(key), "timeout": "\(timeout)"],
+      metadata: ["key": CacheLogger.describe(key), "timeout": timeout.readable],
       source: Self.component)
   }
 
@@ -80,7 +80,7 @@ extension LoadingCache {
   func logHardTimeout(_ key: Key, after timeout: Duration) {
     configuration.logger.warning(
       "load slower than the hard timeout; the request fails",
-      metadata: ["key": CacheLogger.describe(key), "timeout": "\(timeout)"],
+      metadata: ["key": CacheLogger.describe(key), "timeout": timeout.readable],
       source: Self.component)
   }
 

@@ -48,7 +48,7 @@ public struct NegativeCachingPolicy: Sendable {
   func validate() throws {
     guard timeToLive > .zero else {
       throw AsyncCacheError.invalidConfiguration(
-        "LoadingCache negativeCaching.timeToLive is \(timeToLive); it must be positive")
+        "LoadingCache negativeCaching.timeToLive is \(timeToLive.readable); it must be positive")
     }
     guard countLimit >= 1 else {
       throw AsyncCacheError.invalidConfiguration(

@@ -69,7 +69,8 @@ extension MemoryLayer {
         throw AsyncCacheError.invalidConfiguration("MemoryLayer costLimit is \(costLimit); it must be 0 or more")
       }
       if let timeToLive, timeToLive <= .zero {
-        throw AsyncCacheError.invalidConfiguration("MemoryLayer timeToLive is \(timeToLive); it must be positive")
+        throw AsyncCacheError.invalidConfiguration(
+          "MemoryLayer timeToLive is \(timeToLive.readable); it must be positive")
       }
       guard (0...1).contains(warningTrimFraction) else {
         throw AsyncCacheError.invalidConfiguration(

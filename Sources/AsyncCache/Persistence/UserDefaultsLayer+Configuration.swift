@@ -59,7 +59,7 @@ extension UserDefaultsLayer {
       }
       if let timeToLive, timeToLive <= .zero {
         throw AsyncCacheError.invalidConfiguration(
-          "UserDefaultsLayer timeToLive is \(timeToLive); it must be positive")
+          "UserDefaultsLayer timeToLive is \(timeToLive.readable); it must be positive")
       }
     }
   }

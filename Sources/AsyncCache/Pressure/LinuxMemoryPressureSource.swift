@@ -97,7 +97,7 @@ public final class LinuxMemoryPressureSource: MemoryPressureSource {
     }
     guard configuration.interval > .zero else {
       throw AsyncCacheError.invalidConfiguration(
-        "LinuxMemoryPressureSource interval is \(configuration.interval); it must be positive")
+        "LinuxMemoryPressureSource interval is \(configuration.interval.readable); it must be positive")
     }
     self.configuration = configuration
   }

@@ -280,7 +280,7 @@ final class RedisConnectionPool: Sendable {
     return RedisError(
       code: .unavailable,
       message: "the circuit breaker for \(server) is open after repeated failures; nothing was sent, "
-        + "the next attempt may go in \(wait)",
+        + "the next attempt may go in \(wait.readable)",
       retryAfter: wait)
   }
 }

@@ -170,16 +170,18 @@ extension RedisLayer {
       // A day at most: a cache that waits longer has stopped being one, and deadlines stay
       // far from overflowing the monotonic clock.
       guard connectTimeout > .zero, connectTimeout <= .seconds(86_400) else {
-        throw invalid("connectTimeout must be in (0, 1 day], got \(connectTimeout)")
+        throw invalid("connectTimeout must be in (0, 1 day], got \(connectTimeout.readable)")
       }
       guard operationTimeout > .zero, operationTimeout <= .seconds(86_400) else {
-        throw invalid("operationTimeout must be in (0, 1 day], got \(operationTimeout)")
+        throw invalid("operationTimeout must be in (0, 1 day], got \(operationTimeout.readable)")
       }
       guard (1...(512 << 20) - RedisEnvelope.maximumHeaderSize).contains(maximumValueSize) else {
         throw invalid(
           "maximumValueSize must be in 1...\((512 << 20) - RedisEnvelope.maximumHeaderSize), got \(maximumValueSize)")
       }
-      if let timeToLive, timeToLive <= .zero { throw invalid("timeToLive must be positive, got \(timeToLive)") }
+      if let timeToLive, timeToLive <= .zero {
+        throw invalid("timeToLive must be positive, got \(timeToLive.readable)")
+      }
       if let invalidation {
         if let channel = invalidation.channel, channel.isEmpty { throw invalid("invalidation.channel is empty") }
         guard invalidation.healthCheckInterval > .zero else {

@@ -416,7 +416,8 @@ final class RedisConnection: Sendable {
     guard late else { return nil }
     return RedisError(
       code: .timedOut,
-      message: "\(server) did not answer within the operation timeout of \(timeout); the connection was discarded")
+      message:
+        "\(server) did not answer within the operation timeout of \(timeout.readable); the connection was discarded")
   }
 
   private func drainWakePipe(_ buffer: UnsafeMutableRawBufferPointer) {

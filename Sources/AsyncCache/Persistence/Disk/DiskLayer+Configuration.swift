@@ -71,7 +71,8 @@ extension DiskLayer {
           "DiskLayer maximumEntrySize is \(maximumEntrySize); it must be in 1...sizeLimit (\(sizeLimit))")
       }
       if let timeToLive, timeToLive <= .zero {
-        throw AsyncCacheError.invalidConfiguration("DiskLayer timeToLive is \(timeToLive); it must be positive")
+        throw AsyncCacheError.invalidConfiguration(
+          "DiskLayer timeToLive is \(timeToLive.readable); it must be positive")
       }
     }
   }
