@@ -38,20 +38,32 @@ extension SQLiteLayer {
     /// over and over cost one write a minute, not one per read; `.zero` makes the order exact.
     public var accessTimeResolution: Duration
 
-    /// The clock that expiry and access times are read from. Default `WallClock`.
-    public var clock: any CacheClock
+    /// The clock that expiry and access times are read from. Default: the clock of the cache or
+    /// chain the layer is put in (see `CacheEnvironment`), else `WallClock`.
+    public var clock: any CacheClock {
+      get { clockGiven ?? WallClock() }
+      set { clockGiven = newValue }
+    }
+    /// The clock set on this configuration; `nil` to follow the cache's or chain's.
+    package var clockGiven: (any CacheClock)?
 
     /// Called with every ``SQLiteLayerEvent`` the layer's ``SQLiteLayer/events(bufferingNewest:)``
     /// sequences get, those of its opening included, synchronously on the layer's connection
     /// thread: keep it short. Default `nil`.
     public var eventHandler: (@Sendable (SQLiteLayerEvent) -> Void)?
 
-    /// Where the layer logs every ``SQLiteLayerEvent`` and its other recoveries: a database
-    /// emptied because SQLite reported it corrupt (`error`), a schema reset or a damaged row
-    /// discarded (`warning`), a failed background write (`warning`), writes recovered or a schema
-    /// migrated (`notice`), a file opened read-only (`warning`). Default `CacheLogger.disabled`.
-    /// Errors the layer throws are not logged by it: its `CacheChain` logs them.
-    public var logger: CacheLogger
+    /// Where the layer logs every ``SQLiteLayerEvent`` and its other recoveries: a database emptied
+    /// because SQLite reported it corrupt (`error`), a schema reset or a damaged row discarded
+    /// (`warning`), a failed background write (`warning`), writes recovered or a schema migrated
+    /// (`notice`), a file opened read-only (`warning`). Default: the logger of the cache or chain
+    /// the layer is put in (see `CacheEnvironment`), else `CacheLogger.disabled`. Errors the layer
+    /// throws are not logged by it: its `CacheChain` logs them.
+    public var logger: CacheLogger {
+      get { loggerGiven ?? .disabled }
+      set { loggerGiven = newValue }
+    }
+    /// The logger set on this configuration; `nil` to follow the cache's or chain's.
+    package var loggerGiven: CacheLogger?
 
     /// Creates a configuration.
     public init(
@@ -63,9 +75,9 @@ extension SQLiteLayer {
       maximumPendingBytes: Int = 32 << 20,
       maximumPendingTouches: Int = 10_000,
       accessTimeResolution: Duration = .seconds(60),
-      clock: any CacheClock = WallClock(),
+      clock: (any CacheClock)? = nil,
       eventHandler: (@Sendable (SQLiteLayerEvent) -> Void)? = nil,
-      logger: CacheLogger = .disabled
+      logger: CacheLogger? = nil
     ) {
       self.sizeLimit = sizeLimit
       self.countLimit = countLimit
@@ -75,9 +87,9 @@ extension SQLiteLayer {
       self.maximumPendingBytes = maximumPendingBytes
       self.maximumPendingTouches = maximumPendingTouches
       self.accessTimeResolution = accessTimeResolution
-      self.clock = clock
+      self.clockGiven = clock
       self.eventHandler = eventHandler
-      self.logger = logger
+      self.loggerGiven = logger
     }
 
     /// The per-entry limit in effect.

@@ -18,7 +18,7 @@ extension SQLiteLayer {
     function: String = #function,
     line: UInt = #line
   ) {
-    configuration.logger.log(
+    followedLogger.value.log(
       level, message(),
       metadata: metadata().merging(["database": url.path, "namespace": namespace]) { mine, _ in mine },
       source: "SQLiteLayer", file: file, function: function, line: line)
@@ -37,6 +37,7 @@ extension SQLiteLayerEvent {
     case .rowDiscarded: .warning
     case .writeFailed: .warning
     case .writesRecovered: .notice
+    case .expiredOnArrival: .warning
     case .dropped: .warning
     }
   }
@@ -58,6 +59,10 @@ extension SQLiteLayerEvent {
       return ["event": "writeFailed", "error": CacheLogger.describe(error)]
     case .writesRecovered:
       return ["event": "writesRecovered"]
+    case .expiredOnArrival(let key, let expiresAt, let now):
+      return [
+        "event": "expiredOnArrival", "key": CacheLogger.describe(key), "expiresAt": "\(expiresAt)", "now": "\(now)",
+      ]
     case .dropped(let count):
       return ["event": "dropped", "count": "\(count)"]
     }

@@ -36,6 +36,10 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   public nonisolated let namespace: String
   /// The layer's limits, timing and clock.
   public nonisolated let configuration: Configuration
+  /// The clock the layer reads: its configuration's, or the one of the cache or chain it is in.
+  package nonisolated let followedClock: FollowedClock
+  /// The logger the layer writes to: its configuration's, or the one of the cache or chain it is in.
+  package nonisolated let followedLogger: Followed<CacheLogger>
   /// How keys become stored strings.
   public nonisolated let keyEncoding: CacheKeyEncoding<Key>
   /// How values become stored bytes.
@@ -60,7 +64,9 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   private var damaged: [([UInt8], Data)] = []
   private var expired: [[UInt8]] = []
   private var counters = Statistics()
-  private var events: [SQLiteLayerEvent] = []
+  private nonisolated let events = Locked<[SQLiteLayerEvent]>([])
+  /// How the entries that arrive already expired are logged.
+  private nonisolated let expiredArrivals = ExpiredArrivals()
   /// Delivers the layer's events to its observers and its configuration's handler.
   private nonisolated let eventHub: EventHub<SQLiteLayerEvent>
 
@@ -103,6 +109,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     // One namespace, whichever way its accents are written (see CacheKeyEncoding's key identity).
     self.namespace = namespace.nfcNormalized
     self.configuration = configuration
+    self.followedClock = FollowedClock(given: configuration.clockGiven)
+    self.followedLogger = Followed(given: configuration.loggerGiven, fallback: .disabled)
     self.keyEncoding = keyEncoding
     self.valueCoder = valueCoder
     self.entryLimit = configuration.effectiveMaximumEntrySize
@@ -132,7 +140,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   ///   ``close()``.
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     let encoded = try encode(key)
-    let now = configuration.clock.now.nanosecondsSince1970
+    let now = followedClock.now.nanosecondsSince1970
     var answer = Answer.local(try pendingAnswer(for: encoded))
     if case .local(.none) = answer { answer = try await lookUp(encoded, now: now) }
     switch answer {
@@ -257,7 +265,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// Runs on the layer's thread. O(n) in the namespace's rows.
   public var keys: [Key] {
     get throws {
-      let now = configuration.clock.now.nanosecondsSince1970
+      let now = followedClock.now.nanosecondsSince1970
       let (clearStamp, writes) = pending.withLock { ($0.clearStamp, $0.writes) }
       var encodedKeys = Set<String>()
       if clearStamp == nil {
@@ -320,7 +328,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       throw PersistenceError.entryOverSizeLimit(
         key: encoded, size: size, limit: configuration.sizeLimit, layer: "SQLiteLayer")
     }
-    let now = configuration.clock.now
+    let now = followedClock.now
     let expiresAt = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) }).expiresAt
     // The checksum is computed here, on the caller's thread, not on the layer's.
     let row: PendingWrites.Row?
@@ -348,13 +356,16 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       return (state.markFlushScheduled(), state.bytes > configuration.maximumPendingBytes)
     }
     if schedule { scheduleFlush() }
+    if row == nil, let expiresAt {
+      record(.expiredOnArrival(key: encoded, expiresAt: expiresAt, now: now), level: expiredArrivals.nextLevel())
+    }
     if overBudget { try await flush() }
   }
 
   /// Stores `value` for `key`, expiring after `timeToLive` (or per the configuration when
   /// `nil`). See ``insert(_:for:)``.
   public nonisolated func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) async throws {
-    let expiresAt = timeToLive.map { configuration.clock.now.advanced(by: $0) }
+    let expiresAt = timeToLive.map { followedClock.now.advanced(by: $0) }
     try await insert(CacheEntry(value, expiresAt: expiresAt), for: key)
   }
 
@@ -366,7 +377,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     let encoded = try encode(key)
     let schedule = try pending.withLock { state in
       try state.checkWritable(closed: closedError)
-      state.put(.delete(stamp: WriteStamps.next(now: configuration.clock.now.nanosecondsSince1970)), for: encoded)
+      state.put(.delete(stamp: WriteStamps.next(now: followedClock.now.nanosecondsSince1970)), for: encoded)
       return state.markFlushScheduled()
     }
     if schedule { scheduleFlush() }
@@ -379,7 +390,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   public nonisolated func removeAll() async throws {
     let schedule = try pending.withLock { state in
       try state.checkWritable(closed: closedError)
-      state.removeAll(stamp: WriteStamps.next(now: configuration.clock.now.nanosecondsSince1970))
+      state.removeAll(stamp: WriteStamps.next(now: followedClock.now.nanosecondsSince1970))
       return state.markFlushScheduled()
     }
     if schedule { scheduleFlush() }
@@ -392,7 +403,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// - Throws: `PersistenceError` when SQLite fails, for example `PersistenceError.Code.busy`.
   @discardableResult
   public func removeExpired() throws -> Int {
-    let now = configuration.clock.now.nanosecondsSince1970
+    let now = followedClock.now.nanosecondsSince1970
     pending.withLock { state in
       for (key, write) in state.writes {
         if case .upsert(let row, let stamp, _) = write, let expiresAt = row.expiresAt, expiresAt <= now {
@@ -510,7 +521,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   }
 
   /// The events recorded since the layer was opened (at most the last 100), oldest first.
-  public var recentEvents: [SQLiteLayerEvent] { events }
+  public var recentEvents: [SQLiteLayerEvent] { events.withLock { $0 } }
 
   /// A sequence of the events the layer reports from now on (``SQLiteLayerEvent``), for one
   /// observer; see `EventSequence` for its buffering and its end. Events of the layer's opening
@@ -577,7 +588,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   }
 
   private nonisolated func scheduleRetry(after delay: Duration) {
-    let clock = configuration.clock
+    let clock = followedClock
     // Weak: a layer dropped without close() must not be kept alive by its own retries.
     Task { [weak self] in
       try? await clock.sleep(until: clock.now.advanced(by: delay), tolerance: nil)
@@ -599,10 +610,12 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     PersistenceError(code: .closed, message: "the SQLiteLayer for \(url.path) is closed")
   }
 
-  private func record(_ event: SQLiteLayerEvent) {
-    events.append(event)
-    if events.count > 100 { events.removeFirst(events.count - 100) }
-    log(event)
+  private nonisolated func record(_ event: SQLiteLayerEvent, level: CacheLogLevel? = nil) {
+    events.withLock { events in
+      events.append(event)
+      if events.count > 100 { events.removeFirst(events.count - 100) }
+    }
+    log(level ?? event.logLevel, event.description, metadata: event.logMetadata)
     eventHub.emit(event)
   }
 
@@ -648,7 +661,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     touches.removeAll(keepingCapacity: true)
     damaged.removeAll()
     expired.removeAll()
-    let now = configuration.clock.now.nanosecondsSince1970
+    let now = followedClock.now.nanosecondsSince1970
     do {
       let report: SQLiteStore.Report
       do {
@@ -818,5 +831,14 @@ extension Duration {
     let (total, overflow2) = whole.addingReportingOverflow(attoseconds / 1_000_000_000)
     guard !overflow2 else { return whole < 0 ? .min : .max }
     return total
+  }
+}
+
+extension SQLiteLayer {
+  /// Follows the clock and the logger of the cache or chain the layer is put in, for those its
+  /// configuration does not name (see `CacheEnvironment`).
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    followedClock.follow(environment.clock)
+    followedLogger.follow(environment.logger)
   }
 }

@@ -20,6 +20,10 @@ public enum SQLiteLayerEvent: DropReportingEvent, CustomStringConvertible {
   case writeFailed(PersistenceError)
   /// A background retry committed the writes that had failed.
   case writesRecovered
+  /// An entry arrived already expired by the layer's clock (`now`), and was not stored (any
+  /// older entry for the key is removed): most often the layer reads another clock than its
+  /// writer. Logged as a warning the first time, then at debug.
+  case expiredOnArrival(key: String, expiresAt: CacheInstant, now: CacheInstant)
   /// The observer's sequence fell behind and `count` events before this one were dropped from
   /// its buffer. Only an observer's sequence reports this.
   case dropped(count: Int)
@@ -35,6 +39,8 @@ public enum SQLiteLayerEvent: DropReportingEvent, CustomStringConvertible {
     case .rowDiscarded(let key, let reason): "row for key \(key.debugDescription) discarded: \(reason)"
     case .writeFailed(let error): "background write failed: \(error)"
     case .writesRecovered: "background writes that had failed are committed"
+    case .expiredOnArrival(let key, let expiresAt, let now):
+      "entry for key \(key.debugDescription) " + ExpiredArrivals.describe(expiresAt: expiresAt, now: now)
     case .dropped(let count): "\(count) events dropped by a slow observer"
     }
   }

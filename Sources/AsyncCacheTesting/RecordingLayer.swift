@@ -86,6 +86,11 @@ public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     await base.handleMemoryPressure(level)
   }
 
+  /// Passes the environment on to the wrapped layer.
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    base.follow(environment)
+  }
+
   private nonisolated func record(_ call: Call) {
     log.withLock { $0.append(call) }
   }

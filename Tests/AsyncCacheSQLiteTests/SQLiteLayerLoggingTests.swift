@@ -2,6 +2,7 @@ import AsyncCache
 import AsyncCacheTesting
 import Foundation
 import PersistenceTestSupport
+import TestSupport
 import Testing
 
 @testable import AsyncCacheSQLite
@@ -30,6 +31,35 @@ struct SQLiteLayerLoggingTests {
     #expect(warning.message.hasPrefix("row for key \"victim\" discarded"))
     #expect(warning.metadata["event"] == "rowDiscarded" && warning.metadata["key"] == "victim")
     #expect(warning.metadata["database"] == url.path && warning.metadata["namespace"] == "images")
+  }
+
+  @Test("an entry that arrives already expired by the layer's own clock is an event and a warning, then debug records")
+  func expiredArrival() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let logs = RecordingLogHandler()
+    // The layer is given the wall clock; the cache's manual clock is ten months behind it.
+    let layer = try await SQLiteLayer<String, Data>(
+      url: folder.appending("cache.sqlite"), configuration: .init(clock: WallClock()))
+    let events = layer.events()
+    let cache = try LoadingCache(
+      layers: [layer], origin: ClosureFetcher { Data($0.utf8) },
+      configuration: .init(timeToLive: .seconds(60), clock: ManualClock(), logger: logs.logger()))
+
+    _ = try await cache.value(for: "a")
+    _ = try await cache.value(for: "b")
+
+    #expect(try await layer.value(for: "a") == nil)
+    let arrivals = await events.drained().compactMap { event -> String? in
+      guard case .expiredOnArrival(let key, let expiresAt, _) = event else { return nil }
+      return "\(key) \(expiresAt)"
+    }
+    #expect(arrivals == ["a 2026-01-01T00:01:00Z", "b 2026-01-01T00:01:00Z"])
+    let records = logs.records.filter { $0.source == "SQLiteLayer" }
+    #expect(records.map(\.level) == [.warning, .debug])
+    #expect(records.first?.metadata["event"] == "expiredOnArrival" && records.first?.metadata["key"] == "a")
+    #expect(records.first?.message.contains("arrived already expired by the layer's clock") == true)
+    #expect(await layer.recentEvents.count == 2)
   }
 
   @Test("a database that SQLite reports corrupt is emptied and logged as an error, with where its copy is")

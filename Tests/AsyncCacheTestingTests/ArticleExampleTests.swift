@@ -13,9 +13,8 @@ import Testing
 
   @Test func sessionsExpireAfterFiveMinutes() async throws {
     let clock = ManualClock()
-    let memory = try MemoryLayer<String, Session>(configuration: .init(clock: clock))
     let sessions = try LoadingCache(
-      layers: [memory],
+      layers: [MemoryLayer<String, Session>()],  // follows the cache's clock
       origin: UnimplementedFetcher<String, Session>(),
       configuration: .init(timeToLive: .seconds(300), clock: clock)
     )

@@ -12,7 +12,7 @@ extension CacheChain {
   /// (a lookup, a write-back, the removal after it) comes first. `note` replaces the usual
   /// sentence after the layer's name.
   nonisolated func logFailure(_ failure: LayerFailure, key: Key?, thrown: Bool, repeated: Bool, note: String? = nil) {
-    let logger = configuration.logger
+    let logger = followedLogger.value
     let level: CacheLogLevel = thrown || repeated || failure.error is CancellationError ? .debug : .warning
     let what =
       note
@@ -27,7 +27,7 @@ extension CacheChain {
 
   /// Logs at `.info` that a layer the chain went on without answered a lookup again.
   nonisolated func logRecovery(tier index: Int) {
-    configuration.logger.info(
+    followedLogger.value.info(
       "layer \(index) (\(tiers[index].name)) answers lookups again",
       metadata: ["layer": tiers[index].name, "tier": "\(index)"],
       source: Self.component)

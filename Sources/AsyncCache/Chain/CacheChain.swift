@@ -54,19 +54,30 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     /// it (keep it short): an observer of the chain's events that sees only their
     /// ``CacheEvent/layerFailed(key:failure:)`` (see ``CacheChain/events(bufferingNewest:)``).
     public var onFailure: (@Sendable (LayerFailure) -> Void)?
-    /// Where the chain logs layer failures and memory-pressure changes (see <doc:CacheLogging>).
-    /// Default ``CacheLogger/disabled``.
-    public var logger: CacheLogger
+    /// Where the chain logs layer failures and memory-pressure changes (see <doc:CacheLogging>),
+    /// handed on to its layers created without a logger (see ``CacheEnvironment``). Default:
+    /// the logger of the cache or chain the chain is put in, else ``CacheLogger/disabled``.
+    public var logger: CacheLogger {
+      get { loggerGiven ?? .disabled }
+      set { loggerGiven = newValue }
+    }
+    /// The logger set on this configuration; `nil` to follow the cache's or chain's.
+    package var loggerGiven: CacheLogger?
+    /// The clock handed to the chain's layers created without one (see ``CacheEnvironment``).
+    /// Default `nil`: the clock of the cache or chain the chain is put in, if any.
+    public var clock: (any CacheClock)?
 
     /// Creates a configuration.
     public init(
       backfill: BackfillPolicy = .awaited,
       onFailure: (@Sendable (LayerFailure) -> Void)? = nil,
-      logger: CacheLogger = .disabled
+      logger: CacheLogger? = nil,
+      clock: (any CacheClock)? = nil
     ) {
       self.backfill = backfill
       self.onFailure = onFailure
-      self.logger = logger
+      self.loggerGiven = logger
+      self.clock = clock
     }
   }
 
@@ -80,6 +91,11 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// The top layer when it is not a ``MemoryLayer`` but can answer lookups without suspending
   /// (operators over a memory layer), or the same of a nested chain on top.
   nonisolated let synchronousFront: SynchronousLookupFunction<Key, Value>?
+
+  /// The logger the chain writes to: its configuration's, or the one of the cache or chain it is in.
+  nonisolated let followedLogger: Followed<CacheLogger>
+  /// The clock handed to the layers: the configuration's, or the one of the cache or chain it is in.
+  nonisolated let followedClock: Followed<any CacheClock>
 
   nonisolated let coordinator = WriteCoordinator<Key>()
   /// Delivers the chain's own events (layer failures) to its observers and to `onFailure`.
@@ -96,6 +112,8 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     }
     self.tiers = tiers
     self.configuration = configuration
+    self.followedLogger = Followed(given: configuration.loggerGiven, fallback: .disabled)
+    self.followedClock = Followed(given: configuration.clock, fallback: WallClock())
     var handler: (@Sendable (CacheEvent<Key>) -> Void)?
     if let onFailure = configuration.onFailure {
       handler = { event in
@@ -109,6 +127,22 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     case let chain as CacheChain<Key, Value>: (front, synchronousFront) = (chain.front, chain.synchronousFront)
     case let layer: (front, synchronousFront) = (nil, layer.synchronousLookupFunction)
     }
+    handEnvironmentToTiers()
+  }
+
+  /// Follows the clock and logger of the cache or chain the chain is put in, for those its
+  /// configuration does not name, and hands them on to its layers (see ``CacheEnvironment``).
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    let followsLogger = followedLogger.follow(environment.logger)
+    let followsClock = followedClock.follow(environment.clock)
+    if followsLogger || followsClock { handEnvironmentToTiers() }
+  }
+
+  /// Hands the chain's clock and logger, if it was given or follows them, to every tier.
+  private nonisolated func handEnvironmentToTiers() {
+    let environment = CacheEnvironment(clock: followedClock.handedOn, logger: followedLogger.handedOn)
+    guard environment.clock != nil || environment.logger != nil else { return }
+    for tier in tiers { tier.layer.follow(environment) }
   }
 
   deinit {

@@ -46,10 +46,21 @@ public protocol AsyncCacheLayer<Key, Value>: Actor {
   /// an `async` overload, so a synchronous implementation would lose to the default when
   /// called on the concrete type.
   func handleMemoryPressure(_ level: MemoryPressureLevel) async
+
+  /// Takes the clock and logger of the cache or chain the layer is put in, for a layer created
+  /// without its own (see ``CacheEnvironment``).
+  ///
+  /// A ``LoadingCache`` and a ``CacheChain`` call it once, as they are created, on each layer
+  /// they hold. Follow the first environment that sets a value and ignore later ones; a layer
+  /// that wraps others passes the environment on to them. The default implementation does
+  /// nothing, which suits layers that read no clock and log nothing.
+  nonisolated func follow(_ environment: CacheEnvironment)
 }
 
 extension AsyncCacheLayer {
   /// Does nothing.
   public func handleMemoryPressure(_ level: MemoryPressureLevel) async {}
 
+  /// Does nothing.
+  public nonisolated func follow(_ environment: CacheEnvironment) {}
 }

@@ -53,24 +53,38 @@ extension LoadingCache {
     public var slidingExpiration: Bool
     /// Which origin errors are remembered, and for how long; `nil` (the default) for none.
     public var negativeCaching: NegativeCachingPolicy?
-    /// The clock expiry is computed from, and retry delays are slept on. Default ``WallClock``.
+    /// The clock expiry is computed from, and retry delays and load timeouts are slept on.
+    /// Default ``WallClock``.
     ///
-    /// A top ``MemoryLayer`` tells whether a hit is fresh by its own clock's
-    /// ``CacheClock/coarseNow`` (read once per hit of an entry that expires, and shared by the
-    /// freshness rules): give both the same clock. Refresh-ahead and sliding-expiry points are
-    /// compared in integer nanoseconds, exact under `ManualClock`.
-    public var clock: any CacheClock
+    /// The cache hands the clock it is given to its layers: those created without a clock of
+    /// their own follow it (see ``CacheEnvironment``), so one clock set here drives them all. A
+    /// top ``MemoryLayer`` tells whether a hit is fresh by its clock's ``CacheClock/coarseNow``
+    /// (read once per hit of an entry that expires, and shared by the freshness rules).
+    /// Refresh-ahead and sliding-expiry points are compared in integer nanoseconds, exact under
+    /// `ManualClock`.
+    public var clock: any CacheClock {
+      get { clockGiven ?? WallClock() }
+      set { clockGiven = newValue }
+    }
+    /// The clock set on this configuration; `nil` for the wall clock, not handed to the layers.
+    package var clockGiven: (any CacheClock)?
     /// When the origin is asked again after it fails. Default ``RetryPolicy/never``.
     public var retryPolicy: RetryPolicy
     /// How long a request waits for a slow load before it gets a stale value (soft) or an error
     /// (hard). Default ``LoadTimeouts/none``. A request may set its own
     /// (``LoadingCache/value(for:timeouts:)``).
     public var loadTimeouts: LoadTimeouts
-    /// Where the cache logs its loads, retries and memory-pressure changes (see <doc:CacheLogging>);
-    /// also used by the chain that ``LoadingCache/init(layers:origin:batchOrigin:configuration:)``
-    /// builds, and by the cache's prefetchers unless they have a logger of their own. Default
-    /// ``CacheLogger/disabled``. Hits never log.
-    public var logger: CacheLogger
+    /// Where the cache logs its loads, retries and memory-pressure changes (see <doc:CacheLogging>).
+    /// Default ``CacheLogger/disabled``. Hits never log.
+    ///
+    /// The cache hands the logger it is given to its chain and layers: those created without a
+    /// logger of their own follow it (see ``CacheEnvironment``), as do the cache's prefetchers.
+    public var logger: CacheLogger {
+      get { loggerGiven ?? .disabled }
+      set { loggerGiven = newValue }
+    }
+    /// The logger set on this configuration; `nil` for none, not handed to the layers.
+    package var loggerGiven: CacheLogger?
     /// Where jitter draws from: a number in `0..<1` per call. Tests replace it.
     package var randomUnit: @Sendable () -> Double = { Double.random(in: 0..<1) }
 
@@ -84,10 +98,10 @@ extension LoadingCache {
       timeToLiveJitter: Double = 0,
       timeToLiveForValue: (@Sendable (Key, Value) -> Duration?)? = nil,
       negativeCaching: NegativeCachingPolicy? = nil,
-      clock: any CacheClock = WallClock(),
+      clock: (any CacheClock)? = nil,
       retryPolicy: RetryPolicy = .never,
       loadTimeouts: LoadTimeouts = .none,
-      logger: CacheLogger = .disabled
+      logger: CacheLogger? = nil
     ) {
       self.timeToLive = timeToLive
       self.staleWhileRevalidate = staleWhileRevalidate
@@ -97,10 +111,10 @@ extension LoadingCache {
       self.timeToLiveJitter = timeToLiveJitter
       self.timeToLiveForValue = timeToLiveForValue
       self.negativeCaching = negativeCaching
-      self.clock = clock
+      self.clockGiven = clock
       self.retryPolicy = retryPolicy
       self.loadTimeouts = loadTimeouts
-      self.logger = logger
+      self.loggerGiven = logger
     }
 
     /// Throws ``AsyncCacheError/Code/invalidConfiguration`` naming the first value out of range.

@@ -91,7 +91,9 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   ///   - origin: Where values come from when no layer has them.
   ///   - batchOrigin: Where bulk requests load their missing keys from, in one call; `nil`
   ///     (the default) to ask `origin` once per key.
-  ///   - configuration: Expiry of loaded values, retries and the clock.
+  ///   - configuration: Expiry of loaded values, retries, the clock and the logger. The chain,
+  ///     and its layers created without a clock or a logger of their own, follow the ones it
+  ///     gives (see ``CacheEnvironment``).
   /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` naming the first configuration value
   ///   that is out of range.
   public init(
@@ -123,8 +125,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       layerLifetime.saturatingNanoseconds <= freshness.grace
     {
       throw AsyncCacheError.invalidConfiguration(
-        "LoadingCache staleWhileRevalidate/staleIfError grace is \(Duration.nanoseconds(freshness.grace)); "
-          + "the top MemoryLayer's timeToLive (\(layerLifetime)) must be longer")
+        "LoadingCache staleWhileRevalidate/staleIfError grace is \(Duration.nanoseconds(freshness.grace).readable); "
+          + "the top MemoryLayer's timeToLive (\(layerLifetime.readable)) must be longer")
     }
     self.chain = chain
     self.origin = origin
@@ -133,11 +135,10 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     self.front = chain.front
     self.synchronousFront = chain.synchronousFront
     loadTable.setRunner(self)
+    chain.follow(CacheEnvironment(clock: configuration.clockGiven, logger: configuration.loggerGiven))
   }
 
   /// Creates a loading cache over `layers`, top first, whose failures are propagated.
-  ///
-  /// The chain it builds logs with the configuration's ``Configuration-swift.struct/logger``.
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` when `layers` is empty, or naming
   ///   the first configuration value that is out of range.
@@ -155,8 +156,6 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// its tier gives it: a service that wants a shared tier skipped while it is down writes
   /// `tiers: [.init(memory), .init(redis, failurePolicy: .skip)]`.
   ///
-  /// The chain it builds logs with the configuration's ``Configuration-swift.struct/logger``.
-  ///
   /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` when `tiers` is empty, or naming
   ///   the first configuration value that is out of range.
   public convenience init(
@@ -165,7 +164,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     batchOrigin: (any AsyncBatchFetcher<Key, Value>)? = nil,
     configuration: Configuration = Configuration()
   ) throws {
-    let chain = try CacheChain(tiers, configuration: CacheChain.Configuration(logger: configuration.logger))
+    let chain = try CacheChain(tiers)
     try self.init(chain: chain, origin: origin, batchOrigin: batchOrigin, configuration: configuration)
   }
 
@@ -260,7 +259,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   ///   - value: The value to store.
   ///   - key: Its key.
   ///   - timeToLive: How long the value lives; ``Configuration-swift.struct/timeToLive`` when `nil`.
-  /// - Throws: ``AsyncCacheError/Code/layerFailure`` (see ``CacheChain/insert(_:for:)-(CacheEntry<Value>,_)``).
+  /// - Throws: ``AsyncCacheError/Code/layerFailure`` (see
+  ///   ``CacheChain/insert(_:for:)-(CacheEntry<Value>,_)``).
   public nonisolated(nonsending) func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) async throws {
     let entry = CacheEntry(value, expiresAt: insertedExpiry(timeToLive: timeToLive))
     try await writing(key) { try await chain.insert(entry, for: key) }

@@ -1,7 +1,7 @@
 /// How many entries a layer evicted, by reason.
 public struct EvictionCounts: Sendable, Hashable, CustomStringConvertible {
   @usableFromInline
-  var counts: (Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0)
+  var counts: (Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0)
 
   /// No evictions.
   public init() {}
@@ -16,6 +16,7 @@ public struct EvictionCounts: Sendable, Hashable, CustomStringConvertible {
       case .expired: counts.2
       case .memoryPressure: counts.3
       case .oversized: counts.4
+      case .expiredOnArrival: counts.5
       }
     }
     set {
@@ -25,6 +26,7 @@ public struct EvictionCounts: Sendable, Hashable, CustomStringConvertible {
       case .expired: counts.2 = newValue
       case .memoryPressure: counts.3 = newValue
       case .oversized: counts.4 = newValue
+      case .expiredOnArrival: counts.5 = newValue
       }
     }
   }

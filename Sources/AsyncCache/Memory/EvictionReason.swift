@@ -11,6 +11,10 @@ public enum EvictionReason: Int, Sendable, Hashable, CaseIterable, CustomStringC
   /// The entry alone cost more than the layer's cost limit, so it was refused (and any
   /// previous entry for its key removed).
   case oversized
+  /// The entry arrived already expired by the layer's clock, so it was refused (and any
+  /// previous entry for its key removed): most often the layer reads another clock than the
+  /// one that computed the expiry. Logged as a warning the first time, then at debug.
+  case expiredOnArrival
 
   public var description: String {
     switch self {
@@ -19,6 +23,7 @@ public enum EvictionReason: Int, Sendable, Hashable, CaseIterable, CustomStringC
     case .expired: "expired"
     case .memoryPressure: "memoryPressure"
     case .oversized: "oversized"
+    case .expiredOnArrival: "expiredOnArrival"
     }
   }
 }

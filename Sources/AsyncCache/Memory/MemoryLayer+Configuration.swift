@@ -37,8 +37,25 @@ extension MemoryLayer {
     public var evictionPolicy: EvictionPolicy
 
     /// The clock that expiry is read from: `now` when an entry is written, ``CacheClock/coarseNow``
-    /// when it is looked up. Default ``WallClock``.
-    public var clock: any CacheClock
+    /// when it is looked up. Default: the clock of the cache or chain the layer is put in (see
+    /// `CacheEnvironment`), else `WallClock`.
+    public var clock: any CacheClock {
+      get { clockGiven ?? WallClock() }
+      set { clockGiven = newValue }
+    }
+    /// The clock set on this configuration; `nil` to follow the cache's or chain's.
+    package var clockGiven: (any CacheClock)?
+
+    /// Where the layer logs the entries it refuses because they arrived already expired by its
+    /// clock (a warning the first time, then debug; see ``EvictionReason/expiredOnArrival``).
+    /// Default: the logger of the cache or chain the layer is put in (see ``CacheEnvironment``),
+    /// else ``CacheLogger/disabled``. Hits and evictions never log.
+    public var logger: CacheLogger {
+      get { loggerGiven ?? .disabled }
+      set { loggerGiven = newValue }
+    }
+    /// The logger set on this configuration; `nil` to follow the cache's or chain's.
+    package var loggerGiven: CacheLogger?
 
     /// Creates a configuration.
     public init(
@@ -49,7 +66,8 @@ extension MemoryLayer {
       warningTrimFraction: Double = 0.5,
       segmentCount: Int? = nil,
       evictionPolicy: EvictionPolicy = .adaptive,
-      clock: any CacheClock = WallClock()
+      clock: (any CacheClock)? = nil,
+      logger: CacheLogger? = nil
     ) {
       self.countLimit = countLimit
       self.costLimit = costLimit
@@ -58,7 +76,8 @@ extension MemoryLayer {
       self.warningTrimFraction = warningTrimFraction
       self.segmentCount = segmentCount
       self.evictionPolicy = evictionPolicy
-      self.clock = clock
+      self.clockGiven = clock
+      self.loggerGiven = logger
     }
 
     func validate() throws {

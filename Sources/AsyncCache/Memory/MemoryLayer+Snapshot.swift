@@ -55,7 +55,7 @@ extension MemoryLayer where Key: Codable, Value: Codable {
   /// ``writeSnapshot(to:)`` with a seam that fails the write just before its rename.
   nonisolated func writeSnapshot(to url: URL, beforeRename: (@Sendable () throws -> Void)?) async throws -> Int {
     let store = self.store
-    let clock = configuration.clock
+    let clock = store.clock
     return try await SnapshotFile.perform {
       let now = clock.now
       let entries = Self.leastRecentFirst(store.entriesInEvictionOrder(unexpiredAt: now.nanosecondsSince1970))
@@ -126,7 +126,7 @@ extension MemoryLayer where Key: Codable, Value: Codable {
   @discardableResult
   public nonisolated func restoreSnapshot(from url: URL) async throws -> SnapshotRestoreResult? {
     let store = self.store
-    let clock = configuration.clock
+    let clock = store.clock
     return try await SnapshotFile.perform { () -> SnapshotRestoreResult? in
       guard let (header, payload) = try SnapshotFile.readSnapshot(from: url) else { return nil }
       let records: [SnapshotRecord<Key, Value>]

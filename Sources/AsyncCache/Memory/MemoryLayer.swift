@@ -60,7 +60,8 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
         ?? Configuration.automaticSegmentCount(countLimit: configuration.countLimit),
       policy: configuration.evictionPolicy,
       seed: admissionSeed,
-      clock: configuration.clock
+      clock: FollowedClock(given: configuration.clockGiven),
+      logger: Followed(given: configuration.loggerGiven, fallback: .disabled)
     )
   }
 
@@ -155,7 +156,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative cost.
   @inlinable
   public nonisolated func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) throws {
-    let expiresAt = timeToLive.map { configuration.clock.now.advanced(by: $0) }
+    let expiresAt = timeToLive.map { store.clock.now.advanced(by: $0) }
     try store.insert(CacheEntry(value, expiresAt: expiresAt), for: key)
   }
 
@@ -187,6 +188,16 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
     store.handleMemoryPressure(level)
   }
+
+  /// Follows the clock and the logger of the cache or chain the layer is put in, for those its
+  /// configuration does not name (see ``CacheEnvironment``).
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    store.clock.follow(environment.clock)
+    store.followedLogger.follow(environment.logger)
+  }
+
+  /// The clock the layer reads: its configuration's, the one it follows, or the ``WallClock``.
+  public nonisolated var clock: any CacheClock { store.clock.clock }
 
   // MARK: Introspection
 

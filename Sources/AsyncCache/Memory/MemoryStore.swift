@@ -16,10 +16,13 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
 
   @usableFromInline let segments: MemorySegments<Key, Value>
   @usableFromInline let segmentMask: Int
-  @usableFromInline let clock: any CacheClock
-  /// Whether ``clock`` is the ``WallClock``: hits then read its coarse time directly, without a
-  /// call through the existential.
-  @usableFromInline let readsWallClock: Bool
+  /// The layer's clock: given, followed from its cache or chain, or the ``WallClock``; with the
+  /// wall clock, hits read its coarse time directly, without a call through the existential.
+  @usableFromInline let clock: FollowedClock
+  /// The layer's logger: given, or followed from its cache or chain.
+  let followedLogger: Followed<CacheLogger>
+  /// How the entries that arrive already expired are logged.
+  let expiredArrivals = ExpiredArrivals()
   @usableFromInline let countLimit: Int
   /// The cost limit; `Int64.max` for none. Costs and their sums are `Int64` on every platform,
   /// so that a sum of costs never wraps where `Int` has 32 bits.
@@ -57,7 +60,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     segmentCount: Int,
     policy: EvictionPolicy,
     seed: UInt64,
-    clock: any CacheClock
+    clock: FollowedClock,
+    logger: Followed<CacheLogger>
   ) {
     self.countLimit = countLimit
     let costLimit = costLimit == .max ? Int64.max : Int64(costLimit)
@@ -66,7 +70,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     self.timeToLive = timeToLive
     self.trimFraction = trimFraction
     self.clock = clock
-    self.readsWallClock = clock is WallClock
+    self.followedLogger = logger
     // Rounded up without `countLimit + segmentCount - 1`, which overflows near `Int.max`.
     let countShare =
       countLimit == .max ? Int.max : countLimit / segmentCount + (countLimit % segmentCount == 0 ? 0 : 1)
@@ -103,7 +107,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @inlinable
   @inline(__always)
   var coarseNow: Int64 {
-    readsWallClock ? SystemTime.coarseRealtimeNanoseconds() : clock.coarseNow.nanosecondsSince1970
+    clock.isWallClock ? SystemTime.coarseRealtimeNanoseconds() : clock.clock.coarseNow.nanosecondsSince1970
   }
 
   /// Returns the unexpired entry for `key` and marks it most recently used.
@@ -329,7 +333,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     let expiry = capped.expiresAt?.nanosecondsSince1970 ?? .max
     if let now, capped.isExpired(at: now) {
       // Already expired: storing it would only serve a stale value; drop the old one too.
-      removeValue(for: key, countingAs: nil)
+      refuseExpiredArrival(key, expiresAt: capped.expiresAt ?? now, now: now)
       return false
     }
     if countLimit == 0 || entryCost > costLimit {
@@ -437,6 +441,17 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @discardableResult
   func removeValue(for key: Key) -> Value? {
     removeValue(for: key, countingAs: nil)
+  }
+
+  /// Removes `key`'s entry because an entry for it arrived already expired at `now`, counts and
+  /// reports that, and logs it: a warning the first time, then at debug.
+  @usableFromInline
+  func refuseExpiredArrival(_ key: Key, expiresAt: CacheInstant, now: CacheInstant) {
+    removeValue(for: key, countingAs: .expiredOnArrival)
+    followedLogger.value.log(
+      expiredArrivals.nextLevel(), "an entry " + ExpiredArrivals.describe(expiresAt: expiresAt, now: now),
+      metadata: ["key": CacheLogger.describe(key), "expiresAt": "\(expiresAt)", "now": "\(now)"],
+      source: "MemoryLayer")
   }
 
   @usableFromInline
@@ -576,9 +591,9 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     }
   }
 
-  /// The entries unexpired at `now` (nanoseconds since 1970), per segment, in eviction order
-  /// (LRU: from least to most recently used); each segment is copied under its lock, without changing recency or
-  /// statistics. O(n). For snapshots.
+  /// The entries unexpired at `now` (nanoseconds since 1970), per segment, in eviction order (LRU:
+  /// from least to most recently used); each segment is copied under its lock, without changing
+  /// recency or statistics. O(n). For snapshots.
   func entriesInEvictionOrder(unexpiredAt now: Int64) -> [[(key: Key, entry: CacheEntry<Value>)]] {
     (0..<segments.count).map { index in
       segments.withLock(index) { segment in

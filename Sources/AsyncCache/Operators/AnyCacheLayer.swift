@@ -58,6 +58,11 @@ public final actor AnyCacheLayer<Key: Hashable & Sendable, Value: Sendable>: Asy
   public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
     await base.handleMemoryPressure(level)
   }
+
+  /// Passes the environment on to the wrapped layer.
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    base.follow(environment)
+  }
 }
 
 extension AsyncFetcher {

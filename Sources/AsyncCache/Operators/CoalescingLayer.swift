@@ -130,6 +130,11 @@ public final actor CoalescingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     await base.handleMemoryPressure(level)
   }
 
+  /// Passes the environment on to the wrapped layer.
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    base.follow(environment)
+  }
+
   /// Returns once at least `count` requests wait for the lookup of `key` that new requests
   /// would join (for tests: `AsyncCacheTesting` offers it as `waitForLookups(_:for:)`).
   package nonisolated func waitForWaiters(_ count: Int, for key: Key) async {

@@ -124,6 +124,11 @@ public final actor KeyMappedLayer<Key: Hashable & Sendable, Base: AsyncCacheLaye
   public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
     await base.handleMemoryPressure(level)
   }
+
+  /// Passes the environment on to the wrapped layer.
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    base.follow(environment)
+  }
 }
 
 /// A layer in front of another that converts its values: see
@@ -187,6 +192,11 @@ public final actor ValueMappedLayer<Value: Sendable, Base: AsyncCacheLayer>: Asy
   /// Passes the level to the base layer.
   public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
     await base.handleMemoryPressure(level)
+  }
+
+  /// Passes the environment on to the wrapped layer.
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    base.follow(environment)
   }
 }
 
@@ -265,6 +275,11 @@ public final actor ConditionalLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   /// Passes the level to the base layer.
   public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
     await base.handleMemoryPressure(level)
+  }
+
+  /// Passes the environment on to the wrapped layer.
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    base.follow(environment)
   }
 }
 

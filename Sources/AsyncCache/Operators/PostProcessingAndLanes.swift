@@ -106,6 +106,11 @@ public final actor PostProcessedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
     await base.handleMemoryPressure(level)
   }
+
+  /// Passes the environment on to the wrapped layer.
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    base.follow(environment)
+  }
 }
 
 /// An origin whose values are post-processed: see ``AsyncFetcher/postProcessing(_:)``.
@@ -182,5 +187,11 @@ public final actor LaneLayer<Primary: AsyncCacheLayer, Other: AsyncCacheLayer<Pr
   public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
     await primary.handleMemoryPressure(level)
     await other.handleMemoryPressure(level)
+  }
+
+  /// Passes the environment on to both lanes.
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    primary.follow(environment)
+    other.follow(environment)
   }
 }

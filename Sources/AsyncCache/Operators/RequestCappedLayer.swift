@@ -92,6 +92,11 @@ public final actor RequestCappedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     await base.handleMemoryPressure(level)
   }
 
+  /// Passes the environment on to the wrapped layer.
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    base.follow(environment)
+  }
+
   // MARK: Slots
 
   @inlinable

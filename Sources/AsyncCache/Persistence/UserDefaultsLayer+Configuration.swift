@@ -18,30 +18,41 @@ extension UserDefaultsLayer {
     /// An entry that arrives with an earlier ``CacheEntry/expiresAt`` keeps it.
     public var timeToLive: Duration?
 
-    /// The clock that expiry is read from. Default ``WallClock``: stored expiries are wall-clock
-    /// instants, meaningful across launches.
-    public var clock: any CacheClock
+    /// The clock that expiry is read from. Default: the clock of the cache or chain the layer is
+    /// put in (see ``CacheEnvironment``), else `WallClock`: stored expiries are wall-clock instants,
+    /// meaningful across launches.
+    public var clock: any CacheClock {
+      get { clockGiven ?? WallClock() }
+      set { clockGiven = newValue }
+    }
+    /// The clock set on this configuration; `nil` to follow the cache's or chain's.
+    package var clockGiven: (any CacheClock)?
 
     /// Where the layer logs what it recovers from (see <doc:CacheLogging>): damaged, foreign or
-    /// undecodable stored values removed (``CacheLogLevel/warning``), and a suite that could not
-    /// be written after such a removal (``CacheLogLevel/warning``). Default
-    /// ``CacheLogger/disabled``. Errors the layer throws are not logged by it: its
-    /// ``CacheChain`` logs them.
-    public var logger: CacheLogger
+    /// undecodable stored values removed (``CacheLogLevel/warning``), and a suite that could not be
+    /// written after such a removal (``CacheLogLevel/warning``). Default: the logger of the cache
+    /// or chain the layer is put in (see ``CacheEnvironment``), else `CacheLogger.disabled`. Errors
+    /// the layer throws are not logged by it: its ``CacheChain`` logs them.
+    public var logger: CacheLogger {
+      get { loggerGiven ?? .disabled }
+      set { loggerGiven = newValue }
+    }
+    /// The logger set on this configuration; `nil` to follow the cache's or chain's.
+    package var loggerGiven: CacheLogger?
 
     /// Creates a configuration.
     public init(
       namespace: String = "default",
       maximumEntrySize: Int = 64 * 1024,
       timeToLive: Duration? = nil,
-      clock: any CacheClock = WallClock(),
-      logger: CacheLogger = .disabled
+      clock: (any CacheClock)? = nil,
+      logger: CacheLogger? = nil
     ) {
       self.namespace = namespace
       self.maximumEntrySize = maximumEntrySize
       self.timeToLive = timeToLive
-      self.clock = clock
-      self.logger = logger
+      self.clockGiven = clock
+      self.loggerGiven = logger
     }
 
     func validate() throws {

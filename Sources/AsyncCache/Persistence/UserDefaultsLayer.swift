@@ -39,6 +39,12 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
 
   /// The configuration the layer was created with.
   public nonisolated let configuration: Configuration
+  /// The clock the layer reads: its configuration's, or the one of the cache or chain it is in.
+  package nonisolated let followedClock: FollowedClock
+  /// The logger the layer writes to: its configuration's, or the one of the cache or chain it is in.
+  package nonisolated let followedLogger: Followed<CacheLogger>
+  /// How the entries that arrive already expired are logged.
+  private nonisolated let expiredArrivals = ExpiredArrivals()
 
   private nonisolated let keyEncoding: CacheKeyEncoding<Key>
   private nonisolated let valueCoder: CacheValueCoder<Value>
@@ -84,6 +90,8 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
     }
     self.suiteName = suiteName
     self.configuration = configuration
+    self.followedClock = FollowedClock(given: configuration.clockGiven)
+    self.followedLogger = Followed(given: configuration.loggerGiven, fallback: .disabled)
     self.keyEncoding = keyEncoding
     self.valueCoder = valueCoder
     // One namespace, whichever way its accents are written (see CacheKeyEncoding's key identity).
@@ -135,7 +143,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
       logDiscarded(defaultsKey, reason: "damaged, foreign, or of another format version")
       return nil
     }
-    guard expiry > configuration.clock.now.nanosecondsSince1970 else {
+    guard expiry > followedClock.now.nanosecondsSince1970 else {
       discard(defaultsKey, countingAs: \.expired)
       return nil
     }
@@ -175,10 +183,11 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   ///   to disk (Linux; the entry stays readable in this process).
   public func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
     let defaultsKey = try self.defaultsKey(for: key)
-    let now = configuration.clock.now
+    let now = followedClock.now
     let capped = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) })
-    guard !capped.isExpired(at: now) else {
+    if let expiresAt = capped.expiresAt, expiresAt <= now {
       try removeStored(defaultsKey)
+      reportExpiredArrival(key: encodedKey(of: defaultsKey), expiresAt: expiresAt, now: now)
       return
     }
     let encodedKey = encodedKey(of: defaultsKey)
@@ -210,7 +219,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   ///
   /// - Throws: As ``insert(_:for:)``.
   public func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) throws {
-    let expiresAt = timeToLive.map { configuration.clock.now.advanced(by: $0) }
+    let expiresAt = timeToLive.map { followedClock.now.advanced(by: $0) }
     try insert(CacheEntry(value, expiresAt: expiresAt), for: key)
   }
 
@@ -245,7 +254,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   ///   (Linux).
   @discardableResult
   public func removeExpired() throws -> Int {
-    let now = configuration.clock.now.nanosecondsSince1970
+    let now = followedClock.now.nanosecondsSince1970
     var removed = 0
     for (defaultsKey, object) in ownedEntries() {
       if let (expiry, _) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey) {
@@ -271,7 +280,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   /// ones). Safe from any context; runs on the layer's queue. O(n) in the suite's keys and the
   /// size of this layer's values.
   public var keys: [Key] {
-    let now = configuration.clock.now.nanosecondsSince1970
+    let now = followedClock.now.nanosecondsSince1970
     return ownedEntries().compactMap { defaultsKey, object in
       guard let (expiry, _) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey), expiry > now else {
         return nil
@@ -351,7 +360,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
     function: String = #function,
     line: UInt = #line
   ) {
-    configuration.logger.log(
+    followedLogger.value.log(
       level, message(),
       metadata: metadata().merging(["suite": suiteName, "namespace": configuration.namespace]) { mine, _ in mine },
       source: "UserDefaultsLayer", function: function, line: line)
@@ -468,5 +477,22 @@ enum UserDefaultsRecord {
     var value: UInt64 = 0
     for index in (offset..<offset + 8).reversed() { value = value << 8 | UInt64(bytes[index]) }
     return value
+  }
+}
+
+extension UserDefaultsLayer {
+  /// Follows the clock and the logger of the cache or chain the layer is put in, for those its
+  /// configuration does not name (see ``CacheEnvironment``).
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    followedClock.follow(environment.clock)
+    followedLogger.follow(environment.logger)
+  }
+
+  /// Logs an entry that arrived already expired by the layer's clock: a warning the first time,
+  /// then at debug (see ``ExpiredArrivals``).
+  private nonisolated func reportExpiredArrival(key: some StringProtocol, expiresAt: CacheInstant, now: CacheInstant) {
+    log(
+      expiredArrivals.nextLevel(), "an entry " + ExpiredArrivals.describe(expiresAt: expiresAt, now: now),
+      metadata: ["key": CacheLogger.describe(key), "expiresAt": "\(expiresAt)", "now": "\(now)"])
   }
 }

@@ -19,7 +19,7 @@ extension CacheChain {
   /// ``CacheLogLevel/notice``, ``MemoryPressureLevel/normal`` at ``CacheLogLevel/info``. Safe
   /// from any context.
   public nonisolated func followMemoryPressure(_ source: some MemoryPressureSource) async {
-    await followMemoryPressure(source, logger: configuration.logger, component: "CacheChain")
+    await followMemoryPressure(source, logger: followedLogger.value, component: "CacheChain")
   }
 
   /// Follows `source` as ``followMemoryPressure(_:)`` does, logging with `logger` as `component`.

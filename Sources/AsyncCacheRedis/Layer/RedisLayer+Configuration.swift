@@ -81,18 +81,30 @@ extension RedisLayer {
     public var invalidation: RedisInvalidation?
     /// When the layer stops sending to a failing server and when it tries again.
     public var circuitBreaker: RedisCircuitBreakerPolicy
-    /// The clock that expiry and the circuit breaker's delays are read from. Default
-    /// `WallClock`. Socket time limits are real time whatever the clock.
-    public var clock: any CacheClock
+    /// The clock that expiry and the circuit breaker's delays are read from. Default: the clock of
+    /// the cache or chain the layer is put in (see `CacheEnvironment`), else `WallClock`. Socket
+    /// time limits are real time whatever the clock.
+    public var clock: any CacheClock {
+      get { clockGiven ?? WallClock() }
+      set { clockGiven = newValue }
+    }
+    /// The clock set on this configuration; `nil` to follow the cache's or chain's.
+    package var clockGiven: (any CacheClock)?
     /// Called with every ``RedisLayerEvent`` the layer's ``RedisLayer/events(bufferingNewest:)``
     /// sequences get, synchronously, possibly on a connection's thread: keep it short. Default
     /// `nil`.
     public var eventHandler: (@Sendable (RedisLayerEvent) -> Void)?
-    /// Where the layer logs every ``RedisLayerEvent``: a circuit that opens (`error`), a
-    /// connection discarded or a value it cannot read (`warning`), a circuit that closes
-    /// (`notice`), a connection made (`info`). Default `CacheLogger.disabled`. Errors the
-    /// layer throws are not logged by it: its `CacheChain` logs them.
-    public var logger: CacheLogger
+    /// Where the layer logs every ``RedisLayerEvent``: a circuit that opens (`error`), a connection
+    /// discarded or a value it cannot read (`warning`), a circuit that closes (`notice`), a
+    /// connection made (`info`). Default: the logger of the cache or chain the layer is put in (see
+    /// `CacheEnvironment`), else `CacheLogger.disabled`. Errors the layer throws are not logged by
+    /// it: its `CacheChain` logs them.
+    public var logger: CacheLogger {
+      get { loggerGiven ?? .disabled }
+      set { loggerGiven = newValue }
+    }
+    /// The logger set on this configuration; `nil` to follow the cache's or chain's.
+    package var loggerGiven: CacheLogger?
 
     /// Creates a configuration for one server at `endpoint`; see ``init(cluster:)`` for a
     /// Redis Cluster.
@@ -109,9 +121,9 @@ extension RedisLayer {
       timeToLive: Duration? = nil,
       invalidation: RedisInvalidation? = nil,
       circuitBreaker: RedisCircuitBreakerPolicy = RedisCircuitBreakerPolicy(),
-      clock: any CacheClock = WallClock(),
+      clock: (any CacheClock)? = nil,
       eventHandler: (@Sendable (RedisLayerEvent) -> Void)? = nil,
-      logger: CacheLogger = .disabled
+      logger: CacheLogger? = nil
     ) {
       self.servers = .standalone(endpoint)
       self.username = username
@@ -125,9 +137,9 @@ extension RedisLayer {
       self.timeToLive = timeToLive
       self.invalidation = invalidation
       self.circuitBreaker = circuitBreaker
-      self.clock = clock
+      self.clockGiven = clock
       self.eventHandler = eventHandler
-      self.logger = logger
+      self.loggerGiven = logger
     }
 
     /// Creates a configuration for the Redis Cluster that `seeds` belong to, with the other
@@ -135,9 +147,8 @@ extension RedisLayer {
     ///
     /// ```swift
     /// var configuration = RedisLayer<String, Data>.Configuration(cluster: [
-    ///     RedisEndpoint(host: "10.0.0.11"), RedisEndpoint(host: "10.0.0.12"), RedisEndpoint(host: "10.0.0.13"),
-    /// ])
-    /// configuration.password = secret
+    /// RedisEndpoint(host: "10.0.0.11"), RedisEndpoint(host: "10.0.0.12"), RedisEndpoint(host:
+    /// "10.0.0.13"), ]) configuration.password = secret
     /// ```
     public init(cluster seeds: [RedisEndpoint]) {
       self.init()

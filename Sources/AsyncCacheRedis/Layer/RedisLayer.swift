@@ -41,6 +41,12 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   public nonisolated let namespace: String
   /// The server, limits and timing.
   public nonisolated let configuration: Configuration
+  /// The clock the layer reads: its configuration's, or the one of the cache or chain it is in.
+  package nonisolated let followedClock: FollowedClock
+  /// The logger the layer writes to: its configuration's, or the one of the cache or chain it is in.
+  package nonisolated let followedLogger: Followed<CacheLogger>
+  /// How the entries that arrive already expired are logged.
+  private nonisolated let expiredArrivals = ExpiredArrivals()
   /// Delivers the layer's events to its observers and its configuration's handler.
   private nonisolated let eventHub: EventHub<RedisLayerEvent>
   /// How keys become stored strings.
@@ -84,6 +90,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     let namespace = namespace.nfcNormalized
     self.namespace = namespace
     self.configuration = configuration
+    self.followedClock = FollowedClock(given: configuration.clockGiven)
+    self.followedLogger = Followed(given: configuration.loggerGiven, fallback: .disabled)
     self.keyEncoding = keyEncoding
     self.valueCoder = valueCoder
     self.keyPrefix = Self.keyPrefix(of: namespace)
@@ -91,9 +99,10 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     self.counters = counters
     let eventHub = EventHub(handler: configuration.eventHandler)
     self.eventHub = eventHub
-    let logger = configuration.logger
+    let logger = followedLogger
+    let clock = followedClock
     let onEvent: @Sendable (RedisLayerEvent) -> Void = { event in
-      Self.log(event, to: logger, namespace: namespace)
+      Self.log(event, to: logger.value, namespace: namespace)
       eventHub.emit(event)
     }
     let makePool: @Sendable (RedisEndpoint) -> RedisConnectionPool = { endpoint in
@@ -102,7 +111,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
           host: endpoint.host, port: endpoint.port, connectTimeout: configuration.connectTimeout,
           operationTimeout: configuration.operationTimeout, maximumConnections: configuration.maximumConnections,
           handshake: configuration.handshake, circuitBreaker: configuration.circuitBreaker,
-          clock: configuration.clock),
+          clock: clock),
         counters: counters, onEvent: onEvent)
     }
     let backend: Backend
@@ -112,7 +121,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     case .cluster(let seeds):
       backend = .cluster(
         RedisClusterClient(
-          seeds: seeds, counters: counters, clock: configuration.clock, onEvent: onEvent, makePool: makePool))
+          seeds: seeds, counters: counters, clock: followedClock, onEvent: onEvent, makePool: makePool))
     }
     self.backend = backend
     let targets = Locked<[any AsyncCacheLayer<Key, Value>]>([])
@@ -131,7 +140,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         channel: channel, sender: sender, connectTimeout: configuration.connectTimeout,
         operationTimeout: configuration.operationTimeout, handshake: configuration.handshake,
         healthCheckInterval: invalidation.healthCheckInterval, backoff: configuration.circuitBreaker,
-        clock: configuration.clock),
+        clock: followedClock),
       counters: counters,
       endpoint: { try await backend.subscriptionEndpoint() },
       deliver: { change in
@@ -351,7 +360,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     do {
       let (expiry, payload) = try RedisEnvelope.decode(bytes)
       let expiresAt = expiry.map(CacheInstant.init(nanosecondsSince1970:))
-      if let expiresAt, expiresAt <= configuration.clock.now {
+      if let expiresAt, expiresAt <= followedClock.now {
         counters.misses.add(1, ordering: .relaxed)
         return nil
       }
@@ -388,10 +397,11 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   ///   ``RedisError``, ``RedisError/Code/outOfMemory`` when the server is full.
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     let encodedKey = try self.encodedKey(key)
-    let now = configuration.clock.now
+    let now = followedClock.now
     let expiresAt = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) }).expiresAt
     if let expiresAt, expiresAt <= now {
       try await unlink(encodedKey)
+      report(.expiredOnArrival(key: encodedKey, expiresAt: expiresAt, now: now), level: expiredArrivals.nextLevel())
       return
     }
     let payload: Data
@@ -430,7 +440,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Stores `value` for `key`, expiring after `timeToLive` (or the configured one).
   public nonisolated func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) async throws {
     try await insert(
-      CacheEntry(value, expiresAt: timeToLive.map { configuration.clock.now.advanced(by: $0) }), for: key)
+      CacheEntry(value, expiresAt: timeToLive.map { followedClock.now.advanced(by: $0) }), for: key)
   }
 
   /// Removes the entry for `key` (`UNLINK`: the server frees a large value in the background).
@@ -690,8 +700,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     )
   }
 
-  private nonisolated func report(_ event: RedisLayerEvent) {
-    Self.log(event, to: configuration.logger, namespace: namespace)
+  private nonisolated func report(_ event: RedisLayerEvent, level: CacheLogLevel? = nil) {
+    Self.log(event, to: followedLogger.value, namespace: namespace, level: level)
     eventHub.emit(event)
   }
 
@@ -738,14 +748,18 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     return escaped
   }
 
-  private static func log(_ event: RedisLayerEvent, to logger: CacheLogger, namespace: String) {
+  private static func log(
+    _ event: RedisLayerEvent, to logger: CacheLogger, namespace: String, level: CacheLogLevel? = nil
+  ) {
     let level: CacheLogLevel =
-      switch event {
-      case .connected: .info
-      case .connectionDiscarded, .valueDiscarded, .invalidationsInterrupted: .warning
-      case .circuitOpened: .error
-      case .circuitClosed, .topologyChanged, .invalidationsResubscribed: .notice
-      case .dropped: .warning
+      if let level { level } else {
+        switch event {
+        case .connected: .info
+        case .connectionDiscarded, .valueDiscarded, .invalidationsInterrupted: .warning
+        case .circuitOpened: .error
+        case .circuitClosed, .topologyChanged, .invalidationsResubscribed: .notice
+        case .dropped, .expiredOnArrival: .warning
+        }
       }
     logger.log(level, event.description, metadata: ["namespace": namespace], source: "RedisLayer")
   }
@@ -800,5 +814,14 @@ extension RedisLayer {
         return RedisEndpoint(host: master.options.host, port: master.options.port)
       }
     }
+  }
+}
+
+extension RedisLayer {
+  /// Follows the clock and the logger of the cache or chain the layer is put in, for those its
+  /// configuration does not name (see `CacheEnvironment`).
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    followedClock.follow(environment.clock)
+    followedLogger.follow(environment.logger)
   }
 }

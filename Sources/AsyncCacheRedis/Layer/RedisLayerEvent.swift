@@ -24,6 +24,10 @@ public enum RedisLayerEvent: DropReportingEvent, CustomStringConvertible {
   /// The subscription to the invalidation `channel` is back; the layers it forwards to were
   /// emptied, since messages sent while it was away are lost.
   case invalidationsResubscribed(channel: String)
+  /// An entry arrived already expired by the layer's clock (`now`), and was not stored (the
+  /// key was deleted instead): most often the layer reads another clock than its writer.
+  /// Logged as a warning the first time, then at debug.
+  case expiredOnArrival(key: String, expiresAt: CacheInstant, now: CacheInstant)
   /// The observer's sequence fell behind and `count` events before this one were dropped from
   /// its buffer. Only an observer's sequence reports this.
   case dropped(count: Int)
@@ -43,6 +47,8 @@ public enum RedisLayerEvent: DropReportingEvent, CustomStringConvertible {
       "invalidations on \(channel.debugDescription) resubscribed; the layers they reach were emptied"
     case .topologyChanged(let masters):
       "cluster topology: \(masters.count) masters (\(masters.map(\.description).joined(separator: ", ")))"
+    case .expiredOnArrival(let key, let expiresAt, let now):
+      "entry for key \(key.debugDescription) " + ExpiredArrivals.describe(expiresAt: expiresAt, now: now)
     case .dropped(let count): "\(count) events dropped by a slow observer"
     }
   }

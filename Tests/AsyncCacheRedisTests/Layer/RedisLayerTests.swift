@@ -344,6 +344,32 @@ struct RedisLayerTests {
     #expect(try await second.value(for: "page") == Data("rendered page".utf8))
     #expect(origin.withLock { $0 } == 1)
   }
+
+  @Test(
+    "an entry that arrives already expired by the layer's clock deletes the key and is reported, not dropped silently")
+  func expiredArrival() async throws {
+    let server = try await RedisServer.start()
+    defer { server.stop() }
+    let events = EventLog<RedisLayerEvent>()
+    let logs = RecordingLogHandler()
+    let layer = try makeLayer(server) {
+      $0.eventHandler = events.handler
+      $0.logger = logs.logger()
+    }
+    try await layer.insert(Data("old".utf8), for: "k")
+    let past = CacheInstant(secondsSince1970: 1_767_225_600)
+    try await layer.insert(CacheEntry(Data("late".utf8), expiresAt: past), for: "k")
+    try await layer.insert(CacheEntry(Data("late".utf8), expiresAt: past), for: "j")
+
+    #expect(try await layer.value(for: "k") == nil, "the older value is gone too")
+    let arrivals = events.all.compactMap { event -> String? in
+      guard case .expiredOnArrival(let key, let expiresAt, _) = event else { return nil }
+      return "\(key) \(expiresAt)"
+    }
+    #expect(arrivals == ["k 2026-01-01T00:00:00Z", "j 2026-01-01T00:00:00Z"])
+    let records = logs.records.filter { $0.message.contains("arrived already expired") }
+    #expect(records.map(\.level) == [.warning, .debug])
+  }
 }
 
 @Suite("The Redis article's example", .redisServer)

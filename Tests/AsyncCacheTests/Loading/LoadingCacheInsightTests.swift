@@ -166,8 +166,8 @@ struct InsightTestFailure: Error, CustomStringConvertible {
     #expect(lines.prefix(5) == ["hit a", "miss bb", "miss ccc", "loadStarted bb", "loadStarted ccc"])
     #expect(
       Set(lines.dropFirst(5)) == [
-        "loadFinished bb from origin in \(Duration.seconds(3))",
-        "loadFinished ccc from origin in \(Duration.seconds(3))",
+        "loadFinished bb from origin in 3s",
+        "loadFinished ccc from origin in 3s",
       ])
     #expect(lines.count == 7)
   }
@@ -345,7 +345,7 @@ struct InsightTestFailure: Error, CustomStringConvertible {
     #expect(try await load.value == 2)
     #expect(try await cache.value(for: "ab") == 2)
     let expected = [
-      "miss ab", "loadStarted ab", "loadFinished ab from origin in \(Duration.milliseconds(250))", "hit ab",
+      "miss ab", "loadStarted ab", "loadFinished ab from origin in 250ms", "hit ab",
     ]
     first.finish()
     second.finish()
@@ -366,7 +366,7 @@ struct InsightTestFailure: Error, CustomStringConvertible {
     #expect(
       await events.read(5) == [
         "miss bb", "loadStarted bb", "eviction a from layer 0: countLimit", "eviction a from layer 1: countLimit",
-        "loadFinished bb from origin in \(Duration.zero)",
+        "loadFinished bb from origin in 0s",
       ])
   }
 
@@ -416,7 +416,7 @@ struct InsightTestFailure: Error, CustomStringConvertible {
     events.finish()
     #expect(
       await events.read(100) == [
-        "miss k", "loadStarted k", "loadFailed k after 1 attempt in \(Duration.zero): \(CancellationError())",
+        "miss k", "loadStarted k", "loadFailed k after 1 attempt in 0s: \(CancellationError())",
       ])
     #expect(cache.statistics.misses == 0, "a cancelled request is neither a hit nor a miss")
     #expect(cache.statistics.hits == 0)
@@ -540,11 +540,11 @@ struct InsightTestFailure: Error, CustomStringConvertible {
     #expect(Set(lines.prefix(2)) == ["hit k", "refreshStarted k"])
     #expect(
       lines.dropFirst(2) == [
-        "retrying k after attempt 1 in \(Duration.seconds(1)): origin down",
-        "loadFailed k after 2 attempts in \(Duration.seconds(1)): origin down",
+        "retrying k after attempt 1 in 1s: origin down",
+        "loadFailed k after 2 attempts in 1s: origin down",
         "servedStale k: origin down",
         "miss none", "loadStarted none",
-        "loadFailed none after 1 attempt in \(Duration.zero): \(notFound)",
+        "loadFailed none after 1 attempt in 0s: \(notFound)",
         "miss none", "negativeHit none: \(notFound)",
       ])
   }

@@ -170,7 +170,7 @@ struct CacheLoggerTests {
     #expect(!UserDefaultsLayer<String, Data>.Configuration().logger.isEnabled)
     #expect(!LinuxMemoryPressureSource.Configuration().logger.isEnabled)
     let cache = try LoadingCache(layers: [MemoryLayer<String, Int>()], origin: ClosureFetcher { _ in 0 })
-    #expect(!cache.chain.configuration.logger.isEnabled)
+    #expect(!cache.chain.followedLogger.value.isEnabled)
   }
 
   @Test("the chain that a loading cache builds from layers logs with the cache's logger")
@@ -179,7 +179,7 @@ struct CacheLoggerTests {
     let cache = try LoadingCache(
       layers: [MemoryLayer<String, Int>()], origin: ClosureFetcher { _ in 0 },
       configuration: .init(logger: handler.logger(minimumLevel: .notice)))
-    let chainLogger = cache.chain.configuration.logger
+    let chainLogger = cache.chain.followedLogger.value
     #expect(chainLogger.minimumLevel == .notice)
     #expect(chainLogger.handler as? RecordingLogHandler === handler)
   }

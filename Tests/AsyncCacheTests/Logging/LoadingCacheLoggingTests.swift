@@ -67,7 +67,7 @@ struct LoadingCacheLoggingTests {
       #expect(retry.message == "origin failed; retrying")
       #expect(
         retry.metadata == [
-          "key": "k", "attempt": "\(attempt)", "delay": "\(Duration.milliseconds(delay))", "error": "Transient",
+          "key": "k", "attempt": "\(attempt)", "delay": "\(delay)ms", "error": "Transient",
         ])
       clock.advance(by: .milliseconds(delay))
     }

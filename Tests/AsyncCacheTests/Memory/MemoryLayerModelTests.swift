@@ -47,6 +47,7 @@ import Testing
     mutating func insert(_ value: Int, cost: Int, expiry: CacheInstant?, for key: Int, now: CacheInstant) {
       if let expiry, expiry <= now {
         drop(key)
+        evictions[.expiredOnArrival] += 1
         return
       }
       if countLimit == 0 || cost > costLimit {

@@ -25,19 +25,31 @@ extension DiskLayer {
     /// An entry that arrives with an earlier ``CacheEntry/expiresAt`` keeps it.
     public var timeToLive: Duration?
 
-    /// The clock that expiry is read from. Default ``WallClock``.
+    /// The clock that expiry is read from. Default: the clock of the cache or chain the layer is
+    /// put in (see ``CacheEnvironment``), else `WallClock`.
     ///
     /// Expiry instants are stored in the files as wall-clock time, so they keep their meaning
     /// across restarts. Least-recently-used order across restarts comes from the files'
     /// modification times, which are always real time.
-    public var clock: any CacheClock
+    public var clock: any CacheClock {
+      get { clockGiven ?? WallClock() }
+      set { clockGiven = newValue }
+    }
+    /// The clock set on this configuration; `nil` to follow the cache's or chain's.
+    package var clockGiven: (any CacheClock)?
 
     /// Where the layer logs what it recovers from (see <doc:CacheLogging>): damaged files deleted
     /// (``CacheLogLevel/warning``), a deleted directory recreated (``CacheLogLevel/warning``),
-    /// temporary files of interrupted writes swept (``CacheLogLevel/info``). Default
-    /// ``CacheLogger/disabled``. Errors the layer throws are not logged by it: its
-    /// ``CacheChain`` logs them.
-    public var logger: CacheLogger
+    /// temporary files of interrupted writes swept (``CacheLogLevel/info``). Default: the logger of
+    /// the cache or chain the layer is put in (see ``CacheEnvironment``), else
+    /// `CacheLogger.disabled`. Errors the layer throws are not logged by it: its ``CacheChain``
+    /// logs them.
+    public var logger: CacheLogger {
+      get { loggerGiven ?? .disabled }
+      set { loggerGiven = newValue }
+    }
+    /// The logger set on this configuration; `nil` to follow the cache's or chain's.
+    package var loggerGiven: CacheLogger?
 
     /// Creates a configuration.
     public init(
@@ -45,15 +57,15 @@ extension DiskLayer {
       countLimit: Int? = nil,
       maximumEntrySize: Int? = nil,
       timeToLive: Duration? = nil,
-      clock: any CacheClock = WallClock(),
-      logger: CacheLogger = .disabled
+      clock: (any CacheClock)? = nil,
+      logger: CacheLogger? = nil
     ) {
       self.sizeLimit = sizeLimit
       self.countLimit = countLimit
       self.maximumEntrySize = maximumEntrySize
       self.timeToLive = timeToLive
-      self.clock = clock
-      self.logger = logger
+      self.clockGiven = clock
+      self.loggerGiven = logger
     }
 
     /// The per-entry limit in effect.

@@ -43,7 +43,7 @@ extension DiskLayer {
     } catch {
       throw failure(error, doing: "list the directory", writing: false)
     }
-    let now = configuration.clock.now.nanosecondsSince1970
+    let now = followedClock.now.nanosecondsSince1970
     var found: [DiskIndex.Record] = []
     var sweptTemporaryFiles = 0
     var expired = 0
@@ -408,7 +408,7 @@ extension DiskLayer {
   /// Deletes every expired entry except the one at `spared` (the file being replaced); returns
   /// how many were deleted. O(n) in the entries held.
   func removeExpiredEntries(sparing spared: Int?) throws -> Int {
-    let now = configuration.clock.now.nanosecondsSince1970
+    let now = followedClock.now.nanosecondsSince1970
     let expired = index.records.filter { $0.expiresAt <= now }.map(\.name)
     var removed = 0
     for name in expired {

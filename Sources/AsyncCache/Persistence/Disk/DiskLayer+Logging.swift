@@ -10,7 +10,7 @@ extension DiskLayer {
     function: String = #function,
     line: UInt = #line
   ) {
-    configuration.logger.log(
+    followedLogger.value.log(
       level, message(), metadata: metadata().merging(["directory": directoryPath]) { mine, _ in mine },
       source: "DiskLayer", file: file, function: function, line: line)
   }

@@ -54,6 +54,12 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
 
   /// The configuration the layer was created with.
   public nonisolated let configuration: Configuration
+  /// The clock the layer reads: its configuration's, or the one of the cache or chain it is in.
+  package nonisolated let followedClock: FollowedClock
+  /// The logger the layer writes to: its configuration's, or the one of the cache or chain it is in.
+  package nonisolated let followedLogger: Followed<CacheLogger>
+  /// How the entries that arrive already expired are logged.
+  private nonisolated let expiredArrivals = ExpiredArrivals()
 
   nonisolated let keyEncoding: CacheKeyEncoding<Key>
   nonisolated let valueCoder: CacheValueCoder<Value>
@@ -120,6 +126,8 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
     while path.count > 1, path.hasSuffix("/") { path.removeLast() }
     self.directory = directory
     self.configuration = configuration
+    self.followedClock = FollowedClock(given: configuration.clockGiven)
+    self.followedLogger = Followed(given: configuration.loggerGiven, fallback: .disabled)
     self.keyEncoding = keyEncoding
     self.valueCoder = valueCoder
     self.fileSystem = fileSystem
@@ -156,7 +164,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
       misses += 1
       return nil
     }
-    let now = configuration.clock.now.nanosecondsSince1970
+    let now = followedClock.now.nanosecondsSince1970
     if index[slot].expiresAt <= now {
       discard(slot, reason: .expired)
       misses += 1
@@ -193,10 +201,11 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   public func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
     var encodedKey = try encode(key)
     let name = fileName(of: &encodedKey)
-    let now = configuration.clock.now
+    let now = followedClock.now
     let entry = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) })
-    if entry.isExpired(at: now) {
+    if let expiresAt = entry.expiresAt, expiresAt <= now {
       try removeEntry(named: name, key: encodedKey)
+      reportExpiredArrival(key: encodedKey, expiresAt: expiresAt, now: now)
       return
     }
     let payload: Data
@@ -239,7 +248,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   ///
   /// - Throws: What ``insert(_:for:)-(CacheEntry<Value>,_)`` throws.
   public func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) throws {
-    let expiresAt = timeToLive.map { configuration.clock.now.advanced(by: $0) }
+    let expiresAt = timeToLive.map { followedClock.now.advanced(by: $0) }
     try insert(CacheEntry(value, expiresAt: expiresAt), for: key)
   }
 
@@ -274,7 +283,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   /// an `unlink` per expired entry.
   @discardableResult
   public func removeExpired() -> Int {
-    let now = configuration.clock.now.nanosecondsSince1970
+    let now = followedClock.now.nanosecondsSince1970
     let expired = index.records.filter { $0.expiresAt <= now }.map(\.name)
     for name in expired {
       if let slot = index.slot(of: name) { discard(slot, reason: .expired) }
@@ -298,7 +307,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   /// were written) are left out, as the other persistent layers do; so are keys stored before
   /// keys were normalized that are not in NFC, which no lookup finds.
   public var keys: [Key] {
-    let now = configuration.clock.now.nanosecondsSince1970
+    let now = followedClock.now.nanosecondsSince1970
     return index.slotsByRecency.compactMap { slot -> Key? in
       let record = index[slot]
       guard record.expiresAt > now, record.key.isNFC else { return nil }
@@ -342,5 +351,22 @@ extension DiskLayer {
     /// Damaged files (truncated, altered, of an unknown format, or whose value no longer
     /// decodes) that were found and deleted.
     public var damagedEntries: Int
+  }
+}
+
+extension DiskLayer {
+  /// Follows the clock and the logger of the cache or chain the layer is put in, for those its
+  /// configuration does not name (see ``CacheEnvironment``).
+  public nonisolated func follow(_ environment: CacheEnvironment) {
+    followedClock.follow(environment.clock)
+    followedLogger.follow(environment.logger)
+  }
+
+  /// Logs an entry that arrived already expired by the layer's clock: a warning the first time,
+  /// then at debug (see ``ExpiredArrivals``).
+  private nonisolated func reportExpiredArrival(key: some StringProtocol, expiresAt: CacheInstant, now: CacheInstant) {
+    log(
+      expiredArrivals.nextLevel(), "an entry " + ExpiredArrivals.describe(expiresAt: expiresAt, now: now),
+      metadata: ["key": CacheLogger.describe(key), "expiresAt": "\(expiresAt)", "now": "\(now)"])
   }
 }
