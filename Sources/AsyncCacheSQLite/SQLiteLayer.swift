@@ -436,11 +436,17 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     retryDelay = nil
   }
 
-  /// Writes what is pending and closes the database. Later calls throw
-  /// `PersistenceError.Code.closed`.
+  /// Writes what is pending and closes the database, and ends the event sequences. Later
+  /// operations throw `PersistenceError.Code.closed`; calling it again does nothing. A
+  /// `LoadingCache` or `CacheChain` that holds the layer calls it from its own `close()`, once
+  /// its writes have ended.
   ///
   /// - Throws: the error of the final write, if it failed; the database is closed regardless.
-  public func close() throws {
+  ///
+  /// `async` although it does not suspend: a synchronous overload would lose, in `async` code,
+  /// to the protocol's do-nothing default.
+  public func close() async throws {
+    guard !isClosed else { return }
     pending.withLock { $0.isClosed = true }
     defer {
       store?.endReading()

@@ -26,6 +26,8 @@ public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     case removeAll
     /// ``AsyncCache/AsyncCacheLayer/handleMemoryPressure(_:)``.
     case memoryPressure(MemoryPressureLevel)
+    /// ``AsyncCache/AsyncCacheLayer/close()``.
+    case close
 
     public var description: String {
       switch self {
@@ -35,6 +37,7 @@ public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
       case .removeValue(let key): "removeValue(\(key))"
       case .removeAll: "removeAll"
       case .memoryPressure(let level): "memoryPressure(\(level))"
+      case .close: "close"
       }
     }
   }
@@ -89,6 +92,12 @@ public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   /// Passes the environment on to the wrapped layer.
   public nonisolated func follow(_ environment: CacheEnvironment) {
     base.follow(environment)
+  }
+
+  /// Records ``Call/close``, then closes the base layer.
+  public nonisolated func close() async throws {
+    record(.close)
+    try await base.close()
   }
 
   private nonisolated func record(_ call: Call) {

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// Layers composed top-down: a miss falls through to lower layers, and an entry found lower
 /// down is copied into the layers above it, keeping its expiry.
 ///
@@ -101,6 +103,10 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Delivers the chain's own events (layer failures) to its observers and to `onFailure`.
   nonisolated let eventHub: EventHub<CacheEvent<Key>>
   private nonisolated let counters: Locked<[TierStatistics]>
+  /// Whether ``close()`` was called: operations then throw ``AsyncCacheError/Code/closed``.
+  private nonisolated let isClosed = Atomic<Bool>(false)
+  /// The work of the first ``close()``, which later calls wait for.
+  private nonisolated let closing = Locked<Task<Void, any Error>?>(nil)
   private nonisolated let backgroundWork = Locked<(next: UInt64, tasks: [UInt64: Task<Void, Never>])>((0, [:]))
 
   /// Creates a chain of tiers, top first.
@@ -198,6 +204,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` when a layer whose policy is
   ///   ``LayerFailurePolicy/propagate`` fails; `CancellationError` when cancelled.
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
+    try checkOpen("entry(for:)")
     let read = beginRead(key)
     let found: (entry: CacheEntry<Value>, tier: Int)?
     do {
@@ -237,8 +244,10 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// - Throws: ``AsyncCacheError/Code/layerFailure``; `CancellationError` if cancelled while
   ///   waiting for an earlier write of the same key (nothing is written then).
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
+    try checkOpen("insert(_:for:)")
     let ticket = try await coordinator.acquireWrite(key)
     defer { coordinator.releaseWrite(ticket) }
+    try checkOpen("insert(_:for:)")
     if let error = await write(entry, for: key, to: tiers.indices, operation: .insert, propagating: true) {
       throw error
     }
@@ -249,8 +258,10 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` for the first failed layer whose policy is
   ///   ``LayerFailurePolicy/propagate``, after trying all of them.
   public nonisolated func removeValue(for key: Key) async throws {
+    try checkOpen("removeValue(for:)")
     let ticket = try await coordinator.acquireWrite(key)
     defer { coordinator.releaseWrite(ticket) }
+    try checkOpen("removeValue(for:)")
     try await removeEverywhere(operation: .remove, key: key) { try await $0.removeValue(for: key) }
   }
 
@@ -259,14 +270,67 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` for the first failed layer whose policy is
   ///   ``LayerFailurePolicy/propagate``, after trying all of them.
   public nonisolated func removeAll() async throws {
+    try checkOpen("removeAll()")
     let ticket = try await coordinator.acquireGlobalWrite()
     defer { coordinator.releaseGlobalWrite(ticket) }
+    try checkOpen("removeAll()")
     try await removeEverywhere(operation: .removeAll, key: nil) { try await $0.removeAll() }
   }
 
   /// Passes `level` to every layer.
   public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
     for tier in tiers { await tier.layer.handleMemoryPressure(level) }
+  }
+
+  // MARK: Closing
+
+  /// Closes the chain and its layers: operations made afterwards throw
+  /// ``AsyncCacheError/Code/closed``; writes in progress and background back-fills finish first;
+  /// then every layer is closed, top first (``AsyncCacheLayer/close()``: a SQLite layer writes
+  /// what it buffers, a Redis layer closes its connections, a memory layer empties), and the
+  /// chain's event sequences end once they have delivered what they buffered.
+  ///
+  /// Every layer is closed even when one fails; each failure is recorded, as a failure of the
+  /// layer during ``LayerFailure/Operation/close``. Calling it again, or concurrently, waits for
+  /// the first call and throws what it threw. A layer shared with another chain is closed for
+  /// both. Nested chains are closed in turn.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/layerFailure`` for the first layer that failed to close,
+  ///   whatever its failure policy (what it could not finish is lost, so the caller must hear).
+  public nonisolated func close() async throws {
+    let work = closing.withLock { closing in
+      if let closing { return closing }
+      isClosed.store(true, ordering: .relaxed)
+      let work = Task { try await self.closeLayers() }
+      closing = work
+      return work
+    }
+    try await work.value
+  }
+
+  private nonisolated func closeLayers() async throws {
+    await waitForBackfills()
+    // Waits for the writes in progress, and overtakes the lookups in progress: they copy
+    // nothing upward after this.
+    if let ticket = try? await coordinator.acquireGlobalWrite() { coordinator.releaseGlobalWrite(ticket) }
+    await waitForBackfills()
+    var firstFailure: (any Error)?
+    for (index, tier) in tiers.enumerated() {
+      do {
+        try await tier.layer.close()
+      } catch {
+        record(
+          LayerFailure(tierIndex: index, layerName: tier.name, operation: .close, error: error), key: nil, thrown: true)
+        if firstFailure == nil { firstFailure = wrap(error, tier: index, operation: .close, key: nil) }
+      }
+    }
+    eventHub.finishAll()
+    if let firstFailure { throw firstFailure }
+  }
+
+  /// Throws ``AsyncCacheError/Code/closed`` once ``close()`` was called.
+  private nonisolated func checkOpen(_ operation: @autoclosure () -> String) throws {
+    if isClosed.load(ordering: .relaxed) { throw AsyncCacheError.closed("CacheChain", operation: operation()) }
   }
 
   // MARK: Introspection

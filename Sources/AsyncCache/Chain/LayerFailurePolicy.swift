@@ -36,6 +36,8 @@ public struct LayerFailure: Sendable, CustomStringConvertible {
     case remove
     /// Removing every entry.
     case removeAll
+    /// Closing the layer (``CacheChain/close()``).
+    case close
   }
 
   /// The position of the layer in the chain, 0 being the top.

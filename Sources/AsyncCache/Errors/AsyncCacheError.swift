@@ -16,6 +16,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case conditionFailed
       case recursiveLoad
       case timedOut
+      case closed
     }
 
     private let base: Base
@@ -52,6 +53,9 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
     /// message names the key and the timeout. The load goes on while other requests wait for
     /// it. Never retried by the cache.
     public static let timedOut = Code(.timedOut)
+    /// The cache or chain was closed (``LoadingCache/close()``, ``CacheChain/close()``) before
+    /// the request was made; the message names it. Never retried.
+    public static let closed = Code(.closed)
 
     public var description: String {
       switch base {
@@ -64,6 +68,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case .conditionFailed: "conditionFailed"
       case .recursiveLoad: "recursiveLoad"
       case .timedOut: "timedOut"
+      case .closed: "closed"
       }
     }
   }
@@ -97,6 +102,11 @@ extension AsyncCacheError {
 
   package static func invalidState(_ message: String) -> AsyncCacheError {
     AsyncCacheError(code: .invalidState, message: message)
+  }
+
+  /// The error of an operation on `component` after it was closed.
+  package static func closed(_ component: String, operation: String) -> AsyncCacheError {
+    AsyncCacheError(code: .closed, message: "\(operation) on a \(component) that was closed")
   }
 
   /// The error of a request for `key` that waited `timeout` for its load.

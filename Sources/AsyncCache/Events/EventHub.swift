@@ -24,6 +24,8 @@ package final class EventHub<Event: DropReportingEvent>: Sendable {
   struct Subscriber: Sendable {
     @usableFromInline let buffer: EventBuffer<Event>
     @usableFromInline let layer: Int
+    /// Whether this hub finishing ends the buffer's sequence: the hub of the sequence's owner.
+    let endsSequence: Bool
   }
 
   @usableFromInline let observerCount = Atomic<Int>(0)
@@ -67,10 +69,10 @@ package final class EventHub<Event: DropReportingEvent>: Sendable {
     EventSequence(capacity: limit, observing: [(self, 0)])
   }
 
-  func subscribe(_ buffer: EventBuffer<Event>, layer: Int = 0) {
+  func subscribe(_ buffer: EventBuffer<Event>, layer: Int = 0, endsSequence: Bool = true) {
     let finished = subscribers.withLock { subscribers -> Bool in
-      if isFinished.load(ordering: .relaxed) { return true }
-      subscribers.append(Subscriber(buffer: buffer, layer: layer))
+      if isFinished.load(ordering: .relaxed) { return endsSequence }
+      subscribers.append(Subscriber(buffer: buffer, layer: layer, endsSequence: endsSequence))
       observerCount.store(subscribers.count + (handler == nil ? 0 : 1), ordering: .relaxed)
       return false
     }
@@ -95,7 +97,7 @@ package final class EventHub<Event: DropReportingEvent>: Sendable {
       }
       return subscribers
     }
-    for subscriber in finished { subscriber.buffer.finish() }
+    for subscriber in finished where subscriber.endsSequence { subscriber.buffer.finish() }
   }
 }
 

@@ -58,7 +58,9 @@ public struct EventSequence<Event: DropReportingEvent>: AsyncSequence, Sendable 
     init(capacity: Int, hubs: [(hub: EventHub<Event>, layer: Int)]) {
       buffer = EventBuffer(capacity: capacity)
       self.hubs = hubs.map(\.hub)
-      for (hub, layer) in hubs { hub.subscribe(buffer, layer: layer) }
+      // The first hub is the owner's: the sequence ends when it finishes. The others (the
+      // memory layers of a chain, say) may finish earlier, as the chain closes them.
+      for (index, (hub, layer)) in hubs.enumerated() { hub.subscribe(buffer, layer: layer, endsSequence: index == 0) }
     }
 
     func end() {

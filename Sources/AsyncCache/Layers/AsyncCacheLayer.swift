@@ -55,6 +55,20 @@ public protocol AsyncCacheLayer<Key, Value>: Actor {
   /// that wraps others passes the environment on to them. The default implementation does
   /// nothing, which suits layers that read no clock and log nothing.
   nonisolated func follow(_ environment: CacheEnvironment)
+
+  /// Finishes the layer's work and releases what it holds: writes it buffers reach their
+  /// store, connections and files close, its event sequences end.
+  ///
+  /// ``CacheChain/close()`` and ``LoadingCache/close()`` call it on each of their layers, once
+  /// nothing else writes to them; a layer that wraps others passes it on. What the layer does
+  /// when used after `close()` is its own to document (persistent layers throw a `closed`
+  /// error). The default implementation does nothing, which suits layers that buffer nothing
+  /// and hold nothing open. Implement it as an `async` method: in `async` code Swift prefers an
+  /// `async` overload, so a synchronous implementation would lose to the default when called
+  /// on the concrete type.
+  ///
+  /// - Throws: What the layer could not finish (a buffered write that failed).
+  func close() async throws
 }
 
 extension AsyncCacheLayer {
@@ -63,4 +77,7 @@ extension AsyncCacheLayer {
 
   /// Does nothing.
   public nonisolated func follow(_ environment: CacheEnvironment) {}
+
+  /// Does nothing.
+  public nonisolated func close() async throws {}
 }

@@ -448,6 +448,11 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
   @usableFromInline
   func isLive(_ id: UInt64) -> Bool { loads[id] != nil }
 
+  /// The tasks that run loads: each load's own, and each batch's.
+  var allTasks: [Task<Void, Never>] {
+    loads.values.compactMap(\.task) + batches.values.compactMap(\.task)
+  }
+
   /// One load of `batch` left the table; returns the batch's task when it was the last one.
   @usableFromInline
   mutating func leaveBatch(_ batch: UInt64) -> Task<Void, Never>? {

@@ -72,6 +72,11 @@ extension LoadingCache {
   /// starting the loads that are not in flight; returns what was collected. When `failsFast`,
   /// it returns at the first failure, withdrawn from the other loads.
   private func collect(_ keys: [Key], failsFast: Bool) async -> (values: [Key: Value], failures: [Key: any Error]) {
+    do {
+      try checkOpen(failsFast ? "allValues(for:)" : "values(for:)")
+    } catch {
+      return ([:], Dictionary(keys.map { ($0, error as any Error) }) { first, _ in first })
+    }
     let collector = BulkCollector<Key, Value>(keys: keys, failsFast: failsFast)
     let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
     // The loads whose body makes this request, if any: it must not wait for one of them.

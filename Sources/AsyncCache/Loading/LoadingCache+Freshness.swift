@@ -115,8 +115,9 @@ extension LoadingCache {
   }
 
   /// Starts a background refresh of `key` in `state` (under the load table's lock), unless a load
-  /// of it is in flight.
+  /// of it is in flight or the cache is closing.
   func startRefresh(_ key: Key, in state: inout LoadTable<Key, Value>.Machine) {
+    if closedFlag.load(ordering: .relaxed) { return }
     // A refresh is background work: it runs below the requests that read the stale value, and a
     // request that joins it raises it.
     state.startRefresh(key, priority: .utility)

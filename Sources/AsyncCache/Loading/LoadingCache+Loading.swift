@@ -14,6 +14,7 @@ extension LoadingCache {
   /// load timeouts.
   @inlinable
   nonisolated(nonsending) func load(_ key: Key) async throws -> Value {
+    try checkOpen("value(for:)")
     if hasLoadTimeouts { return try await load(key, timeouts: configuration.loadTimeouts) }
     let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
     return try await wait(escalating: key, as: waiter)
@@ -54,6 +55,7 @@ extension LoadingCache {
   /// it always finds the waiter, whichever child task runs first.
   @usableFromInline
   nonisolated(nonsending) func load(_ key: Key, timeouts: LoadTimeouts) async throws -> Value {
+    try checkOpen("value(for:)")
     let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
     guard timeouts.isEnabled else { return try await wait(escalating: key, as: waiter) }
     let clock = configuration.clock

@@ -60,6 +60,13 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   @usableFromInline let loadTable = LoadTable<Key, Value>()
   @usableFromInline let nextWaiterID = Atomic<UInt64>(0)
+  /// Whether ``close()`` was called: requests and writes then throw ``AsyncCacheError/Code/closed``.
+  @usableFromInline let closedFlag = Atomic<Bool>(false)
+  /// The work of the first ``close()`` (stopping prefetchers, finishing loads), which later
+  /// calls wait for too.
+  let closing = Locked<Task<Void, Never>?>(nil)
+  /// How to stop each running prefetcher of this cache, for ``close()``.
+  let prefetchers = Locked<[UInt64: @Sendable () async -> Void]>([:])
   /// Hits of a top layer that is not a ``MemoryLayer`` (a memory layer counts its own).
   @usableFromInline let synchronousHits = Atomic<Int>(0)
   /// Where the cache's events go while someone observes them.
@@ -285,6 +292,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// again after it: a load that starts *during* the write is overtaken (it will not store what
   /// it read), and it must not answer the requests that come after the write either.
   private nonisolated(nonsending) func writing(_ key: Key?, _ write: () async throws -> Void) async throws {
+    try checkOpen(key == nil ? "removeAll()" : "a write")
     detach(key)
     defer { detach(key) }
     try await write()

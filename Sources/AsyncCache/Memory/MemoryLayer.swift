@@ -196,6 +196,15 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     store.followedLogger.follow(environment.logger)
   }
 
+  /// Empties the layer (without counting evictions) and ends its event sequences, once they
+  /// have delivered what they buffered. The layer stays usable, unobserved by them. Called by
+  /// the ``LoadingCache/close()`` or ``CacheChain/close()`` that holds it. Safe from any
+  /// context; never suspends, never throws.
+  public nonisolated func close() async throws {
+    store.removeAll()
+    store.eventHub.finishAll()
+  }
+
   /// The clock the layer reads: its configuration's, the one it follows, or the ``WallClock``.
   public nonisolated var clock: any CacheClock { store.clock.clock }
 

@@ -63,6 +63,11 @@ public final actor AnyCacheLayer<Key: Hashable & Sendable, Value: Sendable>: Asy
   public nonisolated func follow(_ environment: CacheEnvironment) {
     base.follow(environment)
   }
+
+  /// Closes the wrapped layer.
+  public nonisolated func close() async throws {
+    try await base.close()
+  }
 }
 
 extension AsyncFetcher {

@@ -135,6 +135,11 @@ public final actor CoalescingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     base.follow(environment)
   }
 
+  /// Closes the wrapped layer.
+  public nonisolated func close() async throws {
+    try await base.close()
+  }
+
   /// Returns once at least `count` requests wait for the lookup of `key` that new requests
   /// would join (for tests: `AsyncCacheTesting` offers it as `waitForLookups(_:for:)`).
   package nonisolated func waitForWaiters(_ count: Int, for key: Key) async {

@@ -129,6 +129,11 @@ public final actor KeyMappedLayer<Key: Hashable & Sendable, Base: AsyncCacheLaye
   public nonisolated func follow(_ environment: CacheEnvironment) {
     base.follow(environment)
   }
+
+  /// Closes the wrapped layer.
+  public nonisolated func close() async throws {
+    try await base.close()
+  }
 }
 
 /// A layer in front of another that converts its values: see
@@ -197,6 +202,11 @@ public final actor ValueMappedLayer<Value: Sendable, Base: AsyncCacheLayer>: Asy
   /// Passes the environment on to the wrapped layer.
   public nonisolated func follow(_ environment: CacheEnvironment) {
     base.follow(environment)
+  }
+
+  /// Closes the wrapped layer.
+  public nonisolated func close() async throws {
+    try await base.close()
   }
 }
 
@@ -280,6 +290,11 @@ public final actor ConditionalLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   /// Passes the environment on to the wrapped layer.
   public nonisolated func follow(_ environment: CacheEnvironment) {
     base.follow(environment)
+  }
+
+  /// Closes the wrapped layer.
+  public nonisolated func close() async throws {
+    try await base.close()
   }
 }
 

@@ -111,6 +111,11 @@ public final actor PostProcessedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   public nonisolated func follow(_ environment: CacheEnvironment) {
     base.follow(environment)
   }
+
+  /// Closes the wrapped layer.
+  public nonisolated func close() async throws {
+    try await base.close()
+  }
 }
 
 /// An origin whose values are post-processed: see ``AsyncFetcher/postProcessing(_:)``.
@@ -193,5 +198,14 @@ public final actor LaneLayer<Primary: AsyncCacheLayer, Other: AsyncCacheLayer<Pr
   public nonisolated func follow(_ environment: CacheEnvironment) {
     primary.follow(environment)
     other.follow(environment)
+  }
+
+  /// Closes both lanes, the other one even when the primary's close throws (its error is
+  /// thrown then).
+  public nonisolated func close() async throws {
+    var failure: (any Error)?
+    do { try await primary.close() } catch { failure = error }
+    try await other.close()
+    if let failure { throw failure }
   }
 }

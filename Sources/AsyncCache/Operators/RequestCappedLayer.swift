@@ -97,6 +97,11 @@ public final actor RequestCappedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     base.follow(environment)
   }
 
+  /// Closes the wrapped layer.
+  public nonisolated func close() async throws {
+    try await base.close()
+  }
+
   // MARK: Slots
 
   @inlinable

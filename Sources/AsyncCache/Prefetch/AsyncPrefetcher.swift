@@ -105,6 +105,8 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
   /// The loads running now, by key: the ticket withdraws a load that left the window.
   private var tickets: [Key: PrefetchTicket] = [:]
   private var lifecycle = Lifecycle.idle
+  /// The prefetcher's registration with its cache, whose ``LoadingCache/close()`` stops it.
+  private var registration: UInt64?
   /// `stop()` was called: the run loop starts nothing more.
   private var isStopping = false
   private var stopWaiters: [CheckedContinuation<Void, Never>] = []
@@ -179,7 +181,10 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
   /// loads still running and returns once they have ended (a load that a request joined goes
   /// on for the request); the ``events(bufferingNewest:)`` sequences finish then.
   ///
-  /// - Throws: ``AsyncCacheError/Code/invalidState`` when the prefetcher runs or ran already.
+  /// The cache's ``LoadingCache/close()`` stops it too.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidState`` when the prefetcher runs or ran already;
+  ///   ``AsyncCacheError/Code/closed`` when its cache was closed.
   public func run() async throws {
     try begin("run()")
     await runLoop()
@@ -188,7 +193,8 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
   /// Runs the prefetcher in a task of its own, for code that is not structured; ``stop()``
   /// ends it. Does nothing when it runs already.
   ///
-  /// - Throws: ``AsyncCacheError/Code/invalidState`` when the prefetcher has stopped.
+  /// - Throws: ``AsyncCacheError/Code/invalidState`` when the prefetcher has stopped;
+  ///   ``AsyncCacheError/Code/closed`` when its cache was closed.
   public func start() throws {
     if lifecycle == .running { return }
     try begin("start()")
@@ -214,6 +220,7 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
   private func begin(_ operation: String) throws {
     switch lifecycle {
     case .idle:
+      registration = try cache.registerPrefetcher { [weak self] in await self?.stop() }
       lifecycle = .running
     case .running:
       throw AsyncCacheError.invalidState("AsyncPrefetcher.\(operation): the prefetcher is running already")
@@ -240,6 +247,7 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
       group.cancelAll()
     }
     cache.removeUrgencyObserver(observer)
+    if let registration { cache.unregisterPrefetcher(registration) }
     logger.debug("stopped", source: Self.component)
     wakeup.finish()
     lifecycle = .finished

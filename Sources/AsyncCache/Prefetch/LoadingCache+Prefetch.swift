@@ -57,6 +57,7 @@ extension LoadingCache {
   /// otherwise; this method then returns once that load has ended, so no work outlives it.
   func prefetch(_ key: Key, ticket: PrefetchTicket, skipsTopLayer: Bool) async -> PrefetchOutcome {
     if hasServableTopValue(for: key) { return .skipped }
+    do { try checkOpen("a prefetch") } catch { return .failed(error) }
     do {
       let source = try await withTaskCancellationHandler {
         try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<LoadSource, any Error>) in

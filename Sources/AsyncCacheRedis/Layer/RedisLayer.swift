@@ -553,9 +553,24 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     }
   }
 
-  /// Closes the connections. Operations in flight and later ones fail with
-  /// ``RedisError/Code/shutDown``. Dropping the layer does the same.
+  /// Closes the connections and the invalidation subscription, and ends the event sequences.
+  /// Operations in flight and later ones fail with ``RedisError/Code/shutDown``. Dropping the
+  /// layer does the same. A ``LoadingCache`` or ``CacheChain`` that holds the layer calls it
+  /// from its own `close()`, once its operations have ended. Calling it again does nothing.
+  ///
+  /// `async throws` as ``AsyncCacheLayer/close()`` is; it never suspends and never throws: the
+  /// layer buffers no write.
+  public nonisolated func close() async throws {
+    closeNow()
+  }
+
+  /// Closes the connections, as ``close()`` does.
+  @available(*, deprecated, renamed: "close()", message: "one name for closing a layer, as SQLiteLayer's")
   public nonisolated func shutDown() {
+    closeNow()
+  }
+
+  private nonisolated func closeNow() {
     subscription?.stop()
     backend.shutDown()
     // Nothing happens after this: the event sequences end once read.

@@ -57,8 +57,8 @@ struct RedisClusterTests {
     #expect(Set(masters.first ?? []) == Set(cluster.seeds))
     try await layer.ping()
 
-    // After shutDown, every operation fails with shutDown.
-    layer.shutDown()
+    // After close, every operation fails with shutDown.
+    try await layer.close()
     let operations: [@Sendable () async throws -> Void] = [
       { _ = try await layer.value(for: "key-1") }, { _ = try await layer.entries(for: keys) },
       { try await layer.insert(Data(), for: "k") }, { try await layer.removeAll() }, { try await layer.ping() },

@@ -235,7 +235,7 @@ struct RedisFaultTests {
     }
     #expect(layer.statistics.connectionsDiscarded == 1)
     #expect(events.discarded.map(\.code) == [.protocolError])
-    layer.shutDown()
+    try await layer.close()
     var delivered: [RedisLayerEvent] = []
     for await event in sequence { delivered.append(event) }  // ends: the layer is shut down
     #expect(delivered.map(\.description) == events.all.map(\.description), "the sequence gets what the handler gets")

@@ -1,0 +1,162 @@
+import AsyncCacheTesting
+import Foundation
+import PersistenceTestSupport
+import TestSupport
+import Testing
+
+@testable import AsyncCache
+
+/// A layer whose `close()` throws, and counts its calls.
+private final actor FailingToCloseLayer: AsyncCacheLayer {
+  let closes = Locked(0)
+  func entry(for key: String) -> CacheEntry<Int>? { nil }
+  func insert(_ entry: CacheEntry<Int>, for key: String) {}
+  func removeValue(for key: String) {}
+  func removeAll() {}
+  nonisolated func close() async throws {
+    closes.withLock { $0 += 1 }
+    throw TestError("cannot close")
+  }
+}
+
+private func isClosed(_ error: any Error) -> Bool {
+  (error as? AsyncCacheError)?.code == .closed
+}
+
+@Suite("Closing a cache and a chain", .timeLimit(.minutes(1)))
+struct LoadingCacheCloseTests {
+  @Test("close() closes every layer once, top first, nested chains and operators included")
+  func closesEveryLayer() async throws {
+    let top = RecordingLayer(try MemoryLayer<String, Int>())
+    let middle = RecordingLayer(try MemoryLayer<String, Int>())
+    let bottom = RecordingLayer(try MemoryLayer<String, Int>())
+    let nested = try CacheChain<String, Int>([.init(middle.coalescingLookups()), .init(bottom)])
+    let cache = try LoadingCache(chain: try CacheChain([.init(top), .init(nested)]), origin: ClosureFetcher { _ in 1 })
+
+    try await cache.close()
+    try await cache.close()
+
+    for layer in [top, middle, bottom] {
+      #expect(layer.calls.filter { $0.description == "close" }.count == 1)
+    }
+    #expect(cache.isClosed)
+  }
+
+  @Test("after close, requests and writes throw closed, naming the cache; bulk requests fail every key")
+  func requestsAfterClose() async throws {
+    let memory = try MemoryLayer<String, Int>()
+    let cache = try LoadingCache(layers: [memory], origin: ClosureFetcher { _ in 1 })
+    _ = try await cache.value(for: "a")
+    try await cache.close()
+
+    #expect(memory.count == 0, "a closed memory layer is empty")
+    let error = await #expect(throws: AsyncCacheError.self) { try await cache.value(for: "a") }
+    #expect(error?.code == .closed && error?.message == "value(for:) on a LoadingCache that was closed")
+    await #expect(throws: AsyncCacheError.self) { try await cache.value(for: "a", timeouts: .init(hard: .seconds(1))) }
+    await #expect { try await cache.insert(1, for: "a") } throws: { isClosed($0) }
+    await #expect { try await cache.removeValue(for: "a") } throws: { isClosed($0) }
+    await #expect { try await cache.removeAll() } throws: { isClosed($0) }
+    await #expect { try await cache.allValues(for: ["a", "b"]) } throws: { isClosed($0) }
+    let bulk = await cache.values(for: ["a", "b"])
+    #expect(bulk.values.isEmpty && bulk.failures.count == 2 && bulk.failures.values.allSatisfy(isClosed))
+    await #expect { try await cache.chain.entry(for: "a") } throws: { isClosed($0) }
+    await #expect { try await cache.chain.insert(1, for: "a") } throws: { isClosed($0) }
+  }
+
+  @Test("a load in flight finishes: its request gets the value, stored before the layers close")
+  func loadsInFlightFinish() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 7 }
+    let lower = RecordingLayer(try MemoryLayer<String, Int>())
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, Int>(), lower], origin: origin)
+    let request = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+
+    let closing = Task { try await cache.close() }
+    while !cache.isClosed { await Task.yield() }  // close() has begun
+    await #expect { try await cache.value(for: "other") } throws: { isClosed($0) }
+    #expect(origin.release("k") == 1)
+    #expect(try await request.value == 7)
+    try await closing.value
+    #expect(lower.calls.map(\.description).suffix(2) == ["insert(k, expiresAt: nil)", "close"])
+  }
+
+  @Test("cancelling the task that closes cancels the loads in flight; the layers close all the same")
+  func cancellingCloseCancelsLoads() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 7 }
+    let memory = RecordingLayer(try MemoryLayer<String, Int>())
+    let cache = try LoadingCache(layers: [memory], origin: origin)
+    let request = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+
+    let closing = Task { try await cache.close() }
+    closing.cancel()
+    try await closing.value
+    await #expect(throws: CancellationError.self) { try await request.value }
+    #expect(memory.calls.map(\.description).last == "close")
+  }
+
+  @Test("concurrent closes wait for the first, and all throw its error")
+  func concurrentCloses() async throws {
+    let failing = FailingToCloseLayer()
+    let after = RecordingLayer(try MemoryLayer<String, Int>())
+    let cache = try LoadingCache(
+      tiers: [.init(try MemoryLayer<String, Int>()), .init(failing, failurePolicy: .skip), .init(after)],
+      origin: ClosureFetcher { _ in 1 })
+    let events = cache.chain.events()
+    let first = Task { try await cache.close() }
+    let second = Task { try await cache.close() }
+    for closing in [first, second] {
+      let error = await #expect(throws: AsyncCacheError.self) { try await closing.value }
+      #expect(error?.code == .layerFailure && error?.message.contains("during close") == true)
+      #expect((error?.underlying as? TestError) == TestError("cannot close"))
+    }
+    #expect(failing.closes.withLock { $0 } == 1)
+    #expect(after.calls.map(\.description) == ["close"], "the layers below a failed one are closed too")
+    let failures = await events.drained().compactMap { event -> LayerFailure? in
+      if case .layerFailed(_, let failure) = event { failure } else { nil }
+    }
+    #expect(failures.map(\.operation) == [.close] && failures.map(\.tierIndex) == [1])
+  }
+
+  @Test("close ends the event sequences of the cache, its chain and its memory layers")
+  func eventSequencesEnd() async throws {
+    let memory = try MemoryLayer<String, Int>()
+    let cache = try LoadingCache(layers: [memory], origin: ClosureFetcher { _ in 1 })
+    let sequences = [cache.events(), cache.chain.events(), memory.events()]
+    _ = try await cache.value(for: "a")
+    try await cache.close()
+    for sequence in sequences {
+      for await _ in sequence {}  // ends
+    }
+  }
+
+  @Test("close stops the cache's running prefetchers, whose events end; a prefetcher cannot run after")
+  func prefetchersStop() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 1 }
+    let cache = try LoadingCache(layers: [try MemoryLayer<String, Int>()], origin: origin)
+    let prefetcher = try AsyncPrefetcher(cache: cache, keys: ["a", "b", "c"])
+    let events = prefetcher.events()
+    let run = Task { try await prefetcher.run() }
+    await origin.waitForFetches(1)
+
+    try await cache.close()
+    try await run.value
+    for await _ in events {}  // ends
+    let late = try AsyncPrefetcher(cache: cache, keys: ["a"])
+    await #expect { try await late.run() } throws: { isClosed($0) }
+    #expect(origin.heldCount() == 0, "the prefetches were cancelled, not left waiting")
+  }
+
+  @Test("a SQLite-like write-behind layer is flushed: a disk layer's entry survives the close")
+  func writesReachTheStore() async throws {
+    let directory = try TemporaryDirectory()
+    defer { directory.remove() }
+    let disk = try await DiskLayer<String, Data>(directory: directory.url, keyEncoding: .string, valueCoder: .data)
+    let cache = try LoadingCache(
+      layers: [try MemoryLayer<String, Data>(), disk], origin: ClosureFetcher { Data($0.utf8) })
+    _ = try await cache.value(for: "k")
+    try await cache.close()
+    let reopened = try await DiskLayer<String, Data>(directory: directory.url, keyEncoding: .string, valueCoder: .data)
+    #expect(try await reopened.entry(for: "k")?.value == Data("k".utf8))
+  }
+}
