@@ -17,6 +17,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case recursiveLoad
       case timedOut
       case closed
+      case duplicateKey
     }
 
     private let base: Base
@@ -56,6 +57,9 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
     /// The cache or chain was closed (``LoadingCache/close()``, ``CacheChain/close()``) before
     /// the request was made; the message names it. Never retried.
     public static let closed = Code(.closed)
+    /// ``CodableCacheStore/create(key:value:expires:)`` found the key holding a value; the
+    /// message names the key.
+    public static let duplicateKey = Code(.duplicateKey)
 
     public var description: String {
       switch base {
@@ -69,6 +73,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case .recursiveLoad: "recursiveLoad"
       case .timedOut: "timedOut"
       case .closed: "closed"
+      case .duplicateKey: "duplicateKey"
       }
     }
   }
@@ -102,6 +107,12 @@ extension AsyncCacheError {
 
   package static func invalidState(_ message: String) -> AsyncCacheError {
     AsyncCacheError(code: .invalidState, message: message)
+  }
+
+  /// The error of a create of `key`, which holds a value.
+  package static func duplicateKey(_ key: String) -> AsyncCacheError {
+    AsyncCacheError(
+      code: .duplicateKey, message: "the key \(CacheLogger.describe(key).debugDescription) holds a value already")
   }
 
   /// The error of an operation on `component` after it was closed.

@@ -23,6 +23,7 @@ extension LoadingCache {
     let work = closing.withLock { closing in
       if let closing { return closing }
       closedFlag.store(true, ordering: .relaxed)
+      closeSignal.fire()
       let work = Task { await self.finishWork() }
       closing = work
       return work

@@ -85,6 +85,15 @@ extension LoadingCache {
     }
     /// The logger set on this configuration; `nil` for none, not handed to the layers.
     package var loggerGiven: CacheLogger?
+    /// An async function that returns when the service running the cache (``LoadingCache/run()``)
+    /// should shut down gracefully, and throws when its task is cancelled: pass
+    /// swift-service-lifecycle's `gracefulShutdown`. ``LoadingCache/run()`` then closes the
+    /// cache, letting the loads in flight finish. Default `nil`: `run()` ends when its task is
+    /// cancelled or the cache is closed.
+    public var gracefulShutdown: (@Sendable () async throws -> Void)?
+    /// Whether ``LoadingCache/run()`` follows the platform's memory pressure while it runs
+    /// (see ``LoadingCache/followSystemMemoryPressure()``). Default `true`.
+    public var followsMemoryPressureWhileRunning: Bool
     /// Where jitter draws from: a number in `0..<1` per call. Tests replace it.
     package var randomUnit: @Sendable () -> Double = { Double.random(in: 0..<1) }
 
@@ -101,7 +110,9 @@ extension LoadingCache {
       clock: (any CacheClock)? = nil,
       retryPolicy: RetryPolicy = .never,
       loadTimeouts: LoadTimeouts = .none,
-      logger: CacheLogger? = nil
+      logger: CacheLogger? = nil,
+      gracefulShutdown: (@Sendable () async throws -> Void)? = nil,
+      followsMemoryPressureWhileRunning: Bool = true
     ) {
       self.timeToLive = timeToLive
       self.staleWhileRevalidate = staleWhileRevalidate
@@ -115,6 +126,8 @@ extension LoadingCache {
       self.retryPolicy = retryPolicy
       self.loadTimeouts = loadTimeouts
       self.loggerGiven = logger
+      self.gracefulShutdown = gracefulShutdown
+      self.followsMemoryPressureWhileRunning = followsMemoryPressureWhileRunning
     }
 
     /// Throws ``AsyncCacheError/Code/invalidConfiguration`` naming the first value out of range.

@@ -65,6 +65,10 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// The work of the first ``close()`` (stopping prefetchers, finishing loads), which later
   /// calls wait for too.
   let closing = Locked<Task<Void, Never>?>(nil)
+  /// Fired when ``close()`` begins: ends ``run()``.
+  let closeSignal = OneShotSignal()
+  /// Whether ``run()`` runs.
+  let running = Locked(false)
   /// How to stop each running prefetcher of this cache, for ``close()``.
   let prefetchers = Locked<[UInt64: @Sendable () async -> Void]>([:])
   /// Hits of a top layer that is not a ``MemoryLayer`` (a memory layer counts its own).

@@ -53,6 +53,46 @@ public struct CacheLogger: Sendable {
     self.init(handler: ClosureLogHandler(body), minimumLevel: minimumLevel)
   }
 
+  /// Creates a logger that passes the records of `minimumLevel` and above to a function shaped
+  /// as swift-log's `Logger.log(level:_:metadata:source:file:function:line:)`, so that the
+  /// bridge to swift-log is that method, with no dependency of this package:
+  ///
+  /// ```swift
+  /// import Logging
+  ///
+  /// let logger = Logger(label: "images")
+  /// let cacheLogger = CacheLogger(minimumLevel: .info, forwardingTo: logger.log(level:_:metadata:source:file:function:line:))
+  /// ```
+  ///
+  /// The level is passed as `Level(rawValue:)` of the record's level (the seven levels have
+  /// swift-log's raw values), the message and each metadata value through their string
+  /// literal initializers, and the source, file, function and line as they are. swift-log
+  /// applies its own log level on top of `minimumLevel`.
+  ///
+  /// - Parameters:
+  ///   - minimumLevel: The least severe level that reaches `log`. Default ``CacheLogLevel/info``.
+  ///   - log: Called synchronously, from any thread, with each record.
+  public init<
+    Level: RawRepresentable & SendableMetatype, Message: ExpressibleByStringLiteral & SendableMetatype,
+    MetadataValue: ExpressibleByStringLiteral & SendableMetatype
+  >(
+    minimumLevel: CacheLogLevel = .info,
+    forwardingTo log:
+      @escaping @Sendable (
+        Level, @autoclosure () -> Message, @autoclosure () -> [String: MetadataValue]?, @autoclosure () -> String?,
+        String, String, UInt
+      ) -> Void
+  ) where Level.RawValue == String, Message.StringLiteralType == String, MetadataValue.StringLiteralType == String {
+    self.init(minimumLevel: minimumLevel) { record in
+      // Every CacheLogLevel's raw value is one of swift-log's; a `Level` that lacks it gets none.
+      guard let level = Level(rawValue: record.level.rawValue) else { return }
+      log(
+        level, Message(stringLiteral: record.message),
+        record.metadata.mapValues { MetadataValue(stringLiteral: $0) }, record.source,
+        record.file, record.function, record.line)
+    }
+  }
+
   private init() {
     handler = nil
     minimumLevel = .critical

@@ -555,10 +555,10 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   /// Closes the connections and the invalidation subscription, and ends the event sequences.
   /// Operations in flight and later ones fail with ``RedisError/Code/shutDown``. Dropping the
-  /// layer does the same. A ``LoadingCache`` or ``CacheChain`` that holds the layer calls it
-  /// from its own `close()`, once its operations have ended. Calling it again does nothing.
+  /// layer does the same. A `LoadingCache` or `CacheChain` that holds the layer calls it from
+  /// its own `close()`, once its operations have ended. Calling it again does nothing.
   ///
-  /// `async throws` as ``AsyncCacheLayer/close()`` is; it never suspends and never throws: the
+  /// `async throws` as `AsyncCacheLayer.close()` is; it never suspends and never throws: the
   /// layer buffers no write.
   public nonisolated func close() async throws {
     closeNow()

@@ -43,7 +43,10 @@ extension DiskLayer {
     } catch {
       throw failure(error, doing: "list the directory", writing: false)
     }
-    let now = followedClock.now.nanosecondsSince1970
+    // Only a clock given to the layer judges expiry at opening: a layer that follows its cache's
+    // clock has not been put in the cache yet, and the wall clock may call expired what that
+    // clock (a test's manual clock, say) does not. Lookups and eviction drop expired files then.
+    let now = configuration.clockGiven != nil ? followedClock.now.nanosecondsSince1970 : .min
     var found: [DiskIndex.Record] = []
     var sweptTemporaryFiles = 0
     var expired = 0

@@ -85,10 +85,11 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
 
   /// Opens (creating it if needed) the directory `directory` as a disk layer.
   ///
-  /// Opening removes temporary files that a killed process left behind, deletes damaged and
-  /// expired entry files, and reads every entry's header to rebuild the in-memory index: one
-  /// small read per file, on the layer's executor. Files whose names are not the layer's are
-  /// left alone.
+  /// Opening removes temporary files that a killed process left behind, deletes damaged entry
+  /// files (and expired ones, when the configuration names a clock: a layer that will follow
+  /// its cache's clock leaves them to lookups, eviction and ``removeExpired()``), and reads
+  /// every entry's header to rebuild the in-memory index: one small read per file, on the
+  /// layer's executor. Files whose names are not the layer's are left alone.
   ///
   /// - Parameters:
   ///   - directory: A file URL of the directory to keep the files in.

@@ -1,0 +1,46 @@
+/// A signal that fires once: ``wait()`` returns once ``fire()`` has been called (at once if it
+/// has), or once the waiting task is cancelled. Safe from any context.
+package final class OneShotSignal: Sendable {
+  private struct State: Sendable {
+    var fired = false
+    var nextID: UInt64 = 0
+    var waiters: [UInt64: UnsafeContinuation<Void, Never>] = [:]
+  }
+
+  private let state = Locked(State())
+
+  package init() {}
+
+  /// Whether ``fire()`` was called.
+  package var hasFired: Bool { state.withLock { $0.fired } }
+
+  /// Fires the signal: every wait returns, now and later.
+  package func fire() {
+    let waiters = state.withLock { state in
+      state.fired = true
+      defer { state.waiters = [:] }
+      return state.waiters.values
+    }
+    for waiter in waiters { waiter.resume() }
+  }
+
+  /// Returns once the signal has fired, or once the calling task is cancelled.
+  package func wait() async {
+    let id = state.withLock { state in
+      state.nextID += 1
+      return state.nextID
+    }
+    await withTaskCancellationHandler {
+      await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+        let returnsNow = state.withLock { state in
+          if state.fired || Task.isCancelled { return true }
+          state.waiters[id] = continuation
+          return false
+        }
+        if returnsNow { continuation.resume() }
+      }
+    } onCancel: {
+      state.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
+    }
+  }
+}

@@ -1,0 +1,62 @@
+extension LoadingCache {
+  // MARK: Running as a service
+
+  /// Runs the cache's background work until the calling task is cancelled, the configuration's
+  /// ``Configuration-swift.struct/gracefulShutdown`` signal returns, or the cache is closed;
+  /// then closes the cache (``close()``) and returns.
+  ///
+  /// While it runs, the cache follows the platform's memory pressure (unless
+  /// ``Configuration-swift.struct/followsMemoryPressureWhileRunning`` is off); its prefetchers
+  /// and its layers' own work (a Redis layer's invalidations, a SQLite layer's background
+  /// writes) run in tasks of their own and end with the close.
+  ///
+  /// Its shape is swift-service-lifecycle's `Service` requirement, so that a service runs the
+  /// cache in its `ServiceGroup` with one line and no dependency of this package:
+  ///
+  /// ```swift
+  /// extension LoadingCache: @retroactive Service {}
+  ///
+  /// let cache = try LoadingCache(
+  ///     layers: [MemoryLayer<String, Data>(), sqlite],
+  ///     origin: origin,
+  ///     configuration: .init(gracefulShutdown: gracefulShutdown))   // ServiceLifecycle's
+  /// ```
+  ///
+  /// A graceful shutdown lets the loads in flight finish before the layers close; a
+  /// cancellation cancels them (see ``close()``).
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidState`` when the cache runs already;
+  ///   ``AsyncCacheError/Code/closed`` when it was closed; what ``close()`` throws.
+  public func run() async throws {
+    try running.withLock { running in
+      try checkOpen("run()")
+      guard !running else { throw AsyncCacheError.invalidState("LoadingCache.run(): the cache runs already") }
+      running = true
+    }
+    defer { running.withLock { $0 = false } }
+    let signal = configuration.gracefulShutdown
+    let followsPressure = configuration.followsMemoryPressureWhileRunning
+    await withTaskGroup(of: Bool.self) { group in
+      if followsPressure {
+        group.addTask {
+          await self.followSystemMemoryPressure()
+          return false
+        }
+      }
+      // Ends on the graceful shutdown signal, on close, or on cancellation.
+      group.addTask {
+        await withTaskGroup(of: Void.self) { shutdown in
+          if let signal { shutdown.addTask { try? await signal() } }
+          shutdown.addTask { await self.closeSignal.wait() }
+          await shutdown.next()
+          shutdown.cancelAll()
+        }
+        return true
+      }
+      for await endsRun in group where endsRun {
+        group.cancelAll()
+      }
+    }
+    try await close()
+  }
+}

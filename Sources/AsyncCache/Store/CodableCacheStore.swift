@@ -1,0 +1,199 @@
+public import Foundation
+
+/// A key-value store of `Codable` values with per-call expiry, over a chain of `String → Data`
+/// layers: session data, tokens, rate-limit counters, whatever a server keeps across requests.
+///
+/// Its methods have the exact shapes of Hummingbird's `PersistDriver` requirements (and its
+/// ``run()`` of swift-service-lifecycle's `Service`), so that a Hummingbird service uses it as
+/// its persist driver with one line and no dependency of this package:
+///
+/// ```swift
+/// import Hummingbird
+///
+/// extension CodableCacheStore: @retroactive PersistDriver {}
+///
+/// let store = try CodableCacheStore(
+///     layers: [MemoryLayer<String, Data>(), try SQLiteLayer<String, Data>(url: url)],
+///     duplicateError: { _ in PersistError.duplicate })
+/// ```
+///
+/// Semantics, as `PersistDriver` documents them:
+/// - ``create(key:value:expires:)`` fails when the key holds an unexpired value;
+///   ``set(key:value:expires:)`` replaces it. Both are atomic with respect to the other writes
+///   of the key made through this store; two stores (two processes) sharing a layer can both
+///   create a key.
+/// - An expiry is a duration from now, on the store's clock; a value is gone once it passes.
+///   `set` with `expires: nil` keeps the expiry of the value it replaces, if it had one.
+/// - ``get(key:as:)`` returns `nil` for a missing or expired key, and for a value that does not
+///   decode as the type asked for.
+///
+/// Values are stored as JSON. Safe from any context.
+public final class CodableCacheStore: Sendable {
+  /// The layers the values live in.
+  public let chain: CacheChain<String, Data>
+  /// The clock expiries are computed on; handed to the layers created without one.
+  public let clock: any CacheClock
+  private let duplicateError: @Sendable (String) -> any Error
+  private let writes = KeyedSerialization<String>()
+  private let closing = Locked<Task<Void, any Error>?>(nil)
+  private let closeSignal = OneShotSignal()
+
+  /// Creates a store over `chain`.
+  ///
+  /// - Parameters:
+  ///   - chain: The layers the values live in, top first.
+  ///   - clock: The clock expiries are computed on. Default ``WallClock``; the chain's layers
+  ///     created without a clock follow it.
+  ///   - duplicateError: The error ``create(key:value:expires:)`` throws for a key that exists;
+  ///     by default ``AsyncCacheError/Code/duplicateKey`` naming the key. A Hummingbird service
+  ///     passes `{ _ in PersistError.duplicate }`.
+  public init(
+    chain: CacheChain<String, Data>,
+    clock: (any CacheClock)? = nil,
+    duplicateError: (@Sendable (String) -> any Error)? = nil
+  ) {
+    self.chain = chain
+    self.clock = clock ?? WallClock()
+    self.duplicateError = duplicateError ?? { key in AsyncCacheError.duplicateKey(key) }
+    chain.follow(CacheEnvironment(clock: clock))
+  }
+
+  /// Creates a store over a chain of `layers`, top first, whose failures are propagated.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` when `layers` is empty.
+  public convenience init(
+    layers: [any AsyncCacheLayer<String, Data>],
+    clock: (any CacheClock)? = nil,
+    duplicateError: (@Sendable (String) -> any Error)? = nil
+  ) throws {
+    try self.init(chain: CacheChain(layers.map { CacheChain.Tier($0) }), clock: clock, duplicateError: duplicateError)
+  }
+
+  // MARK: PersistDriver's shape
+
+  /// Stores `value` for `key` unless the key holds an unexpired value.
+  ///
+  /// - Parameters:
+  ///   - key: The key.
+  ///   - value: The value, stored as JSON.
+  ///   - expires: How long the value lives; `nil` for ever.
+  /// - Throws: The `duplicateError` the store was created with when the key exists; a
+  ///   `PersistenceError` when the value does not encode; a layer's failure.
+  public func create<Object: Codable & Sendable>(key: String, value: Object, expires: Duration?) async throws {
+    let data = try encode(value, for: key)
+    try await writes.run(key) {
+      if try await self.chain.entry(for: key) != nil { throw self.duplicateError(key) }
+      try await self.chain.insert(data, for: key, expiresAt: expires.map { self.clock.now.advanced(by: $0) })
+    }
+  }
+
+  /// Stores `value` for `key`, replacing any value.
+  ///
+  /// - Parameters:
+  ///   - key: The key.
+  ///   - value: The value, stored as JSON.
+  ///   - expires: How long the value lives; `nil` to keep the expiry of the value it replaces
+  ///     (for ever when there was none).
+  /// - Throws: A `PersistenceError` when the value does not encode; a layer's failure.
+  public func set<Object: Codable & Sendable>(key: String, value: Object, expires: Duration?) async throws {
+    let data = try encode(value, for: key)
+    try await writes.run(key) {
+      let expiresAt: CacheInstant?
+      if let expires {
+        expiresAt = self.clock.now.advanced(by: expires)
+      } else {
+        expiresAt = try await self.chain.entry(for: key)?.expiresAt
+      }
+      try await self.chain.insert(data, for: key, expiresAt: expiresAt)
+    }
+  }
+
+  /// The value for `key`, or `nil` when the key is missing or expired, or its value does not
+  /// decode as `Object`.
+  ///
+  /// - Throws: A layer's failure.
+  public func get<Object: Codable & Sendable>(key: String, as: Object.Type) async throws -> Object? {
+    try await getWithTTL(key: key, as: Object.self)?.object
+  }
+
+  /// The value for `key` and the time it has left to live (`nil` for ever), or `nil` as
+  /// ``get(key:as:)`` returns it.
+  ///
+  /// - Throws: A layer's failure.
+  public func getWithTTL<Object: Codable & Sendable>(
+    key: String, as: Object.Type
+  ) async throws -> (object: Object, ttl: Duration?)? {
+    guard let entry = try await chain.entry(for: key) else { return nil }
+    guard let object = try? CacheValueCoder<Object>.json.decode(entry.value) else { return nil }
+    return (object, entry.expiresAt.map { clock.now.duration(to: $0) })
+  }
+
+  /// Removes the value for `key`, if any.
+  ///
+  /// - Throws: A layer's failure.
+  public func remove(key: String) async throws {
+    try await writes.run(key) { try await self.chain.removeValue(for: key) }
+  }
+
+  /// Closes the store's layers (``CacheChain/close()``); later calls throw
+  /// ``AsyncCacheError/Code/closed``. Calling it again waits for the first call.
+  public func shutdown() async throws {
+    let work = closing.withLock { closing in
+      if let closing { return closing }
+      closeSignal.fire()
+      let work = Task { try await self.chain.close() }
+      closing = work
+      return work
+    }
+    try await work.value
+  }
+
+  /// Waits until the calling task is cancelled or ``shutdown()`` is called, then shuts the store
+  /// down: the shape of swift-service-lifecycle's `Service` requirement, which `PersistDriver`
+  /// refines.
+  public func run() async throws {
+    await closeSignal.wait()
+    try await shutdown()
+  }
+
+  private func encode<Object: Codable & Sendable>(_ value: Object, for key: String) throws -> Data {
+    do {
+      return try CacheValueCoder<Object>.json.encode(value)
+    } catch {
+      throw PersistenceError.unencodableValue(key: key, layer: "CodableCacheStore", underlying: error)
+    }
+  }
+}
+
+/// Runs async work one at a time per key, in the order it arrives. Safe from any context.
+final class KeyedSerialization<Key: Hashable & Sendable>: Sendable {
+  private let queues = Locked<[Key: [UnsafeContinuation<Void, Never>]]>([:])
+
+  /// Runs `work` once the work of `key` that arrived before it has ended.
+  func run<Result: Sendable>(_ key: Key, _ work: @Sendable () async throws -> Result) async throws -> Result {
+    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+      let runsNow = queues.withLock { queues in
+        if queues[key] == nil {
+          queues[key] = []
+          return true
+        }
+        queues[key]!.append(continuation)
+        return false
+      }
+      if runsNow { continuation.resume() }
+    }
+    defer {
+      let next = queues.withLock { queues -> UnsafeContinuation<Void, Never>? in
+        guard var waiting = queues[key], !waiting.isEmpty else {
+          queues[key] = nil
+          return nil
+        }
+        let next = waiting.removeFirst()
+        queues[key] = waiting
+        return next
+      }
+      next?.resume()
+    }
+    return try await work()
+  }
+}
