@@ -21,7 +21,7 @@ public struct LoadTimeHistogram: Sendable, Hashable, CustomStringConvertible {
   private var totalNanoseconds: Int64 = 0
   private var minimumNanoseconds = Int64.max
   private var maximumNanoseconds: Int64 = 0
-  private var buckets: [Int] = []
+  private var counts: [Int] = []
 
   /// An empty histogram.
   public init() {}
@@ -38,7 +38,7 @@ public struct LoadTimeHistogram: Sendable, Hashable, CustomStringConvertible {
   /// An empty histogram whose counters are already allocated, for ``copyContents(of:)``.
   static func allocated() -> LoadTimeHistogram {
     var histogram = LoadTimeHistogram()
-    histogram.buckets = Array(repeating: 0, count: bucketCount)
+    histogram.counts = Array(repeating: 0, count: bucketCount)
     return histogram
   }
 
@@ -53,30 +53,30 @@ public struct LoadTimeHistogram: Sendable, Hashable, CustomStringConvertible {
     totalNanoseconds = other.totalNanoseconds
     minimumNanoseconds = other.minimumNanoseconds
     maximumNanoseconds = other.maximumNanoseconds
-    guard !other.buckets.isEmpty, buckets.count == other.buckets.count else {
+    guard !other.counts.isEmpty, counts.count == other.counts.count else {
       // Nothing recorded (no counters, equal to an empty histogram), or storage not from
       // `allocated()`.
-      buckets = other.buckets.isEmpty ? [] : other.buckets.withUnsafeBufferPointer { Array($0) }
+      counts = other.counts.isEmpty ? [] : other.counts.withUnsafeBufferPointer { Array($0) }
       return
     }
-    buckets.withUnsafeMutableBufferPointer { mine in
-      other.buckets.withUnsafeBufferPointer { _ = mine.update(fromContentsOf: $0) }
+    counts.withUnsafeMutableBufferPointer { mine in
+      other.counts.withUnsafeBufferPointer { _ = mine.update(fromContentsOf: $0) }
     }
   }
 
   /// Whether this histogram and `other` share their counters' storage. For tests.
   func sharesStorage(with other: LoadTimeHistogram) -> Bool {
-    guard !buckets.isEmpty, !other.buckets.isEmpty else { return false }
-    return buckets.withUnsafeBufferPointer { mine in
-      other.buckets.withUnsafeBufferPointer { $0.baseAddress == mine.baseAddress }
+    guard !counts.isEmpty, !other.counts.isEmpty else { return false }
+    return counts.withUnsafeBufferPointer { mine in
+      other.counts.withUnsafeBufferPointer { $0.baseAddress == mine.baseAddress }
     }
   }
 
   /// Records `duration` (a negative one, from a clock that went back, as zero).
   public mutating func record(_ duration: Duration) {
     let nanoseconds = Swift.max(duration.saturatingNanoseconds, 0)
-    if buckets.isEmpty { buckets = Array(repeating: 0, count: Self.bucketCount) }
-    buckets[Self.bucket(of: nanoseconds)] += 1
+    if counts.isEmpty { counts = Array(repeating: 0, count: Self.bucketCount) }
+    counts[Self.bucket(of: nanoseconds)] += 1
     count += 1
     let (sum, overflow) = totalNanoseconds.addingReportingOverflow(nanoseconds)
     totalNanoseconds = overflow ? .max : sum
@@ -96,7 +96,7 @@ public struct LoadTimeHistogram: Sendable, Hashable, CustomStringConvertible {
     // skip a rank.
     let rank = Swift.max(Int((clamped * Double(count) * (1 - 1e-12)).rounded(.up)), 1)
     var seen = 0
-    for (index, bucketCount) in buckets.enumerated() where bucketCount > 0 {
+    for (index, bucketCount) in counts.enumerated() where bucketCount > 0 {
       seen += bucketCount
       if seen >= rank {
         let upper = Self.upperBound(ofBucket: index)
@@ -106,11 +106,35 @@ public struct LoadTimeHistogram: Sendable, Hashable, CustomStringConvertible {
     return maximum
   }
 
+  /// A bucket of the histogram: the durations from `lowerBound` through `upperBound`, and how
+  /// many of the recorded ones fell in it.
+  public struct Bucket: Sendable, Hashable {
+    /// The shortest duration in the bucket.
+    public var lowerBound: Duration
+    /// The longest duration in the bucket.
+    public var upperBound: Duration
+    /// How many recorded durations fell in the bucket.
+    public var count: Int
+  }
+
+  /// The buckets that hold at least one duration, shortest first: what a metrics system's
+  /// histogram takes (summing the counts up to each `upperBound` gives Prometheus's cumulative
+  /// buckets). Each power of two of nanoseconds is split into 8 buckets; at most 488. O(488).
+  public var buckets: [Bucket] {
+    counts.indices.compactMap { index in
+      guard counts[index] > 0 else { return nil }
+      let lower = index == 0 ? 0 : Self.upperBound(ofBucket: index - 1) + 1
+      return Bucket(
+        lowerBound: .nanoseconds(lower), upperBound: .nanoseconds(Self.upperBound(ofBucket: index)),
+        count: counts[index])
+    }
+  }
+
   /// Adds the durations `other` recorded.
   public mutating func merge(_ other: LoadTimeHistogram) {
     guard other.count > 0 else { return }
-    if buckets.isEmpty { buckets = Array(repeating: 0, count: Self.bucketCount) }
-    for index in other.buckets.indices { buckets[index] += other.buckets[index] }
+    if counts.isEmpty { counts = Array(repeating: 0, count: Self.bucketCount) }
+    for index in other.counts.indices { counts[index] += other.counts[index] }
     count += other.count
     let (sum, overflow) = totalNanoseconds.addingReportingOverflow(other.totalNanoseconds)
     totalNanoseconds = overflow ? .max : sum
@@ -144,19 +168,20 @@ public struct LoadTimeHistogram: Sendable, Hashable, CustomStringConvertible {
     let median = percentile(0.5) ?? .zero
     let p99 = percentile(0.99) ?? .zero
     return
-      "\(count) loads, total \(total), mean \(mean ?? .zero), median \(median), p99 \(p99), max \(maximum ?? .zero)"
+      "\(count) loads, total \(total.readable), mean \((mean ?? .zero).readable), median \(median.readable), "
+      + "p99 \(p99.readable), max \((maximum ?? .zero).readable)"
   }
 
   public static func == (lhs: LoadTimeHistogram, rhs: LoadTimeHistogram) -> Bool {
     lhs.count == rhs.count && lhs.totalNanoseconds == rhs.totalNanoseconds
       && (lhs.count == 0
         || (lhs.minimumNanoseconds == rhs.minimumNanoseconds
-          && lhs.maximumNanoseconds == rhs.maximumNanoseconds && lhs.buckets == rhs.buckets))
+          && lhs.maximumNanoseconds == rhs.maximumNanoseconds && lhs.counts == rhs.counts))
   }
 
   public func hash(into hasher: inout Hasher) {
     hasher.combine(count)
     hasher.combine(totalNanoseconds)
-    if count > 0 { hasher.combine(buckets) }
+    if count > 0 { hasher.combine(counts) }
   }
 }

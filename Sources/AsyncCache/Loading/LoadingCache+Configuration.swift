@@ -85,6 +85,12 @@ extension LoadingCache {
     }
     /// The logger set on this configuration; `nil` for none, not handed to the layers.
     package var loggerGiven: CacheLogger?
+    /// Called once with every load that ends (see ``LoadReport``): its key, outcome, source,
+    /// duration and attempts. Unlike ``LoadingCache/events(bufferingNewest:)``, it loses nothing
+    /// and costs hits nothing: the observer a metrics reporter needs. Called synchronously, on
+    /// the task that ends the load, before its requests resume: keep it short, and do not wait
+    /// there for the cache. Default `nil`.
+    public var onLoadEnded: (@Sendable (LoadReport<Key>) -> Void)?
     /// An async function that returns when the service running the cache (``LoadingCache/run()``)
     /// should shut down gracefully, and throws when its task is cancelled: pass
     /// swift-service-lifecycle's `gracefulShutdown`. ``LoadingCache/run()`` then closes the
@@ -111,6 +117,7 @@ extension LoadingCache {
       retryPolicy: RetryPolicy = .never,
       loadTimeouts: LoadTimeouts = .none,
       logger: CacheLogger? = nil,
+      onLoadEnded: (@Sendable (LoadReport<Key>) -> Void)? = nil,
       gracefulShutdown: (@Sendable () async throws -> Void)? = nil,
       followsMemoryPressureWhileRunning: Bool = true
     ) {
@@ -126,6 +133,7 @@ extension LoadingCache {
       self.retryPolicy = retryPolicy
       self.loadTimeouts = loadTimeouts
       self.loggerGiven = logger
+      self.onLoadEnded = onLoadEnded
       self.gracefulShutdown = gracefulShutdown
       self.followsMemoryPressureWhileRunning = followsMemoryPressureWhileRunning
     }

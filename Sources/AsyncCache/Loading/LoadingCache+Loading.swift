@@ -401,15 +401,17 @@ extension LoadingCache {
     }
     let duration = startedAt.duration(to: configuration.clock.now)
     let answeredFromLayer: Bool = if case .success((_, .layer)) = result { true } else { false }
-    let waiters = loadTable.withLock { state in
+    let reports = configuration.onLoadEnded
+    let (waiters, isRefresh, abandoned) = loadTable.withLock { state in
       // An abandoned load is out of the table: its requests left, and it is not counted. It
       // ended as cancelled, whatever it brought.
-      guard state.loads[id] != nil else {
+      guard let load = state.loads[id] else {
         if eventHub.isObserved {
           eventHub.emit(.loadFailed(key: key, error: CancellationError(), attempts: attempts, duration: duration))
         }
-        return [LoadWaiter<Key, Value>]()
+        return ([LoadWaiter<Key, Value>](), false, true)
       }
+      let isRefresh = load.isRefresh
       state.counters.loadTime.record(duration)
       // Reported before the load leaves the table, so before anyone can see it gone (the event
       // locks are leaves).
@@ -428,7 +430,19 @@ extension LoadingCache {
       }
       let requests = waiters.count { $0.isRequest }
       if answeredFromLayer { state.counters.layerAnswers += requests } else { state.counters.originAnswers += requests }
-      return waiters
+      return (waiters, isRefresh, false)
+    }
+    // Outside the table's lock, before the requests resume: the observer may be slow, and a
+    // request that got its value finds its load reported.
+    if let reports {
+      let outcome: LoadReport<Key>.Outcome =
+        switch (abandoned, result, staleAfter) {
+        case (true, _, _): .cancelled
+        case (false, .success, let error?): .servedStale(after: error)
+        case (false, .success((_, let source)), nil): .loaded(from: source)
+        case (false, .failure(let error), _): error is CancellationError ? .cancelled : .failed(error)
+        }
+      reports(LoadReport(key: key, outcome: outcome, duration: duration, attempts: attempts, isRefresh: isRefresh))
     }
     let value = result.map(\.0)
     let source = result.map(\.1)
