@@ -1,20 +1,23 @@
 public import AsyncCache
 public import Foundation
 
-extension SQLiteLayer where Key == String, Value == Data {
-  /// Opens a layer of string keys and raw `Data` values. See
+extension SQLiteLayer where Key: CacheKeyEncodable, Value == Data {
+  /// Opens a layer of raw `Data` values whose keys are stored with their type's default
+  /// encoding (`CacheKeyEncodable`: `String`, integers, `UUID`, …). See
   /// ``init(url:namespace:configuration:keyEncoding:valueCoder:)``.
   public init(url: URL, namespace: String = "default", configuration: Configuration = Configuration())
     async throws
   {
     try await self.init(
-      url: url, namespace: namespace, configuration: configuration, keyEncoding: .string, valueCoder: .data)
+      url: url, namespace: namespace, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .data)
   }
 }
 
-extension SQLiteLayer where Key == String, Value: Codable {
-  /// Opens a layer of string keys and `Codable` values, stored as JSON unless another coder
-  /// is given. See ``init(url:namespace:configuration:keyEncoding:valueCoder:)``.
+extension SQLiteLayer where Key: CacheKeyEncodable, Value: Codable {
+  /// Opens a layer of `Codable` values, stored as JSON unless another coder is given, whose keys
+  /// are stored with their type's default encoding (`CacheKeyEncodable`: `String`, integers,
+  /// `UUID`, …): `SQLiteLayer<Int, Product>(url: url)`. See
+  /// ``init(url:namespace:configuration:keyEncoding:valueCoder:)``.
   public init(
     url: URL,
     namespace: String = "default",
@@ -22,7 +25,7 @@ extension SQLiteLayer where Key == String, Value: Codable {
     valueCoder: CacheValueCoder<Value> = .json
   ) async throws {
     try await self.init(
-      url: url, namespace: namespace, configuration: configuration, keyEncoding: .string, valueCoder: valueCoder)
+      url: url, namespace: namespace, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: valueCoder)
   }
 }
 

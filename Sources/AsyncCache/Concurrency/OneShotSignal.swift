@@ -44,3 +44,16 @@ package final class OneShotSignal: Sendable {
     }
   }
 }
+
+extension OneShotSignal {
+  /// Returns once this signal fires, `gracefulShutdown` returns or throws (when given), or the
+  /// calling task is cancelled: how a `run()` waits for its end.
+  package func wait(orUntil gracefulShutdown: (@Sendable () async throws -> Void)?) async {
+    await withTaskGroup(of: Void.self) { group in
+      if let gracefulShutdown { group.addTask { try? await gracefulShutdown() } }
+      group.addTask { await self.wait() }
+      await group.next()
+      group.cancelAll()
+    }
+  }
+}

@@ -45,12 +45,7 @@ extension LoadingCache {
       }
       // Ends on the graceful shutdown signal, on close, or on cancellation.
       group.addTask {
-        await withTaskGroup(of: Void.self) { shutdown in
-          if let signal { shutdown.addTask { try? await signal() } }
-          shutdown.addTask { await self.closeSignal.wait() }
-          await shutdown.next()
-          shutdown.cancelAll()
-        }
+        await self.closeSignal.wait(orUntil: signal)
         return true
       }
       for await endsRun in group where endsRun {

@@ -167,3 +167,65 @@ extension CacheKeyEncoding where Key: Codable {
     )
   }
 }
+
+/// A key type with an encoding that persistent layers take when they are given none, so that
+/// `SQLiteLayer<Int, Product>(url:)` needs no `keyEncoding:`.
+///
+/// `String` (``CacheKeyEncoding/string``), the integer types (``CacheKeyEncoding/description``)
+/// and `UUID` (``CacheKeyEncoding/uuid``) conform. A type of your own conforms in one line when
+/// it is `RawRepresentable` with a raw value that conforms (its raw value's encoding), or
+/// `LosslessStringConvertible` (its `description`):
+///
+/// ```swift
+/// enum Region: String { case eu, us }
+/// extension Region: CacheKeyEncodable {}
+///
+/// let byRegion = try await SQLiteLayer<Region, Product>(url: url)
+/// ```
+///
+/// Any other type implements ``cacheKeyEncoding`` (``CacheKeyEncoding/json`` suits `Codable`
+/// keys), or passes a `keyEncoding:` to the layer's initializer. An encoding must tell apart
+/// the keys that are not `==` (see "Key identity" in ``CacheKeyEncoding``).
+public protocol CacheKeyEncodable: Hashable, Sendable {
+  /// How persistent layers store keys of this type when they are given no encoding.
+  static var cacheKeyEncoding: CacheKeyEncoding<Self> { get }
+}
+
+extension CacheKeyEncodable where Self: LosslessStringConvertible {
+  /// ``CacheKeyEncoding/description``.
+  public static var cacheKeyEncoding: CacheKeyEncoding<Self> { .description }
+}
+
+extension CacheKeyEncodable where Self: RawRepresentable, RawValue: CacheKeyEncodable {
+  /// The raw value's encoding.
+  public static var cacheKeyEncoding: CacheKeyEncoding<Self> {
+    let raw = RawValue.cacheKeyEncoding
+    return CacheKeyEncoding(
+      encode: { try raw.encode($0.rawValue) },
+      decode: { string in
+        guard let key = Self(rawValue: try raw.decode(string)) else { throw PersistenceError.undecodableKey(string) }
+        return key
+      })
+  }
+}
+
+extension String: CacheKeyEncodable {
+  /// ``CacheKeyEncoding/string``.
+  public static var cacheKeyEncoding: CacheKeyEncoding<String> { .string }
+}
+
+extension UUID: CacheKeyEncodable {
+  /// ``CacheKeyEncoding/uuid``.
+  public static var cacheKeyEncoding: CacheKeyEncoding<UUID> { .uuid }
+}
+
+extension Int: CacheKeyEncodable {}
+extension Int8: CacheKeyEncodable {}
+extension Int16: CacheKeyEncodable {}
+extension Int32: CacheKeyEncodable {}
+extension Int64: CacheKeyEncodable {}
+extension UInt: CacheKeyEncodable {}
+extension UInt8: CacheKeyEncodable {}
+extension UInt16: CacheKeyEncodable {}
+extension UInt32: CacheKeyEncodable {}
+extension UInt64: CacheKeyEncodable {}

@@ -379,8 +379,9 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   }
 }
 
-extension UserDefaultsLayer where Key == String {
-  /// Creates a layer with `String` keys, stored as they are, and values stored with
+extension UserDefaultsLayer where Key: CacheKeyEncodable {
+  /// Creates a layer whose keys are stored with their type's default encoding
+  /// (``CacheKeyEncodable``), and values stored with
   /// `valueCoder`.
   ///
   /// - Throws: As ``init(suiteName:configuration:keyEncoding:valueCoder:)``.
@@ -389,26 +390,28 @@ extension UserDefaultsLayer where Key == String {
     configuration: Configuration = Configuration(),
     valueCoder: CacheValueCoder<Value>
   ) throws {
-    try self.init(suiteName: suiteName, configuration: configuration, keyEncoding: .string, valueCoder: valueCoder)
+    try self.init(suiteName: suiteName, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: valueCoder)
   }
 }
 
-extension UserDefaultsLayer where Key == String, Value == Data {
-  /// Creates a layer with `String` keys and `Data` values, both stored as they are.
+extension UserDefaultsLayer where Key: CacheKeyEncodable, Value == Data {
+  /// Creates a layer of `Data` values, stored as they are, whose keys are stored with their
+  /// type's default encoding (``CacheKeyEncodable``).
   ///
   /// - Throws: As ``init(suiteName:configuration:keyEncoding:valueCoder:)``.
   public init(suiteName: String, configuration: Configuration = Configuration()) throws {
-    try self.init(suiteName: suiteName, configuration: configuration, keyEncoding: .string, valueCoder: .data)
+    try self.init(suiteName: suiteName, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .data)
   }
 }
 
-extension UserDefaultsLayer where Key == String, Value: Codable {
-  /// Creates a layer with `String` keys, stored as they are, and `Codable` values, stored as
+extension UserDefaultsLayer where Key: CacheKeyEncodable, Value: Codable {
+  /// Creates a layer whose keys are stored with their type's default encoding
+  /// (``CacheKeyEncodable``), and `Codable` values, stored as
   /// JSON.
   ///
   /// - Throws: As ``init(suiteName:configuration:keyEncoding:valueCoder:)``.
   public init(suiteName: String, configuration: Configuration = Configuration()) throws {
-    try self.init(suiteName: suiteName, configuration: configuration, keyEncoding: .string, valueCoder: .json)
+    try self.init(suiteName: suiteName, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .json)
   }
 }
 

@@ -13,8 +13,9 @@ public import Foundation
 /// extension CodableCacheStore: @retroactive PersistDriver {}
 ///
 /// let store = try CodableCacheStore(
-///     layers: [MemoryLayer<String, Data>(), try SQLiteLayer<String, Data>(url: url)],
-///     duplicateError: { _ in PersistError.duplicate })
+///     layers: [MemoryLayer<String, Data>(), try await SQLiteLayer<String, Data>(url: url)],
+///     duplicateError: { _ in PersistError.duplicate },
+///     gracefulShutdown: gracefulShutdown)   // ServiceLifecycle's
 /// ```
 ///
 /// Semantics, as `PersistDriver` documents them:
@@ -34,6 +35,7 @@ public final class CodableCacheStore: Sendable {
   /// The clock expiries are computed on; handed to the layers created without one.
   public let clock: any CacheClock
   private let duplicateError: @Sendable (String) -> any Error
+  private let gracefulShutdown: (@Sendable () async throws -> Void)?
   private let writes = KeyedSerialization<String>()
   private let closing = Locked<Task<Void, any Error>?>(nil)
   private let closeSignal = OneShotSignal()
@@ -47,14 +49,20 @@ public final class CodableCacheStore: Sendable {
   ///   - duplicateError: The error ``create(key:value:expires:)`` throws for a key that exists;
   ///     by default ``AsyncCacheError/Code/duplicateKey`` naming the key. A Hummingbird service
   ///     passes `{ _ in PersistError.duplicate }`.
+  ///   - gracefulShutdown: An async function that returns when the service running the store
+  ///     (``run()``) should shut down gracefully: pass swift-service-lifecycle's
+  ///     `gracefulShutdown`. Default `nil`: `run()` ends when its task is cancelled or the store
+  ///     is shut down.
   public init(
     chain: CacheChain<String, Data>,
     clock: (any CacheClock)? = nil,
-    duplicateError: (@Sendable (String) -> any Error)? = nil
+    duplicateError: (@Sendable (String) -> any Error)? = nil,
+    gracefulShutdown: (@Sendable () async throws -> Void)? = nil
   ) {
     self.chain = chain
     self.clock = clock ?? WallClock()
     self.duplicateError = duplicateError ?? { key in AsyncCacheError.duplicateKey(key) }
+    self.gracefulShutdown = gracefulShutdown
     chain.follow(CacheEnvironment(clock: clock))
   }
 
@@ -64,9 +72,12 @@ public final class CodableCacheStore: Sendable {
   public convenience init(
     layers: [any AsyncCacheLayer<String, Data>],
     clock: (any CacheClock)? = nil,
-    duplicateError: (@Sendable (String) -> any Error)? = nil
+    duplicateError: (@Sendable (String) -> any Error)? = nil,
+    gracefulShutdown: (@Sendable () async throws -> Void)? = nil
   ) throws {
-    try self.init(chain: CacheChain(layers.map { CacheChain.Tier($0) }), clock: clock, duplicateError: duplicateError)
+    try self.init(
+      chain: CacheChain(layers.map { CacheChain.Tier($0) }), clock: clock, duplicateError: duplicateError,
+      gracefulShutdown: gracefulShutdown)
   }
 
   // MARK: PersistDriver's shape
@@ -148,11 +159,11 @@ public final class CodableCacheStore: Sendable {
     try await work.value
   }
 
-  /// Waits until the calling task is cancelled or ``shutdown()`` is called, then shuts the store
-  /// down: the shape of swift-service-lifecycle's `Service` requirement, which `PersistDriver`
-  /// refines.
+  /// Waits until the calling task is cancelled, the `gracefulShutdown` signal the store was
+  /// created with returns, or ``shutdown()`` is called; then shuts the store down: the shape of
+  /// swift-service-lifecycle's `Service` requirement, which `PersistDriver` refines.
   public func run() async throws {
-    await closeSignal.wait()
+    await closeSignal.wait(orUntil: gracefulShutdown)
     try await shutdown()
   }
 

@@ -780,22 +780,24 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   }
 }
 
-extension RedisLayer where Key == String, Value == Data {
-  /// A layer of string keys and raw `Data` values. See
+extension RedisLayer where Key: CacheKeyEncodable, Value == Data {
+  /// A layer of raw `Data` values whose keys are stored with their type's default encoding
+  /// (`CacheKeyEncodable`: `String`, integers, `UUID`, …). See
   /// ``init(configuration:namespace:keyEncoding:valueCoder:)``.
   public init(configuration: Configuration = Configuration(), namespace: String = "default") throws {
-    try self.init(configuration: configuration, namespace: namespace, keyEncoding: .string, valueCoder: .data)
+    try self.init(configuration: configuration, namespace: namespace, keyEncoding: Key.cacheKeyEncoding, valueCoder: .data)
   }
 }
 
-extension RedisLayer where Key == String, Value: Codable {
-  /// A layer of string keys and `Codable` values, stored as JSON unless another coder is given.
+extension RedisLayer where Key: CacheKeyEncodable, Value: Codable {
+  /// A layer of `Codable` values, stored as JSON unless another coder is given, whose keys are
+  /// stored with their type's default encoding (`CacheKeyEncodable`).
   /// See ``init(configuration:namespace:keyEncoding:valueCoder:)``.
   public init(
     configuration: Configuration = Configuration(), namespace: String = "default",
     valueCoder: CacheValueCoder<Value> = .json
   ) throws {
-    try self.init(configuration: configuration, namespace: namespace, keyEncoding: .string, valueCoder: valueCoder)
+    try self.init(configuration: configuration, namespace: namespace, keyEncoding: Key.cacheKeyEncoding, valueCoder: valueCoder)
   }
 }
 

@@ -122,14 +122,22 @@ struct CodableCacheStoreTests {
   func runs() async throws {
     let memory = RecordingLayer(try MemoryLayer<String, Data>())
     let store = try CodableCacheStore(layers: [memory])
-    let service = Task { try await store.run() }
-    service.cancel()
-    try await service.value
+    let cancelled = Task { try await store.run() }
+    cancelled.cancel()
+    try await cancelled.value
     #expect(memory.calls.map(\.description) == ["close"])
 
     let other = try makeStore()
     let running = Task { try await other.run() }
     try await other.shutdown()
     try await running.value
+
+    let signal = OneShotSignal()
+    let closed = RecordingLayer(try MemoryLayer<String, Data>())
+    let graceful = try CodableCacheStore(layers: [closed], gracefulShutdown: { await signal.wait() })
+    let service = Task { try await graceful.run() }
+    signal.fire()
+    try await service.value
+    #expect(closed.calls.map(\.description) == ["close"], "the graceful shutdown signal ends run() and closes")
   }
 }

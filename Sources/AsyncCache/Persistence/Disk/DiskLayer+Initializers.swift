@@ -1,7 +1,8 @@
 public import Foundation
 
-extension DiskLayer where Key == String {
-  /// Opens a disk layer with `String` keys, stored as they are.
+extension DiskLayer where Key: CacheKeyEncodable {
+  /// Opens a disk layer whose keys are stored with their type's default encoding
+  /// (``CacheKeyEncodable``: `String`, integers, `UUID`, …).
   ///
   /// Costs what ``init(directory:configuration:keyEncoding:valueCoder:)`` costs.
   ///
@@ -14,7 +15,7 @@ extension DiskLayer where Key == String {
     directory: URL, configuration: Configuration = Configuration(), valueCoder: CacheValueCoder<Value>
   ) async throws {
     try await self.init(
-      directory: directory, configuration: configuration, keyEncoding: .string, valueCoder: valueCoder)
+      directory: directory, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: valueCoder)
   }
 }
 
@@ -36,8 +37,9 @@ extension DiskLayer where Value == Data {
   }
 }
 
-extension DiskLayer where Key == String, Value == Data {
-  /// Opens a disk layer with `String` keys and `Data` values, both stored as they are.
+extension DiskLayer where Key: CacheKeyEncodable, Value == Data {
+  /// Opens a disk layer of `Data` values, stored as they are, whose keys are stored with their
+  /// type's default encoding (``CacheKeyEncodable``).
   ///
   /// Costs what ``init(directory:configuration:keyEncoding:valueCoder:)`` costs.
   ///
@@ -46,7 +48,7 @@ extension DiskLayer where Key == String, Value == Data {
   ///   - configuration: Limits, expiry and clock.
   /// - Throws: What ``init(directory:configuration:keyEncoding:valueCoder:)`` throws.
   public init(directory: URL, configuration: Configuration = Configuration()) async throws {
-    try await self.init(directory: directory, configuration: configuration, keyEncoding: .string, valueCoder: .data)
+    try await self.init(directory: directory, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .data)
   }
 }
 
@@ -68,8 +70,9 @@ extension DiskLayer where Value: Codable {
   }
 }
 
-extension DiskLayer where Key == String, Value: Codable {
-  /// Opens a disk layer with `String` keys, stored as they are, and `Codable` values, stored as
+extension DiskLayer where Key: CacheKeyEncodable, Value: Codable {
+  /// Opens a disk layer whose keys are stored with their type's default encoding
+  /// (``CacheKeyEncodable``), and `Codable` values, stored as
   /// JSON.
   ///
   /// Costs what ``init(directory:configuration:keyEncoding:valueCoder:)`` costs.
@@ -79,6 +82,6 @@ extension DiskLayer where Key == String, Value: Codable {
   ///   - configuration: Limits, expiry and clock.
   /// - Throws: What ``init(directory:configuration:keyEncoding:valueCoder:)`` throws.
   public init(directory: URL, configuration: Configuration = Configuration()) async throws {
-    try await self.init(directory: directory, configuration: configuration, keyEncoding: .string, valueCoder: .json)
+    try await self.init(directory: directory, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .json)
   }
 }
