@@ -9,7 +9,8 @@ extension SQLiteLayer where Key: CacheKeyEncodable, Value == Data {
     async throws
   {
     try await self.init(
-      url: url, namespace: namespace, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .data)
+      url: url, namespace: namespace, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .data
+    )
   }
 }
 
@@ -25,7 +26,8 @@ extension SQLiteLayer where Key: CacheKeyEncodable, Value: Codable {
     valueCoder: CacheValueCoder<Value> = .json
   ) async throws {
     try await self.init(
-      url: url, namespace: namespace, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: valueCoder)
+      url: url, namespace: namespace, configuration: configuration, keyEncoding: Key.cacheKeyEncoding,
+      valueCoder: valueCoder)
   }
 }
 

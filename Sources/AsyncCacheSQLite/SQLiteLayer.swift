@@ -7,7 +7,7 @@ import Synchronization
 ///
 /// ```swift
 /// let disk = try await SQLiteLayer<String, Data>(url: folder.appending(path: "cache.sqlite"))
-/// let cache = CacheChain(MemoryLayer<String, Data>(), disk)
+/// let chain = try CacheChain<String, Data>([.init(try MemoryLayer<String, Data>()), .init(disk)])
 /// ```
 ///
 /// - **Keys** are stored as strings through a `CacheKeyEncoding` (collision-free for the

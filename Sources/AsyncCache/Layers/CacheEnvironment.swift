@@ -11,7 +11,7 @@ public import Synchronization
 /// ```swift
 /// let clock = ManualClock()
 /// let cache = try LoadingCache(
-///     layers: [MemoryLayer<String, Data>(), try SQLiteLayer<String, Data>(url: url)],
+///     layers: [MemoryLayer<String, Data>(), try await SQLiteLayer<String, Data>(url: url)],
 ///     origin: origin,
 ///     configuration: .init(clock: clock))   // both layers follow `clock`
 /// ```

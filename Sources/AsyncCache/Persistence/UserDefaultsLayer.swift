@@ -390,7 +390,8 @@ extension UserDefaultsLayer where Key: CacheKeyEncodable {
     configuration: Configuration = Configuration(),
     valueCoder: CacheValueCoder<Value>
   ) throws {
-    try self.init(suiteName: suiteName, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: valueCoder)
+    try self.init(
+      suiteName: suiteName, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: valueCoder)
   }
 }
 
@@ -400,7 +401,8 @@ extension UserDefaultsLayer where Key: CacheKeyEncodable, Value == Data {
   ///
   /// - Throws: As ``init(suiteName:configuration:keyEncoding:valueCoder:)``.
   public init(suiteName: String, configuration: Configuration = Configuration()) throws {
-    try self.init(suiteName: suiteName, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .data)
+    try self.init(
+      suiteName: suiteName, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .data)
   }
 }
 
@@ -411,7 +413,8 @@ extension UserDefaultsLayer where Key: CacheKeyEncodable, Value: Codable {
   ///
   /// - Throws: As ``init(suiteName:configuration:keyEncoding:valueCoder:)``.
   public init(suiteName: String, configuration: Configuration = Configuration()) throws {
-    try self.init(suiteName: suiteName, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .json)
+    try self.init(
+      suiteName: suiteName, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .json)
   }
 }
 

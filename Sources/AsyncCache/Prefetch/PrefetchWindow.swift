@@ -8,8 +8,8 @@
 ///
 /// ```swift
 /// let window = PrefetchWindow(direction: .both, range: 2, offset: 1)
-/// window.indices(around: 10, count: 100)  // [11, 9, 12, 8]
-/// window.indices(around: 0, count: 100)   // [1, 2]: nothing precedes the first item
+/// let middle = window.indices(around: 10, count: 100)  // [11, 9, 12, 8]
+/// let first = window.indices(around: 0, count: 100)    // [1, 2]: nothing precedes the first item
 /// ```
 public struct PrefetchWindow: Sendable, Hashable {
   /// The side of the current item the window covers.

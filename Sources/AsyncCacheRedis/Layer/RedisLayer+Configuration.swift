@@ -147,8 +147,10 @@ extension RedisLayer {
     ///
     /// ```swift
     /// var configuration = RedisLayer<String, Data>.Configuration(cluster: [
-    /// RedisEndpoint(host: "10.0.0.11"), RedisEndpoint(host: "10.0.0.12"), RedisEndpoint(host:
-    /// "10.0.0.13"), ]) configuration.password = secret
+    ///     RedisEndpoint(host: "10.0.0.11"), RedisEndpoint(host: "10.0.0.12"),
+    ///     RedisEndpoint(host: "10.0.0.13"),
+    /// ])
+    /// configuration.password = secret
     /// ```
     public init(cluster seeds: [RedisEndpoint]) {
       self.init()

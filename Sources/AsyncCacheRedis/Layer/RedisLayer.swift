@@ -785,7 +785,8 @@ extension RedisLayer where Key: CacheKeyEncodable, Value == Data {
   /// (`CacheKeyEncodable`: `String`, integers, `UUID`, …). See
   /// ``init(configuration:namespace:keyEncoding:valueCoder:)``.
   public init(configuration: Configuration = Configuration(), namespace: String = "default") throws {
-    try self.init(configuration: configuration, namespace: namespace, keyEncoding: Key.cacheKeyEncoding, valueCoder: .data)
+    try self.init(
+      configuration: configuration, namespace: namespace, keyEncoding: Key.cacheKeyEncoding, valueCoder: .data)
   }
 }
 
@@ -797,7 +798,8 @@ extension RedisLayer where Key: CacheKeyEncodable, Value: Codable {
     configuration: Configuration = Configuration(), namespace: String = "default",
     valueCoder: CacheValueCoder<Value> = .json
   ) throws {
-    try self.init(configuration: configuration, namespace: namespace, keyEncoding: Key.cacheKeyEncoding, valueCoder: valueCoder)
+    try self.init(
+      configuration: configuration, namespace: namespace, keyEncoding: Key.cacheKeyEncoding, valueCoder: valueCoder)
   }
 }
 

@@ -48,7 +48,8 @@ extension DiskLayer where Key: CacheKeyEncodable, Value == Data {
   ///   - configuration: Limits, expiry and clock.
   /// - Throws: What ``init(directory:configuration:keyEncoding:valueCoder:)`` throws.
   public init(directory: URL, configuration: Configuration = Configuration()) async throws {
-    try await self.init(directory: directory, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .data)
+    try await self.init(
+      directory: directory, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .data)
   }
 }
 
@@ -82,6 +83,7 @@ extension DiskLayer where Key: CacheKeyEncodable, Value: Codable {
   ///   - configuration: Limits, expiry and clock.
   /// - Throws: What ``init(directory:configuration:keyEncoding:valueCoder:)`` throws.
   public init(directory: URL, configuration: Configuration = Configuration()) async throws {
-    try await self.init(directory: directory, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .json)
+    try await self.init(
+      directory: directory, configuration: configuration, keyEncoding: Key.cacheKeyEncoding, valueCoder: .json)
   }
 }
