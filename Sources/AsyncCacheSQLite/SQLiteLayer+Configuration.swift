@@ -38,8 +38,10 @@ extension SQLiteLayer {
     /// over and over cost one write a minute, not one per read; `.zero` makes the order exact.
     public var accessTimeResolution: Duration
 
-    /// The clock that expiry and access times are read from. Default: the clock of the cache or
-    /// chain the layer is put in (see `CacheEnvironment`), else `WallClock`.
+    /// The clock that expiry and access times are read from, and retries of failed background
+    /// writes wait on. Default: for expiry and access times, the clock of the cache or chain the
+    /// layer is put in (see `CacheEnvironment`), else `WallClock`; for the retries, `WallClock`.
+    /// The layer's `clock` tells the clock expiry is read from.
     public var clock: any CacheClock {
       get { clockGiven ?? WallClock() }
       set { clockGiven = newValue }
@@ -115,7 +117,7 @@ extension SQLiteLayer {
         throw invalid("maximumPendingBytes must be positive, got \(maximumPendingBytes)")
       }
       guard accessTimeResolution >= .zero else {
-        throw invalid("accessTimeResolution must not be negative, got \(accessTimeResolution)")
+        throw invalid("accessTimeResolution must not be negative, got \(accessTimeResolution.readable)")
       }
       guard maximumPendingTouches > 0 else {
         throw invalid("maximumPendingTouches must be positive, got \(maximumPendingTouches)")

@@ -594,7 +594,9 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   }
 
   private nonisolated func scheduleRetry(after delay: Duration) {
-    let clock = followedClock
+    // A timer: on the clock given to the layer, or real time; never the cache's, which a test
+    // may hold still.
+    let clock = configuration.clock
     // Weak: a layer dropped without close() must not be kept alive by its own retries.
     Task { [weak self] in
       try? await clock.sleep(until: clock.now.advanced(by: delay), tolerance: nil)
@@ -847,4 +849,8 @@ extension SQLiteLayer {
     followedClock.follow(environment.clock)
     followedLogger.follow(environment.logger)
   }
+
+  /// The clock expiry is read from: the configuration's, the one the layer follows (see
+  /// `CacheEnvironment`), or the wall clock. Safe from any context.
+  public nonisolated var clock: any CacheClock { followedClock.clock }
 }

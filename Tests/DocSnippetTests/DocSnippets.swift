@@ -425,8 +425,8 @@ private func snippet_AsyncCache_Pressure_SystemMemoryPressure_48() async throws 
 // Sources/AsyncCache/Store/CodableCacheStore.swift:10
 // Not compiled here: needs Hummingbird (the "In a server" article shows it)
 
-// Sources/AsyncCacheRedis/Layer/RedisLayer+Configuration.swift:148
-private func snippet_AsyncCacheRedis_Layer_RedisLayer_Configuration_148() async throws {
+// Sources/AsyncCacheRedis/Layer/RedisLayer+Configuration.swift:150
+private func snippet_AsyncCacheRedis_Layer_RedisLayer_Configuration_150() async throws {
   var configuration = RedisLayer<String, Data>.Configuration(cluster: [
       RedisEndpoint(host: "10.0.0.11"), RedisEndpoint(host: "10.0.0.12"),
       RedisEndpoint(host: "10.0.0.13"),

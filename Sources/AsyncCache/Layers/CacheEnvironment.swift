@@ -16,8 +16,13 @@ public import Synchronization
 ///     configuration: .init(clock: clock))   // both layers follow `clock`
 /// ```
 ///
-/// A layer given its own clock or logger keeps it. Layers of your own get the environment
-/// through ``AsyncCacheLayer/follow(_:)``.
+/// A layer given its own clock or logger keeps it. A layer that follows takes the first clock
+/// handed to it (a cache hands its clock down, the wall clock included), so a layer shared by
+/// two caches follows the first, and a cache given no clock over a chain given one takes the
+/// chain's. Put a layer in its cache before using it: from then on it reads expiry on that
+/// clock, for the entries written before too. Timers that are not about expiry (a Redis layer's
+/// circuit breaker, a SQLite layer's write retries) stay on the clock given to the layer, or real
+/// time. Layers of your own get the environment through ``AsyncCacheLayer/follow(_:)``.
 public struct CacheEnvironment: Sendable {
   /// The clock to follow; `nil` when the cache or chain was given none.
   public var clock: (any CacheClock)?
@@ -69,18 +74,21 @@ package final class Followed<Value: Sendable>: Sendable {
 @usableFromInline
 package final class FollowedClock: CacheClock {
   private let followed: Followed<any CacheClock>
+  /// The clock given to the layer, read without a lock: it never changes.
+  private let given: (any CacheClock)?
   @usableFromInline let readsWallClock: Atomic<Bool>
 
   /// A layer's clock: `given`, or the wall clock until the layer follows another.
   @usableFromInline
   package init(given: (any CacheClock)?) {
     followed = Followed(given: given, fallback: WallClock())
+    self.given = given
     readsWallClock = Atomic(given == nil || given is WallClock)
   }
 
   /// The clock this one reads.
   @usableFromInline
-  package var clock: any CacheClock { followed.value }
+  package var clock: any CacheClock { given ?? followed.value }
 
   /// The clock to hand on to a layer's own parts (see ``Followed/handedOn``).
   package var handedOn: (any CacheClock)? { followed.handedOn }
@@ -99,16 +107,16 @@ package final class FollowedClock: CacheClock {
   }
 
   @usableFromInline
-  package var now: CacheInstant { isWallClock ? WallClock().now : followed.value.now }
+  package var now: CacheInstant { isWallClock ? WallClock().now : clock.now }
 
   @usableFromInline
-  package var coarseNow: CacheInstant { isWallClock ? WallClock().coarseNow : followed.value.coarseNow }
+  package var coarseNow: CacheInstant { isWallClock ? WallClock().coarseNow : clock.coarseNow }
 
   @usableFromInline
-  package var minimumResolution: Duration { followed.value.minimumResolution }
+  package var minimumResolution: Duration { clock.minimumResolution }
 
   @usableFromInline
   package func sleep(until deadline: CacheInstant, tolerance: Duration?) async throws {
-    try await followed.value.sleep(until: deadline, tolerance: tolerance)
+    try await clock.sleep(until: deadline, tolerance: tolerance)
   }
 }

@@ -115,11 +115,21 @@ public struct LoadTimeHistogram: Sendable, Hashable, CustomStringConvertible {
     public var upperBound: Duration
     /// How many recorded durations fell in the bucket.
     public var count: Int
+
+    /// Creates a bucket.
+    public init(lowerBound: Duration, upperBound: Duration, count: Int) {
+      self.lowerBound = lowerBound
+      self.upperBound = upperBound
+      self.count = count
+    }
   }
 
-  /// The buckets that hold at least one duration, shortest first: what a metrics system's
-  /// histogram takes (summing the counts up to each `upperBound` gives Prometheus's cumulative
-  /// buckets). Each power of two of nanoseconds is split into 8 buckets; at most 488. O(488).
+  /// The buckets that hold at least one duration, shortest first; the empty ones are left out.
+  /// Each power of two of nanoseconds is split into 8 buckets (at most 488). O(488).
+  ///
+  /// To fill a histogram of your own bounds (Prometheus's `le` buckets, say), add each bucket's
+  /// count to the first of your bounds at or above its `upperBound`: the counts are exact up to
+  /// this histogram's resolution, 12.5%.
   public var buckets: [Bucket] {
     counts.indices.compactMap { index in
       guard counts[index] > 0 else { return nil }

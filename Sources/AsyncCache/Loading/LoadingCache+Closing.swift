@@ -10,19 +10,30 @@ extension LoadingCache {
   /// what it buffers, a Redis layer closes its connections, a memory layer empties), and the
   /// cache's event sequences end once they have delivered what they buffered.
   ///
-  /// Cancelling the task that closes cancels the loads still in flight instead of waiting for
-  /// them (their requests get `CancellationError`); the layers are closed all the same. Calling
-  /// it again, or concurrently, waits for the first call and throws what it threw.
+  /// Cancelling a task that closes cancels the loads still in flight instead of waiting for
+  /// them (their requests get `CancellationError`); the layers are closed all the same. An
+  /// origin that ignores cancellation is still waited for. Calling it again, or concurrently,
+  /// waits for the first call and throws what it threw.
   ///
-  /// A request made while `close()` runs may still be answered. Once it has returned, every
-  /// request is refused, except a hit of a top layer that someone filled again by hand.
+  /// A request that joined a load before `close()` began is answered; every later one is
+  /// refused, except a hit of a top layer that someone filled again by hand. Close the cache,
+  /// not its ``chain``: a chain closed on its own leaves the cache's requests to fail as its
+  /// layers do.
   ///
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` for the first layer that failed to close
-  ///   (every layer is closed even so).
+  ///   (every layer is closed even so); ``AsyncCacheError/Code/invalidState`` when called from a
+  ///   load of this cache (its origin, say), which `close()` would wait for.
   public func close() async throws {
+    // A load of this cache that closes it would wait for itself.
+    let table = ObjectIdentifier(loadTable)
+    if LoadDependencies.loadsOfCurrentTask.contains(where: { $0.table == table }) {
+      throw AsyncCacheError.invalidState(
+        "LoadingCache.close() was called from a load of the same cache, which close() would wait for")
+    }
     let work = closing.withLock { closing in
       if let closing { return closing }
-      closedFlag.store(true, ordering: .relaxed)
+      // Set under the load table's lock, where requests join loads (see `join`).
+      loadTable.withLock { _ in closedFlag.store(true, ordering: .relaxed) }
       closeSignal.fire()
       let work = Task { await self.finishWork() }
       closing = work
@@ -45,7 +56,8 @@ extension LoadingCache {
       return Array(prefetchers.values)
     }
     for stop in stops { await stop() }
-    await loadTable.waitUntil { $0.loads.isEmpty }
+    // Loads abandoned by their requests are out of `loads` but may still be running their body.
+    await loadTable.waitUntil { $0.loads.isEmpty && $0.running.isEmpty }
   }
 
   /// Cancels every load in flight.
@@ -60,6 +72,12 @@ extension LoadingCache {
   @usableFromInline
   func checkOpen(_ operation: @autoclosure () -> String) throws {
     if closedFlag.load(ordering: .relaxed) { throw AsyncCacheError.closed("LoadingCache", operation: operation()) }
+  }
+
+  /// The error of a request, bulk request or prefetch that would join a load after close.
+  @usableFromInline
+  func closedError(joining kind: LoadTable<Key, Value>.Machine.JoinKind) -> AsyncCacheError {
+    AsyncCacheError.closed("LoadingCache", operation: kind == .prefetch ? "a prefetch" : "a request")
   }
 
   /// Registers `stop`, which stops a prefetcher of this cache, for ``close()``; returns the

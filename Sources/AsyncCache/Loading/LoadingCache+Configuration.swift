@@ -56,8 +56,10 @@ extension LoadingCache {
     /// The clock expiry is computed from, and retry delays and load timeouts are slept on.
     /// Default ``WallClock``.
     ///
-    /// The cache hands the clock it is given to its layers: those created without a clock of
-    /// their own follow it (see ``CacheEnvironment``), so one clock set here drives them all. A
+    /// The cache hands its clock to its layers: those created without a clock of their own
+    /// follow it (see ``CacheEnvironment``), so one clock set here drives them all. A cache
+    /// given none over a chain given one (``CacheChain/Configuration-swift.struct/clock``) takes
+    /// the chain's. A
     /// top ``MemoryLayer`` tells whether a hit is fresh by its clock's ``CacheClock/coarseNow``
     /// (read once per hit of an entry that expires, and shared by the freshness rules).
     /// Refresh-ahead and sliding-expiry points are compared in integer nanoseconds, exact under
@@ -66,7 +68,7 @@ extension LoadingCache {
       get { clockGiven ?? WallClock() }
       set { clockGiven = newValue }
     }
-    /// The clock set on this configuration; `nil` for the wall clock, not handed to the layers.
+    /// The clock set on this configuration; `nil` for the chain's, or the wall clock.
     package var clockGiven: (any CacheClock)?
     /// When the origin is asked again after it fails. Default ``RetryPolicy/never``.
     public var retryPolicy: RetryPolicy
@@ -146,11 +148,11 @@ extension LoadingCache {
       }
       guard staleWhileRevalidate >= .zero else {
         throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache staleWhileRevalidate is \(staleWhileRevalidate); it must be zero or more")
+          "LoadingCache staleWhileRevalidate is \(staleWhileRevalidate.readable); it must be zero or more")
       }
       guard staleIfError >= .zero else {
         throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache staleIfError is \(staleIfError); it must be zero or more")
+          "LoadingCache staleIfError is \(staleIfError.readable); it must be zero or more")
       }
       if let refreshAhead, !(refreshAhead > 0 && refreshAhead < 1) {
         throw AsyncCacheError.invalidConfiguration(

@@ -237,6 +237,9 @@ extension LoadingCache {
     dependencies: inout [LoadIdentity],
     in state: inout LoadTable<Key, Value>.Machine
   ) -> JoinOutcome {
+    // Checked under the table's lock, where close() sets it: a request either joins before the
+    // close, which then waits for its load, or fails.
+    if closedFlag.load(ordering: .relaxed) { return .failed(closedError(joining: kind)) }
     if !state.negatives.isEmpty, let error = rememberedError(for: key, in: &state) { return .failed(error) }
     if !dependents.isEmpty {
       switch dependOnLoad(state.joinable[key], of: key, from: dependents) {

@@ -113,6 +113,12 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     batchOrigin: (any AsyncBatchFetcher<Key, Value>)? = nil,
     configuration: Configuration = Configuration()
   ) throws {
+    // One clock for the cache and its layers: a chain given a clock lends it to a cache given
+    // none.
+    var configuration = configuration
+    if configuration.clockGiven == nil, let chainClock = chain.followedClock.handedOn {
+      configuration.clockGiven = chainClock
+    }
     try configuration.validate()
     self.freshness = FreshnessRules(
       staleWhileRevalidate: configuration.staleWhileRevalidate,
@@ -146,7 +152,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     self.front = chain.front
     self.synchronousFront = chain.synchronousFront
     loadTable.setRunner(self)
-    chain.follow(CacheEnvironment(clock: configuration.clockGiven, logger: configuration.loggerGiven))
+    // The cache's clock, the wall clock included: layers that follow one follow the cache's.
+    chain.follow(CacheEnvironment(clock: configuration.clock, logger: configuration.loggerGiven))
   }
 
   /// Creates a loading cache over `layers`, top first, whose failures are propagated.

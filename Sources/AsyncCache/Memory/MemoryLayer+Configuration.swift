@@ -39,6 +39,7 @@ extension MemoryLayer {
     /// The clock that expiry is read from: `now` when an entry is written, ``CacheClock/coarseNow``
     /// when it is looked up. Default: the clock of the cache or chain the layer is put in (see
     /// `CacheEnvironment`), else `WallClock`.
+    /// This is the clock given here; the layer's `clock` tells the one it reads.
     public var clock: any CacheClock {
       get { clockGiven ?? WallClock() }
       set { clockGiven = newValue }

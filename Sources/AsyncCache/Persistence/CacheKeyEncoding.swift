@@ -198,7 +198,10 @@ extension CacheKeyEncodable where Self: LosslessStringConvertible {
 
 extension CacheKeyEncodable where Self: RawRepresentable, RawValue: CacheKeyEncodable {
   /// The raw value's encoding.
-  public static var cacheKeyEncoding: CacheKeyEncoding<Self> {
+  public static var cacheKeyEncoding: CacheKeyEncoding<Self> { rawValueEncoding }
+
+  /// Keys stored as their raw value is.
+  fileprivate static var rawValueEncoding: CacheKeyEncoding<Self> {
     let raw = RawValue.cacheKeyEncoding
     return CacheKeyEncoding(
       encode: { try raw.encode($0.rawValue) },
@@ -207,6 +210,11 @@ extension CacheKeyEncodable where Self: RawRepresentable, RawValue: CacheKeyEnco
         return key
       })
   }
+}
+
+extension CacheKeyEncodable where Self: RawRepresentable & LosslessStringConvertible, RawValue: CacheKeyEncodable {
+  /// The raw value's encoding, for a type that has both a raw value and a description.
+  public static var cacheKeyEncoding: CacheKeyEncoding<Self> { rawValueEncoding }
 }
 
 extension String: CacheKeyEncodable {

@@ -21,6 +21,7 @@ extension UserDefaultsLayer {
     /// The clock that expiry is read from. Default: the clock of the cache or chain the layer is
     /// put in (see ``CacheEnvironment``), else `WallClock`: stored expiries are wall-clock instants,
     /// meaningful across launches.
+    /// This is the clock given here; the layer's `clock` tells the one it reads.
     public var clock: any CacheClock {
       get { clockGiven ?? WallClock() }
       set { clockGiven = newValue }

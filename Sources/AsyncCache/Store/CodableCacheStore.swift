@@ -113,7 +113,7 @@ public final class CodableCacheStore: Sendable {
       if let expires {
         expiresAt = self.clock.now.advanced(by: expires)
       } else {
-        expiresAt = try await self.chain.entry(for: key)?.expiresAt
+        expiresAt = try await self.keptExpiry(of: key)
       }
       try await self.chain.insert(data, for: key, expiresAt: expiresAt)
     }
@@ -128,7 +128,8 @@ public final class CodableCacheStore: Sendable {
   }
 
   /// The value for `key` and the time it has left to live (`nil` for ever), or `nil` as
-  /// ``get(key:as:)`` returns it.
+  /// ``get(key:as:)`` returns it. The time to live is the longest any layer keeps the value:
+  /// costs a lookup in each layer when the value expires.
   ///
   /// - Throws: A layer's failure.
   public func getWithTTL<Object: Codable & Sendable>(
@@ -136,7 +137,12 @@ public final class CodableCacheStore: Sendable {
   ) async throws -> (object: Object, ttl: Duration?)? {
     guard let entry = try await chain.entry(for: key) else { return nil }
     guard let object = try? CacheValueCoder<Object>.json.decode(entry.value) else { return nil }
-    return (object, entry.expiresAt.map { clock.now.duration(to: $0) })
+    guard entry.expiresAt != nil else { return (object, nil) }
+    // The layer that answered may cap what it holds (a memory layer's own time to live): the
+    // value lives as long as the layer that keeps it longest.
+    let expiresAt = try await keptExpiry(of: key)
+    // A memory hit reads a coarse time, which may lag: the value may be a tick past its expiry.
+    return (object, expiresAt.map { Swift.max(clock.now.duration(to: $0), .zero) })
   }
 
   /// Removes the value for `key`, if any.
@@ -165,6 +171,21 @@ public final class CodableCacheStore: Sendable {
   public func run() async throws {
     await closeSignal.wait(orUntil: gracefulShutdown)
     try await shutdown()
+  }
+
+  /// The expiry of the value `key` holds, to keep when it is replaced: the latest its layers
+  /// know (a layer with a time to live of its own, such as a memory layer on top, caps the
+  /// expiry it holds; a layer below may keep the value for ever). `nil` for none, or for ever.
+  private func keptExpiry(of key: String) async throws -> CacheInstant? {
+    var latest: CacheInstant?
+    var found = false
+    for tier in chain.tiers {
+      guard let entry = try await tier.layer.entry(for: key) else { continue }
+      guard let expiresAt = entry.expiresAt else { return nil }
+      latest = found ? Swift.max(latest ?? expiresAt, expiresAt) : expiresAt
+      found = true
+    }
+    return latest
   }
 
   private func encode<Object: Codable & Sendable>(_ value: Object, for key: String) throws -> Data {

@@ -81,9 +81,11 @@ extension RedisLayer {
     public var invalidation: RedisInvalidation?
     /// When the layer stops sending to a failing server and when it tries again.
     public var circuitBreaker: RedisCircuitBreakerPolicy
-    /// The clock that expiry and the circuit breaker's delays are read from. Default: the clock of
-    /// the cache or chain the layer is put in (see `CacheEnvironment`), else `WallClock`. Socket
-    /// time limits are real time whatever the clock.
+    /// The clock that expiry and the circuit breaker's delays are read from. Default: for expiry,
+    /// the clock of the cache or chain the layer is put in (see `CacheEnvironment`), else
+    /// `WallClock`; for the circuit breaker and the invalidations' timers, `WallClock` (a cache's
+    /// clock, which a test may hold still, does not reach them). Socket time limits are real time
+    /// whatever the clock. The layer's `clock` tells the clock expiry is read from.
     public var clock: any CacheClock {
       get { clockGiven ?? WallClock() }
       set { clockGiven = newValue }
@@ -198,7 +200,8 @@ extension RedisLayer {
       if let invalidation {
         if let channel = invalidation.channel, channel.isEmpty { throw invalid("invalidation.channel is empty") }
         guard invalidation.healthCheckInterval > .zero else {
-          throw invalid("invalidation.healthCheckInterval must be positive, got \(invalidation.healthCheckInterval)")
+          throw invalid(
+            "invalidation.healthCheckInterval must be positive, got \(invalidation.healthCheckInterval.readable)")
         }
       }
       guard circuitBreaker.failureThreshold > 0 else {
@@ -206,8 +209,8 @@ extension RedisLayer {
       }
       guard circuitBreaker.initialDelay > .zero, circuitBreaker.maximumDelay >= circuitBreaker.initialDelay else {
         throw invalid(
-          "circuitBreaker needs 0 < initialDelay <= maximumDelay, got \(circuitBreaker.initialDelay) "
-            + "and \(circuitBreaker.maximumDelay)")
+          "circuitBreaker needs 0 < initialDelay <= maximumDelay, got \(circuitBreaker.initialDelay.readable) "
+            + "and \(circuitBreaker.maximumDelay.readable)")
       }
     }
 

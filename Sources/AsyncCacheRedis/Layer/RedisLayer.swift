@@ -100,7 +100,10 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     let eventHub = EventHub(handler: configuration.eventHandler)
     self.eventHub = eventHub
     let logger = followedLogger
-    let clock = followedClock
+    // Timers (the circuit breaker's, the invalidations' health checks and backoff) run on the
+    // clock given to the layer, or in real time: they do not follow a cache's clock, which a
+    // test may hold still. Expiry does.
+    let clock = configuration.clock
     let onEvent: @Sendable (RedisLayerEvent) -> Void = { event in
       Self.log(event, to: logger.value, namespace: namespace)
       eventHub.emit(event)
@@ -121,7 +124,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     case .cluster(let seeds):
       backend = .cluster(
         RedisClusterClient(
-          seeds: seeds, counters: counters, clock: followedClock, onEvent: onEvent, makePool: makePool))
+          seeds: seeds, counters: counters, clock: clock, onEvent: onEvent, makePool: makePool))
     }
     self.backend = backend
     let targets = Locked<[any AsyncCacheLayer<Key, Value>]>([])
@@ -140,7 +143,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         channel: channel, sender: sender, connectTimeout: configuration.connectTimeout,
         operationTimeout: configuration.operationTimeout, handshake: configuration.handshake,
         healthCheckInterval: invalidation.healthCheckInterval, backoff: configuration.circuitBreaker,
-        clock: followedClock),
+        clock: clock),
       counters: counters,
       endpoint: { try await backend.subscriptionEndpoint() },
       deliver: { change in
@@ -843,4 +846,8 @@ extension RedisLayer {
     followedClock.follow(environment.clock)
     followedLogger.follow(environment.logger)
   }
+
+  /// The clock expiry is read from: the configuration's, the one the layer follows (see
+  /// `CacheEnvironment`), or the wall clock. Safe from any context.
+  public nonisolated var clock: any CacheClock { followedClock.clock }
 }

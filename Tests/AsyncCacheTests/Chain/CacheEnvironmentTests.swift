@@ -6,7 +6,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("One clock and one logger per cache")
+@Suite("One clock and one logger per cache", .timeLimit(.minutes(1)))
 struct CacheEnvironmentTests {
   private func disk(in directory: TemporaryDirectory, clock: (any CacheClock)? = nil) async throws -> DiskLayer<
     String, Data
@@ -100,14 +100,27 @@ struct CacheEnvironmentTests {
     #expect(chain.followedLogger.value.handler as? RecordingLogHandler === chainLogs)
   }
 
-  @Test("a cache on the wall clock hands nothing down: layers stay on their own")
-  func nothingGivenNothingHanded() throws {
+  @Test("a cache on the wall clock hands it down too: its layers are its own; a second cache cannot take them over")
+  func theWallClockIsHandedDownToo() throws {
     let memory = try MemoryLayer<String, Int>()
     _ = try LoadingCache(layers: [memory], origin: ClosureFetcher { _ in 0 })
     #expect(memory.clock is WallClock)
+    _ = try LoadingCache(
+      layers: [memory], origin: ClosureFetcher { _ in 0 }, configuration: .init(clock: ManualClock()))
+    #expect(memory.clock is WallClock, "the first cache's clock is kept")
+  }
+
+  @Test("a cache given no clock over a chain given one takes the chain's: one clock for both")
+  func aCacheTakesTheChainsClock() async throws {
     let clock = ManualClock()
-    _ = try LoadingCache(layers: [memory], origin: ClosureFetcher { _ in 0 }, configuration: .init(clock: clock))
-    #expect((memory.clock as? ManualClock) === clock, "a later cache with a clock may still hand one down")
+    let memory = try MemoryLayer<String, Int>()
+    let chain = try CacheChain<String, Int>([.init(memory)], configuration: .init(clock: clock))
+    let cache = try LoadingCache(
+      chain: chain, origin: ClosureFetcher { _ in 1 }, configuration: .init(timeToLive: .seconds(60)))
+    #expect((cache.configuration.clock as? ManualClock) === clock)
+    _ = try await cache.value(for: "k")
+    clock.advance(by: .seconds(61))
+    #expect(cache.cachedValue(for: "k") == nil, "the entry expires on the one clock")
   }
 
   @Test("a followed wall clock keeps the hit's direct coarse read; another clock is read through it")

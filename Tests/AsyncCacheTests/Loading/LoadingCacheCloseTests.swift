@@ -1,6 +1,8 @@
 import AsyncCacheTesting
+import Dispatch
 import Foundation
 import PersistenceTestSupport
+import Synchronization
 import TestSupport
 import Testing
 
@@ -16,6 +18,29 @@ private final actor FailingToCloseLayer: AsyncCacheLayer {
   nonisolated func close() async throws {
     closes.withLock { $0 += 1 }
     throw TestError("cannot close")
+  }
+}
+
+/// A wall clock whose next `now`, once armed, blocks its thread until the test lets it go: a
+/// seam inside `LoadingCache.load(_:timeouts:)`, between the start of a request and its join.
+// SAFETY: every stored property is Sendable or thread-safe: a value type, atomics, and a
+// DispatchSemaphore, which is built for use from many threads.
+private final class BlockingClock: CacheClock, @unchecked Sendable {
+  let base = WallClock()
+  let armed = Atomic<Bool>(false)
+  let blocked = Atomic<Bool>(false)
+  let gate = DispatchSemaphore(value: 0)
+
+  var now: CacheInstant {
+    if armed.exchange(false, ordering: .sequentiallyConsistent) {
+      blocked.store(true, ordering: .sequentiallyConsistent)
+      gate.wait()
+    }
+    return base.now
+  }
+  var minimumResolution: Duration { base.minimumResolution }
+  func sleep(until deadline: CacheInstant, tolerance: Duration?) async throws {
+    try await base.sleep(until: deadline, tolerance: tolerance)
   }
 }
 
@@ -61,6 +86,45 @@ struct LoadingCacheCloseTests {
     #expect(bulk.values.isEmpty && bulk.failures.count == 2 && bulk.failures.values.allSatisfy(isClosed))
     await #expect { try await cache.chain.entry(for: "a") } throws: { isClosed($0) }
     await #expect { try await cache.chain.insert(1, for: "a") } throws: { isClosed($0) }
+  }
+
+  @Test("a request that started before close() but joins after it is refused, and the closed layers stay empty")
+  func requestRacingClose() async throws {
+    let clock = BlockingClock()
+    let memory = try MemoryLayer<String, Int>()
+    let fetches = Atomic<Int>(0)
+    let cache = try LoadingCache(
+      layers: [memory],
+      origin: ClosureFetcher { _ in
+        fetches.add(1, ordering: .relaxed)
+        return 1
+      },
+      configuration: .init(clock: clock, loadTimeouts: .init(hard: .seconds(30))))
+    clock.armed.store(true, ordering: .sequentiallyConsistent)
+    let request = Task.detached { try await cache.value(for: "k") }
+    while !clock.blocked.load(ordering: .sequentiallyConsistent) { await Task.yield() }  // between start and join
+
+    try await cache.close()
+    clock.gate.signal()
+    await #expect { try await request.value } throws: { isClosed($0) }
+    #expect(fetches.load(ordering: .relaxed) == 0, "the origin is not asked after close")
+    #expect(memory.count == 0, "the closed layer is not filled again")
+    await #expect { try await cache.value(for: "k") } throws: { isClosed($0) }
+  }
+
+  @Test("close() called from a load of the same cache fails at once instead of waiting for itself")
+  func closeFromInsideALoad() async throws {
+    let holder = Locked<LoadingCache<String, Int>?>(nil)
+    let cache = try LoadingCache(
+      layers: [try MemoryLayer<String, Int>()],
+      origin: ClosureFetcher { _ in
+        try await holder.withLock { $0 }!.close()
+        return 1
+      })
+    holder.withLock { $0 = cache }
+    let error = await #expect(throws: AsyncCacheError.self) { try await cache.value(for: "k") }
+    #expect(error?.code == .invalidState && error?.message.contains("from a load of the same cache") == true)
+    try await cache.close()
   }
 
   @Test("a load in flight finishes: its request gets the value, stored before the layers close")

@@ -79,6 +79,22 @@ struct CodableCacheStoreTests {
     #expect(try await store.getWithTTL(key: "new", as: Int.self)?.ttl == .some(nil))
   }
 
+  @Test("set with expires nil keeps 'for ever' even when the top layer caps what it holds")
+  func setKeepsForEverUnderACappedTopLayer() async throws {
+    let clock = ManualClock()
+    let top = try MemoryLayer<String, Data>(configuration: .init(timeToLive: .seconds(60)))
+    let store = try CodableCacheStore(layers: [top, MemoryLayer<String, Data>()], clock: clock)
+    try await store.set(key: "k", value: 1, expires: nil)
+    try await store.set(key: "k", value: 2, expires: nil)
+    clock.advance(by: .seconds(61))
+    #expect(try await store.getWithTTL(key: "k", as: Int.self)?.ttl == .some(nil))
+    #expect(try await store.get(key: "k", as: Int.self) == 2)
+    try await store.set(key: "j", value: 1, expires: .seconds(600))
+    try await store.set(key: "j", value: 2, expires: nil)
+    #expect(
+      try await store.getWithTTL(key: "j", as: Int.self)?.ttl == .seconds(600), "the longest expiry a layer knows")
+  }
+
   @Test("get of a missing key, or of a value that is not of the type asked for, is nil")
   func getMissingOrMistyped() async throws {
     let store = try makeStore()

@@ -34,7 +34,15 @@ struct ReadableDurationTests {
   func extremes() {
     #expect(Duration.seconds(Int64.max).readable == "106751991167300d 15h 30m 7s")
     #expect(Duration.seconds(Int64.min).readable == "-106751991167300d 15h 30m 8s")
-    #expect(Duration.nanoseconds(999_999_999).readable == "1000ms")
+    // A value that rounds up to 1,000 of its unit is shown in the next one.
+    #expect(Duration.nanoseconds(999_999_999).readable == "1s")
+    #expect(Duration.nanoseconds(999_999).readable == "999.999µs")
+    #expect(Duration.nanoseconds(999_999_600).readable == "1s")
+    #expect(Duration.nanoseconds(999_999_400).readable == "999.999ms")
+    #expect(Duration.milliseconds(59_999) + .microseconds(600) == .nanoseconds(59_999_600_000))
+    #expect((Duration.milliseconds(59_999) + .microseconds(600)).readable == "1m")
+    #expect((Duration.seconds(119) + .microseconds(999_600)).readable == "2m")
+    #expect(Duration.nanoseconds(1_999_500).readable == "2ms")
   }
 
   @Test("events and configuration errors print durations readably")

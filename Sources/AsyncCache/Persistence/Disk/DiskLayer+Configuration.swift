@@ -31,6 +31,7 @@ extension DiskLayer {
     /// Expiry instants are stored in the files as wall-clock time, so they keep their meaning
     /// across restarts. Least-recently-used order across restarts comes from the files'
     /// modification times, which are always real time.
+    /// This is the clock given here; the layer's `clock` tells the one it reads.
     public var clock: any CacheClock {
       get { clockGiven ?? WallClock() }
       set { clockGiven = newValue }

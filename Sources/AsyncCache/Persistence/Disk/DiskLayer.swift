@@ -363,6 +363,10 @@ extension DiskLayer {
     followedLogger.follow(environment.logger)
   }
 
+  /// The clock expiry is read from: the configuration's, the one the layer follows (see
+  /// ``CacheEnvironment``), or the wall clock. Safe from any context.
+  public nonisolated var clock: any CacheClock { followedClock.clock }
+
   /// Logs an entry that arrived already expired by the layer's clock: a warning the first time,
   /// then at debug (see ``ExpiredArrivals``).
   private nonisolated func reportExpiredArrival(key: some StringProtocol, expiresAt: CacheInstant, now: CacheInstant) {
