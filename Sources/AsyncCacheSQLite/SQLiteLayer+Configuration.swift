@@ -54,6 +54,12 @@ extension SQLiteLayer {
     /// thread: keep it short. Default `nil`.
     public var eventHandler: (@Sendable (SQLiteLayerEvent) -> Void)?
 
+    /// An async function that returns when the service running the layer on its own (its
+    /// `run()`) should shut down gracefully: pass swift-service-lifecycle's `gracefulShutdown`.
+    /// Default `nil`: `run()` ends when its task is cancelled or the layer is closed. A layer in a
+    /// `LoadingCache` is closed by the cache's own `run()` or `close()`.
+    public var gracefulShutdown: (@Sendable () async throws -> Void)?
+
     /// Where the layer logs every ``SQLiteLayerEvent`` and its other recoveries: a database emptied
     /// because SQLite reported it corrupt (`error`), a schema reset or a damaged row discarded
     /// (`warning`), a failed background write (`warning`), writes recovered or a schema migrated

@@ -67,6 +67,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   private nonisolated let events = Locked<[SQLiteLayerEvent]>([])
   /// How the entries that arrive already expired are logged.
   private nonisolated let expiredArrivals = ExpiredArrivals()
+  /// Fired when the layer closes: ends ``run()``.
+  private nonisolated let closeSignal = OneShotSignal()
   /// Delivers the layer's events to its observers and its configuration's handler.
   private nonisolated let eventHub: EventHub<SQLiteLayerEvent>
 
@@ -447,6 +449,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// to the protocol's do-nothing default.
   public func close() async throws {
     guard !isClosed else { return }
+    closeSignal.fire()
     pending.withLock { $0.isClosed = true }
     defer {
       store?.endReading()
@@ -457,6 +460,17 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       eventHub.finishAll()
     }
     try writePending(background: false)
+  }
+
+  /// Waits until the calling task is cancelled, the configuration's `gracefulShutdown` signal
+  /// returns, or the layer is closed; then closes it (``close()``), writing what is pending: the
+  /// shape of swift-service-lifecycle's `Service` requirement, for a layer used without a
+  /// `LoadingCache` (whose own `run()` closes its layers).
+  ///
+  /// - Throws: What ``close()`` throws.
+  public nonisolated func run() async throws {
+    await closeSignal.wait(orUntil: configuration.gracefulShutdown)
+    try await close()
   }
 
   /// On `.critical` pressure, writes pending values so that their memory is released.

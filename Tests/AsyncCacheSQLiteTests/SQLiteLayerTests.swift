@@ -17,6 +17,28 @@ struct SQLiteLayerTests {
     var index: Int
   }
 
+  @Test("a layer used on its own runs until its graceful shutdown signal or its close, then writes what is pending")
+  func runsAsAService() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    let signal = OneShotSignal()
+    var configuration = SQLiteLayer<String, Data>.Configuration()
+    configuration.gracefulShutdown = { await signal.wait() }
+    let layer = try await SQLiteLayer<String, Data>(url: url, configuration: configuration)
+    let service = Task { try await layer.run() }
+    try await layer.insert(Data("pending".utf8), for: "a")
+    signal.fire()
+    try await service.value
+    await #expect(throws: PersistenceError.self) { try await layer.value(for: "a") }
+    let reopened = try await SQLiteLayer<String, Data>(url: url)
+    #expect(try await reopened.value(for: "a") == Data("pending".utf8))
+
+    let closedElsewhere = Task { try await reopened.run() }
+    try await reopened.close()
+    try await closedElsewhere.value
+  }
+
   @Test("a value inserted is read back at once, after a flush, and across a reopen")
   func roundTrip() async throws {
     let folder = try TemporaryDirectory()

@@ -15,8 +15,8 @@ import Testing
   import FoundationNetworking
 #endif
 
-// Sources/AsyncCache/Chain/CacheChain.swift:6
-private func snippet_AsyncCache_Chain_CacheChain_6() async throws {
+// Sources/AsyncCache/Chain/CacheChain.swift, example 1
+private func snippet_AsyncCache_Chain_CacheChain_1() async throws {
   let memory = try MemoryLayer<String, Data>()
   let disk = try await DiskLayer<String, Data>(directory: url)
   let chain = try CacheChain<String, Data>([
@@ -30,8 +30,8 @@ private func snippet_AsyncCache_Chain_CacheChain_6() async throws {
   _ = data
 }
 
-// Sources/AsyncCache/Events/EventSequence.swift:11
-private func snippet_AsyncCache_Events_EventSequence_11() async throws {
+// Sources/AsyncCache/Events/EventSequence.swift, example 1
+private func snippet_AsyncCache_Events_EventSequence_1() async throws {
   let cache = try LoadingCache<String, Data>(layers: [MemoryLayer<String, Data>()], origin: ClosureFetcher { try await render($0) })
   let log = CacheLogger.disabled
   let events = cache.events()
@@ -45,8 +45,8 @@ private func snippet_AsyncCache_Events_EventSequence_11() async throws {
   _ = events
 }
 
-// Sources/AsyncCache/Layers/CacheEnvironment.swift:11
-private func snippet_AsyncCache_Layers_CacheEnvironment_11() async throws {
+// Sources/AsyncCache/Layers/CacheEnvironment.swift, example 1
+private func snippet_AsyncCache_Layers_CacheEnvironment_1() async throws {
   let origin = ClosureFetcher<String, Data> { try await render($0) }
   let clock = ManualClock()
   let cache = try LoadingCache(
@@ -58,22 +58,22 @@ private func snippet_AsyncCache_Layers_CacheEnvironment_11() async throws {
   _ = cache
 }
 
-// Sources/AsyncCache/Loading/AsyncBatchFetcher.swift:31
-private func snippet_AsyncCache_Loading_AsyncBatchFetcher_31() async throws {
+// Sources/AsyncCache/Loading/AsyncBatchFetcher.swift, example 1
+private func snippet_AsyncCache_Loading_AsyncBatchFetcher_1() async throws {
   let batches = ClosureBatchFetcher(maximumBatchSize: 100) { (ids: [Int]) in
       try await api.users(ids).reduce(into: [:]) { $0[$1.id] = $1 }
   }
   _ = batches
 }
 
-// Sources/AsyncCache/Loading/AsyncFetcher.swift:18
-private func snippet_AsyncCache_Loading_AsyncFetcher_18() async throws {
+// Sources/AsyncCache/Loading/AsyncFetcher.swift, example 1
+private func snippet_AsyncCache_Loading_AsyncFetcher_1() async throws {
   let origin = ClosureFetcher { (id: Int) in try await api.user(id) }
   _ = origin
 }
 
-// Sources/AsyncCache/Loading/LoadReport.swift:8
-private func snippet_AsyncCache_Loading_LoadReport_8() async throws {
+// Sources/AsyncCache/Loading/LoadReport.swift, example 1
+private func snippet_AsyncCache_Loading_LoadReport_1() async throws {
   _ = try LoadingCache<String, Data>(layers: [MemoryLayer<String, Data>()], origin: ClosureFetcher { try await render($0) },
   configuration: .init(onLoadEnded: { load in
       print(load.key, load.outcome, load.duration)
@@ -81,8 +81,8 @@ private func snippet_AsyncCache_Loading_LoadReport_8() async throws {
   )
 }
 
-// Sources/AsyncCache/Loading/LoadTimeHistogram.swift:8
-private func snippet_AsyncCache_Loading_LoadTimeHistogram_8() async throws {
+// Sources/AsyncCache/Loading/LoadTimeHistogram.swift, example 1
+private func snippet_AsyncCache_Loading_LoadTimeHistogram_1() async throws {
   let cache = try LoadingCache<String, Data>(layers: [MemoryLayer<String, Data>()], origin: ClosureFetcher { try await render($0) })
   let loads = cache.statistics.loadTime
   print("\(loads.count) loads, median \(loads.percentile(0.5) ?? .zero), p99 \(loads.percentile(0.99) ?? .zero)")
@@ -90,8 +90,8 @@ private func snippet_AsyncCache_Loading_LoadTimeHistogram_8() async throws {
   _ = loads
 }
 
-// Sources/AsyncCache/Loading/LoadTimeouts.swift:6
-private func snippet_AsyncCache_Loading_LoadTimeouts_6() async throws {
+// Sources/AsyncCache/Loading/LoadTimeouts.swift, example 1
+private func snippet_AsyncCache_Loading_LoadTimeouts_1() async throws {
   let pricing = ClosureFetcher<String, Price> { _ in Price() }
   // A stale price after 200 ms rather than a slow page; an error after 2 s rather than a hang.
   let prices = try LoadingCache(
@@ -103,8 +103,8 @@ private func snippet_AsyncCache_Loading_LoadTimeouts_6() async throws {
   _ = prices
 }
 
-// Sources/AsyncCache/Loading/LoadingCache+MemoryPressure.swift:11
-private func snippet_AsyncCache_Loading_LoadingCache_MemoryPressure_11() async throws {
+// Sources/AsyncCache/Loading/LoadingCache+MemoryPressure.swift, example 1
+private func snippet_AsyncCache_Loading_LoadingCache_MemoryPressure_1() async throws {
   let images = try LoadingCache<URL, Data>(layers: [MemoryLayer<URL, Data>()], origin: ClosureFetcher { try await download($0) })
   try await withThrowingDiscardingTaskGroup { group in
       group.addTask { await images.followMemoryPressure(try LinuxMemoryPressureSource()) }
@@ -113,11 +113,11 @@ private func snippet_AsyncCache_Loading_LoadingCache_MemoryPressure_11() async t
   _ = images
 }
 
-// Sources/AsyncCache/Loading/LoadingCache+Running.swift:16
+// Sources/AsyncCache/Loading/LoadingCache+Running.swift, example 1
 // Not compiled here: needs swift-service-lifecycle (the "In a server" article shows it)
 
-// Sources/AsyncCache/Loading/LoadingCache.swift:5
-private func snippet_AsyncCache_Loading_LoadingCache_5() async throws {
+// Sources/AsyncCache/Loading/LoadingCache.swift, example 1
+private func snippet_AsyncCache_Loading_LoadingCache_1() async throws {
   let cache = try LoadingCache(
       layers: [MemoryLayer<Int, User>(configuration: .init(countLimit: 10_000))],
       origin: ClosureFetcher { id in try await api.user(id) },
@@ -128,15 +128,15 @@ private func snippet_AsyncCache_Loading_LoadingCache_5() async throws {
   _ = user
 }
 
-// Sources/AsyncCache/Loading/NegativeCachingPolicy.swift:7
-private func snippet_AsyncCache_Loading_NegativeCachingPolicy_7() async throws {
+// Sources/AsyncCache/Loading/NegativeCachingPolicy.swift, example 1
+private func snippet_AsyncCache_Loading_NegativeCachingPolicy_1() async throws {
   var configuration = LoadingCache<Int, User>.Configuration(timeToLive: .seconds(300))
   configuration.negativeCaching = .notFound(timeToLive: .seconds(10))
   _ = configuration
 }
 
-// Sources/AsyncCache/Loading/RetryPolicy.swift:8
-private func snippet_AsyncCache_Loading_RetryPolicy_8() async throws {
+// Sources/AsyncCache/Loading/RetryPolicy.swift, example 1
+private func snippet_AsyncCache_Loading_RetryPolicy_1() async throws {
   let policy = RetryPolicy(
       maximumAttempts: 4, initialDelay: .milliseconds(200), maximumDelay: .seconds(5),
       classify: { error in (error as? HTTPError)?.status == 404 ? .fatal : .transient },
@@ -144,8 +144,8 @@ private func snippet_AsyncCache_Loading_RetryPolicy_8() async throws {
   _ = policy
 }
 
-// Sources/AsyncCache/Logging/CacheLogHandler.swift:4
-private func snippet_AsyncCache_Logging_CacheLogHandler_4() async throws {
+// Sources/AsyncCache/Logging/CacheLogHandler.swift, example 1
+private func snippet_AsyncCache_Logging_CacheLogHandler_1() async throws {
   struct PrintLogHandler: CacheLogHandler {
       func log(_ record: CacheLogRecord) { print(record) }
   }
@@ -153,14 +153,14 @@ private func snippet_AsyncCache_Logging_CacheLogHandler_4() async throws {
   _ = logger
 }
 
-// Sources/AsyncCache/Logging/CacheLogHandler.swift:25
-private func snippet_AsyncCache_Logging_CacheLogHandler_25() async throws {
+// Sources/AsyncCache/Logging/CacheLogHandler.swift, example 2
+private func snippet_AsyncCache_Logging_CacheLogHandler_2() async throws {
   let logger = CacheLogger(handler: ClosureLogHandler { print($0) }, minimumLevel: .debug)
   _ = logger
 }
 
-// Sources/AsyncCache/Logging/CacheLogger.swift:7
-private func snippet_AsyncCache_Logging_CacheLogger_7() async throws {
+// Sources/AsyncCache/Logging/CacheLogger.swift, example 1
+private func snippet_AsyncCache_Logging_CacheLogger_1() async throws {
   let logger = CacheLogger(minimumLevel: .info) { record in print(record) }
   let users = try LoadingCache(
       layers: [MemoryLayer<Int, User>()],
@@ -170,17 +170,17 @@ private func snippet_AsyncCache_Logging_CacheLogger_7() async throws {
   _ = users
 }
 
-// Sources/AsyncCache/Logging/CacheLogger.swift:45
-private func snippet_AsyncCache_Logging_CacheLogger_45() async throws {
+// Sources/AsyncCache/Logging/CacheLogger.swift, example 2
+private func snippet_AsyncCache_Logging_CacheLogger_2() async throws {
   let logger = CacheLogger(minimumLevel: .debug) { print($0) }
   _ = logger
 }
 
-// Sources/AsyncCache/Logging/CacheLogger.swift:60
+// Sources/AsyncCache/Logging/CacheLogger.swift, example 3
 // Not compiled here: needs swift-log (the "In a server" article shows it)
 
-// Sources/AsyncCache/Memory/MemoryLayer+Snapshot.swift:104
-private func snippet_AsyncCache_Memory_MemoryLayer_Snapshot_104() async throws {
+// Sources/AsyncCache/Memory/MemoryLayer+Snapshot.swift, example 1
+private func snippet_AsyncCache_Memory_MemoryLayer_Snapshot_1() async throws {
   let memory = try MemoryLayer<String, Data>()
   let snapshotURL = url
   let logger = CacheLogger.disabled
@@ -194,8 +194,8 @@ private func snippet_AsyncCache_Memory_MemoryLayer_Snapshot_104() async throws {
   _ = logger
 }
 
-// Sources/AsyncCache/Memory/MemoryLayer.swift:9
-private func snippet_AsyncCache_Memory_MemoryLayer_9() async throws {
+// Sources/AsyncCache/Memory/MemoryLayer.swift, example 1
+private func snippet_AsyncCache_Memory_MemoryLayer_1() async throws {
   let thumbnails = try MemoryLayer<URL, Data>(configuration: .init(
       countLimit: 500,
       costLimit: 64 << 20,          // 64 MiB
@@ -205,16 +205,16 @@ private func snippet_AsyncCache_Memory_MemoryLayer_9() async throws {
   _ = thumbnails
 }
 
-// Sources/AsyncCache/Memory/Policy/EvictionPolicy.swift:55
-private func snippet_AsyncCache_Memory_Policy_EvictionPolicy_55() async throws {
+// Sources/AsyncCache/Memory/Policy/EvictionPolicy.swift, example 1
+private func snippet_AsyncCache_Memory_Policy_EvictionPolicy_1() async throws {
   let memory = try MemoryLayer<URL, Data>(configuration: .init(
       countLimit: 10_000,
       evictionPolicy: .leastRecentlyUsed))
   _ = memory
 }
 
-// Sources/AsyncCache/Operators/AnyCacheLayer.swift:9
-private func snippet_AsyncCache_Operators_AnyCacheLayer_9() async throws {
+// Sources/AsyncCache/Operators/AnyCacheLayer.swift, example 1
+private func snippet_AsyncCache_Operators_AnyCacheLayer_1() async throws {
   let disk = try await DiskLayer<String, Data>(directory: url)
   let users: AnyCacheLayer<String, User> = disk.mappingValues(.json(User.self)).eraseToAnyLayer()
   let byID = users.mappingKeys { (id: UserID) in id.rawValue }   // still composes
@@ -223,8 +223,8 @@ private func snippet_AsyncCache_Operators_AnyCacheLayer_9() async throws {
   _ = byID
 }
 
-// Sources/AsyncCache/Operators/AnyCacheLayer.swift:78
-private func snippet_AsyncCache_Operators_AnyCacheLayer_78() async throws {
+// Sources/AsyncCache/Operators/AnyCacheLayer.swift, example 2
+private func snippet_AsyncCache_Operators_AnyCacheLayer_2() async throws {
   let http = ClosureFetcher<URL, Data> { try await download($0) }
   let validate: @Sendable (URL, Data) throws -> Data = { $1 }
   let origin: AnyFetcher<URL, Data> = http.postProcessing(validate).eraseToAnyFetcher()
@@ -233,8 +233,8 @@ private func snippet_AsyncCache_Operators_AnyCacheLayer_78() async throws {
   _ = origin
 }
 
-// Sources/AsyncCache/Operators/CoalescingLayer.swift:7
-private func snippet_AsyncCache_Operators_CoalescingLayer_7() async throws {
+// Sources/AsyncCache/Operators/CoalescingLayer.swift, example 1
+private func snippet_AsyncCache_Operators_CoalescingLayer_1() async throws {
   let memory = try MemoryLayer<String, Data>()
   let sqlite = try await SQLiteLayer<String, Data>(url: url)
   let chain = try CacheChain([memory, sqlite.coalescingLookups()])
@@ -243,56 +243,56 @@ private func snippet_AsyncCache_Operators_CoalescingLayer_7() async throws {
   _ = chain
 }
 
-// Sources/AsyncCache/Operators/FetcherOperators.swift:5
-private func snippet_AsyncCache_Operators_FetcherOperators_5() async throws {
+// Sources/AsyncCache/Operators/FetcherOperators.swift, example 1
+private func snippet_AsyncCache_Operators_FetcherOperators_1() async throws {
   let http = ClosureFetcher<URL, Data> { try await download($0) }
   let avatars = http.mappingKeys { (user: User) in user.avatarURL }
   _ = http
   _ = avatars
 }
 
-// Sources/AsyncCache/Operators/FetcherOperators.swift:20
-private func snippet_AsyncCache_Operators_FetcherOperators_20() async throws {
+// Sources/AsyncCache/Operators/FetcherOperators.swift, example 2
+private func snippet_AsyncCache_Operators_FetcherOperators_2() async throws {
   let http = ClosureFetcher<URL, Data> { try await download($0) }
   let users = http.mappingValues { data in try JSONDecoder().decode(User.self, from: data) }
   _ = http
   _ = users
 }
 
-// Sources/AsyncCache/Operators/LayerOperators.swift:5
-private func snippet_AsyncCache_Operators_LayerOperators_5() async throws {
+// Sources/AsyncCache/Operators/LayerOperators.swift, example 1
+private func snippet_AsyncCache_Operators_LayerOperators_1() async throws {
   let memory = try MemoryLayer<Int, Avatar>()
   let byUser = memory.mappingKeys { (user: User) in user.id }   // MemoryLayer<String, Avatar>
   _ = memory
   _ = byUser
 }
 
-// Sources/AsyncCache/Operators/LayerOperators.swift:29
-private func snippet_AsyncCache_Operators_LayerOperators_29() async throws {
+// Sources/AsyncCache/Operators/LayerOperators.swift, example 2
+private func snippet_AsyncCache_Operators_LayerOperators_2() async throws {
   let disk = try await DiskLayer<Int, Data>(directory: url)
   let users = disk.mappingValues(.json(User.self))   // DiskLayer<Int, Data> → <Int, User>
   _ = disk
   _ = users
 }
 
-// Sources/AsyncCache/Operators/LayerOperators.swift:44
-private func snippet_AsyncCache_Operators_LayerOperators_44() async throws {
+// Sources/AsyncCache/Operators/LayerOperators.swift, example 3
+private func snippet_AsyncCache_Operators_LayerOperators_3() async throws {
   let sqlite = try await SQLiteLayer<String, Data>(url: url)
   let database = sqlite.onlyIf { _ in await settings.offlineMode }
   _ = sqlite
   _ = database
 }
 
-// Sources/AsyncCache/Operators/PostProcessingAndLanes.swift:6
-private func snippet_AsyncCache_Operators_PostProcessingAndLanes_6() async throws {
+// Sources/AsyncCache/Operators/PostProcessingAndLanes.swift, example 1
+private func snippet_AsyncCache_Operators_PostProcessingAndLanes_1() async throws {
   let thumbnails = try MemoryLayer<ImageKey, Image>()
   let fitted = thumbnails.postProcessing { key, image in image.fitted(to: key.size) }
   _ = thumbnails
   _ = fitted
 }
 
-// Sources/AsyncCache/Operators/PostProcessingAndLanes.swift:31
-private func snippet_AsyncCache_Operators_PostProcessingAndLanes_31() async throws {
+// Sources/AsyncCache/Operators/PostProcessingAndLanes.swift, example 2
+private func snippet_AsyncCache_Operators_PostProcessingAndLanes_2() async throws {
   let network = try MemoryLayer<URL, Data>()
   let files = try await DiskLayer<URL, Data>(directory: url, keyEncoding: CacheKeyEncoding(encode: { $0.absoluteString }, decode: { URL(string: $0)! }))
   let images = network.lane(files) { url in url.isFileURL }
@@ -301,16 +301,16 @@ private func snippet_AsyncCache_Operators_PostProcessingAndLanes_31() async thro
   _ = images
 }
 
-// Sources/AsyncCache/Operators/RequestCappedLayer.swift:7
-private func snippet_AsyncCache_Operators_RequestCappedLayer_7() async throws {
+// Sources/AsyncCache/Operators/RequestCappedLayer.swift, example 1
+private func snippet_AsyncCache_Operators_RequestCappedLayer_1() async throws {
   let sqlite = try await SQLiteLayer<String, Data>(url: url)
   let database = try sqlite.cappingRequests(at: 4)   // a connection pool of 4, say
   _ = sqlite
   _ = database
 }
 
-// Sources/AsyncCache/Operators/Transforms.swift:98
-private func snippet_AsyncCache_Operators_Transforms_98() async throws {
+// Sources/AsyncCache/Operators/Transforms.swift, example 1
+private func snippet_AsyncCache_Operators_Transforms_1() async throws {
   let disk = try await DiskLayer<Int, Data>(directory: url)
   let kelvin = try MemoryLayer<String, Double>()
   let users: some AsyncCacheLayer<Int, User> = disk.mappingValues(.json(User.self))
@@ -321,8 +321,8 @@ private func snippet_AsyncCache_Operators_Transforms_98() async throws {
   _ = celsius
 }
 
-// Sources/AsyncCache/Persistence/BlockingExecutor.swift:17
-private func snippet_AsyncCache_Persistence_BlockingExecutor_17() async throws {
+// Sources/AsyncCache/Persistence/BlockingExecutor.swift, example 1
+private func snippet_AsyncCache_Persistence_BlockingExecutor_1() async throws {
   actor Store {
     private let executor: BlockingExecutor
     nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
@@ -330,17 +330,17 @@ private func snippet_AsyncCache_Persistence_BlockingExecutor_17() async throws {
   }
 }
 
-// Sources/AsyncCache/Persistence/CacheKeyEncoding.swift:179
+// Sources/AsyncCache/Persistence/CacheKeyEncoding.swift, example 1
 enum Region: String { case eu, us }
 extension Region: CacheKeyEncodable {}
-private func snippet_AsyncCache_Persistence_CacheKeyEncoding_179() async throws {
+private func snippet_AsyncCache_Persistence_CacheKeyEncoding_1() async throws {
 
   let byRegion = try await SQLiteLayer<Region, Product>(url: url)
   _ = byRegion
 }
 
-// Sources/AsyncCache/Persistence/Disk/DiskLayer.swift:6
-private func snippet_AsyncCache_Persistence_Disk_DiskLayer_6() async throws {
+// Sources/AsyncCache/Persistence/Disk/DiskLayer.swift, example 1
+private func snippet_AsyncCache_Persistence_Disk_DiskLayer_1() async throws {
   let cachesDirectory = url
   let png = Data()
   let images = try await DiskLayer<URL, Data>(
@@ -355,8 +355,8 @@ private func snippet_AsyncCache_Persistence_Disk_DiskLayer_6() async throws {
   _ = cached
 }
 
-// Sources/AsyncCache/Persistence/UserDefaultsLayer.swift:14
-private func snippet_AsyncCache_Persistence_UserDefaultsLayer_14() async throws {
+// Sources/AsyncCache/Persistence/UserDefaultsLayer.swift, example 1
+private func snippet_AsyncCache_Persistence_UserDefaultsLayer_1() async throws {
   let preferences = Preferences()
   let settings = try UserDefaultsLayer<String, Preferences>(
       suiteName: "group.com.example.app",
@@ -368,8 +368,8 @@ private func snippet_AsyncCache_Persistence_UserDefaultsLayer_14() async throws 
   _ = cached
 }
 
-// Sources/AsyncCache/Prefetch/AsyncPrefetcher.swift:9
-private func snippet_AsyncCache_Prefetch_AsyncPrefetcher_9() async throws {
+// Sources/AsyncCache/Prefetch/AsyncPrefetcher.swift, example 1
+private func snippet_AsyncCache_Prefetch_AsyncPrefetcher_1() async throws {
   let images = try LoadingCache<URL, Data>(layers: [MemoryLayer<URL, Data>()], origin: ClosureFetcher { try await download($0) })
   let photoURLs = [url]
   let visibleIndexChanges = AsyncStream<Int> { $0.finish() }
@@ -387,8 +387,8 @@ private func snippet_AsyncCache_Prefetch_AsyncPrefetcher_9() async throws {
   _ = prefetcher
 }
 
-// Sources/AsyncCache/Prefetch/PrefetchWindow.swift:9
-private func snippet_AsyncCache_Prefetch_PrefetchWindow_9() async throws {
+// Sources/AsyncCache/Prefetch/PrefetchWindow.swift, example 1
+private func snippet_AsyncCache_Prefetch_PrefetchWindow_1() async throws {
   let window = PrefetchWindow(direction: .both, range: 2, offset: 1)
   let middle = window.indices(around: 10, count: 100)  // [11, 9, 12, 8]
   let first = window.indices(around: 0, count: 100)    // [1, 2]: nothing precedes the first item
@@ -397,8 +397,8 @@ private func snippet_AsyncCache_Prefetch_PrefetchWindow_9() async throws {
   _ = first
 }
 
-// Sources/AsyncCache/Pressure/CacheChain+MemoryPressure.swift:9
-private func snippet_AsyncCache_Pressure_CacheChain_MemoryPressure_9() async throws {
+// Sources/AsyncCache/Pressure/CacheChain+MemoryPressure.swift, example 1
+private func snippet_AsyncCache_Pressure_CacheChain_MemoryPressure_1() async throws {
   let chain = try CacheChain<String, Data>([.init(try MemoryLayer<String, Data>())])
   let listening = Task { await chain.followMemoryPressure(try LinuxMemoryPressureSource()) }
   listening.cancel()
@@ -406,27 +406,27 @@ private func snippet_AsyncCache_Pressure_CacheChain_MemoryPressure_9() async thr
   _ = listening
 }
 
-// Sources/AsyncCache/Pressure/SystemMemoryPressure.swift:34
-private func snippet_AsyncCache_Pressure_SystemMemoryPressure_34() async throws {
+// Sources/AsyncCache/Pressure/SystemMemoryPressure.swift, example 1
+private func snippet_AsyncCache_Pressure_SystemMemoryPressure_1() async throws {
   let chain = try CacheChain<String, Data>([.init(try MemoryLayer<String, Data>())])
   let listening = Task { await chain.followSystemMemoryPressure() }
   _ = chain
   _ = listening
 }
 
-// Sources/AsyncCache/Pressure/SystemMemoryPressure.swift:48
-private func snippet_AsyncCache_Pressure_SystemMemoryPressure_48() async throws {
+// Sources/AsyncCache/Pressure/SystemMemoryPressure.swift, example 2
+private func snippet_AsyncCache_Pressure_SystemMemoryPressure_2() async throws {
   let images = try LoadingCache<URL, Data>(layers: [MemoryLayer<URL, Data>()], origin: ClosureFetcher { try await download($0) })
   let listening = Task { await images.followSystemMemoryPressure() }
   _ = images
   _ = listening
 }
 
-// Sources/AsyncCache/Store/CodableCacheStore.swift:10
+// Sources/AsyncCache/Store/CodableCacheStore.swift, example 1
 // Not compiled here: needs Hummingbird (the "In a server" article shows it)
 
-// Sources/AsyncCacheRedis/Layer/RedisLayer+Configuration.swift:150
-private func snippet_AsyncCacheRedis_Layer_RedisLayer_Configuration_150() async throws {
+// Sources/AsyncCacheRedis/Layer/RedisLayer+Configuration.swift, example 1
+private func snippet_AsyncCacheRedis_Layer_RedisLayer_Configuration_1() async throws {
   var configuration = RedisLayer<String, Data>.Configuration(cluster: [
       RedisEndpoint(host: "10.0.0.11"), RedisEndpoint(host: "10.0.0.12"),
       RedisEndpoint(host: "10.0.0.13"),
@@ -435,8 +435,8 @@ private func snippet_AsyncCacheRedis_Layer_RedisLayer_Configuration_150() async 
   _ = configuration
 }
 
-// Sources/AsyncCacheRedis/Layer/RedisLayer.swift:9
-private func snippet_AsyncCacheRedis_Layer_RedisLayer_9() async throws {
+// Sources/AsyncCacheRedis/Layer/RedisLayer.swift, example 1
+private func snippet_AsyncCacheRedis_Layer_RedisLayer_1() async throws {
   let redis = try RedisLayer<String, Data>(
       configuration: .init(endpoint: RedisEndpoint(host: "cache.internal")), namespace: "thumbnails")
   let cache = try LoadingCache(
@@ -445,8 +445,8 @@ private func snippet_AsyncCacheRedis_Layer_RedisLayer_9() async throws {
   _ = cache
 }
 
-// Sources/AsyncCacheSQLite/SQLiteLayer.swift:8
-private func snippet_AsyncCacheSQLite_SQLiteLayer_8() async throws {
+// Sources/AsyncCacheSQLite/SQLiteLayer.swift, example 1
+private func snippet_AsyncCacheSQLite_SQLiteLayer_1() async throws {
   let folder = url
   let disk = try await SQLiteLayer<String, Data>(url: folder.appending(path: "cache.sqlite"))
   let chain = try CacheChain<String, Data>([.init(try MemoryLayer<String, Data>()), .init(disk)])
@@ -455,8 +455,8 @@ private func snippet_AsyncCacheSQLite_SQLiteLayer_8() async throws {
   _ = chain
 }
 
-// Sources/AsyncCacheTesting/CoalescingLayer+Testing.swift:9
-private func snippet_AsyncCacheTesting_CoalescingLayer_Testing_9() async throws {
+// Sources/AsyncCacheTesting/CoalescingLayer+Testing.swift, example 1
+private func snippet_AsyncCacheTesting_CoalescingLayer_Testing_1() async throws {
   let fake = FakeLayer<String, Int>()
   let shared = fake.coalescingLookups()
   fake.hold(.lookup)
@@ -470,8 +470,8 @@ private func snippet_AsyncCacheTesting_CoalescingLayer_Testing_9() async throws 
   _ = second
 }
 
-// Sources/AsyncCacheTesting/FakeLayer.swift:8
-private func snippet_AsyncCacheTesting_FakeLayer_8() async throws {
+// Sources/AsyncCacheTesting/FakeLayer.swift, example 1
+private func snippet_AsyncCacheTesting_FakeLayer_1() async throws {
   let disk = FakeLayer<String, Int>()
   disk.fail(.lookup, with: DiskError.gone)            // every lookup throws until stopFailing
   disk.hold(.insert)                                  // inserts wait until released
@@ -480,8 +480,8 @@ private func snippet_AsyncCacheTesting_FakeLayer_8() async throws {
   _ = disk
 }
 
-// Sources/AsyncCacheTesting/GatedFetcher.swift:9
-private func snippet_AsyncCacheTesting_GatedFetcher_9() async throws {
+// Sources/AsyncCacheTesting/GatedFetcher.swift, example 1
+private func snippet_AsyncCacheTesting_GatedFetcher_1() async throws {
   func concurrentRequestsShareOneFetch() async throws {
       let origin = GatedFetcher<String, Int> { $0.count }
       let cache = try LoadingCache(layers: [MemoryLayer<String, Int>()], origin: origin)
@@ -494,8 +494,8 @@ private func snippet_AsyncCacheTesting_GatedFetcher_9() async throws {
   }
 }
 
-// Sources/AsyncCacheTesting/LoadingCache+Testing.swift:11
-private func snippet_AsyncCacheTesting_LoadingCache_Testing_11() async throws {
+// Sources/AsyncCacheTesting/LoadingCache+Testing.swift, example 1
+private func snippet_AsyncCacheTesting_LoadingCache_Testing_1() async throws {
   let cache = try LoadingCache<Int, Int>(layers: [MemoryLayer<Int, Int>()], origin: ClosureFetcher { $0 })
   let first = Task { try await cache.value(for: 1) }
   let second = Task { try await cache.value(for: 1) }
@@ -506,8 +506,8 @@ private func snippet_AsyncCacheTesting_LoadingCache_Testing_11() async throws {
   _ = second
 }
 
-// Sources/AsyncCacheTesting/LoadingCache+Testing.swift:25
-private func snippet_AsyncCacheTesting_LoadingCache_Testing_25() async throws {
+// Sources/AsyncCacheTesting/LoadingCache+Testing.swift, example 2
+private func snippet_AsyncCacheTesting_LoadingCache_Testing_2() async throws {
   let clock = ManualClock()
   let origin = GatedFetcher<String, Int> { $0.count }
   let photos = try LoadingCache(layers: [MemoryLayer<String, Int>()], origin: origin, configuration: .init(clock: clock))
@@ -523,8 +523,8 @@ private func snippet_AsyncCacheTesting_LoadingCache_Testing_25() async throws {
   _ = onScreen
 }
 
-// Sources/AsyncCacheTesting/LoadingCache+Testing.swift:42
-private func snippet_AsyncCacheTesting_LoadingCache_Testing_42() async throws {
+// Sources/AsyncCacheTesting/LoadingCache+Testing.swift, example 3
+private func snippet_AsyncCacheTesting_LoadingCache_Testing_3() async throws {
   let clock = ManualClock()
   let origin = GatedFetcher<Int, Int> { $0 }
   let cache = try LoadingCache(layers: [MemoryLayer<Int, Int>()], origin: origin, configuration: .init(timeToLive: .seconds(60), staleWhileRevalidate: .seconds(60), clock: clock))
@@ -540,8 +540,8 @@ private func snippet_AsyncCacheTesting_LoadingCache_Testing_42() async throws {
   _ = cache
 }
 
-// Sources/AsyncCacheTesting/ManualClock.swift:8
-private func snippet_AsyncCacheTesting_ManualClock_8() async throws {
+// Sources/AsyncCacheTesting/ManualClock.swift, example 1
+private func snippet_AsyncCacheTesting_ManualClock_1() async throws {
   func entriesExpire() async throws {
       let clock = ManualClock()
       let memory = try MemoryLayer<String, Int>(configuration: .init(timeToLive: .seconds(60), clock: clock))
@@ -551,8 +551,8 @@ private func snippet_AsyncCacheTesting_ManualClock_8() async throws {
   }
 }
 
-// Sources/AsyncCacheTesting/RecordingLayer.swift:5
-private func snippet_AsyncCacheTesting_RecordingLayer_5() async throws {
+// Sources/AsyncCacheTesting/RecordingLayer.swift, example 1
+private func snippet_AsyncCacheTesting_RecordingLayer_1() async throws {
   let disk = FakeLayer<String, Int>()
   let memory = RecordingLayer(try MemoryLayer<String, Int>())
   let chain = try CacheChain<String, Int>([memory, disk])
@@ -563,8 +563,8 @@ private func snippet_AsyncCacheTesting_RecordingLayer_5() async throws {
   _ = chain
 }
 
-// Sources/AsyncCacheTesting/RecordingLogHandler.swift:6
-private func snippet_AsyncCacheTesting_RecordingLogHandler_6() async throws {
+// Sources/AsyncCacheTesting/RecordingLogHandler.swift, example 1
+private func snippet_AsyncCacheTesting_RecordingLogHandler_1() async throws {
   let memory = try MemoryLayer<String, Int>()
   let disk = FakeLayer<String, Int>()
   func aFailingDiskIsSkippedWithAWarning() async throws {
@@ -580,8 +580,8 @@ private func snippet_AsyncCacheTesting_RecordingLogHandler_6() async throws {
   _ = disk
 }
 
-// Sources/AsyncCacheTesting/RequestCappedLayer+Testing.swift:9
-private func snippet_AsyncCacheTesting_RequestCappedLayer_Testing_9() async throws {
+// Sources/AsyncCacheTesting/RequestCappedLayer+Testing.swift, example 1
+private func snippet_AsyncCacheTesting_RequestCappedLayer_Testing_1() async throws {
   let fake = FakeLayer<String, Int>()
   let capped = try fake.cappingRequests(at: 1)
   fake.hold(.lookup)
@@ -596,8 +596,8 @@ private func snippet_AsyncCacheTesting_RequestCappedLayer_Testing_9() async thro
   _ = second
 }
 
-// Sources/AsyncCacheTesting/Unimplemented.swift:17
-private func snippet_AsyncCacheTesting_Unimplemented_17() async throws {
+// Sources/AsyncCacheTesting/Unimplemented.swift, example 1
+private func snippet_AsyncCacheTesting_Unimplemented_1() async throws {
   let warmMemory = try MemoryLayer<String, Int>()
   let cache = try LoadingCache(layers: [warmMemory], origin: UnimplementedFetcher<String, Int>())
   #expect(try await cache.value(for: "cached") == 1)   // fails the test if it reaches the origin
@@ -605,16 +605,16 @@ private func snippet_AsyncCacheTesting_Unimplemented_17() async throws {
   _ = cache
 }
 
-// Sources/AsyncCacheURLSession/RetryPolicy+URLSession.swift:12
-private func snippet_AsyncCacheURLSession_RetryPolicy_URLSession_12() async throws {
+// Sources/AsyncCacheURLSession/RetryPolicy+URLSession.swift, example 1
+private func snippet_AsyncCacheURLSession_RetryPolicy_URLSession_1() async throws {
   let cache = try LoadingCache(
     layers: [MemoryLayer<URL, Data>()], origin: URLSessionFetcher(),
     configuration: .init(retryPolicy: .urlSession(maximumAttempts: 4)))
   _ = cache
 }
 
-// Sources/AsyncCacheURLSession/URLSessionFetcher+Configuration.swift:9
-private func snippet_AsyncCacheURLSession_URLSessionFetcher_Configuration_9() async throws {
+// Sources/AsyncCacheURLSession/URLSessionFetcher+Configuration.swift, example 1
+private func snippet_AsyncCacheURLSession_URLSessionFetcher_Configuration_1() async throws {
   let session = URLSession.shared
   let origin = URLSessionFetcher(
     session: session,
@@ -623,15 +623,15 @@ private func snippet_AsyncCacheURLSession_URLSessionFetcher_Configuration_9() as
   _ = origin
 }
 
-// Sources/AsyncCacheURLSession/URLSessionFetcher+Retry.swift:29
-private func snippet_AsyncCacheURLSession_URLSessionFetcher_Retry_29() async throws {
+// Sources/AsyncCacheURLSession/URLSessionFetcher+Retry.swift, example 1
+private func snippet_AsyncCacheURLSession_URLSessionFetcher_Retry_1() async throws {
   _ = RetryPolicy(
   classify: { error in error is QuotaError ? .transient : URLSessionFetcher.classify(error) }
   )
 }
 
-// Sources/AsyncCacheURLSession/URLSessionFetcher.swift:15
-private func snippet_AsyncCacheURLSession_URLSessionFetcher_15() async throws {
+// Sources/AsyncCacheURLSession/URLSessionFetcher.swift, example 1
+private func snippet_AsyncCacheURLSession_URLSessionFetcher_1() async throws {
   let session = URLSession.shared
   let api = url
   let origin = URLSessionFetcher(session: session, configuration: .init(timeLimit: .seconds(10))) { url in

@@ -68,18 +68,24 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     /// The clock handed to the chain's layers created without one (see ``CacheEnvironment``).
     /// Default `nil`: the clock of the cache or chain the chain is put in, if any.
     public var clock: (any CacheClock)?
+    /// An async function that returns when the service running the chain (``CacheChain/run()``)
+    /// should shut down gracefully: pass swift-service-lifecycle's `gracefulShutdown`. Default
+    /// `nil`: `run()` ends when its task is cancelled or the chain is closed.
+    public var gracefulShutdown: (@Sendable () async throws -> Void)?
 
     /// Creates a configuration.
     public init(
       backfill: BackfillPolicy = .awaited,
       onFailure: (@Sendable (LayerFailure) -> Void)? = nil,
       logger: CacheLogger? = nil,
-      clock: (any CacheClock)? = nil
+      clock: (any CacheClock)? = nil,
+      gracefulShutdown: (@Sendable () async throws -> Void)? = nil
     ) {
       self.backfill = backfill
       self.onFailure = onFailure
       self.loggerGiven = logger
       self.clock = clock
+      self.gracefulShutdown = gracefulShutdown
     }
   }
 
@@ -107,6 +113,8 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   private nonisolated let isClosed = Atomic<Bool>(false)
   /// The work of the first ``close()``, which later calls wait for.
   private nonisolated let closing = Locked<Task<Void, any Error>?>(nil)
+  /// Fired when ``close()`` begins: ends ``run()``.
+  private nonisolated let closeSignal = OneShotSignal()
   private nonisolated let backgroundWork = Locked<(next: UInt64, tasks: [UInt64: Task<Void, Never>])>((0, [:]))
 
   /// Creates a chain of tiers, top first.
@@ -301,11 +309,35 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     let work = closing.withLock { closing in
       if let closing { return closing }
       isClosed.store(true, ordering: .relaxed)
+      closeSignal.fire()
       let work = Task { try await self.closeLayers() }
       closing = work
       return work
     }
     try await work.value
+  }
+
+  /// Follows the platform's memory pressure (``followSystemMemoryPressure()``) until the calling
+  /// task is cancelled, the configuration's
+  /// ``Configuration-swift.struct/gracefulShutdown`` signal returns, or the chain is closed;
+  /// then closes the chain and returns: the shape of swift-service-lifecycle's `Service`
+  /// requirement, for a chain used without a ``LoadingCache`` (a cache runs its own chain).
+  ///
+  /// - Throws: What ``close()`` throws.
+  public nonisolated func run() async throws {
+    let signal = configuration.gracefulShutdown
+    await withTaskGroup(of: Bool.self) { group in
+      group.addTask {
+        await self.followSystemMemoryPressure()
+        return false
+      }
+      group.addTask {
+        await self.closeSignal.wait(orUntil: signal)
+        return true
+      }
+      for await endsRun in group where endsRun { group.cancelAll() }
+    }
+    try await close()
   }
 
   private nonisolated func closeLayers() async throws {

@@ -96,6 +96,12 @@ extension RedisLayer {
     /// sequences get, synchronously, possibly on a connection's thread: keep it short. Default
     /// `nil`.
     public var eventHandler: (@Sendable (RedisLayerEvent) -> Void)?
+
+    /// An async function that returns when the service running the layer on its own (its
+    /// `run()`) should shut down gracefully: pass swift-service-lifecycle's `gracefulShutdown`.
+    /// Default `nil`: `run()` ends when its task is cancelled or the layer is closed. A layer in a
+    /// `LoadingCache` is closed by the cache's own `run()` or `close()`.
+    public var gracefulShutdown: (@Sendable () async throws -> Void)?
     /// Where the layer logs every ``RedisLayerEvent``: a circuit that opens (`error`), a connection
     /// discarded or a value it cannot read (`warning`), a circuit that closes (`notice`), a
     /// connection made (`info`). Default: the logger of the cache or chain the layer is put in (see

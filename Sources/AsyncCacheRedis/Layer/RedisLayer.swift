@@ -47,6 +47,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   package nonisolated let followedLogger: Followed<CacheLogger>
   /// How the entries that arrive already expired are logged.
   private nonisolated let expiredArrivals = ExpiredArrivals()
+  /// Fired when the layer closes: ends ``run()``.
+  private nonisolated let closeSignal = OneShotSignal()
   /// Delivers the layer's events to its observers and its configuration's handler.
   private nonisolated let eventHub: EventHub<RedisLayerEvent>
   /// How keys become stored strings.
@@ -573,7 +575,17 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     closeNow()
   }
 
+  /// Waits until the calling task is cancelled, the configuration's `gracefulShutdown` signal
+  /// returns, or the layer is closed; then closes it (``close()``): the shape of
+  /// swift-service-lifecycle's `Service` requirement, for a layer used without a `LoadingCache`
+  /// (whose own `run()` closes its layers).
+  public nonisolated func run() async throws {
+    await closeSignal.wait(orUntil: configuration.gracefulShutdown)
+    try await close()
+  }
+
   private nonisolated func closeNow() {
+    closeSignal.fire()
     subscription?.stop()
     backend.shutDown()
     // Nothing happens after this: the event sequences end once read.

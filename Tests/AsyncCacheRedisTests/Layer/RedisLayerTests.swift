@@ -345,6 +345,37 @@ struct RedisLayerTests {
     #expect(origin.withLock { $0 } == 1)
   }
 
+  @Test("RedisLayer<Int, Product> needs no encoding: integer keys as text, Codable values as JSON")
+  func defaultEncodings() async throws {
+    struct Product: Codable, Hashable, Sendable { var name: String }
+    let server = try await RedisServer.start()
+    defer { server.stop() }
+    let products = try RedisLayer<Int, Product>(configuration: .init(endpoint: server.endpoint), namespace: "p")
+    try await products.insert(Product(name: "tea"), for: 42)
+    #expect(try await products.value(for: 42) == Product(name: "tea"))
+    let raw = try RedisLayer<String, Data>(configuration: .init(endpoint: server.endpoint), namespace: "p")
+    let stored = try #require(try await raw.value(for: "42"))
+    #expect(try JSONDecoder().decode(Product.self, from: stored) == Product(name: "tea"))
+  }
+
+  @Test("a layer used on its own runs until its graceful shutdown signal or its close, then closes its connections")
+  func runsAsAService() async throws {
+    let server = try await RedisServer.start()
+    defer { server.stop() }
+    let signal = OneShotSignal()
+    let layer = try makeLayer(server) { $0.gracefulShutdown = { await signal.wait() } }
+    try await layer.insert(Data("v".utf8), for: "k")
+    let service = Task { try await layer.run() }
+    signal.fire()
+    try await service.value
+    await #expect { try await layer.value(for: "k") } throws: { ($0 as? RedisError)?.code == .shutDown }
+
+    let other = try makeLayer(server)
+    let closedElsewhere = Task { try await other.run() }
+    try await other.close()
+    try await closedElsewhere.value
+  }
+
   @Test(
     "an entry that arrives already expired by the layer's clock deletes the key and is reported, not dropped silently")
   func expiredArrival() async throws {

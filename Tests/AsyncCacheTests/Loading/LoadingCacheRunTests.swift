@@ -65,6 +65,30 @@ struct LoadingCacheRunTests {
     try await service.value
   }
 
+  @Test("a chain used on its own runs until cancelled, signalled or closed, then closes its layers")
+  func chainRuns() async throws {
+    let first = RecordingLayer(try MemoryLayer<String, Int>())
+    let cancelled = try CacheChain<String, Int>([.init(first)])
+    let running = Task { try await cancelled.run() }
+    running.cancel()
+    try await running.value
+    #expect(first.calls.map(\.description) == ["close"])
+
+    let shutdown = ShutdownSignal()
+    let second = RecordingLayer(try MemoryLayer<String, Int>())
+    let signalled = try CacheChain<String, Int>([.init(second)], configuration: .init(gracefulShutdown: shutdown.wait))
+    let service = Task { try await signalled.run() }
+    shutdown.signal.fire()
+    try await service.value
+    #expect(second.calls.map(\.description) == ["close"])
+    await #expect { try await signalled.insert(1, for: "k") } throws: { ($0 as? AsyncCacheError)?.code == .closed }
+
+    let third = try CacheChain<String, Int>([.init(try MemoryLayer<String, Int>())])
+    let closedElsewhere = Task { try await third.run() }
+    try await third.close()
+    try await closedElsewhere.value
+  }
+
   @Test("run() refuses to run twice at once, and after close")
   func runsOnce() async throws {
     let cache = try LoadingCache(
