@@ -115,6 +115,10 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   private nonisolated let closing = Locked<Task<Void, any Error>?>(nil)
   /// Fired when ``close()`` begins: ends ``run()``.
   private nonisolated let closeSignal = OneShotSignal()
+  /// Whether ``run()`` runs.
+  private nonisolated let running = Locked(false)
+  /// Whether ``run()`` runs. For tests.
+  package nonisolated var isRunning: Bool { running.withLock { $0 } }
   private nonisolated let backgroundWork = Locked<(next: UInt64, tasks: [UInt64: Task<Void, Never>])>((0, [:]))
 
   /// Creates a chain of tiers, top first.
@@ -323,8 +327,14 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// then closes the chain and returns: the shape of swift-service-lifecycle's `Service`
   /// requirement, for a chain used without a ``LoadingCache`` (a cache runs its own chain).
   ///
-  /// - Throws: What ``close()`` throws.
+  /// - Throws: ``AsyncCacheError/Code/invalidState`` when the chain runs already; what
+  ///   ``close()`` throws.
   public nonisolated func run() async throws {
+    try running.withLock { running in
+      guard !running else { throw AsyncCacheError.invalidState("CacheChain.run(): the chain runs already") }
+      running = true
+    }
+    defer { running.withLock { $0 = false } }
     let signal = configuration.gracefulShutdown
     await withTaskGroup(of: Bool.self) { group in
       group.addTask {

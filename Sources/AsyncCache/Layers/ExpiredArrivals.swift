@@ -19,7 +19,7 @@ package final class ExpiredArrivals: Sendable {
   /// clock reads `now`.
   package static func describe(expiresAt: CacheInstant, now: CacheInstant) -> String {
     "arrived already expired by the layer's clock and was not stored: it expired at \(expiresAt), "
-      + "\(expiresAt.duration(to: now).readable) before the layer's now (\(now)). If its writer reads "
-      + "another clock, create the layer without one, so that it follows its cache's"
+      + "\(expiresAt.duration(to: now).readable) before the layer's now (\(now)). Its writer reads "
+      + "another clock: give the layer and its cache one clock (a layer follows the first cache it is put in)"
   }
 }

@@ -22,13 +22,18 @@ extension LoadingCache {
   ///
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` for the first layer that failed to close
   ///   (every layer is closed even so); ``AsyncCacheError/Code/invalidState`` when called from a
-  ///   load of this cache (its origin, say), which `close()` would wait for.
+  ///   load of this cache (its origin, say, or a `Task` it starts, which inherits its task-local
+  ///   values), which `close()` would wait for: close from outside, or from `Task.detached`.
+  ///   A close from a load of another cache that this cache's load waits for would wait for
+  ///   itself too, and is not detected: close caches from outside their loads.
   public func close() async throws {
     // A load of this cache that closes it would wait for itself.
     let table = ObjectIdentifier(loadTable)
     if LoadDependencies.loadsOfCurrentTask.contains(where: { $0.table == table }) {
       throw AsyncCacheError.invalidState(
-        "LoadingCache.close() was called from a load of the same cache, which close() would wait for")
+        "LoadingCache.close() was called from a load of the same cache (or a task it started, which inherits "
+          + "its task-local values), which close() would wait for; close the cache from outside its loads, "
+          + "or from Task.detached")
     }
     let work = closing.withLock { closing in
       if let closing { return closing }

@@ -60,10 +60,11 @@ public final class CodableCacheStore: Sendable {
     gracefulShutdown: (@Sendable () async throws -> Void)? = nil
   ) {
     self.chain = chain
-    self.clock = clock ?? WallClock()
+    // One clock for the store and its layers: a chain given one lends it to a store given none.
+    self.clock = clock ?? chain.followedClock.handedOn ?? WallClock()
     self.duplicateError = duplicateError ?? { key in AsyncCacheError.duplicateKey(key) }
     self.gracefulShutdown = gracefulShutdown
-    chain.follow(CacheEnvironment(clock: clock))
+    chain.follow(CacheEnvironment(clock: self.clock))
   }
 
   /// Creates a store over a chain of `layers`, top first, whose failures are propagated.

@@ -85,6 +85,9 @@ struct LoadingCacheRunTests {
 
     let third = try CacheChain<String, Int>([.init(try MemoryLayer<String, Int>())])
     let closedElsewhere = Task { try await third.run() }
+    while !third.isRunning { await Task.yield() }
+    let twice = await #expect(throws: AsyncCacheError.self) { try await third.run() }
+    #expect(twice?.code == .invalidState)
     try await third.close()
     try await closedElsewhere.value
   }

@@ -95,6 +95,18 @@ struct CodableCacheStoreTests {
       try await store.getWithTTL(key: "j", as: Int.self)?.ttl == .seconds(600), "the longest expiry a layer knows")
   }
 
+  @Test("a store given no clock over a chain given one takes the chain's: values expire on it")
+  func storeTakesTheChainsClock() async throws {
+    let clock = ManualClock()
+    let chain = try CacheChain<String, Data>(
+      [.init(try MemoryLayer<String, Data>())], configuration: .init(clock: clock))
+    let store = CodableCacheStore(chain: chain)
+    #expect((store.clock as? ManualClock) === clock)
+    try await store.set(key: "k", value: 1, expires: .seconds(60))
+    clock.advance(by: .seconds(61))
+    #expect(try await store.get(key: "k", as: Int.self) == nil)
+  }
+
   @Test("get of a missing key, or of a value that is not of the type asked for, is nil")
   func getMissingOrMistyped() async throws {
     let store = try makeStore()
