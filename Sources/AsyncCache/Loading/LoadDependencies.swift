@@ -87,6 +87,15 @@ final class LoadDependencies: Sendable {
     }
   }
 
+  /// Whether a load of `table` is one of `loads`, or waits, through any number of loads, for one:
+  /// then work of `loads` that waits for `table`'s loads to end waits for itself.
+  func isAnyLoad(of table: ObjectIdentifier, waitingFor loads: [LoadIdentity]) -> Bool {
+    if loads.contains(where: { $0.table == table }) { return true }
+    return edges.withLock { edges in
+      edges.keys.contains { $0.table == table && Self.reaches(from: $0, anyOf: loads, in: edges) }
+    }
+  }
+
   /// The number of waits recorded now from or for the loads of `table` (for tests: zero at rest).
   func waitCount(involving table: ObjectIdentifier) -> Int {
     edges.withLock { edges in

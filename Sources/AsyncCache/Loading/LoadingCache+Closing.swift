@@ -22,18 +22,18 @@ extension LoadingCache {
   ///
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` for the first layer that failed to close
   ///   (every layer is closed even so); ``AsyncCacheError/Code/invalidState`` when called from a
-  ///   load of this cache (its origin, say, or a `Task` it starts, which inherits its task-local
-  ///   values), which `close()` would wait for: close from outside, or from `Task.detached`.
-  ///   A close from a load of another cache that this cache's load waits for would wait for
-  ///   itself too, and is not detected: close caches from outside their loads.
+  ///   load that this cache's loads wait for — its origin, the origin of another cache that its
+  ///   origin asked, or a `Task` either starts (which inherits their task-local values) — which
+  ///   `close()` would wait for: close from outside, or from `Task.detached`.
   public func close() async throws {
-    // A load of this cache that closes it would wait for itself.
-    let table = ObjectIdentifier(loadTable)
-    if LoadDependencies.loadsOfCurrentTask.contains(where: { $0.table == table }) {
+    // A load of this cache that closes it, or a load that one of this cache's loads waits for
+    // (its origin asked another cache, whose origin closes this one), would wait for itself.
+    let current = LoadDependencies.loadsOfCurrentTask
+    if !current.isEmpty, LoadDependencies.shared.isAnyLoad(of: ObjectIdentifier(loadTable), waitingFor: current) {
       throw AsyncCacheError.invalidState(
-        "LoadingCache.close() was called from a load of the same cache (or a task it started, which inherits "
-          + "its task-local values), which close() would wait for; close the cache from outside its loads, "
-          + "or from Task.detached")
+        "LoadingCache.close() was called from a load that the cache's own loads wait for (its origin, another "
+          + "cache's origin that it asked, or a task either started, which inherits their task-local values), "
+          + "which close() would wait for; close the cache from outside its loads, or from Task.detached")
     }
     let work = closing.withLock { closing in
       if let closing { return closing }

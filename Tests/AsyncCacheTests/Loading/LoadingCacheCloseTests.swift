@@ -123,8 +123,26 @@ struct LoadingCacheCloseTests {
       })
     holder.withLock { $0 = cache }
     let error = await #expect(throws: AsyncCacheError.self) { try await cache.value(for: "k") }
-    #expect(error?.code == .invalidState && error?.message.contains("from a load of the same cache") == true)
+    #expect(error?.code == .invalidState && error?.message.contains("from a load that the cache's own loads") == true)
     try await cache.close()
+  }
+
+  @Test("close() called from another cache's load that this cache's load waits for fails at once too")
+  func closeFromALoadThisCacheWaitsFor() async throws {
+    let first = Locked<LoadingCache<String, Int>?>(nil)
+    let second = try LoadingCache(
+      layers: [try MemoryLayer<String, Int>()],
+      origin: ClosureFetcher { _ in
+        try await first.withLock { $0 }!.close()
+        return 1
+      })
+    let cache = try LoadingCache(
+      layers: [try MemoryLayer<String, Int>()], origin: ClosureFetcher { key in try await second.value(for: key) })
+    first.withLock { $0 = cache }
+    let error = await #expect(throws: AsyncCacheError.self) { try await cache.value(for: "k") }
+    #expect(error?.code == .invalidState)
+    try await cache.close()
+    try await second.close()
   }
 
   @Test("a load in flight finishes: its request gets the value, stored before the layers close")
