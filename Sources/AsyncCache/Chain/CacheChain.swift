@@ -335,18 +335,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       running = true
     }
     defer { running.withLock { $0 = false } }
-    let signal = configuration.gracefulShutdown
-    await withTaskGroup(of: Bool.self) { group in
-      group.addTask {
-        await self.followSystemMemoryPressure()
-        return false
-      }
-      group.addTask {
-        await self.closeSignal.wait(orUntil: signal)
-        return true
-      }
-      for await endsRun in group where endsRun { group.cancelAll() }
-    }
+    await closeSignal.wait(orUntil: configuration.gracefulShutdown) { await self.followSystemMemoryPressure() }
     try await close()
   }
 

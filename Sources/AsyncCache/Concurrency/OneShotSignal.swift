@@ -11,9 +11,6 @@ package final class OneShotSignal: Sendable {
 
   package init() {}
 
-  /// Whether ``fire()`` was called.
-  package var hasFired: Bool { state.withLock { $0.fired } }
-
   /// Fires the signal: every wait returns, now and later.
   package func fire() {
     let waiters = state.withLock { state in
@@ -54,6 +51,28 @@ extension OneShotSignal {
       group.addTask { await self.wait() }
       await group.next()
       group.cancelAll()
+    }
+  }
+
+  /// Runs `work` (when given) until this signal fires, `gracefulShutdown` returns or throws, or
+  /// the calling task is cancelled; then cancels it and returns once it has ended: the body of
+  /// a `run()` whose background work is `work`.
+  package func wait(
+    orUntil gracefulShutdown: (@Sendable () async throws -> Void)?,
+    meanwhile work: (@Sendable () async -> Void)?
+  ) async {
+    await withTaskGroup(of: Bool.self) { group in
+      if let work {
+        group.addTask {
+          await work()
+          return false
+        }
+      }
+      group.addTask {
+        await self.wait(orUntil: gracefulShutdown)
+        return true
+      }
+      for await endsRun in group where endsRun { group.cancelAll() }
     }
   }
 }

@@ -34,24 +34,10 @@ extension LoadingCache {
       running = true
     }
     defer { running.withLock { $0 = false } }
-    let signal = configuration.gracefulShutdown
-    let followsPressure = configuration.followsMemoryPressureWhileRunning
-    await withTaskGroup(of: Bool.self) { group in
-      if followsPressure {
-        group.addTask {
-          await self.followSystemMemoryPressure()
-          return false
-        }
-      }
-      // Ends on the graceful shutdown signal, on close, or on cancellation.
-      group.addTask {
-        await self.closeSignal.wait(orUntil: signal)
-        return true
-      }
-      for await endsRun in group where endsRun {
-        group.cancelAll()
-      }
-    }
+    // Ends on the graceful shutdown signal, on close, or on cancellation.
+    var work: (@Sendable () async -> Void)?
+    if configuration.followsMemoryPressureWhileRunning { work = { await self.followSystemMemoryPressure() } }
+    await closeSignal.wait(orUntil: configuration.gracefulShutdown, meanwhile: work)
     try await close()
   }
 }
