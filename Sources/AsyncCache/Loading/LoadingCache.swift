@@ -358,7 +358,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// polling; `AsyncCacheTesting` offers it as `waitUntilIdle()`), or once the calling task is
   /// cancelled.
   package func waitForNoLoads() async {
-    await loadTable.waitUntil(orCancellation: true) { $0.loads.isEmpty }
+    // Abandoned loads are out of `loads` while their body still runs and reports its end.
+    await loadTable.waitUntil(orCancellation: true) { $0.loads.isEmpty && $0.running.isEmpty }
   }
 }
 
