@@ -20,6 +20,7 @@ enum Benchmark: String, CaseIterable {
   case redisGetHit = "redis.get.hit"
   case redisMGet100 = "redis.mget.100"
   case chainMemoryOverRedisHit = "chain.memoryOverRedis.hit"
+  case fleetCoalescing = "fleet.coalescing"
 
   /// Runs the benchmark and returns its rows, the project's first.
   ///
@@ -46,6 +47,7 @@ enum Benchmark: String, CaseIterable {
     case .redisGetHit: try await RedisBenchmarks.getHit(configuration)
     case .redisMGet100: try await RedisBenchmarks.mget100(configuration)
     case .chainMemoryOverRedisHit: try await RedisBenchmarks.memoryOverRedisHit(configuration)
+    case .fleetCoalescing: try await FleetBenchmark.coalescing(configuration)
     }
   }
 }

@@ -10,6 +10,8 @@ enum Unit: String {
   case milliseconds = "ms"
   /// A share, from 0 to 100.
   case percent = "%"
+  /// A number of events (origin calls).
+  case count = "count"
 }
 
 /// The goal a row is held to. Missing it is reported, not fatal: the numbers depend on the machine.

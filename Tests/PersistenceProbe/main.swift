@@ -13,6 +13,8 @@ if let run = SQLiteProbe.commands[command] {
   status = await run(rest)
 } else if let run = DiskProbe.commands[command] {
   status = await run(rest)
+} else if let run = RedisProbe.commands[command] {
+  status = await run(rest)
 } else {
   FileHandle.standardError.write(Data("PersistenceProbe: unknown command \(command)\n".utf8))
   status = 64
@@ -20,6 +22,6 @@ if let run = SQLiteProbe.commands[command] {
 exit(status)
 
 /// Prints a line to standard output at once (unbuffered), for the parent to wait on.
-func emit(_ line: String) {
+@Sendable func emit(_ line: String) {
   FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }

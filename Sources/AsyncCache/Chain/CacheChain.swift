@@ -425,7 +425,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Ends `read`, which loaded `entry` from the origin, by storing it in the layers in `range`,
   /// unless a write overtook the read. Returns whether it stored it.
   @discardableResult
-  nonisolated func endRead(_ read: ReadToken<Key>, storing entry: CacheEntry<Value>, into range: Range<Int>) async
+  nonisolated func endRead(
+    _ read: ReadToken<Key>, storing entry: CacheEntry<Value>, into range: some Collection<Int> & Sendable
+  ) async
     -> Bool
   {
     defer { endRead(read) }
@@ -484,7 +486,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   private nonisolated func commit(
     _ entry: CacheEntry<Value>,
     for key: Key,
-    to range: Range<Int>,
+    to range: some Collection<Int> & Sendable,
     token: ReadToken<Key>,
     operation: LayerFailure.Operation
   ) async -> Bool {
@@ -508,7 +510,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   private nonisolated func write(
     _ entry: CacheEntry<Value>,
     for key: Key,
-    to range: Range<Int>,
+    to range: some Collection<Int> & Sendable,
     operation: LayerFailure.Operation,
     propagating: Bool
   ) async -> (any Error)? {

@@ -18,6 +18,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case timedOut
       case closed
       case duplicateKey
+      case failedElsewhere
     }
 
     private let base: Base
@@ -60,6 +61,11 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
     /// ``CodableCacheStore/create(key:value:expires:)`` found the key holding a value; the
     /// message names the key.
     public static let duplicateKey = Code(.duplicateKey)
+    /// Another process loaded the key for this one (a ``LoadCoordinator``: one load per key for
+    /// the instances of a service) and its origin failed; the message names the key, the process
+    /// and the error, as text. Not retried here: the process that loaded retried per its own
+    /// policy, and the next request loads again.
+    public static let failedElsewhere = Code(.failedElsewhere)
 
     public var description: String {
       switch base {
@@ -74,6 +80,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
       case .timedOut: "timedOut"
       case .closed: "closed"
       case .duplicateKey: "duplicateKey"
+      case .failedElsewhere: "failedElsewhere"
       }
     }
   }

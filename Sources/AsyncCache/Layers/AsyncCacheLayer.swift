@@ -69,6 +69,14 @@ public protocol AsyncCacheLayer<Key, Value>: Actor {
   ///
   /// - Throws: What the layer could not finish (a buffered write that failed).
   func close() async throws
+
+  /// What makes the processes that share this layer load each key once between them, or `nil`
+  /// (see ``LoadCoordinator``).
+  ///
+  /// A ``LoadingCache`` uses the coordinator of the first of its layers that offers one for
+  /// every load that reaches its origin. The default implementation offers none; a layer that
+  /// wraps another of the same key and value types passes the wrapped layer's on.
+  nonisolated var loadCoordinator: (any LoadCoordinator<Key, Value>)? { get }
 }
 
 extension AsyncCacheLayer {
@@ -80,4 +88,7 @@ extension AsyncCacheLayer {
 
   /// Does nothing.
   public nonisolated func close() async throws {}
+
+  /// None.
+  public nonisolated var loadCoordinator: (any LoadCoordinator<Key, Value>)? { nil }
 }

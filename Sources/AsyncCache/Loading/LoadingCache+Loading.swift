@@ -350,11 +350,8 @@ extension LoadingCache {
         await chain.endRead(token, copying: entry, into: layers)
         result = .success((entry.value, .layer(tier)))
       } else {
-        let value = try await fetchRetrying(key, load: id, attempts: &attempts)
-        let entry = CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value))
-        let top = skipsTopLayer(id) && chain.tiers.count > 1 ? 1 : 0
-        await chain.endRead(token, storing: entry, into: top..<chain.tiers.count)
-        result = .success((value, .origin))
+        result = .success(
+          try await load(key, id: id, read: token, supersedes: fallback?.entry.expiresAt, attempts: &attempts))
       }
     } catch {
       // Nothing was stored: the read ends here.
@@ -369,6 +366,56 @@ extension LoadingCache {
     finish(
       id, key: key, startedAt: startedAt, with: result, attempts: attempts, servedStale: foundStale,
       staleAfter: staleAfter, thenRefresh: refreshAfterwards)
+  }
+
+  /// Loads `key`, which no layer has, from the origin and ends `read` by storing the value; with
+  /// a layer that coordinates loads (``LoadCoordinator``), claims the key first, so that one
+  /// process of those that share the layer asks the origin and the others read what it stored.
+  ///
+  /// - Parameter supersedes: The expiry of the newest entry the lookup declined (stale).
+  private func load(
+    _ key: Key, id: UInt64, read: ReadToken<Key>, supersedes: CacheInstant?, attempts: inout Int
+  ) async throws -> (Value, LoadSource) {
+    // Read once the value is in hand: a request that joins a prefetch meanwhile promotes it
+    // into the top layer.
+    func layers() -> Range<Int> { (skipsTopLayer(id) && chain.tiers.count > 1 ? 1 : 0)..<chain.tiers.count }
+    func loadAlone() async throws -> (Value, LoadSource) {
+      let value = try await fetchRetrying(key, load: id, attempts: &attempts)
+      await chain.endRead(
+        read, storing: CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value)), into: layers())
+      return (value, .origin)
+    }
+    guard let (tier, coordinator) = coordination else { return try await loadAlone() }
+    let leaseToken: UInt64
+    switch try await coordinator.claim(key, supersedes: supersedes) {
+    case .loadedElsewhere(let entry):
+      // As if the lookup had found it in the coordinator's layer: copied into the layers above.
+      let top = layers().lowerBound
+      await chain.endRead(read, copying: entry, into: top..<max(top, tier))
+      return (entry.value, .layer(tier))
+    case .uncoordinated:
+      return try await loadAlone()
+    case .granted(let token):
+      leaseToken = token
+    }
+    let entry: CacheEntry<Value>
+    do {
+      let value = try await fetchRetrying(key, load: id, attempts: &attempts)
+      entry = CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value))
+    } catch {
+      // The other processes get the error, or (cancelled) one of them takes the load over.
+      _ = await coordinator.complete(key, token: leaseToken, with: .failure(error))
+      throw error
+    }
+    switch await coordinator.complete(key, token: leaseToken, with: .success(entry)) {
+    case .stored, .notStored:
+      // The coordinator's layer has it (or failed): the other layers take it as usual.
+      await chain.endRead(read, storing: entry, into: layers().filter { $0 != tier })
+    case .superseded:
+      // A write or removal came after the claim: the value is older than what the layers hold.
+      chain.endRead(read)
+    }
+    return (entry.value, .origin)
   }
 
   /// Removes load `id` of `key` from the table and answers its waiters; counts its requests as

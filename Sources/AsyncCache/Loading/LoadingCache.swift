@@ -59,6 +59,9 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   @usableFromInline let synchronousFront: SynchronousLookupFunction<Key, Value>?
 
   @usableFromInline let loadTable = LoadTable<Key, Value>()
+  /// The layer whose coordinator loads each key once for every process that shares it, and its
+  /// index in the chain: the first that offers one (see ``LoadCoordinator``).
+  let coordination: (tier: Int, coordinator: any LoadCoordinator<Key, Value>)?
   @usableFromInline let nextWaiterID = Atomic<UInt64>(0)
   /// Whether ``close()`` was called: requests and writes then throw ``AsyncCacheError/Code/closed``.
   @usableFromInline let closedFlag = Atomic<Bool>(false)
@@ -146,6 +149,10 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
           + "the top MemoryLayer's timeToLive (\(layerLifetime.readable)) must be longer")
     }
     self.chain = chain
+    self.coordination =
+      chain.tiers.indices.lazy.compactMap { tier in
+        chain.tiers[tier].layer.loadCoordinator.map { (tier, $0) }
+      }.first
     self.origin = origin
     self.batchOrigin = batchOrigin
     self.configuration = configuration

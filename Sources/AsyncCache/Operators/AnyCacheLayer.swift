@@ -64,6 +64,9 @@ public final actor AnyCacheLayer<Key: Hashable & Sendable, Value: Sendable>: Asy
     base.follow(environment)
   }
 
+  /// The wrapped layer's load coordinator.
+  public nonisolated var loadCoordinator: (any LoadCoordinator<Key, Value>)? { base.loadCoordinator }
+
   /// Closes the wrapped layer.
   public nonisolated func close() async throws {
     try await base.close()

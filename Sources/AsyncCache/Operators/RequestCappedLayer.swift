@@ -97,6 +97,9 @@ public final actor RequestCappedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     base.follow(environment)
   }
 
+  /// The wrapped layer's load coordinator.
+  public nonisolated var loadCoordinator: (any LoadCoordinator<Key, Value>)? { base.loadCoordinator }
+
   /// Closes the wrapped layer.
   public nonisolated func close() async throws {
     try await base.close()

@@ -302,4 +302,9 @@ final class RedisCounters: Sendable {
   let topologyRefreshes = Atomic<Int>(0)
   let invalidationsPublished = Atomic<Int>(0)
   let invalidationsReceived = Atomic<Int>(0)
+  let leasesGranted = Atomic<Int>(0)
+  let leasesRenewed = Atomic<Int>(0)
+  let loadsAwaited = Atomic<Int>(0)
+  let fillsRefused = Atomic<Int>(0)
+  let uncoordinatedLoads = Atomic<Int>(0)
 }

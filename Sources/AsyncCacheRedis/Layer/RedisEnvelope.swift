@@ -3,50 +3,64 @@
 /// ```
 /// byte 0     0xAC (a magic byte)
 /// byte 1     1 (the format's version)
-/// byte 2     flags: bit 0 set when an expiry follows
-/// bytes 3-10 the expiry, nanoseconds since 1970, big-endian (only with bit 0)
+/// byte 2     flags: bit 0 set when an expiry follows, bit 1 when a version follows
+/// 8 bytes    the expiry, nanoseconds since 1970, big-endian (only with bit 0)
+/// 8 bytes    the version: the fencing token of the load that stored it, big-endian (only with
+///            bit 1, written by a load under single flight)
 /// then       the value's bytes
 /// ```
 ///
 /// Redis expires the key by itself (`PX`); the header keeps the exact instant so that an entry
-/// read back carries its expiry up the chain, as every layer's entries do.
+/// read back carries its expiry up the chain, as every layer's entries do. The single-flight
+/// scripts read the expiry at bytes 3-10 (see `RedisLayer`'s claim script).
 enum RedisEnvelope {
   static let magic: UInt8 = 0xAC
   static let version: UInt8 = 1
   static let hasExpiry: UInt8 = 1
+  static let hasVersion: UInt8 = 2
 
   /// The most bytes the header adds.
-  static let maximumHeaderSize = 11
+  static let maximumHeaderSize = 19
 
-  static func encode(payload: some Collection<UInt8>, expiresAt: Int64?) -> [UInt8] {
+  static func encode(payload: some Collection<UInt8>, expiresAt: Int64?, version loadVersion: UInt64? = nil) -> [UInt8]
+  {
     var bytes: [UInt8] = []
     bytes.reserveCapacity(maximumHeaderSize + payload.count)
     bytes.append(magic)
     bytes.append(version)
+    bytes.append((expiresAt == nil ? 0 : hasExpiry) | (loadVersion == nil ? 0 : hasVersion))
     if let expiresAt {
-      bytes.append(hasExpiry)
       withUnsafeBytes(of: expiresAt.bigEndian) { bytes.append(contentsOf: $0) }
-    } else {
-      bytes.append(0)
+    }
+    if let loadVersion {
+      withUnsafeBytes(of: loadVersion.bigEndian) { bytes.append(contentsOf: $0) }
     }
     bytes.append(contentsOf: payload)
     return bytes
   }
 
-  /// The expiry and the range of the value's bytes in `bytes`.
-  static func decode(_ bytes: [UInt8]) throws(Malformed) -> (expiresAt: Int64?, payload: Range<Int>) {
+  /// The expiry, the version and the range of the value's bytes in `bytes`.
+  static func decode(_ bytes: [UInt8]) throws(Malformed) -> (expiresAt: Int64?, version: UInt64?, payload: Range<Int>) {
     guard bytes.count >= 3 else { throw Malformed("\(bytes.count) bytes, shorter than the header") }
     guard bytes[0] == magic else {
       throw Malformed("the first byte is 0x\(String(bytes[0], radix: 16)), not 0xac: not written by a RedisLayer")
     }
     guard bytes[1] == version else { throw Malformed("format version \(bytes[1]) is not one this library reads") }
     let flags = bytes[2]
-    guard flags & ~hasExpiry == 0 else { throw Malformed("unknown flags 0x\(String(flags, radix: 16))") }
-    guard flags & hasExpiry != 0 else { return (nil, 3..<bytes.count) }
-    guard bytes.count >= 11 else { throw Malformed("\(bytes.count) bytes, shorter than the header with an expiry") }
-    var expiresAt: Int64 = 0
-    for byte in bytes[3..<11] { expiresAt = expiresAt << 8 | Int64(byte) }
-    return (expiresAt, 11..<bytes.count)
+    guard flags & ~(hasExpiry | hasVersion) == 0 else { throw Malformed("unknown flags 0x\(String(flags, radix: 16))") }
+    var index = 3
+    func field(_ name: String) throws(Malformed) -> UInt64 {
+      guard bytes.count >= index + 8 else {
+        throw Malformed("\(bytes.count) bytes, shorter than the header with \(name)")
+      }
+      defer { index += 8 }
+      var value: UInt64 = 0
+      for byte in bytes[index..<index + 8] { value = value << 8 | UInt64(byte) }
+      return value
+    }
+    let expiresAt = flags & hasExpiry != 0 ? Int64(bitPattern: try field("an expiry")) : nil
+    let loadVersion = flags & hasVersion != 0 ? try field("a version") : nil
+    return (expiresAt, loadVersion, index..<bytes.count)
   }
 
   struct Malformed: Error {

@@ -83,12 +83,11 @@ struct InvalidationMessage: Sendable, Equatable {
   }
 }
 
-/// The subscription to a namespace's invalidation channel: a connection of its own in
-/// subscriber mode, kept open (and opened again after a failure) until ``stop()``.
+/// The subscription to a namespace's channels (invalidations, load announcements): a connection
+/// of its own in subscriber mode, kept open (and opened again after a failure) until ``stop()``.
 final class RedisSubscription: Sendable {
   struct Options: Sendable {
-    var channel: [UInt8]
-    var sender: [UInt8]
+    var channels: [[UInt8]]
     var connectTimeout: Duration
     var operationTimeout: Duration
     var handshake: [RESPCommand]
@@ -100,10 +99,15 @@ final class RedisSubscription: Sendable {
   private let options: Options
   /// Where to subscribe: the server, or a master of the cluster.
   private let endpoint: @Sendable () async throws -> RedisEndpoint
-  /// Applies a message from another instance; called in order.
-  private let deliver: @Sendable (InvalidationMessage.Change) async -> Void
+  /// Applies a message (its channel, its payload); called in order.
+  private let deliver: @Sendable ([UInt8], [UInt8]) async -> Void
+  /// Takes a message at once, on the connection's thread, when it returns `true` (it must be
+  /// short); `deliver` gets the others.
+  private let receiveNow: @Sendable ([UInt8], [UInt8]) -> Bool
   /// Called after subscribing again: messages may have been lost.
   private let resynchronize: @Sendable () async -> Void
+  /// Called when the subscription closes or cannot open: messages may be lost from now on.
+  private let interrupted: @Sendable () -> Void
   private let counters: RedisCounters
   private let onEvent: @Sendable (RedisLayerEvent) -> Void
   private let state = Locked(State())
@@ -113,18 +117,27 @@ final class RedisSubscription: Sendable {
     var connection: RedisConnection?
     var isSubscribed = false
     var isStopped = false
+    /// Tasks waiting for the subscription to open (``waitUntilSubscribed(for:)``).
+    var openWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    /// Waits whose time ran out (or were cancelled) before they were registered.
+    var releasedWaiters: Set<UInt64> = []
+    var nextWaiter: UInt64 = 0
   }
 
   init(
     options: Options, counters: RedisCounters, endpoint: @escaping @Sendable () async throws -> RedisEndpoint,
-    deliver: @escaping @Sendable (InvalidationMessage.Change) async -> Void,
-    resynchronize: @escaping @Sendable () async -> Void, onEvent: @escaping @Sendable (RedisLayerEvent) -> Void
+    receiveNow: @escaping @Sendable ([UInt8], [UInt8]) -> Bool = { _, _ in false },
+    deliver: @escaping @Sendable ([UInt8], [UInt8]) async -> Void,
+    resynchronize: @escaping @Sendable () async -> Void, interrupted: @escaping @Sendable () -> Void,
+    onEvent: @escaping @Sendable (RedisLayerEvent) -> Void
   ) {
     self.options = options
     self.counters = counters
     self.endpoint = endpoint
     self.deliver = deliver
+    self.receiveNow = receiveNow
     self.resynchronize = resynchronize
+    self.interrupted = interrupted
     self.onEvent = onEvent
   }
 
@@ -138,19 +151,65 @@ final class RedisSubscription: Sendable {
 
   /// Stops for good and closes the connection.
   func stop() {
-    let (task, connection) = state.withLock { state in
+    let (task, connection, waiters) = state.withLock { state in
       state.isStopped = true
-      return (state.task, state.connection)
+      defer { state.openWaiters = [:] }
+      return (state.task, state.connection, state.openWaiters.values)
     }
     task?.cancel()
-    connection?.close(with: RedisError(code: .shutDown, message: "the invalidation subscription was stopped"))
+    connection?.close(with: RedisError(code: .shutDown, message: "the subscription was stopped"))
+    for waiter in waiters { waiter.resume() }
+    interrupted()
   }
 
   /// Whether the subscription is open now.
   var isSubscribed: Bool { state.withLock { $0.isSubscribed } }
 
+  /// Starts subscribing (once) and waits until the subscription is open, the subscription is
+  /// stopped, `limit` has passed (real time) or the task is cancelled.
+  func waitUntilSubscribed(for limit: Duration) async {
+    start()
+    let id = state.withLock { state -> UInt64 in
+      state.nextWaiter += 1
+      return state.nextWaiter
+    }
+    let timer = Task {
+      do { try await Task.sleep(for: limit) } catch { return }
+      self.releaseOpenWaiter(id)
+    }
+    defer {
+      timer.cancel()
+      state.withLock { _ = $0.releasedWaiters.remove(id) }
+    }
+    await withTaskCancellationHandler {
+      await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        let waits = state.withLock { state -> Bool in
+          guard !state.isSubscribed, !state.isStopped, !Task.isCancelled, !state.releasedWaiters.contains(id) else {
+            return false
+          }
+          state.openWaiters[id] = continuation
+          return true
+        }
+        if !waits { continuation.resume() }
+      }
+    } onCancel: {
+      releaseOpenWaiter(id)
+    }
+  }
+
+  /// Ends wait `id`, or marks it ended if it has not begun yet.
+  private func releaseOpenWaiter(_ id: UInt64) {
+    state.withLock { state -> CheckedContinuation<Void, Never>? in
+      guard let continuation = state.openWaiters.removeValue(forKey: id) else {
+        state.releasedWaiters.insert(id)
+        return nil
+      }
+      return continuation
+    }?.resume()
+  }
+
   private func run() async {
-    let channel = String(decoding: options.channel, as: UTF8.self)
+    let channel = options.channels.map { String(decoding: $0, as: UTF8.self) }.joined(separator: ", ")
     // Failures in a row; a subscription that closes before it has lived the breaker's maximum
     // delay counts as one, so that a connection closed as soon as it subscribes is not
     // reopened (and the layers emptied) in a tight loop.
@@ -162,7 +221,7 @@ final class RedisSubscription: Sendable {
         do { try await options.clock.sleep(for: backoff(after: failures)) } catch { return }
       }
       let connection: RedisConnection
-      let messages: AsyncStream<InvalidationMessage>
+      let messages: AsyncStream<Message>
       let closeReason: Locked<RedisError?>
       do {
         (connection, messages, closeReason) = try await subscribe()
@@ -170,6 +229,7 @@ final class RedisSubscription: Sendable {
         if Task.isCancelled { return }
         failures += 1
         missedMessages = true
+        interrupted()
         onEvent(.invalidationsInterrupted(channel: channel, reason: "cannot subscribe: \(error)"))
         continue
       }
@@ -183,6 +243,7 @@ final class RedisSubscription: Sendable {
         $0.isSubscribed = false
         $0.connection = nil
       }
+      interrupted()
       if Task.isCancelled { return }
       missedMessages = true
       let lived = subscribedAt.duration(to: options.clock.now)
@@ -192,27 +253,27 @@ final class RedisSubscription: Sendable {
     }
   }
 
-  /// Opens a subscriber connection and subscribes to the channel.
+  /// A message as received: its channel and its payload.
+  typealias Message = (channel: [UInt8], payload: [UInt8])
+
+  /// Opens a subscriber connection and subscribes to the channels.
   private func subscribe() async throws -> (
-    RedisConnection, AsyncStream<InvalidationMessage>, closeReason: Locked<RedisError?>
+    RedisConnection, AsyncStream<Message>, closeReason: Locked<RedisError?>
   ) {
     let endpoint = try await endpoint()
-    let (messages, continuation) = AsyncStream<InvalidationMessage>.makeStream()
+    let (messages, continuation) = AsyncStream<Message>.makeStream()
     let closeReason = Locked<RedisError?>(nil)
-    let channel = options.channel
-    let sender = options.sender
-    let counters = counters
+    let channels = options.channels
+    let receiveNow = receiveNow
     let connection = try await RedisConnection.open(
       host: endpoint.host, port: endpoint.port, connectTimeout: options.connectTimeout,
       operationTimeout: options.operationTimeout, isSubscriber: true,
       onPush: { push in
         // ["message", channel, payload]
-        guard case .array(let parts?) = push, parts.count == 3, case .bulkString(let from?) = parts[1],
-          from == channel, case .bulkString(let payload?) = parts[2], let message = InvalidationMessage(payload),
-          message.sender != sender
+        guard case .array(let parts?) = push, parts.count == 3, parts[0] == .bulkString(Array("message".utf8)),
+          case .bulkString(let from?) = parts[1], channels.contains(from), case .bulkString(let payload?) = parts[2]
         else { return }
-        counters.invalidationsReceived.add(1, ordering: .relaxed)
-        continuation.yield(message)
+        if !receiveNow(from, payload) { continuation.yield((from, payload)) }
       },
       onClose: { error in
         closeReason.withLock { $0 = error }
@@ -224,34 +285,43 @@ final class RedisSubscription: Sendable {
       return true
     }
     guard registered else {
-      connection.close(with: RedisError(code: .shutDown, message: "the invalidation subscription was stopped"))
+      connection.close(with: RedisError(code: .shutDown, message: "the subscription was stopped"))
       throw CancellationError()
     }
     do {
       try await RedisConnectionPool.handshake(options.handshake, on: connection)
-      let reply = try await connection.send(RESPCommand([Array("SUBSCRIBE".utf8), channel]))
-      guard case .array(let parts?) = reply, parts.first == .bulkString(Array("subscribe".utf8)) else {
-        throw RedisError(
-          code: .protocolError,
-          message: "\(connection.server) answered SUBSCRIBE with \(String(describing: reply).prefix(200))")
+      // One confirmation per channel.
+      let replies = try await connection.send(
+        encoded: RESPCommandWriter([RESPCommand([Array("SUBSCRIBE".utf8)] + channels)]).bytes, replies: channels.count)
+      for reply in replies {
+        guard case .array(let parts?) = reply, parts.first == .bulkString(Array("subscribe".utf8)) else {
+          throw RedisError(
+            code: .protocolError,
+            message: "\(connection.server) answered SUBSCRIBE with \(String(describing: reply).prefix(200))")
+        }
       }
     } catch {
       connection.close(with: RedisError(code: .shutDown, message: "the subscription failed: \(error)"))
       throw error
     }
-    state.withLock { $0.isSubscribed = true }
+    let waiters = state.withLock { state in
+      state.isSubscribed = true
+      defer { state.openWaiters = [:] }
+      return state.openWaiters.values
+    }
+    for waiter in waiters { waiter.resume() }
     return (connection, messages, closeReason)
   }
 
   /// Applies messages until the connection closes, checking it with `PING` every health-check
   /// interval.
-  private func serve(_ connection: RedisConnection, _ messages: AsyncStream<InvalidationMessage>) async {
+  private func serve(_ connection: RedisConnection, _ messages: AsyncStream<Message>) async {
     let interval = options.healthCheckInterval
     let clock = options.clock
     let deliver = deliver
     await withTaskGroup(of: Void.self) { group in
       group.addTask {
-        for await message in messages { await deliver(message.change) }
+        for await message in messages { await deliver(message.channel, message.payload) }
       }
       group.addTask {
         while !Task.isCancelled {

@@ -79,6 +79,11 @@ extension RedisLayer {
     /// their upper layers, and how; `nil` (the default) for not at all. See
     /// ``RedisInvalidation`` and ``RedisLayer/forwardInvalidations(to:)``.
     public var invalidation: RedisInvalidation?
+    /// Whether a `LoadingCache` over the layer loads each key once for every instance that
+    /// shares the namespace, and how; `nil` (the default) for once per instance. With it, writes
+    /// and removals also move the key's version forward, fencing out older loads' values. See
+    /// ``RedisSingleFlight``.
+    public var singleFlight: RedisSingleFlight?
     /// When the layer stops sending to a failing server and when it tries again.
     public var circuitBreaker: RedisCircuitBreakerPolicy
     /// The clock that expiry and the circuit breaker's delays are read from. Default: for expiry,
@@ -128,6 +133,7 @@ extension RedisLayer {
       maximumValueSize: Int = 16 << 20,
       timeToLive: Duration? = nil,
       invalidation: RedisInvalidation? = nil,
+      singleFlight: RedisSingleFlight? = nil,
       circuitBreaker: RedisCircuitBreakerPolicy = RedisCircuitBreakerPolicy(),
       clock: (any CacheClock)? = nil,
       eventHandler: (@Sendable (RedisLayerEvent) -> Void)? = nil,
@@ -144,6 +150,7 @@ extension RedisLayer {
       self.maximumValueSize = maximumValueSize
       self.timeToLive = timeToLive
       self.invalidation = invalidation
+      self.singleFlight = singleFlight
       self.circuitBreaker = circuitBreaker
       self.clockGiven = clock
       self.eventHandler = eventHandler
@@ -208,6 +215,15 @@ extension RedisLayer {
         guard invalidation.healthCheckInterval > .zero else {
           throw invalid(
             "invalidation.healthCheckInterval must be positive, got \(invalidation.healthCheckInterval.readable)")
+        }
+      }
+      if let singleFlight {
+        if let channel = singleFlight.channel, channel.isEmpty { throw invalid("singleFlight.channel is empty") }
+        guard singleFlight.leaseTime >= .milliseconds(30), singleFlight.leaseTime <= .seconds(86_400) else {
+          throw invalid("singleFlight.leaseTime must be in [30ms, 1 day], got \(singleFlight.leaseTime.readable)")
+        }
+        if let invalidation, invalidation.channel(for: "") == singleFlight.channel(for: "") {
+          throw invalid("singleFlight.channel and invalidation.channel must differ")
         }
       }
       guard circuitBreaker.failureThreshold > 0 else {

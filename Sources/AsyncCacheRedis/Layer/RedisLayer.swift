@@ -58,13 +58,15 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   /// Where commands go: one server's pool, or a cluster's.
   nonisolated let backend: Backend
-  private nonisolated let counters: RedisCounters
+  nonisolated let counters: RedisCounters
   /// `<escaped namespace>:` as bytes (see ``keyPrefix(of:)``).
-  private nonisolated let keyPrefix: [UInt8]
+  nonisolated let keyPrefix: [UInt8]
   /// The invalidation channel and this instance's id in its messages, when writes are announced.
-  private nonisolated let announcement: (channel: [UInt8], sender: [UInt8])?
-  /// The subscription that forwards other instances' invalidations, when configured.
-  private nonisolated let subscription: RedisSubscription?
+  nonisolated let announcement: (channel: [UInt8], sender: [UInt8])?
+  /// The subscription to the invalidation and load channels, when either is configured.
+  nonisolated let subscription: RedisSubscription?
+  /// The leases and waits of single flight, when configured.
+  nonisolated let singleFlight: SingleFlightState?
   /// The layers invalidations are forwarded to.
   private nonisolated let invalidationTargets: Locked<[any AsyncCacheLayer<Key, Value>]>
 
@@ -131,26 +133,38 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     self.backend = backend
     let targets = Locked<[any AsyncCacheLayer<Key, Value>]>([])
     self.invalidationTargets = targets
-    guard let invalidation = configuration.invalidation else {
-      self.announcement = nil
+    let sender = InvalidationMessage.makeSender()
+    let invalidationChannel = configuration.invalidation.map { Array($0.channel(for: namespace).utf8) }
+    self.announcement = invalidationChannel.map { ($0, sender) }
+    let flight = configuration.singleFlight.map {
+      SingleFlightState(settings: $0, channel: Array($0.channel(for: namespace).utf8), sender: sender)
+    }
+    self.singleFlight = flight
+    let channels = [invalidationChannel, flight?.channel].compactMap { $0 }
+    guard !channels.isEmpty else {
       self.subscription = nil
       return
     }
-    let channel = Array(invalidation.channel(for: namespace).utf8)
-    let sender = InvalidationMessage.makeSender()
-    self.announcement = (channel, sender)
     let decode = keyEncoding.decode
     self.subscription = RedisSubscription(
       options: RedisSubscription.Options(
-        channel: channel, sender: sender, connectTimeout: configuration.connectTimeout,
+        channels: channels, connectTimeout: configuration.connectTimeout,
         operationTimeout: configuration.operationTimeout, handshake: configuration.handshake,
-        healthCheckInterval: invalidation.healthCheckInterval, backoff: configuration.circuitBreaker,
-        clock: clock),
+        healthCheckInterval: configuration.invalidation?.healthCheckInterval ?? .seconds(10),
+        backoff: configuration.circuitBreaker, clock: clock),
       counters: counters,
       endpoint: { try await backend.subscriptionEndpoint() },
-      deliver: { change in
+      receiveNow: { channel, payload in
+        // Load announcements wake waits at once: no hop through the ordered delivery.
+        guard let flight, channel == flight.channel else { return false }
+        if let announcement = LoadAnnouncement(payload) { flight.waits.deliver(announcement) }
+        return true
+      },
+      deliver: { channel, payload in
+        guard let message = InvalidationMessage(payload), message.sender != sender else { return }
+        counters.invalidationsReceived.add(1, ordering: .relaxed)
         let layers = targets.withLock { $0 }
-        switch change {
+        switch message.change {
         case .key(let encodedKey):
           // A key this layer's encoding cannot read was not written by an instance of it.
           guard let key = try? decode(encodedKey) else { return }
@@ -162,6 +176,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       resynchronize: {
         for layer in targets.withLock({ $0 }) { try? await layer.removeAll() }
       },
+      interrupted: { flight?.waits.wakeAll() },
       onEvent: onEvent)
   }
 
@@ -187,7 +202,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// - Throws: `AsyncCacheError.Code.invalidConfiguration` when the configuration has no
   ///   ``Configuration-swift.struct/invalidation``: writes are not announced then.
   public nonisolated func forwardInvalidations(to layers: [any AsyncCacheLayer<Key, Value>]) throws {
-    guard let subscription else {
+    guard let subscription, announcement != nil else {
       throw AsyncCacheError.invalidConfiguration(
         "RedisLayer: forwardInvalidations(to:) needs Configuration.invalidation to be set on every instance")
     }
@@ -197,7 +212,9 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   /// Whether the layer is subscribed to invalidations now (it forwards them and the
   /// subscription is open).
-  public nonisolated var isReceivingInvalidations: Bool { subscription?.isSubscribed ?? false }
+  public nonisolated var isReceivingInvalidations: Bool {
+    announcement != nil && !invalidationTargets.withLock(\.isEmpty) && (subscription?.isSubscribed ?? false)
+  }
 
   /// Appends `PUBLISH <channel> <message>` to `writer` when writes are announced.
   private nonisolated func announce(_ change: InvalidationMessage.Change, in writer: inout RESPCommandWriter) {
@@ -346,7 +363,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   /// The stored value in a reply to `GET` or `MGET`, or `nil` (a miss, counted) when there is
   /// none, it expired by the layer's clock, or it is not a value this layer wrote (reported).
-  private nonisolated func storedValue(from reply: RESPValue, key: String, command: String) throws -> StoredValue? {
+  nonisolated func storedValue(from reply: RESPValue, key: String, command: String) throws -> StoredValue? {
     let bytes: [UInt8]
     switch reply {
     case .bulkString(nil), .null:
@@ -363,7 +380,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       throw unexpected(reply, to: command)
     }
     do {
-      let (expiry, payload) = try RedisEnvelope.decode(bytes)
+      let (expiry, _, payload) = try RedisEnvelope.decode(bytes)
       let expiresAt = expiry.map(CacheInstant.init(nanosecondsSince1970:))
       if let expiresAt, expiresAt <= followedClock.now {
         counters.misses.add(1, ordering: .relaxed)
@@ -402,30 +419,22 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   ///   ``RedisError``, ``RedisError/Code/outOfMemory`` when the server is full.
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     let encodedKey = try self.encodedKey(key)
-    let now = followedClock.now
-    let expiresAt = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) }).expiresAt
-    if let expiresAt, expiresAt <= now {
+    guard let (stored, milliseconds) = try storable(entry, for: encodedKey) else {
       try await unlink(encodedKey)
-      report(.expiredOnArrival(key: encodedKey, expiresAt: expiresAt, now: now), level: expiredArrivals.nextLevel())
       return
     }
-    let payload: Data
-    do {
-      payload = try valueCoder.encode(entry.value)
-    } catch {
-      throw PersistenceError.unencodableValue(key: encodedKey, layer: "RedisLayer", underlying: error)
-    }
-    guard payload.count <= configuration.maximumValueSize else {
-      throw PersistenceError.valueTooLarge(
-        key: encodedKey, size: payload.count, limit: configuration.maximumValueSize, layer: "RedisLayer",
-        limitName: "per-value limit (maximumValueSize)")
-    }
-    let stored = RedisEnvelope.encode(payload: payload, expiresAt: expiresAt?.nanosecondsSince1970)
-    var milliseconds: String?
-    if let expiresAt {
-      // Whole milliseconds, rounded up: Redis never drops the key before the entry expires.
-      let nanoseconds = now.duration(to: expiresAt).nanoseconds
-      milliseconds = String(nanoseconds / 1_000_000 + (nanoseconds % 1_000_000 == 0 ? 0 : 1))
+    if let singleFlight {
+      // Fenced: the key's version moves forward, so that no load in flight stores an older value.
+      var arguments = [
+        stored, milliseconds.map { Array($0.utf8) } ?? [],
+        Array(String(singleFlight.settings.versionMilliseconds).utf8),
+      ]
+      arguments += invalidationArguments(for: encodedKey)
+      let keys = companionKeys(of: encodedKey)
+      _ = try await runScript(
+        SingleFlightScripts.write, keys: [keys.value, keys.version], arguments: arguments, key: encodedKey)
+      counters.writes.add(1, ordering: .relaxed)
+      return
     }
     var writer = RESPCommandWriter(reservingCapacity: 64 + keyPrefix.count + encodedKey.utf8.count + stored.count)
     writer.beginCommand(argumentCount: milliseconds == nil ? 3 : 5)
@@ -442,6 +451,48 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     counters.writes.add(1, ordering: .relaxed)
   }
 
+  /// The bytes to store for `entry` and its `PX` in milliseconds, or `nil` when it has expired
+  /// already by the layer's clock (then reported).
+  ///
+  /// - Parameter version: The fencing token of the load that stores it, if any.
+  nonisolated func storable(
+    _ entry: CacheEntry<Value>, for encodedKey: String, version: UInt64? = nil
+  ) throws -> (bytes: [UInt8], milliseconds: String?)? {
+    let now = followedClock.now
+    let expiresAt = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) }).expiresAt
+    if let expiresAt, expiresAt <= now {
+      report(.expiredOnArrival(key: encodedKey, expiresAt: expiresAt, now: now), level: expiredArrivals.nextLevel())
+      return nil
+    }
+    let payload: Data
+    do {
+      payload = try valueCoder.encode(entry.value)
+    } catch {
+      throw PersistenceError.unencodableValue(key: encodedKey, layer: "RedisLayer", underlying: error)
+    }
+    guard payload.count <= configuration.maximumValueSize else {
+      throw PersistenceError.valueTooLarge(
+        key: encodedKey, size: payload.count, limit: configuration.maximumValueSize, layer: "RedisLayer",
+        limitName: "per-value limit (maximumValueSize)")
+    }
+    let stored = RedisEnvelope.encode(payload: payload, expiresAt: expiresAt?.nanosecondsSince1970, version: version)
+    var milliseconds: String?
+    if let expiresAt {
+      // Whole milliseconds, rounded up: Redis never drops the key before the entry expires.
+      let nanoseconds = now.duration(to: expiresAt).nanoseconds
+      milliseconds = String(nanoseconds / 1_000_000 + (nanoseconds % 1_000_000 == 0 ? 0 : 1))
+    }
+    return (stored, milliseconds)
+  }
+
+  /// The invalidation channel and the message announcing a change of `encodedKey`, or two empty
+  /// arguments when writes are not announced: the last arguments of the fenced scripts.
+  nonisolated func invalidationArguments(for encodedKey: String) -> [[UInt8]] {
+    guard let announcement else { return [[], []] }
+    counters.invalidationsPublished.add(1, ordering: .relaxed)
+    return [announcement.channel, InvalidationMessage(sender: announcement.sender, change: .key(encodedKey)).encoded]
+  }
+
   /// Stores `value` for `key`, expiring after `timeToLive` (or the configured one).
   public nonisolated func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) async throws {
     try await insert(
@@ -455,6 +506,16 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   /// Removes a key; counts it when it was there.
   private nonisolated func unlink(_ encodedKey: String) async throws {
+    if let singleFlight {
+      // Fenced: the key's version moves forward, so that no load in flight stores it again.
+      let keys = companionKeys(of: encodedKey)
+      let arguments =
+        [Array(String(singleFlight.settings.versionMilliseconds).utf8)] + invalidationArguments(for: encodedKey)
+      countRemovals(
+        try await runScript(
+          SingleFlightScripts.remove, keys: [keys.value, keys.version], arguments: arguments, key: encodedKey))
+      return
+    }
     var writer = RESPCommandWriter(reservingCapacity: 32 + keyPrefix.count + encodedKey.utf8.count)
     writer.beginCommand(argumentCount: 2)
     writer.argument("UNLINK")
@@ -625,6 +686,17 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     public var invalidationsPublished = 0
     /// Invalidation messages received from other instances and forwarded.
     public var invalidationsReceived = 0
+    /// Leases granted to this instance: loads it made for the fleet (single flight).
+    public var leasesGranted = 0
+    /// Times this instance renewed a lease while its load ran.
+    public var leasesRenewed = 0
+    /// Claims answered with the value another instance loaded while this one waited.
+    public var loadsAwaited = 0
+    /// Values this instance loaded that Redis refused to store because a write or removal of
+    /// the key (or another instance's lease) came after its lease: fenced fills refused.
+    public var fillsRefused = 0
+    /// Loads made without coordination because Redis could not be reached.
+    public var uncoordinatedLoads = 0
   }
 
   /// What the layer has counted. Safe from any context.
@@ -641,27 +713,36 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       redirects: counters.redirects.load(ordering: .relaxed),
       topologyRefreshes: counters.topologyRefreshes.load(ordering: .relaxed),
       invalidationsPublished: counters.invalidationsPublished.load(ordering: .relaxed),
-      invalidationsReceived: counters.invalidationsReceived.load(ordering: .relaxed))
+      invalidationsReceived: counters.invalidationsReceived.load(ordering: .relaxed),
+      leasesGranted: counters.leasesGranted.load(ordering: .relaxed),
+      leasesRenewed: counters.leasesRenewed.load(ordering: .relaxed),
+      loadsAwaited: counters.loadsAwaited.load(ordering: .relaxed),
+      fillsRefused: counters.fillsRefused.load(ordering: .relaxed),
+      uncoordinatedLoads: counters.uncoordinatedLoads.load(ordering: .relaxed))
   }
 
   // MARK: Internals
 
   /// Sends the commands of `writer`, all for `key`, as one pipeline to the server (or the
   /// cluster's master) that holds it; throws the first error reply as a ``RedisError``.
-  nonisolated func run(_ writer: RESPCommandWriter, named name: String, key: String) async throws -> [RESPValue] {
+  ///
+  /// - Parameter tolerating: The start of an error reply to return rather than throw.
+  nonisolated func run(
+    _ writer: RESPCommandWriter, named name: String, key: String, tolerating: String? = nil
+  ) async throws -> [RESPValue] {
     switch backend {
     case .standalone(let pool):
-      return try await run(writer, named: name, on: pool)
+      return try await run(writer, named: name, on: pool, tolerating: tolerating)
     case .cluster(let cluster):
       let group = RedisClusterClient.Group(slot: Int(ClusterSlot.of(prefix: keyPrefix, key: key)), writer: writer)
-      return try await run([group], named: name, in: cluster)[0]
+      return try await run([group], named: name, in: cluster, tolerating: tolerating)[0]
     }
   }
 
   /// Sends the commands of `writer` as one pipeline on `pool`; throws the first error reply as
   /// a ``RedisError``.
   nonisolated func run(
-    _ writer: RESPCommandWriter, named name: String, on pool: RedisConnectionPool
+    _ writer: RESPCommandWriter, named name: String, on pool: RedisConnectionPool, tolerating: String? = nil
   ) async throws -> [RESPValue] {
     let replies: [RESPValue]
     do {
@@ -670,13 +751,14 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       counters.failures.add(1, ordering: .relaxed)
       throw error
     }
-    try checkErrors(in: replies, named: name, server: pool.server)
+    try checkErrors(in: replies, named: name, server: pool.server, tolerating: tolerating)
     return replies
   }
 
   /// Sends each group to its slot's master; throws the first error reply as a ``RedisError``.
   private nonisolated func run(
-    _ groups: [RedisClusterClient.Group], named name: String, in cluster: RedisClusterClient
+    _ groups: [RedisClusterClient.Group], named name: String, in cluster: RedisClusterClient,
+    tolerating: String? = nil
   ) async throws -> [[RESPValue]] {
     let replies: [[RESPValue]]
     do {
@@ -685,13 +767,18 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       counters.failures.add(1, ordering: .relaxed)
       throw error
     }
-    for groupReplies in replies { try checkErrors(in: groupReplies, named: name, server: cluster.name) }
+    for groupReplies in replies {
+      try checkErrors(in: groupReplies, named: name, server: cluster.name, tolerating: tolerating)
+    }
     return replies
   }
 
-  private nonisolated func checkErrors(in replies: [RESPValue], named name: String, server: String) throws {
+  private nonisolated func checkErrors(
+    in replies: [RESPValue], named name: String, server: String, tolerating: String? = nil
+  ) throws {
     for reply in replies {
       if case .error(let text) = reply {
+        if let tolerating, text.hasPrefix(tolerating) { continue }
         // A key of another type under the namespace is not a value this layer can read: a
         // miss, as MGET's nil for it is (see `storedValue(from:key:command:)`).
         if name == "GET" && text.hasPrefix("WRONGTYPE") { continue }
@@ -721,7 +808,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     }
   }
 
-  private nonisolated func unexpected(_ reply: RESPValue, to command: String) -> RedisError {
+  nonisolated func unexpected(_ reply: RESPValue, to command: String) -> RedisError {
     counters.failures.add(1, ordering: .relaxed)
     return RedisError(
       code: .protocolError,

@@ -1,0 +1,125 @@
+import AsyncCache
+import AsyncCacheRedis
+import Foundation
+import Synchronization
+
+/// `fleet.coalescing`: instances of a service that share a Redis, all asking for one cold key at
+/// once, with and without single flight (`RedisSingleFlight`).
+enum FleetBenchmark {
+  static let instances = 8
+  static let waitersPerInstance = 100
+  static let originLatency = Duration.milliseconds(50)
+
+  /// What one configuration measured over its rounds.
+  struct Outcome {
+    /// Origin calls, per round.
+    var originCalls: [Int] = []
+    /// Every request's latency, from the round's start to its value, in milliseconds.
+    var latencies: [Double] = []
+    /// Per request of an instance that did not load: how long after the last request of the
+    /// loading instance it got its value, in milliseconds (single flight only).
+    var followerExtra: [Double] = []
+  }
+
+  /// 8 instances (each a memory layer over one Redis, in this process, each with its own
+  /// connections) × 100 concurrent requests for one cold key, whose origin takes 50 ms; a fresh
+  /// key per round. Reports the origin calls per round (single flight must make 1) and the
+  /// followers' extra latency over the holder at p99 (target 2 ms on loopback), beside the same
+  /// fleet without single flight.
+  static func coalescing(_ run: RunConfiguration) async throws -> [ResultRow] {
+    guard let server = try RedisProcess.startIfInstalled(Benchmark.fleetCoalescing) else { return [] }
+    defer { server.stop() }
+    let rounds = run.isQuick ? 5 : 20
+    let single = try await measure(server.endpoint, singleFlight: true, rounds: rounds)
+    let plain = try await measure(server.endpoint, singleFlight: false, rounds: rounds)
+    guard single.originCalls.allSatisfy({ $0 == 1 }) else {
+      throw BenchmarkFailure("single flight made \(single.originCalls) origin calls per round, not 1 each")
+    }
+    let benchmark = Benchmark.fleetCoalescing.rawValue
+    let shape = "\(instances) instances × \(waitersPerInstance) requests, one cold key, origin \(originLatency)"
+    func mean(_ values: [Int]) -> Double { values.isEmpty ? 0 : Double(values.reduce(0, +)) / Double(values.count) }
+    return [
+      ResultRow(
+        benchmark: benchmark, implementation: "single flight: origin calls per round", value: mean(single.originCalls),
+        unit: .count, target: .valueAtMost(1), samples: single.originCalls.map(Double.init),
+        notes: [shape + ", \(rounds) rounds"]),
+      ResultRow(
+        benchmark: benchmark, implementation: "single flight: followers' extra latency p99",
+        value: percentile(99, of: single.followerExtra), unit: .milliseconds, target: .valueAtMost(2),
+        notes: [
+          "after the holder's last request; p50 \(format(percentile(50, of: single.followerExtra), decimals: 2)) ms"
+        ]),
+      ResultRow(
+        benchmark: benchmark, implementation: "single flight: request latency p99",
+        value: percentile(99, of: single.latencies), unit: .milliseconds, baseline: "without: request latency p99",
+        ratio: percentile(99, of: single.latencies) / max(percentile(99, of: plain.latencies), 0.001),
+        notes: ["informational"]),
+      ResultRow(
+        benchmark: benchmark, implementation: "without: origin calls per round", value: mean(plain.originCalls),
+        unit: .count, samples: plain.originCalls.map(Double.init), notes: ["informational: one per instance"]),
+      ResultRow(
+        benchmark: benchmark, implementation: "without: request latency p99",
+        value: percentile(99, of: plain.latencies),
+        unit: .milliseconds, notes: ["informational"]),
+    ]
+  }
+
+  private static func measure(_ endpoint: RedisEndpoint, singleFlight: Bool, rounds: Int) async throws -> Outcome {
+    let calls = Mutex<[Int]>([])
+    var caches: [LoadingCache<String, Data>] = []
+    for index in 0..<instances {
+      var configuration = RedisLayer<String, Data>.Configuration(endpoint: endpoint)
+      if singleFlight { configuration.singleFlight = RedisSingleFlight() }
+      let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
+      caches.append(
+        try LoadingCache(
+          tiers: [.init(MemoryLayer<String, Data>()), .init(redis, failurePolicy: .skip)],
+          origin: ClosureFetcher { (key: String) in
+            calls.withLock { $0.append(index) }
+            try await Task.sleep(for: originLatency)
+            return Data(key.utf8)
+          }))
+    }
+    // Connections opened (and the subscriptions made) before the rounds.
+    _ = try await withThrowingTaskGroup(of: Data.self) { group in
+      for cache in caches { group.addTask { try await cache.value(for: "warm-up \(singleFlight)") } }
+      return try await group.reduce(into: [Data]()) { $0.append($1) }
+    }
+    var outcome = Outcome()
+    for round in 0..<rounds {
+      calls.withLock { $0 = [] }
+      let key = "cold \(singleFlight) \(round)"
+      let start = ContinuousClock.now
+      let finished = try await withThrowingTaskGroup(of: (Int, Duration).self) { group in
+        for (index, cache) in caches.enumerated() {
+          for _ in 0..<waitersPerInstance {
+            group.addTask {
+              _ = try await cache.value(for: key)
+              return (index, start.duration(to: .now))
+            }
+          }
+        }
+        return try await group.reduce(into: [(Int, Duration)]()) { $0.append($1) }
+      }
+      let loaders = calls.withLock { $0 }
+      outcome.originCalls.append(loaders.count)
+      outcome.latencies += finished.map { $0.1 / .milliseconds(1) }
+      if singleFlight, let holder = loaders.first {
+        let holderDone = finished.filter { $0.0 == holder }.map(\.1).max() ?? .zero
+        outcome.followerExtra += finished.filter { $0.0 != holder }.map {
+          max(0, ($0.1 - holderDone) / .milliseconds(1))
+        }
+      }
+    }
+    for cache in caches { try await cache.close() }
+    return outcome
+  }
+
+  /// The nearest-rank `percentile` (0-100) of `values`; 0 when empty.
+  private static func percentile(_ percentile: Double, of values: [Double]) -> Double {
+    guard !values.isEmpty else { return 0 }
+    let sorted = values.sorted()
+    let rank = Int((percentile / 100 * Double(sorted.count)).rounded(.up))
+    return sorted[min(max(rank, 1), sorted.count) - 1]
+  }
+}

@@ -1,0 +1,397 @@
+public import AsyncCache
+
+/// The `LoadCoordinator` of a ``RedisLayer`` configured with ``RedisSingleFlight``: what a
+/// `LoadingCache` over the layer claims its loads through (see ``RedisLayer/loadCoordinator``).
+public struct RedisLoadCoordinator<Key: Hashable & Sendable, Value: Sendable>: LoadCoordinator {
+  /// The layer whose namespace the leases are taken in.
+  public let layer: RedisLayer<Key, Value>
+
+  /// Claims the load of `key`: a lease in Redis, or a wait for the instance that holds it.
+  /// Never fails because Redis fails: the answer is `LoadClaim.uncoordinated` then.
+  public func claim(_ key: Key, supersedes: CacheInstant?) async throws -> LoadClaim<Value> {
+    try await layer.claimLoad(of: key, supersedes: supersedes)
+  }
+
+  /// Stores the value under the lease (a fenced fill) and announces it, or announces the failure.
+  public func complete(
+    _ key: Key, token: UInt64, with result: Result<CacheEntry<Value>, any Error>
+  ) async -> LeaseCompletion {
+    await layer.completeLoad(of: key, token: token, with: result)
+  }
+}
+
+/// The state of a layer's single flight.
+final class SingleFlightState: Sendable {
+  let settings: RedisSingleFlight
+  /// The namespace's load channel.
+  let channel: [UInt8]
+  /// This instance's id in announcements.
+  let sender: [UInt8]
+  /// The waits for other instances' loads.
+  let waits = LeaseWaits()
+  /// The renewals of the leases this instance holds.
+  let renewals = Locked<[Lease: Task<Void, Never>]>([:])
+
+  struct Lease: Hashable, Sendable {
+    var key: String
+    var token: UInt64
+  }
+
+  init(settings: RedisSingleFlight, channel: [UInt8], sender: [UInt8]) {
+    self.settings = settings
+    self.channel = channel
+    self.sender = sender
+  }
+}
+
+/// The scripts of single flight and of fenced writes. A key's version (its fencing token)
+/// moves forward with every lease granted and every write or removal; a fill is stored only
+/// while the version is still the one its lease was granted under.
+///
+/// A missing version starts from the server's time in microseconds, so that tokens keep
+/// growing when a version expires and is made again.
+enum SingleFlightScripts {
+  private static let bumpVersion = """
+    local function bump(version, lifetime)
+      if redis.call('EXISTS', version) == 0 then
+        local now = redis.call('TIME')
+        redis.call('SET', version, now[1] .. string.format('%06d', tonumber(now[2])))
+      end
+      local token = redis.call('INCR', version)
+      redis.call('PEXPIRE', version, lifetime)
+      return string.format('%d', token)
+    end
+    """
+
+  /// KEYS: value, lease, version. ARGV: the expiry an entry must be later than (high and low
+  /// 32 bits, or empty), the lease time and the version's lifetime in milliseconds.
+  /// Returns `{1, value}`, `{2, token}` (granted) or `{3, holder's token, lease's milliseconds left}`.
+  static let claim = RedisScript(
+    bumpVersion + "\n" + """
+      local value = redis.call('GET', KEYS[1])
+      if value then
+        local newer = true
+        if ARGV[1] ~= '' and #value >= 11 and string.byte(value, 1) == 172 and string.byte(value, 3) % 2 == 1 then
+          local b = {string.byte(value, 4, 11)}
+          local high = ((b[1] * 256 + b[2]) * 256 + b[3]) * 256 + b[4]
+          local low = ((b[5] * 256 + b[6]) * 256 + b[7]) * 256 + b[8]
+          local supersededHigh = tonumber(ARGV[1])
+          newer = high > supersededHigh or (high == supersededHigh and low > tonumber(ARGV[2]))
+        end
+        if newer then return {1, value} end
+      end
+      local holder = redis.call('GET', KEYS[2])
+      if holder then return {3, holder, redis.call('PTTL', KEYS[2])} end
+      local token = bump(KEYS[3], ARGV[4])
+      redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
+      return {2, token}
+      """)
+
+  /// KEYS: lease, version. ARGV: token, lease time, version lifetime. Returns 1, or 0 when the
+  /// lease is no longer this token's.
+  static let renew = RedisScript(
+    """
+    if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+    return 1
+    """)
+
+  /// KEYS: value, lease, version. ARGV: token, stored bytes, PX milliseconds (or empty), load
+  /// channel, done message, released message, invalidation channel (or empty), invalidation
+  /// message. Returns 1 (stored) or 0 (the version moved on: refused).
+  static let fill = RedisScript(
+    """
+    if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+    if redis.call('GET', KEYS[3]) ~= ARGV[1] then
+      redis.call('PUBLISH', ARGV[4], ARGV[6])
+      return 0
+    end
+    if ARGV[3] == '' then
+      redis.call('SET', KEYS[1], ARGV[2])
+    else
+      redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+    end
+    redis.call('PUBLISH', ARGV[4], ARGV[5])
+    if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
+    return 1
+    """)
+
+  /// KEYS: lease. ARGV: token, load channel, message. Releases the lease if it is still this
+  /// token's, and announces why.
+  static let end = RedisScript(
+    """
+    if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+    redis.call('PUBLISH', ARGV[2], ARGV[3])
+    return 1
+    """)
+
+  /// KEYS: value, version. ARGV: stored bytes, PX milliseconds (or empty), version lifetime,
+  /// invalidation channel (or empty), invalidation message. A write that fences out older
+  /// loads' fills.
+  static let write = RedisScript(
+    bumpVersion + "\n" + """
+      bump(KEYS[2], ARGV[3])
+      if ARGV[2] == '' then
+        redis.call('SET', KEYS[1], ARGV[1])
+      else
+        redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+      end
+      if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+      return 1
+      """)
+
+  /// KEYS: value, version. ARGV: version lifetime, invalidation channel (or empty), invalidation
+  /// message. Returns the number of keys removed.
+  static let remove = RedisScript(
+    bumpVersion + "\n" + """
+      bump(KEYS[2], ARGV[1])
+      local removed = redis.call('UNLINK', KEYS[1])
+      if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
+      return removed
+      """)
+}
+
+extension RedisLayer {
+  /// The load coordinator of a layer configured with ``Configuration-swift.struct/singleFlight``
+  /// (`nil` without): a `LoadingCache` over the layer loads each key once for every instance
+  /// that shares the namespace.
+  public nonisolated var loadCoordinator: (any LoadCoordinator<Key, Value>)? {
+    singleFlight == nil ? nil : RedisLoadCoordinator(layer: self)
+  }
+
+  /// The keys kept beside the stored key `encodedKey`: its lease and its version, in its
+  /// cluster slot (a hash tag of that slot leads them).
+  ///
+  /// They read `{<tag>}<stored key, with \ and : escaped>\|lease` (and `\|version`). With
+  /// every `:` escaped, they hold no unescaped `:`, which every stored key of every namespace
+  /// has (see `keyPrefix(of:)`): they are never a namespace's key.
+  nonisolated func companionKeys(of encodedKey: String) -> (value: [UInt8], lease: [UInt8], version: [UInt8]) {
+    let value = keyPrefix + Array(encodedKey.utf8)
+    let tag = ClusterSlot.tags[Int(ClusterSlot.of(prefix: keyPrefix, key: encodedKey))]
+    var base: [UInt8] = [UInt8(ascii: "{")] + Array(tag.utf8) + [UInt8(ascii: "}")]
+    base.reserveCapacity(base.count + value.count * 2 + 10)
+    for byte in value {
+      if byte == UInt8(ascii: ":") || byte == UInt8(ascii: "\\") { base.append(UInt8(ascii: "\\")) }
+      base.append(byte)
+    }
+    return (value, base + Array("\\|lease".utf8), base + Array("\\|version".utf8))
+  }
+
+  /// Runs `script` on the server that holds `encodedKey`: by its SHA-1, and by its text when
+  /// the server does not know it yet.
+  nonisolated func runScript(
+    _ script: RedisScript, keys: [[UInt8]], arguments: [[UInt8]], key encodedKey: String
+  ) async throws -> RESPValue {
+    var writer = RESPCommandWriter()
+    script.appendEvalSHA(keys: keys, arguments: arguments, to: &writer)
+    let reply = try await run(writer, named: "EVALSHA", key: encodedKey, tolerating: "NOSCRIPT")[0]
+    guard case .error(let text) = reply, text.hasPrefix("NOSCRIPT") else { return reply }
+    writer = RESPCommandWriter()
+    script.appendEval(keys: keys, arguments: arguments, to: &writer)
+    return try await run(writer, named: "EVAL", key: encodedKey)[0]
+  }
+
+  // MARK: Claiming
+
+  /// See ``RedisLoadCoordinator/claim(_:supersedes:)``.
+  nonisolated func claimLoad(of key: Key, supersedes: CacheInstant?) async throws -> LoadClaim<Value> {
+    guard let flight = singleFlight, let encodedKey = try? self.encodedKey(key) else { return .uncoordinated }
+    // Subscribed before the first claim, so that no announcement is missed; a subscription
+    // that cannot open in time leaves the waits to look again when the lease runs out.
+    if let subscription, !subscription.isSubscribed {
+      await subscription.waitUntilSubscribed(for: configuration.operationTimeout)
+    }
+    try Task.checkCancellation()
+    let keys = companionKeys(of: encodedKey)
+    let mailbox = flight.waits.register(encodedKey)
+    defer { flight.waits.unregister(encodedKey, mailbox) }
+    var superseded: [[UInt8]] = [[], []]
+    if let supersedes {
+      let bits = UInt64(bitPattern: supersedes.nanosecondsSince1970)
+      superseded = [Array(String(bits >> 32).utf8), Array(String(bits & 0xFFFF_FFFF).utf8)]
+    }
+    let arguments =
+      superseded + [
+        Array(String(flight.settings.leaseMilliseconds).utf8), Array(String(flight.settings.versionMilliseconds).utf8),
+      ]
+    var waited = false
+    while true {
+      let reply: RESPValue
+      do {
+        reply = try await runScript(
+          SingleFlightScripts.claim, keys: [keys.value, keys.lease, keys.version], arguments: arguments,
+          key: encodedKey)
+      } catch is CancellationError {
+        throw CancellationError()
+      } catch {
+        // Redis is down or slow: this instance loads on its own.
+        counters.uncoordinatedLoads.add(1, ordering: .relaxed)
+        return .uncoordinated
+      }
+      switch reply {
+      case .array(let parts?) where parts.first == .integer(1) && parts.count == 2:
+        guard let stored = try? storedValue(from: parts[1], key: encodedKey, command: "EVALSHA"),
+          let value = try? valueCoder.decode(stored.payload)
+        else {
+          counters.uncoordinatedLoads.add(1, ordering: .relaxed)
+          return .uncoordinated
+        }
+        countHits(1)
+        if waited { counters.loadsAwaited.add(1, ordering: .relaxed) }
+        return .loadedElsewhere(CacheEntry(value, expiresAt: stored.expiresAt))
+      case .array(let parts?) where parts.first == .integer(2) && parts.count == 2:
+        guard let token = Self.token(parts[1]) else { break }
+        counters.leasesGranted.add(1, ordering: .relaxed)
+        startRenewing(SingleFlightState.Lease(key: encodedKey, token: token), keys: keys, flight: flight)
+        return .granted(token: token)
+      case .array(let parts?) where parts.first == .integer(3) && parts.count == 3:
+        guard let holder = Self.token(parts[1]), case .integer(let left) = parts[2] else { break }
+        waited = true
+        try await waitForHolder(holder, of: encodedKey, leaseLeft: left, mailbox: mailbox)
+        continue
+      default:
+        break
+      }
+      _ = unexpected(reply, to: "EVALSHA (claim)")
+      counters.uncoordinatedLoads.add(1, ordering: .relaxed)
+      return .uncoordinated
+    }
+  }
+
+  /// Waits until the holder of lease `holder` announces its end, the lease may have run out
+  /// (`leaseLeft` milliseconds, and a little more), or messages may have been lost.
+  ///
+  /// - Throws: `AsyncCacheError.Code.failedElsewhere` when the holder announces a failure;
+  ///   `CancellationError`.
+  private nonisolated func waitForHolder(
+    _ holder: UInt64, of encodedKey: String, leaseLeft: Int64, mailbox: LeaseWaits.Mailbox
+  ) async throws {
+    let limit = Duration.milliseconds(max(leaseLeft, 1)) + .milliseconds(5)
+    let deadline = ContinuousClock.now.advanced(by: limit)
+    while true {
+      switch await mailbox.next(within: ContinuousClock.now.duration(to: deadline)) {
+      case .cancelled:
+        throw CancellationError()
+      case .lookAgain:
+        return
+      case .announced(let announcement):
+        guard announcement.kind == .failed else { return }
+        // A failure of an earlier holder is not this one's.
+        guard announcement.token == holder else { continue }
+        throw AsyncCacheError(
+          code: .failedElsewhere,
+          message:
+            "the load of key \(encodedKey.debugDescription) in Redis namespace \(namespace.debugDescription) failed "
+            + "on instance \(String(decoding: announcement.sender, as: UTF8.self)): \(announcement.reason)")
+      }
+    }
+  }
+
+  /// Renews `lease` every third of the lease time until it is completed, lost or the layer is
+  /// closed.
+  private nonisolated func startRenewing(
+    _ lease: SingleFlightState.Lease, keys: (value: [UInt8], lease: [UInt8], version: [UInt8]),
+    flight: SingleFlightState
+  ) {
+    let interval = flight.settings.renewalInterval ?? flight.settings.leaseTime / 3
+    let arguments = [
+      Array(String(lease.token).utf8), Array(String(flight.settings.leaseMilliseconds).utf8),
+      Array(String(flight.settings.versionMilliseconds).utf8),
+    ]
+    let task = Task {
+      while true {
+        do { try await Task.sleep(for: interval) } catch { return }
+        let reply = try? await self.runScript(
+          SingleFlightScripts.renew, keys: [keys.lease, keys.version], arguments: arguments, key: lease.key)
+        // Lost: the lease ran out and another instance may hold it.
+        if reply == .integer(0) { return }
+        if reply == .integer(1) { self.counters.leasesRenewed.add(1, ordering: .relaxed) }
+      }
+    }
+    flight.renewals.withLock { $0[lease] = task }
+  }
+
+  // MARK: Completing
+
+  /// See ``RedisLoadCoordinator/complete(_:token:with:)``.
+  nonisolated func completeLoad(
+    of key: Key, token: UInt64, with result: Result<CacheEntry<Value>, any Error>
+  ) async -> LeaseCompletion {
+    guard let flight = singleFlight, let encodedKey = try? self.encodedKey(key) else { return .notStored }
+    let lease = SingleFlightState.Lease(key: encodedKey, token: token)
+    flight.renewals.withLock { $0.removeValue(forKey: lease) }?.cancel()
+    // In a task of its own: a cancelled load still releases its lease.
+    return await Task { await self.endLease(lease, with: result, flight: flight) }.value
+  }
+
+  private nonisolated func endLease(
+    _ lease: SingleFlightState.Lease, with result: Result<CacheEntry<Value>, any Error>, flight: SingleFlightState
+  ) async -> LeaseCompletion {
+    let keys = companionKeys(of: lease.key)
+    func announce(_ kind: LoadAnnouncement.Kind, reason: String = "") -> [UInt8] {
+      LoadAnnouncement(kind: kind, token: lease.token, sender: flight.sender, key: lease.key, reason: reason).encoded
+    }
+    func release(_ kind: LoadAnnouncement.Kind, reason: String = "") async {
+      _ = try? await runScript(
+        SingleFlightScripts.end, keys: [keys.lease],
+        arguments: [Array(String(lease.token).utf8), flight.channel, announce(kind, reason: reason)], key: lease.key)
+    }
+    let entry: CacheEntry<Value>
+    switch result {
+    case .failure(let error) where error is CancellationError:
+      await release(.released)
+      return .notStored
+    case .failure(let error):
+      await release(.failed, reason: String(String(describing: error).prefix(2_000)))
+      return .notStored
+    case .success(let loaded):
+      entry = loaded
+    }
+    guard let (stored, milliseconds) = try? storable(entry, for: lease.key, version: lease.token) else {
+      // Expired already, or not storable: nothing for the others to read; one of them loads.
+      await release(.released)
+      return .notStored
+    }
+    var invalidation: [[UInt8]] = [[], []]
+    if let announcement {
+      invalidation = [
+        announcement.channel,
+        InvalidationMessage(sender: announcement.sender, change: .key(lease.key)).encoded,
+      ]
+    }
+    let reply: RESPValue
+    do {
+      reply = try await runScript(
+        SingleFlightScripts.fill, keys: [keys.value, keys.lease, keys.version],
+        arguments: [
+          Array(String(lease.token).utf8), stored, milliseconds.map { Array($0.utf8) } ?? [], flight.channel,
+          announce(.done), announce(.released),
+        ] + invalidation,
+        key: lease.key)
+    } catch {
+      return .notStored
+    }
+    switch reply {
+    case .integer(1):
+      counters.writes.add(1, ordering: .relaxed)
+      if announcement != nil { counters.invalidationsPublished.add(1, ordering: .relaxed) }
+      return .stored
+    case .integer(0):
+      counters.fillsRefused.add(1, ordering: .relaxed)
+      return .superseded
+    default:
+      _ = unexpected(reply, to: "EVALSHA (fill)")
+      return .notStored
+    }
+  }
+
+  /// A token as a script returns it.
+  private static func token(_ reply: RESPValue) -> UInt64? {
+    switch reply {
+    case .bulkString(let digits?): UInt64(String(decoding: digits, as: UTF8.self))
+    case .integer(let value): UInt64(exactly: value)
+    default: nil
+    }
+  }
+}

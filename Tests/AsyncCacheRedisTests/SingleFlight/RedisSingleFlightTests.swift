@@ -1,0 +1,364 @@
+import AsyncCache
+import AsyncCacheTesting
+import Foundation
+import TestSupport
+import Testing
+
+@testable import AsyncCacheRedis
+
+/// One instance of a service in a fleet: a memory layer over a Redis layer with single flight,
+/// and a cache whose origin is gated.
+struct FleetInstance {
+  let memory: MemoryLayer<String, Data>
+  let redis: RedisLayer<String, Data>
+  let cache: LoadingCache<String, Data>
+  let origin: GatedFetcher<String, Data>
+
+  init(
+    _ name: String, server: RedisServer, namespace: String = "fleet", leaseTime: Duration = .seconds(5),
+    invalidation: Bool = false, operationTimeout: Duration = .seconds(2)
+  ) throws {
+    var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+    configuration.operationTimeout = operationTimeout
+    configuration.singleFlight = RedisSingleFlight(leaseTime: leaseTime)
+    if invalidation { configuration.invalidation = RedisInvalidation() }
+    memory = try MemoryLayer<String, Data>()
+    redis = try RedisLayer(configuration: configuration, namespace: namespace)
+    origin = GatedFetcher { key in Data("\(name) \(key)".utf8) }
+    cache = try LoadingCache(
+      tiers: [.init(memory), .init(redis, failurePolicy: .skip)], origin: origin)
+  }
+
+  /// Waits until this instance waits for another's lease on `key`.
+  func waitUntilWaiting() async {
+    await eventually { redis.singleFlight?.waits.count == 1 }
+  }
+}
+
+/// `count` concurrent requests for `key` to `instance`, as child tasks of a group the caller
+/// awaits.
+func requests(
+  _ count: Int, for key: String, to instance: FleetInstance
+) -> [Task<Data, any Error>] {
+  (0..<count).map { _ in Task { try await instance.cache.value(for: key) } }
+}
+
+@Suite("Single flight across instances that share Redis", .redisServer, .timeLimit(.minutes(2)))
+struct RedisSingleFlightTests {
+  @Test("8 instances × 50 concurrent requests for one cold key make exactly 1 origin call")
+  func eightInstancesOneOriginCall() async throws {
+    let server = try await RedisServer.start()
+    let fleet = try (0..<8).map { try FleetInstance("i\($0)", server: server) }
+    let first = requests(50, for: "cold", to: fleet[0])
+    await fleet[0].origin.waitForFetches(1, for: "cold")
+    var tasks = first
+    for instance in fleet.dropFirst() {
+      tasks += requests(50, for: "cold", to: instance)
+      await instance.waitUntilWaiting()
+    }
+    // Every other instance waits for the holder's announcement; one origin call so far.
+    #expect(fleet.reduce(0) { $0 + $1.origin.callCount } == 1)
+    #expect(fleet[0].origin.release("cold") == 1)
+    for task in tasks { #expect(try await task.value == Data("i0 cold".utf8)) }
+    #expect(fleet.reduce(0) { $0 + $1.origin.callCount } == 1)
+    #expect(fleet.reduce(0) { $0 + $1.redis.statistics.leasesGranted } == 1)
+    #expect(fleet.reduce(0) { $0 + $1.redis.statistics.loadsAwaited } == 7)
+    // Each instance's memory layer has the value now.
+    for instance in fleet { #expect(instance.memory.value(for: "cold") == Data("i0 cold".utf8)) }
+  }
+
+  @Test("without single flight, the same fleet asks the origin once per instance")
+  func withoutSingleFlightOncePerInstance() async throws {
+    let server = try await RedisServer.start()
+    var caches: [(LoadingCache<String, Data>, GatedFetcher<String, Data>)] = []
+    for index in 0..<4 {
+      let redis = try RedisLayer<String, Data>(configuration: .init(endpoint: server.endpoint), namespace: "plain")
+      let origin = GatedFetcher<String, Data> { key in Data("i\(index) \(key)".utf8) }
+      caches.append((try LoadingCache(layers: [MemoryLayer<String, Data>(), redis], origin: origin), origin))
+    }
+    var tasks: [Task<Data, any Error>] = []
+    for (cache, origin) in caches {
+      tasks += (0..<10).map { _ in Task { try await cache.value(for: "cold") } }
+      await origin.waitForFetches(1, for: "cold")
+    }
+    for (_, origin) in caches { _ = origin.releaseAll() }
+    for task in tasks { _ = try await task.value }
+    #expect(caches.reduce(0) { $0 + $1.1.callCount } == 4)
+  }
+
+  @Test("when every local request of the holder is cancelled, its lease is released and another instance loads at once")
+  func cancelledHolderReleasesTheLease() async throws {
+    let server = try await RedisServer.start()
+    let a = try FleetInstance("a", server: server)
+    let b = try FleetInstance("b", server: server)
+    let holderRequests = requests(3, for: "k", to: a)
+    await a.origin.waitForFetches(1, for: "k")
+    let waiting = requests(5, for: "k", to: b)
+    await b.waitUntilWaiting()
+
+    for task in holderRequests { task.cancel() }
+    // A's load is cancelled and its lease released: B takes it over without waiting for the
+    // lease (5 s) to run out.
+    await b.origin.waitForFetches(1, for: "k")
+    #expect(a.origin.wasCancelled("k"))
+    #expect(b.origin.release("k") == 1)
+    for task in waiting { #expect(try await task.value == Data("b k".utf8)) }
+    for task in holderRequests { await #expect(throws: CancellationError.self) { try await task.value } }
+    #expect(b.redis.statistics.leasesGranted == 1)
+    #expect(a.origin.callCount == 1 && b.origin.callCount == 1)
+  }
+
+  @Test("an origin error reaches every instance's waiters, and nothing is stored; the next request loads again")
+  func originErrorReachesEveryInstance() async throws {
+    let server = try await RedisServer.start()
+    let a = try FleetInstance("a", server: server)
+    let b = try FleetInstance("b", server: server)
+    let c = try FleetInstance("c", server: server)
+    let holder = requests(2, for: "k", to: a)
+    await a.origin.waitForFetches(1, for: "k")
+    let fromB = requests(3, for: "k", to: b)
+    await b.waitUntilWaiting()
+    let fromC = requests(3, for: "k", to: c)
+    await c.waitUntilWaiting()
+
+    #expect(a.origin.release("k", throwing: TestError("the origin is down")) == 1)
+    for task in holder { await #expect(throws: TestError.self) { try await task.value } }
+    for task in fromB + fromC {
+      let error = await #expect(throws: AsyncCacheError.self) { try await task.value }
+      #expect(error?.code == .failedElsewhere)
+      #expect(error?.message.contains("the origin is down") == true)
+      #expect(error?.message.contains("\"k\"") == true)
+    }
+    #expect(try await server.command("GET", "fleet:k") == .bulkString(nil))
+    #expect(b.origin.callCount == 0 && c.origin.callCount == 0)
+
+    // The next request tries again, under a new lease.
+    let again = requests(1, for: "k", to: b)
+    await b.origin.waitForFetches(1, for: "k")
+    #expect(b.origin.release("k") == 1)
+    #expect(try await again[0].value == Data("b k".utf8))
+  }
+
+  @Test("a holder that dies without a word: a waiting instance takes the load over once the lease runs out")
+  func expiredLeaseIsTakenOver() async throws {
+    let server = try await RedisServer.start()
+    let b = try FleetInstance("b", server: server, leaseTime: .milliseconds(200))
+    // A lease that no one renews or releases, as a killed holder leaves it.
+    let keys = b.redis.companionKeys(of: "k")
+    let lease = String(decoding: keys.lease, as: UTF8.self)
+    try await server.expectOK("SET", lease, "1", "PX", "300")
+    let started = ContinuousClock.now
+    let waiting = requests(4, for: "k", to: b)
+    await b.origin.waitForFetches(1, for: "k")
+    // Taken over once the lease ran out, not before.
+    #expect(started.duration(to: .now) >= .milliseconds(250))
+    #expect(b.origin.release("k") == 1)
+    for task in waiting { #expect(try await task.value == Data("b k".utf8)) }
+  }
+
+  @Test("Redis killed in the middle of a load: the waiting instance loads on its own, within the timeout")
+  func redisDownFallsBackToPerInstanceLoads() async throws {
+    let server = try await RedisServer.start()
+    let a = try FleetInstance("a", server: server, operationTimeout: .milliseconds(500))
+    let b = try FleetInstance("b", server: server, operationTimeout: .milliseconds(500))
+    let holder = requests(2, for: "k", to: a)
+    await a.origin.waitForFetches(1, for: "k")
+    let waiting = requests(3, for: "k", to: b)
+    await b.waitUntilWaiting()
+
+    server.stop(killing: true)
+    // B's subscription breaks: it looks again, cannot reach Redis, and loads by itself.
+    await b.origin.waitForFetches(1, for: "k")
+    #expect(b.origin.release("k") == 1)
+    for task in waiting { #expect(try await task.value == Data("b k".utf8)) }
+    #expect(a.origin.release("k") == 1)
+    for task in holder { #expect(try await task.value == Data("a k".utf8)) }
+    #expect(b.redis.statistics.uncoordinatedLoads >= 1)
+    // With Redis gone for good, requests still succeed, one origin call per instance and key.
+    let c = try FleetInstance("c", server: server, operationTimeout: .milliseconds(200))
+    c.origin.open()
+    #expect(try await c.cache.value(for: "other") == Data("c other".utf8))
+  }
+
+  @Test("a late fill after a newer write from another instance is refused, and stored nowhere")
+  func lateFillAfterWriteIsRefused() async throws {
+    let server = try await RedisServer.start()
+    let a = try FleetInstance("a", server: server)
+    let b = try FleetInstance("b", server: server)
+    let holder = requests(1, for: "k", to: a)
+    await a.origin.waitForFetches(1, for: "k")
+    try await b.cache.insert(Data("newer".utf8), for: "k")
+
+    #expect(a.origin.release("k") == 1)
+    // The request that asked before the write gets what it loaded…
+    #expect(try await holder[0].value == Data("a k".utf8))
+    // …but neither Redis nor A's memory layer keeps it.
+    #expect(a.redis.statistics.fillsRefused == 1)
+    #expect(try await b.redis.value(for: "k") == Data("newer".utf8))
+    #expect(a.memory.value(for: "k") == nil)
+    #expect(try await a.cache.value(for: "k") == Data("newer".utf8))
+  }
+
+  @Test("a late fill after a removal from another instance does not bring the key back")
+  func lateFillAfterRemovalIsRefused() async throws {
+    let server = try await RedisServer.start()
+    let a = try FleetInstance("a", server: server)
+    let b = try FleetInstance("b", server: server)
+    let holder = requests(1, for: "k", to: a)
+    await a.origin.waitForFetches(1, for: "k")
+    try await b.cache.removeValue(for: "k")
+    #expect(a.origin.release("k") == 1)
+    #expect(try await holder[0].value == Data("a k".utf8))
+    #expect(a.redis.statistics.fillsRefused == 1)
+    #expect(try await b.redis.value(for: "k") == nil)
+  }
+
+  @Test("the holder renews its lease while its load runs, and stops once it completes")
+  func longLoadRenewsItsLease() async throws {
+    let server = try await RedisServer.start()
+    var settings = RedisSingleFlight(leaseTime: .seconds(60))
+    settings.renewalInterval = .milliseconds(20)
+    var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+    configuration.singleFlight = settings
+    let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
+    let origin = GatedFetcher<String, Data> { key in Data("a \(key)".utf8) }
+    let cache = try LoadingCache(layers: [MemoryLayer<String, Data>(), redis], origin: origin)
+    let b = try FleetInstance("b", server: server)
+    let holder = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    let waiting = requests(2, for: "k", to: b)
+    await b.waitUntilWaiting()
+
+    // Shortened by hand, the lease is put back to the full lease time by the next renewals.
+    let lease = String(decoding: redis.companionKeys(of: "k").lease, as: UTF8.self)
+    _ = try await server.command("PEXPIRE", lease, "5000")
+    let renewed = redis.statistics.leasesRenewed
+    // Two more: the first may have run on the server before the PEXPIRE.
+    await eventually { redis.statistics.leasesRenewed >= renewed + 2 }
+    let left = try #require(integer(try await server.command("PTTL", lease)))
+    #expect(left > 5_000)
+    #expect(b.origin.callCount == 0)
+
+    #expect(origin.release("k") == 1)
+    #expect(try await holder.value == Data("a k".utf8))
+    for task in waiting { #expect(try await task.value == Data("a k".utf8)) }
+    #expect(b.origin.callCount == 0)
+    // Completed: no renewal goes on, and the lease is gone.
+    #expect(redis.singleFlight?.renewals.withLock(\.isEmpty) == true)
+    #expect(try await server.command("EXISTS", lease) == .integer(0))
+  }
+
+  @Test("a stale value being refreshed is not taken for the fresh one: the refresh claims a lease")
+  func refreshClaimsPastTheStaleValue() async throws {
+    let server = try await RedisServer.start()
+    let clock = ManualClock()
+    var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+    configuration.singleFlight = RedisSingleFlight()
+    let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "refresh")
+    let origin = GatedFetcher<String, Data> { key in Data("fresh \(key)".utf8) }
+    let cache = try LoadingCache(
+      layers: [redis], origin: origin,
+      configuration: .init(timeToLive: .seconds(10), staleWhileRevalidate: .seconds(60), clock: clock))
+    try await cache.insert(Data("old".utf8), for: "k")
+    clock.advance(by: .seconds(11))
+    // Stale: served at once, and refreshed through a lease (not answered with the stale value).
+    #expect(try await cache.value(for: "k") == Data("old".utf8))
+    await origin.waitForFetches(1, for: "k")
+    #expect(origin.release("k") == 1)
+    await cache.waitUntilIdle()
+    #expect(try await redis.value(for: "k") == Data("fresh k".utf8))
+    #expect(redis.statistics.leasesGranted == 1)
+  }
+
+  @Test("bad single-flight settings are refused, naming the setting")
+  func invalidSettings() throws {
+    var configuration = RedisLayer<String, Data>.Configuration()
+    configuration.singleFlight = RedisSingleFlight(leaseTime: .milliseconds(10))
+    #expect {
+      try RedisLayer<String, Data>(configuration: configuration)
+    } throws: { ($0 as? AsyncCacheError)?.message.contains("singleFlight.leaseTime") == true }
+    configuration.singleFlight = RedisSingleFlight(channel: "")
+    #expect {
+      try RedisLayer<String, Data>(configuration: configuration)
+    } throws: { ($0 as? AsyncCacheError)?.message.contains("singleFlight.channel") == true }
+    configuration.singleFlight = RedisSingleFlight(channel: "same")
+    configuration.invalidation = RedisInvalidation(channel: "same")
+    #expect {
+      try RedisLayer<String, Data>(configuration: configuration)
+    } throws: { ($0 as? AsyncCacheError)?.message.contains("must differ") == true }
+  }
+}
+
+@Suite("Single flight's building blocks")
+struct SingleFlightPartsTests {
+  @Test("SHA-1 matches the standard's test vectors")
+  func sha1() {
+    #expect(SHA1.hexDigest(of: []) == "da39a3ee5e6b4b0d3255bfef95601890afd80709")
+    #expect(SHA1.hexDigest(of: Array("abc".utf8)) == "a9993e364706816aba3e25717850c26c9cd0d89d")
+    #expect(
+      SHA1.hexDigest(of: Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8))
+        == "84983e441c3bd26ebaae4aa1f95129e5e54670f1")
+    #expect(
+      SHA1.hexDigest(of: [UInt8](repeating: UInt8(ascii: "a"), count: 1_000_000))
+        == "34aa973cd4c4daa4f61eeb2bdbad27316534016f")
+  }
+
+  @Test("every slot has a tag that hashes to it")
+  func slotTags() {
+    #expect(ClusterSlot.tags.count == ClusterSlot.count)
+    for (slot, tag) in ClusterSlot.tags.enumerated() {
+      #expect(Int(ClusterSlot.of(Array("{\(tag)}anything".utf8))) == slot)
+    }
+  }
+
+  @Test(
+    "a key's lease and version share its slot and are never a namespace's key",
+    arguments: [
+      "plain", "a:b", "{tag}x", "x}y{", "back\\slash", "ünïcode", "",
+    ])
+  func companionKeys(key: String) throws {
+    for namespace in ["ns", "a:b", "{ns}", "n\\s"] {
+      let layer = try RedisLayer<String, Data>(namespace: namespace)
+      let keys = layer.companionKeys(of: key)
+      #expect(ClusterSlot.of(keys.lease) == ClusterSlot.of(keys.value))
+      #expect(ClusterSlot.of(keys.version) == ClusterSlot.of(keys.value))
+      #expect(keys.lease != keys.version)
+      // No unescaped ":": every stored key has one after its namespace.
+      for companion in [keys.lease, keys.version] {
+        var index = 0
+        while index < companion.count {
+          if companion[index] == UInt8(ascii: "\\") {
+            index += 2
+            continue
+          }
+          #expect(companion[index] != UInt8(ascii: ":"))
+          index += 1
+        }
+      }
+    }
+  }
+
+  @Test("announcements read back what was written, and refuse what is not one")
+  func announcements() {
+    let sender = InvalidationMessage.makeSender()
+    for announcement in [
+      LoadAnnouncement(kind: .done, token: 1_764_230_000_123_456, sender: sender, key: "a key: with spaces"),
+      LoadAnnouncement(kind: .released, token: 7, sender: sender, key: ""),
+      LoadAnnouncement(kind: .failed, token: 9, sender: sender, key: "k", reason: "HTTP 503 Service Unavailable"),
+    ] {
+      #expect(LoadAnnouncement(announcement.encoded) == announcement)
+    }
+    #expect(LoadAnnouncement(Array("D 1 short 1 k".utf8)) == nil)
+    #expect(LoadAnnouncement(Array("X 1 \(String(decoding: sender, as: UTF8.self)) 1 k".utf8)) == nil)
+    #expect(LoadAnnouncement(Array("D 1 \(String(decoding: sender, as: UTF8.self)) 9 k".utf8)) == nil)
+  }
+
+  @Test("an envelope keeps the version a load stored it under, beside its expiry")
+  func envelopeVersion() throws {
+    let bytes = RedisEnvelope.encode(payload: [1, 2, 3], expiresAt: 42, version: 7)
+    let decoded = try RedisEnvelope.decode(bytes)
+    #expect(decoded.expiresAt == 42 && decoded.version == 7 && Array(bytes[decoded.payload]) == [1, 2, 3])
+    let plain = try RedisEnvelope.decode(RedisEnvelope.encode(payload: [9], expiresAt: nil))
+    #expect(plain.expiresAt == nil && plain.version == nil && plain.payload == 3..<4)
+  }
+}
