@@ -13,7 +13,34 @@ import AsyncCache
 /// subscription breaks (or the first attempt to subscribe fails), the layer subscribes again,
 /// after the circuit breaker's delays, and then empties the layers it forwards to, because
 /// messages sent in between are lost.
+///
+/// With ``Mode-swift.struct/serverAssisted``, the server itself tells every instance about
+/// every change to the namespace's keys, whoever made it: another service, a script,
+/// `redis-cli`. See ``Mode-swift.struct``.
 public struct RedisInvalidation: Sendable, Hashable {
+  /// How changes reach the other instances.
+  public struct Mode: Sendable, Hashable, CustomStringConvertible {
+    private let name: String
+
+    /// Every write and removal of a layer is followed by a `PUBLISH` on the namespace's
+    /// channel, naming the key and the instance: only changes made through this library are
+    /// announced, and an instance ignores its own. Works with every Redis, and on a cluster.
+    public static let publish = Mode(name: "publish")
+    /// Redis client-side caching: the subscription connection turns on
+    /// `CLIENT TRACKING … REDIRECT <itself> BCAST PREFIX <namespace's prefix>` and subscribes to
+    /// `__redis__:invalidate`. The server reports every key of the namespace that anyone
+    /// modifies (and a flush of the database), this instance's own writes included: after a
+    /// write, the next read of the key on the writing instance goes to Redis once. Nothing is
+    /// published on writes. Needs Redis 6 or later and one server (not a cluster, whose nodes
+    /// each track their own keys).
+    public static let serverAssisted = Mode(name: "serverAssisted")
+
+    public var description: String { name }
+  }
+
+  /// How changes reach the other instances. Default ``Mode-swift.struct/publish``.
+  public var mode: Mode
+
   /// The pub/sub channel, or `nil` (the default) for `asynccache:invalidations:<namespace>`.
   /// Every instance of a namespace must use the same one.
   public var channel: String?
@@ -24,10 +51,15 @@ public struct RedisInvalidation: Sendable, Hashable {
   public var healthCheckInterval: Duration
 
   /// Creates invalidation settings.
-  public init(channel: String? = nil, healthCheckInterval: Duration = .seconds(10)) {
+  public init(mode: Mode = .publish, channel: String? = nil, healthCheckInterval: Duration = .seconds(10)) {
+    self.mode = mode
     self.channel = channel
     self.healthCheckInterval = healthCheckInterval
   }
+
+  /// The channel on which a server that tracks keys for a client (`CLIENT TRACKING`) reports
+  /// them, in RESP2.
+  static let trackingChannel = Array("__redis__:invalidate".utf8)
 
   /// The channel for `namespace`.
   func channel(for namespace: String) -> String {
@@ -88,6 +120,9 @@ struct InvalidationMessage: Sendable, Equatable {
 final class RedisSubscription: Sendable {
   struct Options: Sendable {
     var channels: [[UInt8]]
+    /// The key prefix to track (`CLIENT TRACKING … BCAST PREFIX`), reported on
+    /// `__redis__:invalidate` (which must be among the channels); `nil` for none.
+    var trackingPrefix: [UInt8]? = nil
     var connectTimeout: Duration
     var operationTimeout: Duration
     var handshake: [RESPCommand]
@@ -100,7 +135,7 @@ final class RedisSubscription: Sendable {
   /// Where to subscribe: the server, or a master of the cluster.
   private let endpoint: @Sendable () async throws -> RedisEndpoint
   /// Applies a message (its channel, its payload); called in order.
-  private let deliver: @Sendable ([UInt8], [UInt8]) async -> Void
+  private let deliver: @Sendable ([UInt8], RESPValue) async -> Void
   /// Takes a message at once, on the connection's thread, when it returns `true` (it must be
   /// short); `deliver` gets the others.
   private let receiveNow: @Sendable ([UInt8], [UInt8]) -> Bool
@@ -127,7 +162,7 @@ final class RedisSubscription: Sendable {
   init(
     options: Options, counters: RedisCounters, endpoint: @escaping @Sendable () async throws -> RedisEndpoint,
     receiveNow: @escaping @Sendable ([UInt8], [UInt8]) -> Bool = { _, _ in false },
-    deliver: @escaping @Sendable ([UInt8], [UInt8]) async -> Void,
+    deliver: @escaping @Sendable ([UInt8], RESPValue) async -> Void,
     resynchronize: @escaping @Sendable () async -> Void, interrupted: @escaping @Sendable () -> Void,
     onEvent: @escaping @Sendable (RedisLayerEvent) -> Void
   ) {
@@ -254,7 +289,7 @@ final class RedisSubscription: Sendable {
   }
 
   /// A message as received: its channel and its payload.
-  typealias Message = (channel: [UInt8], payload: [UInt8])
+  typealias Message = (channel: [UInt8], payload: RESPValue)
 
   /// Opens a subscriber connection and subscribes to the channels.
   private func subscribe() async throws -> (
@@ -271,9 +306,10 @@ final class RedisSubscription: Sendable {
       onPush: { push in
         // ["message", channel, payload]
         guard case .array(let parts?) = push, parts.count == 3, parts[0] == .bulkString(Array("message".utf8)),
-          case .bulkString(let from?) = parts[1], channels.contains(from), case .bulkString(let payload?) = parts[2]
+          case .bulkString(let from?) = parts[1], channels.contains(from)
         else { return }
-        if !receiveNow(from, payload) { continuation.yield((from, payload)) }
+        if case .bulkString(let bytes?) = parts[2], receiveNow(from, bytes) { return }
+        continuation.yield((from, parts[2]))
       },
       onClose: { error in
         closeReason.withLock { $0 = error }
@@ -290,6 +326,21 @@ final class RedisSubscription: Sendable {
     }
     do {
       try await RedisConnectionPool.handshake(options.handshake, on: connection)
+      if let prefix = options.trackingPrefix {
+        // The server reports the prefix's changes to this very connection, which subscribes to
+        // the channel they come on (RESP2 needs the redirection).
+        guard case .integer(let id) = try await connection.send(RESPCommand("CLIENT", "ID")) else {
+          throw RedisError(code: .protocolError, message: "\(connection.server) answered CLIENT ID with no integer")
+        }
+        let reply = try await connection.send(
+          RESPCommand([
+            Array("CLIENT".utf8), Array("TRACKING".utf8), Array("ON".utf8), Array("REDIRECT".utf8),
+            Array(String(id).utf8), Array("BCAST".utf8), Array("PREFIX".utf8), prefix,
+          ]))
+        if case .error(let text) = reply {
+          throw RedisError.reply(text, to: "CLIENT TRACKING", server: connection.server)
+        }
+      }
       // One confirmation per channel.
       let replies = try await connection.send(
         encoded: RESPCommandWriter([RESPCommand([Array("SUBSCRIBE".utf8)] + channels)]).bytes, replies: channels.count)

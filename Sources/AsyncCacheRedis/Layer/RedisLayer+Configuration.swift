@@ -212,6 +212,11 @@ extension RedisLayer {
       }
       if let invalidation {
         if let channel = invalidation.channel, channel.isEmpty { throw invalid("invalidation.channel is empty") }
+        if invalidation.mode == .serverAssisted, case .cluster = servers {
+          throw invalid(
+            "invalidation.mode serverAssisted needs one server: each node of a cluster tracks its own keys; use publish"
+          )
+        }
         guard invalidation.healthCheckInterval > .zero else {
           throw invalid(
             "invalidation.healthCheckInterval must be positive, got \(invalidation.healthCheckInterval.readable)")

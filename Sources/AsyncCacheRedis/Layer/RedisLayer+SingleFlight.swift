@@ -248,8 +248,14 @@ extension RedisLayer {
       case .array(let parts?) where parts.first == .integer(3) && parts.count == 3:
         guard let holder = Self.token(parts[1]), case .integer(let left) = parts[2] else { break }
         waited = true
-        try await waitForHolder(holder, of: encodedKey, leaseLeft: left, mailbox: mailbox)
-        continue
+        // The holder's announcement carries small values: no need to read them.
+        guard let stored = try await waitForHolder(holder, of: encodedKey, leaseLeft: left, mailbox: mailbox),
+          let found = try? storedValue(from: .bulkString(stored), key: encodedKey, command: "SUBSCRIBE"),
+          let value = try? valueCoder.decode(found.payload)
+        else { continue }
+        countHits(1)
+        counters.loadsAwaited.add(1, ordering: .relaxed)
+        return .loadedElsewhere(CacheEntry(value, expiresAt: found.expiresAt))
       default:
         break
       }
@@ -262,11 +268,13 @@ extension RedisLayer {
   /// Waits until the holder of lease `holder` announces its end, the lease may have run out
   /// (`leaseLeft` milliseconds, and a little more), or messages may have been lost.
   ///
+  /// - Returns: The bytes the holder stored, when its announcement carries them; `nil` to look
+  ///   again.
   /// - Throws: `AsyncCacheError.Code.failedElsewhere` when the holder announces a failure;
   ///   `CancellationError`.
   private nonisolated func waitForHolder(
     _ holder: UInt64, of encodedKey: String, leaseLeft: Int64, mailbox: LeaseWaits.Mailbox
-  ) async throws {
+  ) async throws -> [UInt8]? {
     let limit = Duration.milliseconds(max(leaseLeft, 1)) + .milliseconds(5)
     let deadline = ContinuousClock.now.advanced(by: limit)
     while true {
@@ -274,9 +282,12 @@ extension RedisLayer {
       case .cancelled:
         throw CancellationError()
       case .lookAgain:
-        return
+        return nil
       case .announced(let announcement):
-        guard announcement.kind == .failed else { return }
+        if announcement.kind == .done, announcement.token == holder, !announcement.detail.isEmpty {
+          return announcement.detail
+        }
+        guard announcement.kind == .failed else { return nil }
         // A failure of an earlier holder is not this one's.
         guard announcement.token == holder else { continue }
         throw AsyncCacheError(
@@ -329,8 +340,10 @@ extension RedisLayer {
     _ lease: SingleFlightState.Lease, with result: Result<CacheEntry<Value>, any Error>, flight: SingleFlightState
   ) async -> LeaseCompletion {
     let keys = companionKeys(of: lease.key)
-    func announce(_ kind: LoadAnnouncement.Kind, reason: String = "") -> [UInt8] {
-      LoadAnnouncement(kind: kind, token: lease.token, sender: flight.sender, key: lease.key, reason: reason).encoded
+    func announce(_ kind: LoadAnnouncement.Kind, reason: String = "", stored: [UInt8] = []) -> [UInt8] {
+      let detail = kind == .done ? stored : Array(reason.utf8)
+      return LoadAnnouncement(kind: kind, token: lease.token, sender: flight.sender, key: lease.key, detail: detail)
+        .encoded
     }
     func release(_ kind: LoadAnnouncement.Kind, reason: String = "") async {
       _ = try? await runScript(
@@ -366,7 +379,8 @@ extension RedisLayer {
         SingleFlightScripts.fill, keys: [keys.value, keys.lease, keys.version],
         arguments: [
           Array(String(lease.token).utf8), stored, milliseconds.map { Array($0.utf8) } ?? [], flight.channel,
-          announce(.done), announce(.released),
+          announce(.done, stored: stored.count <= LoadAnnouncement.maximumDetail ? stored : []),
+          announce(.released),
         ] + invalidation,
         key: lease.key)
     } catch {

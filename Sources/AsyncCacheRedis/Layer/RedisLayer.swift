@@ -134,8 +134,12 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     let targets = Locked<[any AsyncCacheLayer<Key, Value>]>([])
     self.invalidationTargets = targets
     let sender = InvalidationMessage.makeSender()
-    let invalidationChannel = configuration.invalidation.map { Array($0.channel(for: namespace).utf8) }
-    self.announcement = invalidationChannel.map { ($0, sender) }
+    let tracks = configuration.invalidation?.mode == .serverAssisted
+    let invalidationChannel = configuration.invalidation.map {
+      tracks ? RedisInvalidation.trackingChannel : Array($0.channel(for: namespace).utf8)
+    }
+    // Announced by this library in publish mode only: the server reports changes otherwise.
+    self.announcement = tracks ? nil : invalidationChannel.map { ($0, sender) }
     let flight = configuration.singleFlight.map {
       SingleFlightState(settings: $0, channel: Array($0.channel(for: namespace).utf8), sender: sender)
     }
@@ -146,9 +150,10 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       return
     }
     let decode = keyEncoding.decode
+    let prefix = keyPrefix
     self.subscription = RedisSubscription(
       options: RedisSubscription.Options(
-        channels: channels, connectTimeout: configuration.connectTimeout,
+        channels: channels, trackingPrefix: tracks ? keyPrefix : nil, connectTimeout: configuration.connectTimeout,
         operationTimeout: configuration.operationTimeout, handshake: configuration.handshake,
         healthCheckInterval: configuration.invalidation?.healthCheckInterval ?? .seconds(10),
         backoff: configuration.circuitBreaker, clock: clock),
@@ -161,16 +166,38 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         return true
       },
       deliver: { channel, payload in
-        guard let message = InvalidationMessage(payload), message.sender != sender else { return }
+        var changes: [InvalidationMessage.Change] = []
+        if tracks {
+          // `__redis__:invalidate`: the keys changed, or null for a flush of the database.
+          switch payload {
+          case .array(let keys?):
+            for case .bulkString(let stored?) in keys where stored.starts(with: prefix) {
+              guard let encodedKey = String(validating: stored[prefix.count...], as: UTF8.self) else { continue }
+              changes.append(.key(encodedKey))
+            }
+          case .bulkString(nil), .null, .array(nil):
+            changes.append(.all)
+          default:
+            return
+          }
+        } else {
+          guard case .bulkString(let bytes?) = payload, let message = InvalidationMessage(bytes),
+            message.sender != sender
+          else { return }
+          changes.append(message.change)
+        }
+        guard !changes.isEmpty else { return }
         counters.invalidationsReceived.add(1, ordering: .relaxed)
         let layers = targets.withLock { $0 }
-        switch message.change {
-        case .key(let encodedKey):
-          // A key this layer's encoding cannot read was not written by an instance of it.
-          guard let key = try? decode(encodedKey) else { return }
-          for layer in layers { try? await layer.removeValue(for: key) }
-        case .all:
-          for layer in layers { try? await layer.removeAll() }
+        for change in changes {
+          switch change {
+          case .key(let encodedKey):
+            // A key this layer's encoding cannot read was not written by an instance of it.
+            guard let key = try? decode(encodedKey) else { continue }
+            for layer in layers { try? await layer.removeValue(for: key) }
+          case .all:
+            for layer in layers { try? await layer.removeAll() }
+          }
         }
       },
       resynchronize: {
@@ -202,7 +229,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// - Throws: `AsyncCacheError.Code.invalidConfiguration` when the configuration has no
   ///   ``Configuration-swift.struct/invalidation``: writes are not announced then.
   public nonisolated func forwardInvalidations(to layers: [any AsyncCacheLayer<Key, Value>]) throws {
-    guard let subscription, announcement != nil else {
+    guard let subscription, configuration.invalidation != nil else {
       throw AsyncCacheError.invalidConfiguration(
         "RedisLayer: forwardInvalidations(to:) needs Configuration.invalidation to be set on every instance")
     }
@@ -213,7 +240,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Whether the layer is subscribed to invalidations now (it forwards them and the
   /// subscription is open).
   public nonisolated var isReceivingInvalidations: Bool {
-    announcement != nil && !invalidationTargets.withLock(\.isEmpty) && (subscription?.isSubscribed ?? false)
+    configuration.invalidation != nil && !invalidationTargets.withLock(\.isEmpty)
+      && (subscription?.isSubscribed ?? false)
   }
 
   /// Appends `PUBLISH <channel> <message>` to `writer` when writes are announced.

@@ -53,9 +53,11 @@ extension Duration {
 }
 
 /// What one message on a namespace's load channel says:
-/// `<kind> <token> <sender> <key length> <key>[<reason>]`, where kind is `D` (the holder of
-/// lease `token` stored the key's value), `R` (it released the lease without storing: cancelled,
-/// or superseded by a write) or `F` (its origin failed; the reason follows the key).
+/// `<kind> <token> <sender> <key length> <key>[<detail>]`, where kind is `D` (the holder of
+/// lease `token` stored the key's value; the detail is the stored bytes when they are small, so
+/// that waiting instances need not read them), `R` (it released the lease without storing:
+/// cancelled, or superseded by a write) or `F` (its origin failed; the detail is the error, as
+/// text).
 struct LoadAnnouncement: Sendable, Equatable {
   enum Kind: UInt8, Sendable {
     case done = 68  // D
@@ -68,14 +70,25 @@ struct LoadAnnouncement: Sendable, Equatable {
   /// The id of the instance that held the lease: 32 hexadecimal digits.
   var sender: [UInt8]
   var key: String
-  var reason: String
+  /// The stored bytes (`D`) or the error's description (`F`); may be empty.
+  var detail: [UInt8]
+
+  /// The most stored bytes a `D` announcement carries: every instance receives it.
+  static let maximumDetail = 16 << 10
+
+  /// The detail as text.
+  var reason: String { String(decoding: detail, as: UTF8.self) }
 
   init(kind: Kind, token: UInt64, sender: [UInt8], key: String, reason: String = "") {
+    self.init(kind: kind, token: token, sender: sender, key: key, detail: Array(reason.utf8))
+  }
+
+  init(kind: Kind, token: UInt64, sender: [UInt8], key: String, detail: [UInt8]) {
     self.kind = kind
     self.token = token
     self.sender = sender
     self.key = key
-    self.reason = reason
+    self.detail = detail
   }
 
   /// The message's bytes.
@@ -88,7 +101,7 @@ struct LoadAnnouncement: Sendable, Equatable {
     bytes += Array(String(key.utf8.count).utf8)
     bytes.append(UInt8(ascii: " "))
     bytes += Array(key.utf8)
-    bytes += Array(reason.utf8)
+    bytes += detail
     return bytes
   }
 
@@ -111,7 +124,7 @@ struct LoadAnnouncement: Sendable, Equatable {
     self.token = token
     self.sender = Array(sender)
     self.key = key
-    self.reason = String(decoding: bytes[(index + length)...], as: UTF8.self)
+    self.detail = Array(bytes[(index + length)...])
   }
 }
 

@@ -9,7 +9,7 @@ import Testing
 /// Single flight between instances in separate processes: `PersistenceProbe fleet-load` children
 /// that the tests start, release and kill.
 @Suite(
-  "Single flight between processes", .redisServer, .timeLimit(.minutes(2)),
+  "Single flight between processes", .redisServer, .timeLimit(.minutes(3)),
   .enabled(if: Probe.unavailableReason == nil, "child processes can only be started on macOS and Linux"))
 struct RedisFleetProcessTests {
   /// Starts an instance in a process of its own and waits until it has made its requests.

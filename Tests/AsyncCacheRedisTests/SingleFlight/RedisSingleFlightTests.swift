@@ -18,7 +18,17 @@ struct FleetInstance {
     _ name: String, server: RedisServer, namespace: String = "fleet", leaseTime: Duration = .seconds(5),
     invalidation: Bool = false, operationTimeout: Duration = .seconds(2)
   ) throws {
-    var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+    try self.init(
+      name, servers: .standalone(server.endpoint), namespace: namespace, leaseTime: leaseTime,
+      invalidation: invalidation, operationTimeout: operationTimeout)
+  }
+
+  init(
+    _ name: String, servers: RedisServers, namespace: String = "fleet", leaseTime: Duration = .seconds(5),
+    invalidation: Bool = false, operationTimeout: Duration = .seconds(2)
+  ) throws {
+    var configuration = RedisLayer<String, Data>.Configuration()
+    configuration.servers = servers
     configuration.operationTimeout = operationTimeout
     configuration.singleFlight = RedisSingleFlight(leaseTime: leaseTime)
     if invalidation { configuration.invalidation = RedisInvalidation() }
@@ -43,7 +53,7 @@ func requests(
   (0..<count).map { _ in Task { try await instance.cache.value(for: key) } }
 }
 
-@Suite("Single flight across instances that share Redis", .redisServer, .timeLimit(.minutes(2)))
+@Suite("Single flight across instances that share Redis", .redisServer, .timeLimit(.minutes(3)))
 struct RedisSingleFlightTests {
   @Test("8 instances × 50 concurrent requests for one cold key make exactly 1 origin call")
   func eightInstancesOneOriginCall() async throws {
@@ -268,6 +278,31 @@ struct RedisSingleFlightTests {
     await cache.waitUntilIdle()
     #expect(try await redis.value(for: "k") == Data("fresh k".utf8))
     #expect(redis.statistics.leasesGranted == 1)
+  }
+
+  @Test("on a Redis Cluster: one origin call per key for the fleet, and fenced writes, whatever the key's slot")
+  func cluster() async throws {
+    let cluster = try await RedisClusterServers.start()
+    let fleet = try (0..<3).map { try FleetInstance("i\($0)", servers: .cluster(seeds: cluster.seeds)) }
+    let keys = (0..<6).map { "key \($0)" }
+    var tasks: [Task<Data, any Error>] = []
+    for key in keys {
+      tasks += requests(10, for: key, to: fleet[0])
+      await fleet[0].origin.waitForFetches(1, for: key)
+    }
+    for instance in fleet.dropFirst() {
+      for key in keys { tasks += requests(10, for: key, to: instance) }
+      await eventually { instance.redis.singleFlight?.waits.count == keys.count }
+    }
+    for key in keys { #expect(fleet[0].origin.release(key) == 1) }
+    for task in tasks { #expect(try await task.value.starts(with: Data("i0 key".utf8))) }
+    #expect(fleet.reduce(0) { $0 + $1.origin.callCount } == keys.count)
+
+    // A write and a removal through the fenced scripts, routed to each key's master.
+    try await fleet[1].cache.insert(Data("new".utf8), for: keys[0])
+    #expect(try await fleet[2].redis.value(for: keys[0]) == Data("new".utf8))
+    try await fleet[1].cache.removeValue(for: keys[1])
+    #expect(try await fleet[2].redis.value(for: keys[1]) == nil)
   }
 
   @Test("bad single-flight settings are refused, naming the setting")
