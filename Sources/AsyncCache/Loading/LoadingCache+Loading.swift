@@ -398,14 +398,34 @@ extension LoadingCache {
     case .granted(let token):
       leaseToken = token
     }
+    // Completed once: at once when the load is cancelled (its requests left), so that another
+    // process takes the load over without waiting for an origin slow to stop.
+    let completed = Locked(false)
+    @Sendable func completeOnce() -> Bool {
+      completed.withLock { done in
+        defer { done = true }
+        return !done
+      }
+    }
     let entry: CacheEntry<Value>
     do {
-      let value = try await fetchRetrying(key, load: id, attempts: &attempts)
+      let value = try await withTaskCancellationHandler {
+        try await fetchRetrying(key, load: id, attempts: &attempts)
+      } onCancel: {
+        if completeOnce() {
+          Task { _ = await coordinator.complete(key, token: leaseToken, with: .failure(CancellationError())) }
+        }
+      }
       entry = CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value))
     } catch {
       // The other processes get the error, or (cancelled) one of them takes the load over.
-      _ = await coordinator.complete(key, token: leaseToken, with: .failure(error))
+      if completeOnce() { _ = await coordinator.complete(key, token: leaseToken, with: .failure(error)) }
       throw error
+    }
+    // Cancelled meanwhile: the lease is given up, and no one wants the value.
+    guard completeOnce() else {
+      chain.endRead(read)
+      return (entry.value, .origin)
     }
     switch await coordinator.complete(key, token: leaseToken, with: .success(entry)) {
     case .stored, .notStored:

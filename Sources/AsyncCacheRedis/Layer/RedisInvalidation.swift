@@ -152,6 +152,9 @@ final class RedisSubscription: Sendable {
     var connection: RedisConnection?
     var isSubscribed = false
     var isStopped = false
+    /// The last attempt to subscribe failed, or the subscription broke and is not back yet:
+    /// ``waitUntilSubscribed(for:)`` does not wait then.
+    var isFailing = false
     /// Tasks waiting for the subscription to open (``waitUntilSubscribed(for:)``).
     var openWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     /// Waits whose time ran out (or were cancelled) before they were registered.
@@ -201,7 +204,8 @@ final class RedisSubscription: Sendable {
   var isSubscribed: Bool { state.withLock { $0.isSubscribed } }
 
   /// Starts subscribing (once) and waits until the subscription is open, the subscription is
-  /// stopped, `limit` has passed (real time) or the task is cancelled.
+  /// stopped, `limit` has passed (real time) or the task is cancelled. Returns at once while
+  /// the subscription is failing (its server is down): the caller goes on without it.
   func waitUntilSubscribed(for limit: Duration) async {
     start()
     let id = state.withLock { state -> UInt64 in
@@ -219,7 +223,9 @@ final class RedisSubscription: Sendable {
     await withTaskCancellationHandler {
       await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
         let waits = state.withLock { state -> Bool in
-          guard !state.isSubscribed, !state.isStopped, !Task.isCancelled, !state.releasedWaiters.contains(id) else {
+          guard !state.isSubscribed, !state.isStopped, !state.isFailing, !Task.isCancelled,
+            !state.releasedWaiters.contains(id)
+          else {
             return false
           }
           state.openWaiters[id] = continuation
@@ -230,6 +236,16 @@ final class RedisSubscription: Sendable {
     } onCancel: {
       releaseOpenWaiter(id)
     }
+  }
+
+  /// Marks the subscription as failing and ends the waits for it.
+  private func failing() {
+    let waiters = state.withLock { state in
+      state.isFailing = true
+      defer { state.openWaiters = [:] }
+      return state.openWaiters.values
+    }
+    for waiter in waiters { waiter.resume() }
   }
 
   /// Ends wait `id`, or marks it ended if it has not begun yet.
@@ -264,6 +280,7 @@ final class RedisSubscription: Sendable {
         if Task.isCancelled { return }
         failures += 1
         missedMessages = true
+        failing()
         interrupted()
         onEvent(.invalidationsInterrupted(channel: channel, reason: "cannot subscribe: \(error)"))
         continue
@@ -278,6 +295,7 @@ final class RedisSubscription: Sendable {
         $0.isSubscribed = false
         $0.connection = nil
       }
+      failing()
       interrupted()
       if Task.isCancelled { return }
       missedMessages = true
@@ -357,6 +375,7 @@ final class RedisSubscription: Sendable {
     }
     let waiters = state.withLock { state in
       state.isSubscribed = true
+      state.isFailing = false
       defer { state.openWaiters = [:] }
       return state.openWaiters.values
     }

@@ -249,8 +249,15 @@ extension RedisLayer {
         guard let holder = Self.token(parts[1]), case .integer(let left) = parts[2] else { break }
         waited = true
         // The holder's announcement carries small values: no need to read them.
-        guard let stored = try await waitForHolder(holder, of: encodedKey, leaseLeft: left, mailbox: mailbox),
-          let found = try? storedValue(from: .bulkString(stored), key: encodedKey, command: "SUBSCRIBE"),
+        let stored: [UInt8]
+        switch try await waitForHolder(holder, of: encodedKey, leaseLeft: left, mailbox: mailbox) {
+        case .lookAgain: continue
+        case .loadAlone:
+          counters.uncoordinatedLoads.add(1, ordering: .relaxed)
+          return .uncoordinated
+        case .stored(let bytes): stored = bytes
+        }
+        guard let found = try? storedValue(from: .bulkString(stored), key: encodedKey, command: "SUBSCRIBE"),
           let value = try? valueCoder.decode(found.payload)
         else { continue }
         countHits(1)
@@ -268,13 +275,13 @@ extension RedisLayer {
   /// Waits until the holder of lease `holder` announces its end, the lease may have run out
   /// (`leaseLeft` milliseconds, and a little more), or messages may have been lost.
   ///
-  /// - Returns: The bytes the holder stored, when its announcement carries them; `nil` to look
-  ///   again.
+  /// - Returns: The bytes the holder stored, when its announcement carries them; whether to
+  ///   look again, or to load alone (the holder could not store its value).
   /// - Throws: `AsyncCacheError.Code.failedElsewhere` when the holder announces a failure;
   ///   `CancellationError`.
   private nonisolated func waitForHolder(
     _ holder: UInt64, of encodedKey: String, leaseLeft: Int64, mailbox: LeaseWaits.Mailbox
-  ) async throws -> [UInt8]? {
+  ) async throws -> HolderEnd {
     let limit = Duration.milliseconds(max(leaseLeft, 1)) + .milliseconds(5)
     let deadline = ContinuousClock.now.advanced(by: limit)
     while true {
@@ -282,12 +289,13 @@ extension RedisLayer {
       case .cancelled:
         throw CancellationError()
       case .lookAgain:
-        return nil
+        return .lookAgain
       case .announced(let announcement):
         if announcement.kind == .done, announcement.token == holder, !announcement.detail.isEmpty {
-          return announcement.detail
+          return .stored(announcement.detail)
         }
-        guard announcement.kind == .failed else { return nil }
+        if announcement.kind == .notStored, announcement.token == holder { return .loadAlone }
+        guard announcement.kind == .failed else { return .lookAgain }
         // A failure of an earlier holder is not this one's.
         guard announcement.token == holder else { continue }
         throw AsyncCacheError(
@@ -297,6 +305,16 @@ extension RedisLayer {
             + "on instance \(String(decoding: announcement.sender, as: UTF8.self)): \(announcement.reason)")
       }
     }
+  }
+
+  /// How a wait for a holder ends.
+  enum HolderEnd {
+    /// The holder stored these bytes.
+    case stored([UInt8])
+    /// Claim again.
+    case lookAgain
+    /// The holder could not store its value: load without coordination.
+    case loadAlone
   }
 
   /// Renews `lease` every third of the lease time until it is completed, lost or the layer is
@@ -362,8 +380,9 @@ extension RedisLayer {
       entry = loaded
     }
     guard let (stored, milliseconds) = try? storable(entry, for: lease.key, version: lease.token) else {
-      // Expired already, or not storable: nothing for the others to read; one of them loads.
-      await release(.released)
+      // Expired already, or not storable: nothing for the others to read, and a load of theirs
+      // would not store either: each loads on its own, at once.
+      await release(.notStored)
       return .notStored
     }
     var invalidation: [[UInt8]] = [[], []]

@@ -56,13 +56,16 @@ extension Duration {
 /// `<kind> <token> <sender> <key length> <key>[<detail>]`, where kind is `D` (the holder of
 /// lease `token` stored the key's value; the detail is the stored bytes when they are small, so
 /// that waiting instances need not read them), `R` (it released the lease without storing:
-/// cancelled, or superseded by a write) or `F` (its origin failed; the detail is the error, as
-/// text).
+/// cancelled, or superseded by a write), `N` (it loaded a value Redis cannot keep: the others
+/// load on their own) or `F` (its origin failed; the detail is the error, as text).
 struct LoadAnnouncement: Sendable, Equatable {
   enum Kind: UInt8, Sendable {
     case done = 68  // D
     case released = 82  // R
     case failed = 70  // F
+    /// The holder loaded a value it could not store (expired already, too large): each waiting
+    /// instance loads on its own, at once.
+    case notStored = 78  // N
   }
 
   var kind: Kind

@@ -305,6 +305,84 @@ struct RedisSingleFlightTests {
     #expect(try await fleet[2].redis.value(for: keys[1]) == nil)
   }
 
+  @Test("a holder whose origin ignores cancellation gives up its lease as soon as its requests leave")
+  func abandonedHolderReleasesAtOnce() async throws {
+    let server = try await RedisServer.start()
+    var settings = RedisSingleFlight(leaseTime: .seconds(300))
+    settings.renewalInterval = .milliseconds(20)
+    var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+    configuration.singleFlight = settings
+    let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
+    let origin = StubbornOrigin()
+    let a = try LoadingCache(layers: [MemoryLayer<String, Data>(), redis], origin: origin)
+    let b = try FleetInstance("b", server: server, leaseTime: .seconds(300))
+    let holder = Task { try await a.value(for: "k") }
+    await eventually { origin.callCount == 1 }
+    let follower = requests(1, for: "k", to: b)
+    await b.waitUntilWaiting()
+
+    holder.cancel()
+    await #expect(throws: CancellationError.self) { try await holder.value }
+    // B takes over while A's origin still runs: not after the 300 s lease.
+    await b.origin.waitForFetches(1, for: "k")
+    #expect(redis.singleFlight?.renewals.withLock(\.isEmpty) == true)
+    #expect(b.origin.release("k") == 1)
+    #expect(try await follower[0].value == Data("b k".utf8))
+    // A's origin ends at last: its value is stored nowhere, and does not overwrite B's.
+    origin.releaseAll()
+    await a.waitUntilIdle()
+    #expect(try await b.redis.value(for: "k") == Data("b k".utf8))
+  }
+
+  @Test("with Redis down, loads do not wait for the subscription: each waits for its origin only")
+  func redisDownDoesNotDelayLoads() async throws {
+    let server = try await RedisServer.start()
+    server.stop(killing: true)
+    // A long operation timeout: a load that waited for the subscription would take it.
+    let c = try FleetInstance("c", server: server, operationTimeout: .seconds(30))
+    c.origin.open()
+    #expect(try await c.cache.value(for: "first") == Data("c first".utf8))
+    let started = ContinuousClock.now
+    for index in 0..<3 { #expect(try await c.cache.value(for: "k\(index)") == Data("c k\(index)".utf8)) }
+    #expect(started.duration(to: .now) < .seconds(20))
+    #expect(c.redis.statistics.uncoordinatedLoads >= 3)
+  }
+
+  @Test("a value Redis cannot keep (expired already): the waiting instances load on their own at once, not in turn")
+  func unstorableValueLetsEveryoneLoad() async throws {
+    let server = try await RedisServer.start()
+    func instance(_ name: String) throws -> (
+      LoadingCache<String, Data>, GatedFetcher<String, Data>, RedisLayer<String, Data>
+    ) {
+      var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+      configuration.singleFlight = RedisSingleFlight()
+      let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
+      let origin = GatedFetcher<String, Data> { key in Data("\(name) \(key)".utf8) }
+      // max-age=0: every value expires as it arrives.
+      let cache = try LoadingCache(
+        tiers: [.init(MemoryLayer<String, Data>()), .init(redis, failurePolicy: .skip)], origin: origin,
+        configuration: .init(timeToLiveForValue: { _, _ in .zero }))
+      return (cache, origin, redis)
+    }
+    let a = try instance("a")
+    let b = try instance("b")
+    let c = try instance("c")
+    let fromA = Task { try await a.0.value(for: "k") }
+    await a.1.waitForFetches(1, for: "k")
+    let fromB = Task { try await b.0.value(for: "k") }
+    await eventually { b.2.singleFlight?.waits.count == 1 }
+    let fromC = Task { try await c.0.value(for: "k") }
+    await eventually { c.2.singleFlight?.waits.count == 1 }
+    #expect(a.1.release("k") == 1)
+    #expect(try await fromA.value == Data("a k".utf8))
+    // Both ask their origins, neither waiting for the other's.
+    await eventually { b.1.callCount == 1 && c.1.callCount == 1 }
+    _ = b.1.releaseAll()
+    _ = c.1.releaseAll()
+    #expect(try await fromB.value == Data("b k".utf8))
+    #expect(try await fromC.value == Data("c k".utf8))
+  }
+
   @Test("bad single-flight settings are refused, naming the setting")
   func invalidSettings() throws {
     var configuration = RedisLayer<String, Data>.Configuration()
@@ -395,5 +473,33 @@ struct SingleFlightPartsTests {
     #expect(decoded.expiresAt == 42 && decoded.version == 7 && Array(bytes[decoded.payload]) == [1, 2, 3])
     let plain = try RedisEnvelope.decode(RedisEnvelope.encode(payload: [9], expiresAt: nil))
     #expect(plain.expiresAt == nil && plain.version == nil && plain.payload == 3..<4)
+  }
+}
+
+/// An origin that ignores cancellation: it returns when released.
+final class StubbornOrigin: AsyncFetcher, Sendable {
+  private let state = Locked<(calls: Int, released: Bool, waiting: [CheckedContinuation<Void, Never>])>((0, false, []))
+
+  var callCount: Int { state.withLock { $0.calls } }
+
+  func fetch(_ key: String) async throws -> Data {
+    await withCheckedContinuation { continuation in
+      let released = state.withLock { state in
+        state.calls += 1
+        if !state.released { state.waiting.append(continuation) }
+        return state.released
+      }
+      if released { continuation.resume() }
+    }
+    return Data("stubborn \(key)".utf8)
+  }
+
+  func releaseAll() {
+    let waiting = state.withLock { state in
+      state.released = true
+      defer { state.waiting = [] }
+      return state.waiting
+    }
+    for continuation in waiting { continuation.resume() }
   }
 }
