@@ -64,7 +64,8 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
     /// Another process loaded the key for this one (a ``LoadCoordinator``: one load per key for
     /// the instances of a service) and its origin failed; the message names the key, the process
     /// and the error, as text. Not retried here: the process that loaded retried per its own
-    /// policy, and the next request loads again.
+    /// policy, and the next request loads again. (An origin's ``notFound`` keeps its code: the
+    /// other processes' negative caching remembers it.)
     public static let failedElsewhere = Code(.failedElsewhere)
 
     public var description: String {

@@ -29,12 +29,20 @@ final class SingleFlightState: Sendable {
   let sender: [UInt8]
   /// The waits for other instances' loads.
   let waits = LeaseWaits()
-  /// The renewals of the leases this instance holds.
-  let renewals = Locked<[Lease: Task<Void, Never>]>([:])
+  /// The renewals of the leases this instance holds, and the leases' stored values.
+  let renewals = Locked<[Lease: (task: Task<Void, Never>, value: [UInt8])]>([:])
 
   struct Lease: Hashable, Sendable {
     var key: String
     var token: UInt64
+  }
+
+  /// A claim's nonce: 16 hexadecimal digits. A lease reads `<token> <nonce>`, so that a claim
+  /// abandoned while its script was in flight can remove the lease it may have been granted.
+  static func makeNonce() -> [UInt8] {
+    let digits = Array("0123456789abcdef".utf8)
+    var generator = SystemRandomNumberGenerator()
+    return (0..<16).map { _ in digits[Int(generator.next() & 15)] }
   }
 
   init(settings: RedisSingleFlight, channel: [UInt8], sender: [UInt8]) {
@@ -64,8 +72,9 @@ enum SingleFlightScripts {
     """
 
   /// KEYS: value, lease, version. ARGV: the expiry an entry must be later than (high and low
-  /// 32 bits, or empty), the lease time and the version's lifetime in milliseconds.
-  /// Returns `{1, value}`, `{2, token}` (granted) or `{3, holder's token, lease's milliseconds left}`.
+  /// 32 bits, or empty), the lease time and the version's lifetime in milliseconds, the claim's
+  /// nonce. Returns `{1, value}`, `{2, token}` (granted: the lease reads `<token> <nonce>`) or
+  /// `{3, holder's lease, lease's milliseconds left}`.
   static let claim = RedisScript(
     bumpVersion + "\n" + """
       local value = redis.call('GET', KEYS[1])
@@ -83,12 +92,12 @@ enum SingleFlightScripts {
       local holder = redis.call('GET', KEYS[2])
       if holder then return {3, holder, redis.call('PTTL', KEYS[2])} end
       local token = bump(KEYS[3], ARGV[4])
-      redis.call('SET', KEYS[2], token, 'PX', ARGV[3])
+      redis.call('SET', KEYS[2], token .. ' ' .. ARGV[5], 'PX', ARGV[3])
       return {2, token}
       """)
 
-  /// KEYS: lease, version. ARGV: token, lease time, version lifetime. Returns 1, or 0 when the
-  /// lease is no longer this token's.
+  /// KEYS: lease, version. ARGV: the lease, lease time, version lifetime. Returns 1, or 0 when
+  /// the lease is no longer this one.
   static let renew = RedisScript(
     """
     if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -97,13 +106,13 @@ enum SingleFlightScripts {
     return 1
     """)
 
-  /// KEYS: value, lease, version. ARGV: token, stored bytes, PX milliseconds (or empty), load
-  /// channel, done message, released message, invalidation channel (or empty), invalidation
-  /// message. Returns 1 (stored) or 0 (the version moved on: refused).
+  /// KEYS: value, lease, version. ARGV: the lease, stored bytes, PX milliseconds (or empty),
+  /// load channel, done message, released message, invalidation channel (or empty),
+  /// invalidation message. Returns 1 (stored) or 0 (the version moved on: refused).
   static let fill = RedisScript(
     """
     if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
-    if redis.call('GET', KEYS[3]) ~= ARGV[1] then
+    if redis.call('GET', KEYS[3]) ~= string.match(ARGV[1], '^%d+') then
       redis.call('PUBLISH', ARGV[4], ARGV[6])
       return 0
     end
@@ -117,12 +126,25 @@ enum SingleFlightScripts {
     return 1
     """)
 
-  /// KEYS: lease. ARGV: token, load channel, message. Releases the lease if it is still this
-  /// token's, and announces why.
+  /// KEYS: lease. ARGV: the lease, load channel, message. Releases the lease if it is still
+  /// this one, and announces why.
   static let end = RedisScript(
     """
     if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
     redis.call('PUBLISH', ARGV[2], ARGV[3])
+    return 1
+    """)
+
+  /// KEYS: lease. ARGV: a claim's nonce, load channel, this instance's id, the stored key.
+  /// Removes the lease granted to the claim, if any (its script ran though the claim was given
+  /// up), and announces its release.
+  static let abandon = RedisScript(
+    """
+    local lease = redis.call('GET', KEYS[1])
+    if not lease or string.sub(lease, -(#ARGV[1] + 1)) ~= ' ' .. ARGV[1] then return 0 end
+    redis.call('DEL', KEYS[1])
+    local token = string.match(lease, '^%d+')
+    redis.call('PUBLISH', ARGV[2], 'R ' .. token .. ' ' .. ARGV[3] .. ' ' .. #ARGV[4] .. ' ' .. ARGV[4])
     return 1
     """)
 
@@ -211,9 +233,11 @@ extension RedisLayer {
       let bits = UInt64(bitPattern: supersedes.nanosecondsSince1970)
       superseded = [Array(String(bits >> 32).utf8), Array(String(bits & 0xFFFF_FFFF).utf8)]
     }
+    let nonce = SingleFlightState.makeNonce()
     let arguments =
       superseded + [
         Array(String(flight.settings.leaseMilliseconds).utf8), Array(String(flight.settings.versionMilliseconds).utf8),
+        nonce,
       ]
     var waited = false
     while true {
@@ -223,9 +247,11 @@ extension RedisLayer {
           SingleFlightScripts.claim, keys: [keys.value, keys.lease, keys.version], arguments: arguments,
           key: encodedKey)
       } catch is CancellationError {
+        abandonClaim(nonce, lease: keys.lease, key: encodedKey, flight: flight)
         throw CancellationError()
       } catch {
-        // Redis is down or slow: this instance loads on its own.
+        // Redis is down or slow: this instance loads on its own. The script may run late.
+        abandonClaim(nonce, lease: keys.lease, key: encodedKey, flight: flight)
         counters.uncoordinatedLoads.add(1, ordering: .relaxed)
         return .uncoordinated
       }
@@ -243,7 +269,9 @@ extension RedisLayer {
       case .array(let parts?) where parts.first == .integer(2) && parts.count == 2:
         guard let token = Self.token(parts[1]) else { break }
         counters.leasesGranted.add(1, ordering: .relaxed)
-        startRenewing(SingleFlightState.Lease(key: encodedKey, token: token), keys: keys, flight: flight)
+        startRenewing(
+          SingleFlightState.Lease(key: encodedKey, token: token), value: Array("\(token) ".utf8) + nonce, keys: keys,
+          flight: flight)
         return .granted(token: token)
       case .array(let parts?) where parts.first == .integer(3) && parts.count == 3:
         guard let holder = Self.token(parts[1]), case .integer(let left) = parts[2] else { break }
@@ -298,11 +326,14 @@ extension RedisLayer {
         guard announcement.kind == .failed else { return .lookAgain }
         // A failure of an earlier holder is not this one's.
         guard announcement.token == holder else { continue }
+        // `<code>\n<description>`; the code is `notFound` or empty.
+        let parts = announcement.reason.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
+        let (code, reason) = parts.count == 2 ? (String(parts[0]), String(parts[1])) : ("", announcement.reason)
         throw AsyncCacheError(
-          code: .failedElsewhere,
+          code: code == "notFound" ? .notFound : .failedElsewhere,
           message:
             "the load of key \(encodedKey.debugDescription) in Redis namespace \(namespace.debugDescription) failed "
-            + "on instance \(String(decoding: announcement.sender, as: UTF8.self)): \(announcement.reason)")
+            + "on instance \(String(decoding: announcement.sender, as: UTF8.self)): \(reason)")
       }
     }
   }
@@ -320,12 +351,13 @@ extension RedisLayer {
   /// Renews `lease` every third of the lease time until it is completed, lost or the layer is
   /// closed.
   private nonisolated func startRenewing(
-    _ lease: SingleFlightState.Lease, keys: (value: [UInt8], lease: [UInt8], version: [UInt8]),
+    _ lease: SingleFlightState.Lease, value leaseValue: [UInt8],
+    keys: (value: [UInt8], lease: [UInt8], version: [UInt8]),
     flight: SingleFlightState
   ) {
     let interval = flight.settings.renewalInterval ?? flight.settings.leaseTime / 3
     let arguments = [
-      Array(String(lease.token).utf8), Array(String(flight.settings.leaseMilliseconds).utf8),
+      leaseValue, Array(String(flight.settings.leaseMilliseconds).utf8),
       Array(String(flight.settings.versionMilliseconds).utf8),
     ]
     let task = Task {
@@ -338,7 +370,7 @@ extension RedisLayer {
         if reply == .integer(1) { self.counters.leasesRenewed.add(1, ordering: .relaxed) }
       }
     }
-    flight.renewals.withLock { $0[lease] = task }
+    flight.renewals.withLock { $0[lease] = (task, leaseValue) }
   }
 
   // MARK: Completing
@@ -349,13 +381,27 @@ extension RedisLayer {
   ) async -> LeaseCompletion {
     guard let flight = singleFlight, let encodedKey = try? self.encodedKey(key) else { return .notStored }
     let lease = SingleFlightState.Lease(key: encodedKey, token: token)
-    flight.renewals.withLock { $0.removeValue(forKey: lease) }?.cancel()
+    guard let held = flight.renewals.withLock({ $0.removeValue(forKey: lease) }) else { return .notStored }
+    held.task.cancel()
     // In a task of its own: a cancelled load still releases its lease.
-    return await Task { await self.endLease(lease, with: result, flight: flight) }.value
+    return await Task { await self.endLease(lease, value: held.value, with: result, flight: flight) }.value
+  }
+
+  /// Removes the lease a claim given up (cancelled, or timed out) may have been granted all the
+  /// same, in the background.
+  private nonisolated func abandonClaim(
+    _ nonce: [UInt8], lease: [UInt8], key encodedKey: String, flight: SingleFlightState
+  ) {
+    Task {
+      _ = try? await self.runScript(
+        SingleFlightScripts.abandon, keys: [lease],
+        arguments: [nonce, flight.channel, flight.sender, Array(encodedKey.utf8)], key: encodedKey)
+    }
   }
 
   private nonisolated func endLease(
-    _ lease: SingleFlightState.Lease, with result: Result<CacheEntry<Value>, any Error>, flight: SingleFlightState
+    _ lease: SingleFlightState.Lease, value leaseValue: [UInt8], with result: Result<CacheEntry<Value>, any Error>,
+    flight: SingleFlightState
   ) async -> LeaseCompletion {
     let keys = companionKeys(of: lease.key)
     func announce(_ kind: LoadAnnouncement.Kind, reason: String = "", stored: [UInt8] = []) -> [UInt8] {
@@ -366,7 +412,7 @@ extension RedisLayer {
     func release(_ kind: LoadAnnouncement.Kind, reason: String = "") async {
       _ = try? await runScript(
         SingleFlightScripts.end, keys: [keys.lease],
-        arguments: [Array(String(lease.token).utf8), flight.channel, announce(kind, reason: reason)], key: lease.key)
+        arguments: [leaseValue, flight.channel, announce(kind, reason: reason)], key: lease.key)
     }
     let entry: CacheEntry<Value>
     switch result {
@@ -374,7 +420,12 @@ extension RedisLayer {
       await release(.released)
       return .notStored
     case .failure(let error):
-      await release(.failed, reason: String(String(describing: error).prefix(2_000)))
+      // An origin that has no value says so in a way the other instances' negative caching
+      // understands: the code travels, the rest as text.
+      let notFound = (error as? AsyncCacheError)?.code == .notFound
+      let description = (error as? AsyncCacheError).map(\.message) ?? String(describing: error)
+      await release(
+        .failed, reason: (notFound ? "notFound\n" : "\n") + String(description.prefix(2_000)))
       return .notStored
     case .success(let loaded):
       entry = loaded
@@ -397,7 +448,7 @@ extension RedisLayer {
       reply = try await runScript(
         SingleFlightScripts.fill, keys: [keys.value, keys.lease, keys.version],
         arguments: [
-          Array(String(lease.token).utf8), stored, milliseconds.map { Array($0.utf8) } ?? [], flight.channel,
+          leaseValue, stored, milliseconds.map { Array($0.utf8) } ?? [], flight.channel,
           announce(.done, stored: stored.count <= LoadAnnouncement.maximumDetail ? stored : []),
           announce(.released),
         ] + invalidation,
@@ -419,10 +470,10 @@ extension RedisLayer {
     }
   }
 
-  /// A token as a script returns it.
+  /// A token as a script returns it, alone or leading a lease (`<token> <nonce>`).
   private static func token(_ reply: RESPValue) -> UInt64? {
     switch reply {
-    case .bulkString(let digits?): UInt64(String(decoding: digits, as: UTF8.self))
+    case .bulkString(let bytes?): UInt64(String(decoding: bytes.prefix { $0 != UInt8(ascii: " ") }, as: UTF8.self))
     case .integer(let value): UInt64(exactly: value)
     default: nil
     }

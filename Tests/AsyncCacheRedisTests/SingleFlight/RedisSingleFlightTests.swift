@@ -383,6 +383,72 @@ struct RedisSingleFlightTests {
     #expect(try await fromC.value == Data("c k".utf8))
   }
 
+  @Test("an origin's notFound keeps its code on every instance, so that their negative caching remembers it")
+  func notFoundKeepsItsCode() async throws {
+    let server = try await RedisServer.start()
+    func instance(_ name: String) throws -> (
+      LoadingCache<String, Data>, GatedFetcher<String, Data>, RedisLayer<String, Data>
+    ) {
+      var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+      configuration.singleFlight = RedisSingleFlight()
+      let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
+      let origin = GatedFetcher<String, Data> { key in Data("\(name) \(key)".utf8) }
+      let cache = try LoadingCache(
+        tiers: [.init(MemoryLayer<String, Data>()), .init(redis, failurePolicy: .skip)], origin: origin,
+        configuration: .init(negativeCaching: .notFound(timeToLive: .seconds(60))))
+      return (cache, origin, redis)
+    }
+    let a = try instance("a")
+    let b = try instance("b")
+    let fromA = Task { try await a.0.value(for: "missing") }
+    await a.1.waitForFetches(1, for: "missing")
+    let fromB = Task { try await b.0.value(for: "missing") }
+    await eventually { b.2.singleFlight?.waits.count == 1 }
+    #expect(a.1.release("missing", throwing: AsyncCacheError(code: .notFound, message: "no such user")) == 1)
+    await #expect(throws: AsyncCacheError.self) { try await fromA.value }
+    let error = await #expect(throws: AsyncCacheError.self) { try await fromB.value }
+    #expect(error?.code == .notFound)
+    #expect(error?.message.contains("no such user") == true)
+    // Remembered: B's next request does not ask its origin.
+    b.1.open()
+    let again = await #expect(throws: AsyncCacheError.self) { try await b.0.value(for: "missing") }
+    #expect(again?.code == .notFound)
+    #expect(b.1.callCount == 0)
+  }
+
+  @Test("a claim given up while its script waits in Redis leaves no lease behind once the script runs")
+  func abandonedClaimLeavesNoLease() async throws {
+    let server = try await RedisServer.start()
+    var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+    // One connection: the removal of the lease follows the claim on it, in order. And time to
+    // wait for the paused server.
+    configuration.maximumConnections = 1
+    configuration.operationTimeout = .seconds(300)
+    configuration.singleFlight = RedisSingleFlight(leaseTime: .seconds(300))
+    let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
+    let coordinator = try #require(redis.loadCoordinator)
+    // The scripts known to the server, so that the claim below is one EVALSHA.
+    if case .granted(let token) = try await coordinator.claim("warm", supersedes: nil) {
+      _ = await coordinator.complete("warm", token: token, with: .failure(CancellationError()))
+    }
+    // Scripts wait while the server is paused for writes.
+    try await server.expectOK("CLIENT", "PAUSE", "60000", "WRITE")
+    let claim = Task { try await coordinator.claim("k", supersedes: nil) }
+    await eventually { redis.commandsInFlight == 1 }
+    claim.cancel()
+    await #expect(throws: CancellationError.self) { try await claim.value }
+    await eventually { redis.commandsInFlight == 2 }
+    try await server.expectOK("CLIENT", "UNPAUSE")
+    // The claim ran and was granted a lease, which the removal that followed it took away.
+    let lease = String(decoding: redis.companionKeys(of: "k").lease, as: UTF8.self)
+    await eventually { redis.commandsInFlight == 0 }
+    #expect(try await server.command("EXISTS", lease) == .integer(0))
+    #expect(redis.statistics.leasesGranted == 1)
+    let b = try FleetInstance("b", server: server)
+    b.origin.open()
+    #expect(try await b.cache.value(for: "k") == Data("b k".utf8))
+  }
+
   @Test("bad single-flight settings are refused, naming the setting")
   func invalidSettings() throws {
     var configuration = RedisLayer<String, Data>.Configuration()
