@@ -16,16 +16,18 @@ struct FleetInstance {
 
   init(
     _ name: String, server: RedisServer, namespace: String = "fleet", leaseTime: Duration = .seconds(5),
-    invalidation: Bool = false, operationTimeout: Duration = .seconds(2)
+    invalidation: Bool = false, operationTimeout: Duration = .seconds(2),
+    cacheConfiguration: LoadingCache<String, Data>.Configuration = .init()
   ) throws {
     try self.init(
       name, servers: .standalone(server.endpoint), namespace: namespace, leaseTime: leaseTime,
-      invalidation: invalidation, operationTimeout: operationTimeout)
+      invalidation: invalidation, operationTimeout: operationTimeout, cacheConfiguration: cacheConfiguration)
   }
 
   init(
     _ name: String, servers: RedisServers, namespace: String = "fleet", leaseTime: Duration = .seconds(5),
-    invalidation: Bool = false, operationTimeout: Duration = .seconds(2)
+    invalidation: Bool = false, operationTimeout: Duration = .seconds(2),
+    cacheConfiguration: LoadingCache<String, Data>.Configuration = .init()
   ) throws {
     var configuration = RedisLayer<String, Data>.Configuration()
     configuration.servers = servers
@@ -36,7 +38,7 @@ struct FleetInstance {
     redis = try RedisLayer(configuration: configuration, namespace: namespace)
     origin = GatedFetcher { key in Data("\(name) \(key)".utf8) }
     cache = try LoadingCache(
-      tiers: [.init(memory), .init(redis, failurePolicy: .skip)], origin: origin)
+      tiers: [.init(memory), .init(redis, failurePolicy: .skip)], origin: origin, configuration: cacheConfiguration)
   }
 
   /// Waits until this instance waits for another's lease on `key`.
@@ -351,34 +353,23 @@ struct RedisSingleFlightTests {
   @Test("a value Redis cannot keep (expired already): the waiting instances load on their own at once, not in turn")
   func unstorableValueLetsEveryoneLoad() async throws {
     let server = try await RedisServer.start()
-    func instance(_ name: String) throws -> (
-      LoadingCache<String, Data>, GatedFetcher<String, Data>, RedisLayer<String, Data>
-    ) {
-      var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
-      configuration.singleFlight = RedisSingleFlight()
-      let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
-      let origin = GatedFetcher<String, Data> { key in Data("\(name) \(key)".utf8) }
-      // max-age=0: every value expires as it arrives.
-      let cache = try LoadingCache(
-        tiers: [.init(MemoryLayer<String, Data>()), .init(redis, failurePolicy: .skip)], origin: origin,
-        configuration: .init(timeToLiveForValue: { _, _ in .zero }))
-      return (cache, origin, redis)
-    }
-    let a = try instance("a")
-    let b = try instance("b")
-    let c = try instance("c")
-    let fromA = Task { try await a.0.value(for: "k") }
-    await a.1.waitForFetches(1, for: "k")
-    let fromB = Task { try await b.0.value(for: "k") }
-    await eventually { b.2.singleFlight?.waits.count == 1 }
-    let fromC = Task { try await c.0.value(for: "k") }
-    await eventually { c.2.singleFlight?.waits.count == 1 }
-    #expect(a.1.release("k") == 1)
+    // max-age=0: every value expires as it arrives.
+    let maxAgeZero = LoadingCache<String, Data>.Configuration(timeToLiveForValue: { _, _ in .zero })
+    let a = try FleetInstance("a", server: server, cacheConfiguration: maxAgeZero)
+    let b = try FleetInstance("b", server: server, cacheConfiguration: maxAgeZero)
+    let c = try FleetInstance("c", server: server, cacheConfiguration: maxAgeZero)
+    let fromA = Task { try await a.cache.value(for: "k") }
+    await a.origin.waitForFetches(1, for: "k")
+    let fromB = Task { try await b.cache.value(for: "k") }
+    await eventually { b.redis.singleFlight?.waits.count == 1 }
+    let fromC = Task { try await c.cache.value(for: "k") }
+    await eventually { c.redis.singleFlight?.waits.count == 1 }
+    #expect(a.origin.release("k") == 1)
     #expect(try await fromA.value == Data("a k".utf8))
     // Both ask their origins, neither waiting for the other's.
-    await eventually { b.1.callCount == 1 && c.1.callCount == 1 }
-    _ = b.1.releaseAll()
-    _ = c.1.releaseAll()
+    await eventually { b.origin.callCount == 1 && c.origin.callCount == 1 }
+    _ = b.origin.releaseAll()
+    _ = c.origin.releaseAll()
     #expect(try await fromB.value == Data("b k".utf8))
     #expect(try await fromC.value == Data("c k".utf8))
   }
@@ -386,34 +377,23 @@ struct RedisSingleFlightTests {
   @Test("an origin's notFound keeps its code on every instance, so that their negative caching remembers it")
   func notFoundKeepsItsCode() async throws {
     let server = try await RedisServer.start()
-    func instance(_ name: String) throws -> (
-      LoadingCache<String, Data>, GatedFetcher<String, Data>, RedisLayer<String, Data>
-    ) {
-      var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
-      configuration.singleFlight = RedisSingleFlight()
-      let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
-      let origin = GatedFetcher<String, Data> { key in Data("\(name) \(key)".utf8) }
-      let cache = try LoadingCache(
-        tiers: [.init(MemoryLayer<String, Data>()), .init(redis, failurePolicy: .skip)], origin: origin,
-        configuration: .init(negativeCaching: .notFound(timeToLive: .seconds(60))))
-      return (cache, origin, redis)
-    }
-    let a = try instance("a")
-    let b = try instance("b")
-    let fromA = Task { try await a.0.value(for: "missing") }
-    await a.1.waitForFetches(1, for: "missing")
-    let fromB = Task { try await b.0.value(for: "missing") }
-    await eventually { b.2.singleFlight?.waits.count == 1 }
-    #expect(a.1.release("missing", throwing: AsyncCacheError(code: .notFound, message: "no such user")) == 1)
+    let remembering = LoadingCache<String, Data>.Configuration(negativeCaching: .notFound(timeToLive: .seconds(60)))
+    let a = try FleetInstance("a", server: server, cacheConfiguration: remembering)
+    let b = try FleetInstance("b", server: server, cacheConfiguration: remembering)
+    let fromA = Task { try await a.cache.value(for: "missing") }
+    await a.origin.waitForFetches(1, for: "missing")
+    let fromB = Task { try await b.cache.value(for: "missing") }
+    await eventually { b.redis.singleFlight?.waits.count == 1 }
+    #expect(a.origin.release("missing", throwing: AsyncCacheError(code: .notFound, message: "no such user")) == 1)
     await #expect(throws: AsyncCacheError.self) { try await fromA.value }
     let error = await #expect(throws: AsyncCacheError.self) { try await fromB.value }
     #expect(error?.code == .notFound)
     #expect(error?.message.contains("no such user") == true)
     // Remembered: B's next request does not ask its origin.
-    b.1.open()
-    let again = await #expect(throws: AsyncCacheError.self) { try await b.0.value(for: "missing") }
+    b.origin.open()
+    let again = await #expect(throws: AsyncCacheError.self) { try await b.cache.value(for: "missing") }
     #expect(again?.code == .notFound)
-    #expect(b.1.callCount == 0)
+    #expect(b.origin.callCount == 0)
   }
 
   @Test("a claim given up while its script waits in Redis leaves no lease behind once the script runs")
