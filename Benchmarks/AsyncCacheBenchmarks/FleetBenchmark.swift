@@ -115,11 +115,4 @@ enum FleetBenchmark {
     return outcome
   }
 
-  /// The nearest-rank `percentile` (0-100) of `values`; 0 when empty.
-  private static func percentile(_ percentile: Double, of values: [Double]) -> Double {
-    guard !values.isEmpty else { return 0 }
-    let sorted = values.sorted()
-    let rank = Int((percentile / 100 * Double(sorted.count)).rounded(.up))
-    return sorted[min(max(rank, 1), sorted.count) - 1]
-  }
 }

@@ -477,9 +477,9 @@ enum PrefetchBenchmarks {
   ) -> [ResultRow] {
     let label = "p\(format(percentile, decimals: 0))"
     let baselineName = "\(baseline.name) \(label)"
-    let reference = Self.percentile(percentile, of: baseline.1.flatMap { $0 })
+    let reference = AsyncCacheBenchmarks.percentile(percentile, of: baseline.1.flatMap { $0 })
     return [(project, target, notes), (baseline, nil, [])].map { contender, target, notes in
-      let value = Self.percentile(percentile, of: contender.1.flatMap { $0 })
+      let value = AsyncCacheBenchmarks.percentile(percentile, of: contender.1.flatMap { $0 })
       return ResultRow(
         benchmark: benchmark,
         implementation: "\(contender.name) \(label)",
@@ -488,18 +488,10 @@ enum PrefetchBenchmarks {
         baseline: baselineName,
         ratio: reference > 0 ? value / reference : nil,
         target: target,
-        samples: contender.1.map { Self.percentile(percentile, of: $0) },
+        samples: contender.1.map { AsyncCacheBenchmarks.percentile(percentile, of: $0) },
         notes: notes
       )
     }
-  }
-
-  /// The nearest-rank `percentile` (0-100) of `values`; 0 when empty.
-  private static func percentile(_ percentile: Double, of values: [Double]) -> Double {
-    guard !values.isEmpty else { return 0 }
-    let sorted = values.sorted()
-    let rank = Int((percentile / 100 * Double(sorted.count)).rounded(.up))
-    return sorted[min(max(rank, 1), sorted.count) - 1]
   }
 
   private static func milliseconds(_ duration: Duration) -> String {

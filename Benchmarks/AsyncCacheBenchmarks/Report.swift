@@ -194,3 +194,11 @@ extension String {
     return trimmed
   }
 }
+
+/// The nearest-rank `percentile` (0-100) of `values`; 0 when empty.
+func percentile(_ percentile: Double, of values: [Double]) -> Double {
+  guard !values.isEmpty else { return 0 }
+  let sorted = values.sorted()
+  let rank = Int((percentile / 100 * Double(sorted.count)).rounded(.up))
+  return sorted[min(max(rank, 1), sorted.count) - 1]
+}

@@ -108,11 +108,14 @@ struct InvalidationMessage: Sendable, Equatable {
   }
 
   /// A new random instance id.
-  static func makeSender() -> [UInt8] {
-    let digits = Array("0123456789abcdef".utf8)
-    var generator = SystemRandomNumberGenerator()
-    return (0..<32).map { _ in digits[Int(generator.next() & 15)] }
-  }
+  static func makeSender() -> [UInt8] { randomHexDigits(32) }
+}
+
+/// `count` random lowercase hexadecimal digits: ids of instances and claims.
+func randomHexDigits(_ count: Int) -> [UInt8] {
+  let digits = Array("0123456789abcdef".utf8)
+  var generator = SystemRandomNumberGenerator()
+  return (0..<count).map { _ in digits[Int(generator.next() & 15)] }
 }
 
 /// The subscription to a namespace's channels (invalidations, load announcements): a connection

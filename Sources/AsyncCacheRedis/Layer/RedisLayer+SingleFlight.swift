@@ -39,11 +39,7 @@ final class SingleFlightState: Sendable {
 
   /// A claim's nonce: 16 hexadecimal digits. A lease reads `<token> <nonce>`, so that a claim
   /// abandoned while its script was in flight can remove the lease it may have been granted.
-  static func makeNonce() -> [UInt8] {
-    let digits = Array("0123456789abcdef".utf8)
-    var generator = SystemRandomNumberGenerator()
-    return (0..<16).map { _ in digits[Int(generator.next() & 15)] }
-  }
+  static func makeNonce() -> [UInt8] { randomHexDigits(16) }
 
   init(settings: RedisSingleFlight, channel: [UInt8], sender: [UInt8]) {
     self.settings = settings
