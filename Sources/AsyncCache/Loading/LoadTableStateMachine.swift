@@ -663,7 +663,14 @@ struct Waiters<Continuation> {
 
   /// The continuations of the waiters, in arrival order.
   @inlinable
-  var continuations: [Continuation] { entries.compactMap(\.continuation) }
+  var continuations: [Continuation] {
+    // A loop, not `compactMap(\.continuation)`: a key path in generic code is looked up at run
+    // time, once per waiter, as the load's answer goes out.
+    var continuations: [Continuation] = []
+    continuations.reserveCapacity(count)
+    for entry in entries { if let continuation = entry.continuation { continuations.append(continuation) } }
+    return continuations
+  }
 }
 
 /// Counters kept with the in-flight table.

@@ -16,8 +16,18 @@ enum LoadWaiter<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @inlinable
   func resume(value: Result<Value, any Error>, source: Result<LoadSource, any Error>, key: Key) {
     switch self {
-    case .request(let continuation): continuation.resume(with: value)
-    case .prefetch(let continuation): continuation.resume(with: source)
+    // `resume(returning:)` and `resume(throwing:)`, not `resume(with:)`: in generic code that
+    // one is a call that looks its types up, once per waiter.
+    case .request(let continuation):
+      switch value {
+      case .success(let value): continuation.resume(returning: value)
+      case .failure(let error): continuation.resume(throwing: error)
+      }
+    case .prefetch(let continuation):
+      switch source {
+      case .success(let source): continuation.resume(returning: source)
+      case .failure(let error): continuation.resume(throwing: error)
+      }
     case .bulk(let collector): collector.deliver(value, for: key)
     }
   }

@@ -514,8 +514,8 @@ extension LoadingCache {
         }
       reports(LoadReport(key: key, outcome: outcome, duration: duration, attempts: attempts, isRefresh: isRefresh))
     }
-    let value = result.map(\.0)
-    let source = result.map(\.1)
+    let value = result.map { $0.0 }
+    let source = result.map { $0.1 }
     for waiter in waiters { waiter.resume(value: value, source: source, key: key) }
   }
 

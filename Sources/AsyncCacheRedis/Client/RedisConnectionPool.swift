@@ -54,12 +54,14 @@ final class RedisConnectionPool: Sendable {
   /// Sends the commands of `writer` as one pipeline and returns their replies (error replies
   /// included).
   ///
+  /// - Parameter cancellable: See ``RedisConnection/send(encoded:replies:cancellable:)``.
   /// - Throws: ``RedisError`` (``RedisError/Code/unavailable`` while the breaker is open),
-  ///   `CancellationError`.
-  func send(_ writer: RESPCommandWriter) async throws -> [RESPValue] {
+  ///   `CancellationError` (when `cancellable`).
+  func send(_ writer: RESPCommandWriter, cancellable: Bool = true) async throws -> [RESPValue] {
     let (connection, isProbe) = try await acquire()
     do {
-      let replies = try await connection.send(encoded: writer.bytes, replies: writer.commandCount)
+      let replies = try await connection.send(
+        encoded: writer.bytes, replies: writer.commandCount, cancellable: cancellable)
       if hasFailures.load(ordering: .relaxed) { recordSuccess() }
       return replies
     } catch {

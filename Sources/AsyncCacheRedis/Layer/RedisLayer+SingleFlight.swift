@@ -198,16 +198,20 @@ extension RedisLayer {
 
   /// Runs `script` on the server that holds `encodedKey`: by its SHA-1, and by its text when
   /// the server does not know it yet.
+  ///
+  /// - Parameter cancellable: Whether the calling task's cancellation gives the script up (see
+  ///   ``run(_:named:key:tolerating:cancellable:)``).
   nonisolated func runScript(
-    _ script: RedisScript, keys: [[UInt8]], arguments: [[UInt8]], key encodedKey: String
+    _ script: RedisScript, keys: [[UInt8]], arguments: [[UInt8]], key encodedKey: String, cancellable: Bool = true
   ) async throws -> RESPValue {
     var writer = RESPCommandWriter()
     script.appendEvalSHA(keys: keys, arguments: arguments, to: &writer)
-    let reply = try await run(writer, named: "EVALSHA", key: encodedKey, tolerating: "NOSCRIPT")[0]
+    let reply = try await run(
+      writer, named: "EVALSHA", key: encodedKey, tolerating: "NOSCRIPT", cancellable: cancellable)[0]
     guard case .error(let text) = reply, text.hasPrefix("NOSCRIPT") else { return reply }
     writer = RESPCommandWriter()
     script.appendEval(keys: keys, arguments: arguments, to: &writer)
-    return try await run(writer, named: "EVAL", key: encodedKey)[0]
+    return try await run(writer, named: "EVAL", key: encodedKey, cancellable: cancellable)[0]
   }
 
   // MARK: Claiming
@@ -379,8 +383,10 @@ extension RedisLayer {
     let lease = SingleFlightState.Lease(key: encodedKey, token: token)
     guard let held = flight.renewals.withLock({ $0.removeValue(forKey: lease) }) else { return .notStored }
     held.task.cancel()
-    // In a task of its own: a cancelled load still releases its lease.
-    return await Task { await self.endLease(lease, value: held.value, with: result, flight: flight) }.value
+    // In this task, so that its requests hear as soon as the others (a task of its own would
+    // be one more turn on the executor); its scripts ignore cancellation, so that a cancelled
+    // load still releases its lease.
+    return await endLease(lease, value: held.value, with: result, flight: flight)
   }
 
   /// Removes the lease a claim given up (cancelled, or timed out) may have been granted all the
@@ -408,7 +414,7 @@ extension RedisLayer {
     func release(_ kind: LoadAnnouncement.Kind, reason: String = "") async {
       _ = try? await runScript(
         SingleFlightScripts.end, keys: [keys.lease],
-        arguments: [leaseValue, flight.channel, announce(kind, reason: reason)], key: lease.key)
+        arguments: [leaseValue, flight.channel, announce(kind, reason: reason)], key: lease.key, cancellable: false)
     }
     let entry: CacheEntry<Value>
     switch result {
@@ -448,7 +454,7 @@ extension RedisLayer {
           announce(.done, stored: stored.count <= LoadAnnouncement.maximumDetail ? stored : []),
           announce(.released),
         ] + invalidation,
-        key: lease.key)
+        key: lease.key, cancellable: false)
     } catch {
       return .notStored
     }

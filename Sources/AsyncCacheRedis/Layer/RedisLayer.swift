@@ -754,15 +754,25 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Sends the commands of `writer`, all for `key`, as one pipeline to the server (or the
   /// cluster's master) that holds it; throws the first error reply as a ``RedisError``.
   ///
-  /// - Parameter tolerating: The start of an error reply to return rather than throw.
+  /// - Parameters:
+  ///   - tolerating: The start of an error reply to return rather than throw.
+  ///   - cancellable: Whether the calling task's cancellation gives the commands up.
+  ///     When `false`, they run and are answered whatever happens to the task.
   nonisolated func run(
-    _ writer: RESPCommandWriter, named name: String, key: String, tolerating: String? = nil
+    _ writer: RESPCommandWriter, named name: String, key: String, tolerating: String? = nil,
+    cancellable: Bool = true
   ) async throws -> [RESPValue] {
     switch backend {
     case .standalone(let pool):
-      return try await run(writer, named: name, on: pool, tolerating: tolerating)
+      return try await run(writer, named: name, on: pool, tolerating: tolerating, cancellable: cancellable)
     case .cluster(let cluster):
       let group = RedisClusterClient.Group(slot: Int(ClusterSlot.of(prefix: keyPrefix, key: key)), writer: writer)
+      guard cancellable else {
+        // A cluster's sends may run in child tasks, which a cancellation reaches: in a task of
+        // their own.
+        return try await Task { try await self.run([group], named: name, in: cluster, tolerating: tolerating)[0] }
+          .value
+      }
       return try await run([group], named: name, in: cluster, tolerating: tolerating)[0]
     }
   }
@@ -770,11 +780,12 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Sends the commands of `writer` as one pipeline on `pool`; throws the first error reply as
   /// a ``RedisError``.
   nonisolated func run(
-    _ writer: RESPCommandWriter, named name: String, on pool: RedisConnectionPool, tolerating: String? = nil
+    _ writer: RESPCommandWriter, named name: String, on pool: RedisConnectionPool, tolerating: String? = nil,
+    cancellable: Bool = true
   ) async throws -> [RESPValue] {
     let replies: [RESPValue]
     do {
-      replies = try await pool.send(writer)
+      replies = try await pool.send(writer, cancellable: cancellable)
     } catch let error as RedisError {
       counters.failures.add(1, ordering: .relaxed)
       throw error

@@ -112,7 +112,7 @@ final class RedisConnection: Sendable {
     // ThreadSanitizer too, which does not see every ordering the continuation gives.
     let handoff = Locked<Result<RedisConnection, RedisError>?>(nil)
     await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-      let thread = DetachedThread(label: "Redis \(server)") {
+      let thread = DetachedThread(label: "Redis \(server)", reactsQuickly: true) {
         let connection: RedisConnection
         do throws(RedisError) {
           let fd = try Socket.connect(host: host, port: port, timeout: connectTimeout)
@@ -169,12 +169,21 @@ final class RedisConnection: Sendable {
   }
 
   /// Sends commands already in their wire form (`replies` of them) as one pipeline.
-  func send(encoded bytes: [UInt8], replies: Int) async throws -> [RESPValue] {
+  ///
+  /// - Parameter cancellable: Whether the calling task's cancellation gives the commands up
+  ///   (their replies are then not waited for). When `false`, the commands are sent and
+  ///   answered whatever happens to the task, within the operation timeout.
+  func send(encoded bytes: [UInt8], replies: Int, cancellable: Bool = true) async throws -> [RESPValue] {
     guard replies > 0 else { return [] }
     let id = nextID.wrappingAdd(1, ordering: .relaxed).newValue
+    guard cancellable else {
+      return try await withCheckedThrowingContinuation { continuation in
+        enqueue(bytes, replies: replies, id: id, checksCancellation: false, continuation: continuation)
+      }
+    }
     return try await withTaskCancellationHandler {
       try await withCheckedThrowingContinuation { continuation in
-        enqueue(bytes, replies: replies, id: id, continuation: continuation)
+        enqueue(bytes, replies: replies, id: id, checksCancellation: true, continuation: continuation)
       }
     } onCancel: {
       abandon(id)
@@ -192,7 +201,8 @@ final class RedisConnection: Sendable {
   }
 
   private func enqueue(
-    _ bytes: [UInt8], replies: Int, id: UInt64, continuation: CheckedContinuation<[RESPValue], any Error>
+    _ bytes: [UInt8], replies: Int, id: UInt64, checksCancellation: Bool,
+    continuation: CheckedContinuation<[RESPValue], any Error>
   ) {
     enum Outcome {
       case sent
@@ -204,7 +214,7 @@ final class RedisConnection: Sendable {
     let outcome = state.withLock { state -> Outcome in
       // Checked under the lock that `abandon` takes, so that a cancellation is either seen here
       // or finds the command queued.
-      if Task.isCancelled { return .cancelled }
+      if checksCancellation && Task.isCancelled { return .cancelled }
       if let failure = state.failure { return .closed(failure) }
       state.pending.append(
         Pending(

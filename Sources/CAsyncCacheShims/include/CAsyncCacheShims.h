@@ -57,6 +57,40 @@ static inline __attribute__((always_inline)) void async_cache_futex_wait(uint32_
 static inline __attribute__((always_inline)) void async_cache_futex_wake_one(uint32_t *address) {
   syscall(SYS_futex, address, FUTEX_WAKE_PRIVATE, 1, (void *)0, (void *)0, 0);
 }
+
+#include <errno.h>
+#include <sys/resource.h>
+
+/// Asks the scheduler for time slices of `nanoseconds` for the calling thread, which stays in
+/// the normal policy at its nice value: with the EEVDF scheduler (Linux 6.12 and later) a
+/// thread with a short slice gets an earlier deadline, so that it runs soon after it wakes
+/// rather than after the compute threads' slices. Unprivileged. Returns 0, or -1 with `errno`
+/// (older kernels, which ignore the slice, return 0 too).
+static inline int async_cache_request_slice(uint64_t nanoseconds) {
+#if defined(SYS_sched_setattr)
+  struct {
+    uint32_t size;
+    uint32_t sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime;
+    uint64_t sched_deadline;
+    uint64_t sched_period;
+  } attributes = {0};
+  attributes.size = sizeof(attributes);
+  attributes.sched_policy = 0;  // SCHED_OTHER
+  errno = 0;
+  int nice = getpriority(PRIO_PROCESS, 0);
+  if (nice == -1 && errno != 0) return -1;
+  attributes.sched_nice = nice;
+  attributes.sched_runtime = nanoseconds;
+  return (int)syscall(SYS_sched_setattr, 0, &attributes, 0);
+#else
+  (void)nanoseconds;
+  return -1;
+#endif
+}
 #endif
 
 #if defined(__APPLE__)

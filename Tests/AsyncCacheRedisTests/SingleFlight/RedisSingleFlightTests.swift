@@ -429,6 +429,51 @@ struct RedisSingleFlightTests {
     #expect(try await b.cache.value(for: "k") == Data("b k".utf8))
   }
 
+  @Test(
+    "a load completed by a cancelled task, or cancelled while its fill waits in Redis, is stored and its lease ends")
+  func completionIgnoresCancellation() async throws {
+    let server = try await RedisServer.start()
+    var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+    configuration.operationTimeout = .seconds(300)
+    configuration.singleFlight = RedisSingleFlight(leaseTime: .seconds(300))
+    let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
+    let coordinator = try #require(redis.loadCoordinator)
+    func lease(_ key: String) -> String { String(decoding: redis.companionKeys(of: key).lease, as: UTF8.self) }
+
+    // Cancelled before it completes.
+    guard case .granted(let first) = try await coordinator.claim("a", supersedes: nil) else {
+      Issue.record("no lease granted")
+      return
+    }
+    let cancelledFirst = Task {
+      withUnsafeCurrentTask { $0?.cancel() }
+      return await coordinator.complete("a", token: first, with: .success(CacheEntry(Data("A".utf8))))
+    }
+    #expect(await cancelledFirst.value == .stored)
+    #expect(try await server.command("EXISTS", lease("a")) == .integer(0))
+
+    // Cancelled while its fill waits in a server paused for writes.
+    guard case .granted(let second) = try await coordinator.claim("b", supersedes: nil) else {
+      Issue.record("no lease granted")
+      return
+    }
+    try await server.expectOK("CLIENT", "PAUSE", "60000", "WRITE")
+    let cancelledMidway = Task {
+      await coordinator.complete("b", token: second, with: .success(CacheEntry(Data("B".utf8))))
+    }
+    await eventually { redis.commandsInFlight == 1 }
+    cancelledMidway.cancel()
+    try await server.expectOK("CLIENT", "UNPAUSE")
+    #expect(await cancelledMidway.value == .stored)
+    #expect(try await server.command("EXISTS", lease("b")) == .integer(0))
+
+    // Both values are there for the others, without a load.
+    let other = try FleetInstance("other", server: server)
+    #expect(try await other.cache.value(for: "a") == Data("A".utf8))
+    #expect(try await other.cache.value(for: "b") == Data("B".utf8))
+    #expect(other.origin.callCount == 0)
+  }
+
   @Test("bad single-flight settings are refused, naming the setting")
   func invalidSettings() throws {
     var configuration = RedisLayer<String, Data>.Configuration()

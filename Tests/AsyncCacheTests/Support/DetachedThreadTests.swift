@@ -1,0 +1,47 @@
+import Foundation
+import Testing
+
+@testable import AsyncCache
+
+/// The threads that run socket loops ask the scheduler for short slices, so that they run soon
+/// after they wake even while the cooperative pool computes.
+@Suite(.timeLimit(.minutes(1))) struct DetachedThreadTests {
+  /// The slice the scheduler gives the thread that runs `reactsQuickly`'s body, in nanoseconds,
+  /// read from `/proc/thread-self/sched`; `nil` where the kernel does not tell (not Linux, or a
+  /// kernel before EEVDF).
+  private static func slice(reactsQuickly: Bool) async -> Int? {
+    await withCheckedContinuation { (continuation: CheckedContinuation<Int?, Never>) in
+      let thread = DetachedThread(label: "slice", reactsQuickly: reactsQuickly) {
+        let text = (try? String(contentsOfFile: "/proc/thread-self/sched", encoding: .utf8)) ?? ""
+        let line = text.split(separator: "\n").first { $0.hasPrefix("se.slice") }
+        continuation.resume(
+          returning: line.flatMap { Int($0.split(separator: ":").last!.trimmingCharacters(in: .whitespaces)) })
+      }
+      #expect(thread.start() == 0)
+    }
+  }
+
+  /// The running kernel's version, as (major, minor); `nil` off Linux.
+  private static var kernelVersion: (Int, Int)? {
+    #if os(Linux)
+      var name = utsname()
+      guard uname(&name) == 0 else { return nil }
+      let release = withUnsafeBytes(of: &name.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+      let parts = release.split(separator: ".").prefix(2).compactMap { Int($0.prefix { $0.isNumber }) }
+      return parts.count == 2 ? (parts[0], parts[1]) : nil
+    #else
+      return nil
+    #endif
+  }
+
+  @Test("a thread that reacts quickly asks for 100 µs slices; another keeps the default")
+  func shortSlices() async throws {
+    let quick = await Self.slice(reactsQuickly: true)
+    let plain = await Self.slice(reactsQuickly: false)
+    // Linux 6.12 and later take a slice from `sched_setattr` for the normal policy (this
+    // project's CI runs one); older kernels keep their default, which is all they promise.
+    guard let version = Self.kernelVersion, version >= (6, 12) else { return }
+    #expect(quick == 100_000)
+    #expect(plain != nil && plain != 100_000)
+  }
+}
