@@ -162,6 +162,8 @@ final class RedisSubscription: Sendable {
     var openWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     /// Waits whose time ran out (or were cancelled) before they were registered.
     var releasedWaiters: Set<UInt64> = []
+    /// Waits begun and not ended: a timer that fires once its wait has ended marks nothing.
+    var activeWaiters: Set<UInt64> = []
     var nextWaiter: UInt64 = 0
   }
 
@@ -206,6 +208,12 @@ final class RedisSubscription: Sendable {
   /// Whether the subscription is open now.
   var isSubscribed: Bool { state.withLock { $0.isSubscribed } }
 
+  /// The waits for the subscription still recorded (begun, waiting, or ended early): 0 once
+  /// every ``waitUntilSubscribed(for:)`` has returned.
+  var recordedWaits: Int {
+    state.withLock { $0.activeWaiters.count + $0.releasedWaiters.count + $0.openWaiters.count }
+  }
+
   /// Starts subscribing (once) and waits until the subscription is open, the subscription is
   /// stopped, `limit` has passed (real time) or the task is cancelled. Returns at once while
   /// the subscription is failing (its server is down): the caller goes on without it.
@@ -213,6 +221,7 @@ final class RedisSubscription: Sendable {
     start()
     let id = state.withLock { state -> UInt64 in
       state.nextWaiter += 1
+      state.activeWaiters.insert(state.nextWaiter)
       return state.nextWaiter
     }
     let timer = Task {
@@ -221,7 +230,10 @@ final class RedisSubscription: Sendable {
     }
     defer {
       timer.cancel()
-      state.withLock { _ = $0.releasedWaiters.remove(id) }
+      state.withLock { state in
+        state.releasedWaiters.remove(id)
+        state.activeWaiters.remove(id)
+      }
     }
     await withTaskCancellationHandler {
       await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
@@ -255,7 +267,7 @@ final class RedisSubscription: Sendable {
   private func releaseOpenWaiter(_ id: UInt64) {
     state.withLock { state -> CheckedContinuation<Void, Never>? in
       guard let continuation = state.openWaiters.removeValue(forKey: id) else {
-        state.releasedWaiters.insert(id)
+        if state.activeWaiters.contains(id) { state.releasedWaiters.insert(id) }
         return nil
       }
       return continuation

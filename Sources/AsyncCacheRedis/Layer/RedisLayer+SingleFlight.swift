@@ -144,9 +144,11 @@ enum SingleFlightScripts {
     return 1
     """)
 
-  /// KEYS: value, version. ARGV: stored bytes, PX milliseconds (or empty), version lifetime,
-  /// invalidation channel (or empty), invalidation message. A write that fences out older
-  /// loads' fills.
+  /// KEYS: value, version, lease. ARGV: stored bytes, PX milliseconds (or empty), version
+  /// lifetime, invalidation channel (or empty), invalidation message, load channel, this
+  /// instance's id, the stored key. A write that fences out older loads' fills; while a load
+  /// holds the key's lease, it tells the instances waiting for that load (`R`), so that they
+  /// read the written value at once instead of waiting for a fill that will be refused.
   static let write = RedisScript(
     bumpVersion + "\n" + """
       bump(KEYS[2], ARGV[3])
@@ -156,6 +158,11 @@ enum SingleFlightScripts {
         redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
       end
       if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+      local lease = redis.call('GET', KEYS[3])
+      if lease then
+        local token = string.match(lease, '^%d+')
+        redis.call('PUBLISH', ARGV[6], 'R ' .. token .. ' ' .. ARGV[7] .. ' ' .. #ARGV[8] .. ' ' .. ARGV[8])
+      end
       return 1
       """)
 
@@ -363,8 +370,17 @@ extension RedisLayer {
     let task = Task {
       while true {
         do { try await Task.sleep(for: interval) } catch { return }
-        let reply = try? await self.runScript(
-          SingleFlightScripts.renew, keys: [keys.lease, keys.version], arguments: arguments, key: lease.key)
+        let reply: RESPValue
+        do {
+          reply = try await self.runScript(
+            SingleFlightScripts.renew, keys: [keys.lease, keys.version], arguments: arguments, key: lease.key)
+        } catch let error as RedisError where error.code == .shutDown {
+          // The layer is closed: nothing can renew the lease any more.
+          return
+        } catch {
+          // Redis down or slow: the next turn tries again, while the lease may still hold.
+          continue
+        }
         // Lost: the lease ran out and another instance may hold it.
         if reply == .integer(0) { return }
         if reply == .integer(1) { self.counters.leasesRenewed.add(1, ordering: .relaxed) }
@@ -461,7 +477,7 @@ extension RedisLayer {
     switch reply {
     case .integer(1):
       counters.writes.add(1, ordering: .relaxed)
-      if announcement != nil { counters.invalidationsPublished.add(1, ordering: .relaxed) }
+      countPublished()
       return .stored
     case .integer(0):
       counters.fillsRefused.add(1, ordering: .relaxed)

@@ -251,7 +251,11 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     writer.argument("PUBLISH")
     writer.argument(announcement.channel)
     writer.argument(InvalidationMessage(sender: announcement.sender, change: change).encoded)
-    counters.invalidationsPublished.add(1, ordering: .relaxed)
+  }
+
+  /// Counts an invalidation message published, once the commands that carried it ran.
+  nonisolated func countPublished() {
+    if announcement != nil { counters.invalidationsPublished.add(1, ordering: .relaxed) }
   }
 
   // MARK: Reading
@@ -458,10 +462,13 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         Array(String(singleFlight.settings.versionMilliseconds).utf8),
       ]
       arguments += invalidationArguments(for: encodedKey)
+      arguments += [singleFlight.channel, singleFlight.sender, Array(encodedKey.utf8)]
       let keys = companionKeys(of: encodedKey)
       _ = try await runScript(
-        SingleFlightScripts.write, keys: [keys.value, keys.version], arguments: arguments, key: encodedKey)
+        SingleFlightScripts.write, keys: [keys.value, keys.version, keys.lease], arguments: arguments,
+        key: encodedKey)
       counters.writes.add(1, ordering: .relaxed)
+      countPublished()
       return
     }
     var writer = RESPCommandWriter(reservingCapacity: 64 + keyPrefix.count + encodedKey.utf8.count + stored.count)
@@ -477,6 +484,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     let reply = try await run(writer, named: "SET", key: encodedKey)[0]
     guard case .simpleString = reply else { throw unexpected(reply, to: "SET") }
     counters.writes.add(1, ordering: .relaxed)
+    countPublished()
   }
 
   /// The bytes to store for `entry` and its `PX` in milliseconds, or `nil` when it has expired
@@ -517,7 +525,6 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// arguments when writes are not announced: the last arguments of the fenced scripts.
   nonisolated func invalidationArguments(for encodedKey: String) -> [[UInt8]] {
     guard let announcement else { return [[], []] }
-    counters.invalidationsPublished.add(1, ordering: .relaxed)
     return [announcement.channel, InvalidationMessage(sender: announcement.sender, change: .key(encodedKey)).encoded]
   }
 
@@ -542,6 +549,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       countRemovals(
         try await runScript(
           SingleFlightScripts.remove, keys: [keys.value, keys.version], arguments: arguments, key: encodedKey))
+      countPublished()
       return
     }
     var writer = RESPCommandWriter(reservingCapacity: 32 + keyPrefix.count + encodedKey.utf8.count)
@@ -550,6 +558,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     writer.argument(keyPrefix, encodedKey)
     announce(.key(encodedKey), in: &writer)
     countRemovals(try await run(writer, named: "UNLINK", key: encodedKey)[0])
+    countPublished()
   }
 
   /// Counts the keys an `UNLINK` reply says it removed.
@@ -598,6 +607,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     for pool in pools {
       do {
         _ = try await run(writer, named: "PUBLISH", on: pool)
+        countPublished()
         return
       } catch {
         lastError = error

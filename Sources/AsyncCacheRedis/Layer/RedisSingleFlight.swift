@@ -55,8 +55,9 @@ extension Duration {
 /// What one message on a namespace's load channel says:
 /// `<kind> <token> <sender> <key length> <key>[<detail>]`, where kind is `D` (the holder of
 /// lease `token` stored the key's value; the detail is the stored bytes when they are small, so
-/// that waiting instances need not read them), `R` (it released the lease without storing:
-/// cancelled, or superseded by a write), `N` (it loaded a value Redis cannot keep: the others
+/// that waiting instances need not read them), `R` (look again: the holder released the lease
+/// without storing, cancelled or superseded by a write; or another instance wrote the key while
+/// the lease was held, and is the sender), `N` (it loaded a value Redis cannot keep: the others
 /// load on their own) or `F` (its origin failed; the detail is the error, as text).
 struct LoadAnnouncement: Sendable, Equatable {
   enum Kind: UInt8, Sendable {

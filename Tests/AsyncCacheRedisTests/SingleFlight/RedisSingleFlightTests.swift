@@ -211,6 +211,30 @@ struct RedisSingleFlightTests {
     #expect(try await a.cache.value(for: "k") == Data("newer".utf8))
   }
 
+  @Test("a write while another instance holds the lease answers the instances waiting for it at once")
+  func writeWakesWaitingInstances() async throws {
+    let server = try await RedisServer.start()
+    // A lease far longer than the test may run: B's requests end only if the write wakes them.
+    let a = try FleetInstance("a", server: server, leaseTime: .seconds(600))
+    let b = try FleetInstance("b", server: server, leaseTime: .seconds(600))
+    let c = try FleetInstance("c", server: server, leaseTime: .seconds(600))
+    let holder = requests(1, for: "k", to: a)
+    await a.origin.waitForFetches(1, for: "k")
+    let waiting = requests(3, for: "k", to: b)
+    await b.waitUntilWaiting()
+
+    // A's origin has not answered: B's requests get C's write, not A's load.
+    try await c.cache.insert(Data("written".utf8), for: "k")
+    for task in waiting { #expect(try await task.value == Data("written".utf8)) }
+    #expect(b.origin.callCount == 0)
+    #expect(a.origin.callCount == 1)
+
+    #expect(a.origin.release("k") == 1)
+    #expect(try await holder[0].value == Data("a k".utf8))
+    #expect(a.redis.statistics.fillsRefused == 1)
+    #expect(try await c.redis.value(for: "k") == Data("written".utf8))
+  }
+
   @Test("a late fill after a removal from another instance does not bring the key back")
   func lateFillAfterRemovalIsRefused() async throws {
     let server = try await RedisServer.start()
@@ -258,6 +282,28 @@ struct RedisSingleFlightTests {
     // Completed: no renewal goes on, and the lease is gone.
     #expect(redis.singleFlight?.renewals.withLock(\.isEmpty) == true)
     #expect(try await server.command("EXISTS", lease) == .integer(0))
+  }
+
+  @Test("a closed layer stops renewing the lease of a load that has not ended")
+  func closedLayerStopsRenewing() async throws {
+    let server = try await RedisServer.start()
+    var settings = RedisSingleFlight(leaseTime: .seconds(60))
+    settings.renewalInterval = .milliseconds(20)
+    var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+    configuration.singleFlight = settings
+    let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
+    let origin = GatedFetcher<String, Data> { key in Data("a \(key)".utf8) }
+    let cache = try LoadingCache(layers: [MemoryLayer<String, Data>(), redis], origin: origin)
+    let holder = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    await eventually { redis.statistics.leasesRenewed >= 1 }
+    let renewal = try #require(redis.singleFlight?.renewals.withLock { $0.values.first?.task })
+
+    try await redis.close()
+    // The renewal ends by itself (its load has not): it does not retry on a closed layer.
+    await renewal.value
+    #expect(origin.release("k") == 1)
+    _ = try? await holder.value
   }
 
   @Test("a stale value being refreshed is not taken for the fresh one: the refresh claims a lease")
@@ -472,6 +518,30 @@ struct RedisSingleFlightTests {
     #expect(try await other.cache.value(for: "a") == Data("A".utf8))
     #expect(try await other.cache.value(for: "b") == Data("B".utf8))
     #expect(other.origin.callCount == 0)
+  }
+
+  @Test("waits for a subscription that does not open end by their time or cancellation, and leave nothing behind")
+  func subscriptionWaitsLeaveNothing() async throws {
+    let server = try await RedisServer.start()
+    var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+    configuration.operationTimeout = .seconds(300)
+    configuration.singleFlight = RedisSingleFlight()
+    // Nothing is answered: the subscription cannot open.
+    server.freeze()
+    let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
+    let subscription = try #require(redis.subscription)
+    for limit in [Duration.zero, .microseconds(50), .milliseconds(1), .milliseconds(2)] {
+      for _ in 0..<10 { await subscription.waitUntilSubscribed(for: limit) }
+    }
+    let cancelled = (0..<10).map { _ in Task { await subscription.waitUntilSubscribed(for: .seconds(300)) } }
+    for task in cancelled { task.cancel() }
+    for task in cancelled { await task.value }
+    #expect(!subscription.isSubscribed)
+    #expect(subscription.recordedWaits == 0)
+    server.thaw()
+    await subscription.waitUntilSubscribed(for: .seconds(300))
+    #expect(subscription.isSubscribed)
+    #expect(subscription.recordedWaits == 0)
   }
 
   @Test("bad single-flight settings are refused, naming the setting")

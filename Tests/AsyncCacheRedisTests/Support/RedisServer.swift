@@ -127,6 +127,17 @@ final class RedisServer: Sendable {
     process.waitUntilExit()
   }
 
+  /// Freezes the server (`SIGSTOP`): it keeps accepting connections and answers nothing until
+  /// ``thaw()``.
+  func freeze() {
+    process.withLock { $0?.send(SIGSTOP) }
+  }
+
+  /// Lets a frozen server go on (`SIGCONT`).
+  func thaw() {
+    process.withLock { $0?.send(SIGCONT) }
+  }
+
   /// The server's log so far.
   var log: String { output.text }
 
