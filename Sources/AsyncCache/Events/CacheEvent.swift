@@ -58,7 +58,9 @@ extension CacheEvent {
 
 /// Where a load found its value.
 public enum LoadSource: Hashable, Sendable {
-  /// The layer at this index of the chain, top first.
+  /// The layer at this index of the chain, top first. A value that another process loaded for
+  /// this one (a ``LoadCoordinator``'s ``LoadClaim/loadedElsewhere(_:)``) comes from the layer
+  /// that coordinates the loads: it was read there, not asked of this process's origin.
   case layer(Int)
   /// The origin.
   case origin
