@@ -14,7 +14,9 @@
 ///    waiters get the error or one of them takes over.
 ///
 /// A coordinator never fails a request because it cannot reach its store: it answers
-/// ``LoadClaim/uncoordinated`` and the process loads on its own.
+/// ``LoadClaim/uncoordinated`` and the process loads on its own. Such a load is not fenced, so
+/// the cache stores its value in every layer but the coordinator's: it never overwrites there
+/// what a write made while it ran.
 ///
 /// Requests of one process for one key are coalesced by the cache before they reach the
 /// coordinator: a process holds at most one claim per key.
@@ -58,7 +60,8 @@ public enum LoadClaim<Value: Sendable>: Sendable {
   /// Another process loaded the key meanwhile: this is the entry it stored in the coordinator's
   /// layer.
   case loadedElsewhere(CacheEntry<Value>)
-  /// The coordination cannot be reached (its server is down or slow): load without it.
+  /// The coordination cannot be reached (its server is down or slow): load without it, and
+  /// store the value in every layer but the coordinator's.
   case uncoordinated
 }
 

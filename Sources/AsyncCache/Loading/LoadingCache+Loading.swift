@@ -379,10 +379,13 @@ extension LoadingCache {
     // Read once the value is in hand: a request that joins a prefetch meanwhile promotes it
     // into the top layer.
     func layers() -> Range<Int> { (skipsTopLayer(id) && chain.tiers.count > 1 ? 1 : 0)..<chain.tiers.count }
-    func loadAlone() async throws -> (Value, LoadSource) {
+    /// Loads without a lease: stored in every layer but `excluded` (the coordinator's, where a
+    /// value must be fenced against the writes made while it loaded).
+    func loadAlone(excluding excluded: Int? = nil) async throws -> (Value, LoadSource) {
       let value = try await fetchRetrying(key, load: id, attempts: &attempts)
       await chain.endRead(
-        read, storing: CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value)), into: layers())
+        read, storing: CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value)),
+        into: layers().filter { $0 != excluded })
       return (value, .origin)
     }
     guard let (tier, coordinator) = coordination else { return try await loadAlone() }
@@ -394,7 +397,7 @@ extension LoadingCache {
       await chain.endRead(read, copying: entry, into: top..<max(top, tier))
       return (entry.value, .layer(tier))
     case .uncoordinated:
-      return try await loadAlone()
+      return try await loadAlone(excluding: tier)
     case .granted(let token):
       leaseToken = token
     }

@@ -23,14 +23,22 @@ package struct DetachedThread {
     self.label = label
     if reactsQuickly {
       self.body = {
-        #if os(Linux)
-          _ = async_cache_request_slice(100_000)
-        #endif
+        _ = Self.askForShortSlices()
         body()
       }
     } else {
       self.body = body
     }
+  }
+
+  /// Asks the scheduler for 100 µs slices for the calling thread (see `reactsQuickly`); returns
+  /// whether it agreed (`false` off Linux).
+  package static func askForShortSlices() -> Bool {
+    #if os(Linux)
+      async_cache_request_slice(100_000) == 0
+    #else
+      false
+    #endif
   }
 
   /// Starts the thread; returns `pthread_create`'s result (0 on success).

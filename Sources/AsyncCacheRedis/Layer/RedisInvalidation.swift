@@ -72,6 +72,9 @@ public struct RedisInvalidation: Sendable, Hashable {
 struct InvalidationMessage: Sendable, Equatable {
   enum Change: Sendable, Equatable {
     case key(String)
+    /// A load stored the key's value under lease `token` (single flight): the instances that
+    /// took that value from the load's announcement keep it; the others drop their copy.
+    case loaded(key: String, token: UInt64)
     case all
   }
 
@@ -83,6 +86,7 @@ struct InvalidationMessage: Sendable, Equatable {
   var encoded: [UInt8] {
     switch change {
     case .key(let key): sender + Array(" K ".utf8) + Array(key.utf8)
+    case .loaded(let key, let token): sender + Array(" L \(token) ".utf8) + Array(key.utf8)
     case .all: sender + Array(" A".utf8)
     }
   }
@@ -102,6 +106,12 @@ struct InvalidationMessage: Sendable, Equatable {
     case (UInt8(ascii: "K"), 35...) where bytes[34] == UInt8(ascii: " "):
       guard let key = String(validating: bytes[35...], as: UTF8.self) else { return nil }
       change = .key(key)
+    case (UInt8(ascii: "L"), 37...) where bytes[34] == UInt8(ascii: " "):
+      guard let space = bytes[35...].firstIndex(of: UInt8(ascii: " ")),
+        let token = UInt64(String(decoding: bytes[35..<space], as: UTF8.self)),
+        let key = String(validating: bytes[(space + 1)...], as: UTF8.self)
+      else { return nil }
+      change = .loaded(key: key, token: token)
     default:
       return nil
     }
@@ -214,11 +224,23 @@ final class RedisSubscription: Sendable {
     state.withLock { $0.activeWaiters.count + $0.releasedWaiters.count + $0.openWaiters.count }
   }
 
+  /// How a wait for the subscription ended.
+  enum WaitOutcome: Sendable, Equatable {
+    /// The subscription is open.
+    case subscribed
+    /// It is failing (its server is down) or stopped, or the waiting task was cancelled.
+    case unavailable
+    /// It did not open within the time given.
+    case timedOut
+  }
+
   /// Starts subscribing (once) and waits until the subscription is open, the subscription is
   /// stopped, `limit` has passed (real time) or the task is cancelled. Returns at once while
   /// the subscription is failing (its server is down): the caller goes on without it.
-  func waitUntilSubscribed(for limit: Duration) async {
+  @discardableResult
+  func waitUntilSubscribed(for limit: Duration) async -> WaitOutcome {
     start()
+    let deadline = ContinuousClock.now.advanced(by: limit)
     let id = state.withLock { state -> UInt64 in
       state.nextWaiter += 1
       state.activeWaiters.insert(state.nextWaiter)
@@ -251,6 +273,10 @@ final class RedisSubscription: Sendable {
     } onCancel: {
       releaseOpenWaiter(id)
     }
+    let (subscribed, failing) = state.withLock { ($0.isSubscribed, $0.isFailing || $0.isStopped) }
+    if subscribed { return .subscribed }
+    if failing || Task.isCancelled { return .unavailable }
+    return ContinuousClock.now >= deadline ? .timedOut : .unavailable
   }
 
   /// Marks the subscription as failing and ends the waits for it.

@@ -227,8 +227,18 @@ extension RedisLayer {
         guard singleFlight.leaseTime >= .milliseconds(30), singleFlight.leaseTime <= .seconds(86_400) else {
           throw invalid("singleFlight.leaseTime must be in [30ms, 1 day], got \(singleFlight.leaseTime.readable)")
         }
-        if let invalidation, invalidation.channel(for: "") == singleFlight.channel(for: "") {
+        if let invalidation, invalidation.mode == .publish,
+          invalidation.channel(for: "") == singleFlight.channel(for: "")
+        {
           throw invalid("singleFlight.channel and invalidation.channel must differ")
+        }
+        // Another namespace's default channel of the other kind: its messages would be taken
+        // for this one's.
+        if let channel = singleFlight.channel, channel.hasPrefix("asynccache:invalidations:") {
+          throw invalid("singleFlight.channel \(channel.debugDescription) is named like an invalidation channel")
+        }
+        if let channel = invalidation?.channel, channel.hasPrefix("asynccache:loads:") {
+          throw invalid("invalidation.channel \(channel.debugDescription) is named like a load channel")
         }
       }
       guard circuitBreaker.failureThreshold > 0 else {

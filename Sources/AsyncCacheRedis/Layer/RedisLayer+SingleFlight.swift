@@ -31,6 +31,31 @@ final class SingleFlightState: Sendable {
   let waits = LeaseWaits()
   /// The renewals of the leases this instance holds, and the leases' stored values.
   let renewals = Locked<[Lease: (task: Task<Void, Never>, value: [UInt8])]>([:])
+  /// Other instances' loads whose value this instance took from their announcement, until the
+  /// fill's invalidation (``InvalidationMessage/Change/loaded(key:token:)``) comes: that one
+  /// must not drop the copy. The oldest are forgotten past ``answeredLimit``.
+  let answered = Locked<(order: [Lease], set: Set<Lease>)>(([], []))
+  static let answeredLimit = 1_024
+
+  /// Notes that this instance took the value of load `lease` from its announcement.
+  func noteAnswered(_ lease: Lease) {
+    answered.withLock { answered in
+      guard answered.set.insert(lease).inserted else { return }
+      answered.order.append(lease)
+      if answered.order.count > Self.answeredLimit {
+        answered.set.remove(answered.order.removeFirst())
+      }
+    }
+  }
+
+  /// Whether this instance took the value of load `lease` from its announcement; forgets it.
+  func takeAnswered(_ lease: Lease) -> Bool {
+    answered.withLock { answered in
+      guard answered.set.remove(lease) != nil else { return false }
+      answered.order.removeAll { $0 == lease }
+      return true
+    }
+  }
 
   struct Lease: Hashable, Sendable {
     var key: String
@@ -69,12 +94,13 @@ enum SingleFlightScripts {
 
   /// KEYS: value, lease, version. ARGV: the expiry an entry must be later than (high and low
   /// 32 bits, or empty), the lease time and the version's lifetime in milliseconds, the claim's
-  /// nonce. Returns `{1, value}`, `{2, token}` (granted: the lease reads `<token> <nonce>`) or
+  /// nonce, and `1` to pass over the stored value whatever it is (one the instance cannot
+  /// read). Returns `{1, value}`, `{2, token}` (granted: the lease reads `<token> <nonce>`) or
   /// `{3, holder's lease, lease's milliseconds left}`.
   static let claim = RedisScript(
     bumpVersion + "\n" + """
       local value = redis.call('GET', KEYS[1])
-      if value then
+      if value and ARGV[6] ~= '1' then
         local newer = true
         if ARGV[1] ~= '' and #value >= 11 and string.byte(value, 1) == 172 and string.byte(value, 3) % 2 == 1 then
           local b = {string.byte(value, 4, 11)}
@@ -226,8 +252,10 @@ extension RedisLayer {
   /// See ``RedisLoadCoordinator/claim(_:supersedes:)``.
   nonisolated func claimLoad(of key: Key, supersedes: CacheInstant?) async throws -> LoadClaim<Value> {
     guard let flight = singleFlight, let encodedKey = try? self.encodedKey(key) else { return .uncoordinated }
-    // Subscribed before the first claim, so that no announcement is missed; a subscription
-    // that cannot open in time leaves the waits to look again when the lease runs out.
+    // Subscribed before the first claim, so that no announcement is missed; while the
+    // subscription is failing (its server down) the claim goes on without it, and the waits
+    // look again once it is back. (On a server that hangs, the first claim of an instance can
+    // thus take two operation timeouts; later ones fail as fast as the layer's other commands.)
     if let subscription, !subscription.isSubscribed {
       await subscription.waitUntilSubscribed(for: configuration.operationTimeout)
     }
@@ -235,19 +263,22 @@ extension RedisLayer {
     let keys = companionKeys(of: encodedKey)
     let mailbox = flight.waits.register(encodedKey)
     defer { flight.waits.unregister(encodedKey, mailbox) }
-    var superseded: [[UInt8]] = [[], []]
-    if let supersedes {
-      let bits = UInt64(bitPattern: supersedes.nanosecondsSince1970)
-      superseded = [Array(String(bits >> 32).utf8), Array(String(bits & 0xFFFF_FFFF).utf8)]
-    }
     let nonce = SingleFlightState.makeNonce()
-    let arguments =
-      superseded + [
-        Array(String(flight.settings.leaseMilliseconds).utf8), Array(String(flight.settings.versionMilliseconds).utf8),
-        nonce,
-      ]
     var waited = false
+    // Set once Redis answered with a value this instance cannot use: the next claim passes over
+    // it, so that the instance waits for a lease rather than loading alone.
+    var passesOverValue = false
     while true {
+      // Only an entry that expires later than now (and later than the declined one) answers:
+      // Redis drops a key a moment after its expiry (whole milliseconds, counted from when it
+      // received the write), and in that moment every instance would otherwise load alone.
+      let floor = Swift.max(supersedes?.nanosecondsSince1970 ?? .min, followedClock.now.nanosecondsSince1970)
+      let bits = UInt64(bitPattern: floor)
+      let arguments = [
+        Array(String(bits >> 32).utf8), Array(String(bits & 0xFFFF_FFFF).utf8),
+        Array(String(flight.settings.leaseMilliseconds).utf8), Array(String(flight.settings.versionMilliseconds).utf8),
+        nonce, passesOverValue ? Array("1".utf8) : [],
+      ]
       let reply: RESPValue
       do {
         reply = try await runScript(
@@ -267,8 +298,9 @@ extension RedisLayer {
         guard let stored = try? storedValue(from: parts[1], key: encodedKey, command: "EVALSHA"),
           let value = try? valueCoder.decode(stored.payload)
         else {
-          counters.uncoordinatedLoads.add(1, ordering: .relaxed)
-          return .uncoordinated
+          // Expired by this instance's clock after all, or unreadable: as if it were absent.
+          passesOverValue = true
+          continue
         }
         countHits(1)
         if waited { counters.loadsAwaited.add(1, ordering: .relaxed) }
@@ -285,7 +317,7 @@ extension RedisLayer {
         waited = true
         // The holder's announcement carries small values: no need to read them.
         let stored: [UInt8]
-        switch try await waitForHolder(holder, of: encodedKey, leaseLeft: left, mailbox: mailbox) {
+        switch try await waitForHolder(holder, of: encodedKey, leaseLeft: left, mailbox: mailbox, flight: flight) {
         case .lookAgain: continue
         case .loadAlone:
           counters.uncoordinatedLoads.add(1, ordering: .relaxed)
@@ -315,7 +347,7 @@ extension RedisLayer {
   /// - Throws: `AsyncCacheError.Code.failedElsewhere` when the holder announces a failure;
   ///   `CancellationError`.
   private nonisolated func waitForHolder(
-    _ holder: UInt64, of encodedKey: String, leaseLeft: Int64, mailbox: LeaseWaits.Mailbox
+    _ holder: UInt64, of encodedKey: String, leaseLeft: Int64, mailbox: LeaseWaits.Mailbox, flight: SingleFlightState
   ) async throws -> HolderEnd {
     let limit = Duration.milliseconds(max(leaseLeft, 1)) + .milliseconds(5)
     let deadline = ContinuousClock.now.advanced(by: limit)
@@ -326,8 +358,10 @@ extension RedisLayer {
       case .lookAgain:
         return .lookAgain
       case .announced(let announcement):
-        if announcement.kind == .done, announcement.token == holder, !announcement.detail.isEmpty {
-          return .stored(announcement.detail)
+        if announcement.kind == .done, announcement.token == holder {
+          // Noted before the value is copied above: the fill's invalidation keeps that copy.
+          flight.noteAnswered(SingleFlightState.Lease(key: encodedKey, token: holder))
+          return announcement.detail.isEmpty ? .lookAgain : .stored(announcement.detail)
         }
         if announcement.kind == .notStored, announcement.token == holder { return .loadAlone }
         guard announcement.kind == .failed else { return .lookAgain }
@@ -458,7 +492,7 @@ extension RedisLayer {
     if let announcement {
       invalidation = [
         announcement.channel,
-        InvalidationMessage(sender: announcement.sender, change: .key(lease.key)).encoded,
+        InvalidationMessage(sender: announcement.sender, change: .loaded(key: lease.key, token: lease.token)).encoded,
       ]
     }
     let reply: RESPValue

@@ -191,6 +191,11 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         let layers = targets.withLock { $0 }
         for change in changes {
           switch change {
+          case .loaded(let encodedKey, let token):
+            // This instance took that load's value from its announcement: its copy is the new one.
+            if flight?.takeAnswered(SingleFlightState.Lease(key: encodedKey, token: token)) == true { continue }
+            guard let key = try? decode(encodedKey) else { continue }
+            for layer in layers { try? await layer.removeValue(for: key) }
           case .key(let encodedKey):
             // A key this layer's encoding cannot read was not written by an instance of it.
             guard let key = try? decode(encodedKey) else { continue }
@@ -201,6 +206,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         }
       },
       resynchronize: {
+        // Announcements sent while the subscription was down are lost: the waits look again.
+        flight?.waits.wakeAll()
         for layer in targets.withLock({ $0 }) { try? await layer.removeAll() }
       },
       interrupted: { flight?.waits.wakeAll() },
@@ -733,7 +740,9 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     /// Values this instance loaded that Redis refused to store because a write or removal of
     /// the key (or another instance's lease) came after its lease: fenced fills refused.
     public var fillsRefused = 0
-    /// Loads made without coordination because Redis could not be reached.
+    /// Loads made without coordination: Redis could not be reached (or answered a claim in a
+    /// way this instance could not use), or the holder of the lease loaded a value Redis could
+    /// not keep (`N`). Their values are stored in the other layers, not in Redis.
     public var uncoordinatedLoads = 0
   }
 

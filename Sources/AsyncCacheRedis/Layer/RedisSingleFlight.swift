@@ -14,10 +14,13 @@ import AsyncCache
 public struct RedisSingleFlight: Sendable, Hashable {
   /// How long a lease lasts unless its holder renews it: the longest the other instances wait
   /// for an instance that died in the middle of a load. The holder renews it every third of
-  /// this while its load runs, so a load may take longer. Default 5 seconds; at least 30 ms.
+  /// this while its load runs, so a load may take longer. Default 5 seconds; from 30 ms to one
+  /// day.
   public var leaseTime: Duration
   /// The pub/sub channel of the load announcements, or `nil` (the default) for
-  /// `asynccache:loads:<namespace>`. Every instance of a namespace must use the same one.
+  /// `asynccache:loads:<namespace>`. Every instance of a namespace must use the same one, and
+  /// no other namespace's: neither one of theirs nor a name of the
+  /// `asynccache:invalidations:` family (refused).
   public var channel: String?
   /// How often the holder renews its lease; `nil` for a third of the lease time. Tests set it
   /// shorter, to see renewals without waiting for them.

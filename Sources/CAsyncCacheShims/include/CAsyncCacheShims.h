@@ -61,11 +61,12 @@ static inline __attribute__((always_inline)) void async_cache_futex_wake_one(uin
 #include <errno.h>
 #include <sys/resource.h>
 
-/// Asks the scheduler for time slices of `nanoseconds` for the calling thread, which stays in
-/// the normal policy at its nice value: with the EEVDF scheduler (Linux 6.12 and later) a
-/// thread with a short slice gets an earlier deadline, so that it runs soon after it wakes
-/// rather than after the compute threads' slices. Unprivileged. Returns 0, or -1 with `errno`
-/// (older kernels, which ignore the slice, return 0 too).
+/// Asks the scheduler for time slices of `nanoseconds` for the calling thread, which keeps its
+/// policy (`SCHED_FLAG_KEEP_POLICY`: normal, batch or idle) and its nice value: with the EEVDF
+/// scheduler (Linux 6.12 and later) a thread with a short slice gets an earlier deadline, so
+/// that it runs soon after it wakes rather than after the compute threads' slices.
+/// Unprivileged. Returns 0, or -1 with `errno` (a real-time thread, a kernel before 5.3 or a
+/// seccomp filter refuses it, and nothing changes; kernels before 6.12 ignore the slice).
 static inline int async_cache_request_slice(uint64_t nanoseconds) {
 #if defined(SYS_sched_setattr)
   struct {
@@ -79,7 +80,8 @@ static inline int async_cache_request_slice(uint64_t nanoseconds) {
     uint64_t sched_period;
   } attributes = {0};
   attributes.size = sizeof(attributes);
-  attributes.sched_policy = 0;  // SCHED_OTHER
+  attributes.sched_policy = 0;  // SCHED_OTHER, unless the flag below keeps the thread's own
+  attributes.sched_flags = 0x08;  // SCHED_FLAG_KEEP_POLICY
   errno = 0;
   int nice = getpriority(PRIO_PROCESS, 0);
   if (nice == -1 && errno != 0) return -1;

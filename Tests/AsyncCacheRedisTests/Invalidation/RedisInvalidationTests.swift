@@ -228,12 +228,17 @@ struct RedisInvalidationTests {
     let sender = InvalidationMessage.makeSender()
     #expect(sender.count == 32)
     #expect(sender != InvalidationMessage.makeSender())
-    for change in [InvalidationMessage.Change.key("k"), .key(""), .key("a b\r\n{é}"), .all] {
+    for change in [
+      InvalidationMessage.Change.key("k"), .key(""), .key("a b\r\n{é}"), .all, .loaded(key: "k", token: 41),
+      .loaded(key: "a b 7", token: .max), .loaded(key: "", token: 0),
+    ] {
       let message = InvalidationMessage(sender: sender, change: change)
       #expect(InvalidationMessage(message.encoded) == message)
     }
     for bytes in [
       [], Array("short".utf8), sender + Array(" X k".utf8), sender + Array(" A extra".utf8), sender + [32, 75],
+      sender + Array(" L k".utf8), sender + Array(" L 12".utf8), sender + Array(" L x1 k".utf8),
+      sender + Array(" L -1 k".utf8),
     ] {
       #expect(InvalidationMessage(bytes) == nil, "\(bytes)")
     }

@@ -127,12 +127,15 @@ struct LoadCoordinatorTests {
     if case .loaded(from: .layer(let tier)) = outcomes.first { #expect(tier == 1) } else { Issue.record("\(outcomes)") }
   }
 
-  @Test("without coordination (its server is down) the load is the usual one")
+  @Test(
+    "without coordination (its server is down) the load stores in every layer but the coordinator's: it is not fenced")
   func uncoordinated() async throws {
     let fixture = try Fixture(ScriptedCoordinator { _ in .uncoordinated })
     fixture.origin.open()
     #expect(try await fixture.cache.value(for: "k") == "origin k")
-    #expect(fixture.shared.base.value(for: "k") == "origin k")
+    #expect(fixture.top.value(for: "k") == "origin k")
+    #expect(fixture.shared.base.value(for: "k") == nil)
+    #expect(fixture.bottom.value(for: "k") == "origin k")
     #expect(fixture.shared.coordinator.completions.isEmpty)
   }
 

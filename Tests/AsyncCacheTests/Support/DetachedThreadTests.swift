@@ -7,15 +7,17 @@ import Testing
 /// after they wake even while the cooperative pool computes.
 @Suite(.timeLimit(.minutes(1))) struct DetachedThreadTests {
   /// The slice the scheduler gives the thread that runs `reactsQuickly`'s body, in nanoseconds,
-  /// read from `/proc/thread-self/sched`; `nil` where the kernel does not tell (not Linux, or a
-  /// kernel before EEVDF).
-  private static func slice(reactsQuickly: Bool) async -> Int? {
-    await withCheckedContinuation { (continuation: CheckedContinuation<Int?, Never>) in
+  /// read from `/proc/thread-self/sched` (`nil` where the kernel does not tell: not Linux, or a
+  /// kernel before EEVDF); and whether the scheduler agrees to short slices there at all (a
+  /// seccomp filter may refuse the call).
+  private static func slice(reactsQuickly: Bool) async -> (slice: Int?, allowed: Bool) {
+    await withCheckedContinuation { (continuation: CheckedContinuation<(slice: Int?, allowed: Bool), Never>) in
       let thread = DetachedThread(label: "slice", reactsQuickly: reactsQuickly) {
         let text = (try? String(contentsOfFile: "/proc/thread-self/sched", encoding: .utf8)) ?? ""
         let line = text.split(separator: "\n").first { $0.hasPrefix("se.slice") }
-        continuation.resume(
-          returning: line.flatMap { Int($0.split(separator: ":").last!.trimmingCharacters(in: .whitespaces)) })
+        let slice = line.flatMap { Int($0.split(separator: ":").last!.trimmingCharacters(in: .whitespaces)) }
+        // Asked again once read, to learn whether the call is allowed.
+        continuation.resume(returning: (slice, reactsQuickly && DetachedThread.askForShortSlices()))
       }
       #expect(thread.start() == 0)
     }
@@ -39,9 +41,28 @@ import Testing
     let quick = await Self.slice(reactsQuickly: true)
     let plain = await Self.slice(reactsQuickly: false)
     // Linux 6.12 and later take a slice from `sched_setattr` for the normal policy (this
-    // project's CI runs one); older kernels keep their default, which is all they promise.
-    guard let version = Self.kernelVersion, version >= (6, 12) else { return }
-    #expect(quick == 100_000)
-    #expect(plain != nil && plain != 100_000)
+    // project's CI runs one) where no filter refuses the call; elsewhere the thread keeps its
+    // default, which is all it promises.
+    guard let version = Self.kernelVersion, version >= (6, 12), quick.allowed else { return }
+    #expect(quick.slice == 100_000)
+    #expect(plain.slice != nil && plain.slice != 100_000)
+  }
+
+  @Test("short slices keep the thread's policy: a batch thread stays a batch thread")
+  func keepsPolicy() async throws {
+    #if os(Linux)
+      let batch: Int32 = 3  // SCHED_BATCH
+      let policies = await withCheckedContinuation { (continuation: CheckedContinuation<(Int32, Int32), Never>) in
+        let thread = DetachedThread(label: "batch") {
+          var parameters = sched_param(sched_priority: 0)
+          let before = sched_setscheduler(0, batch, &parameters) == 0 ? sched_getscheduler(0) : -1
+          _ = DetachedThread.askForShortSlices()
+          continuation.resume(returning: (before, sched_getscheduler(0)))
+        }
+        #expect(thread.start() == 0)
+      }
+      #expect(policies.0 == batch)
+      #expect(policies.1 == batch)
+    #endif
   }
 }
