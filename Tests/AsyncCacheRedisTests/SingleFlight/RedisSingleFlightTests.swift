@@ -347,16 +347,24 @@ struct RedisSingleFlightTests {
     #expect(try await b.redis.value(for: "k") == nil)
   }
 
-  @Test("the holder renews its lease while its load runs, and stops once it completes")
-  func longLoadRenewsItsLease() async throws {
-    let server = try await RedisServer.start()
+  /// An instance whose lease lasts a minute and is renewed every 20 ms, so that renewals are
+  /// seen at once; its origin is gated.
+  static func renewingInstance(
+    on server: RedisServer
+  ) throws -> (RedisLayer<String, Data>, GatedFetcher<String, Data>, LoadingCache<String, Data>) {
     var settings = RedisSingleFlight(leaseTime: .seconds(60))
     settings.renewalInterval = .milliseconds(20)
     var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
     configuration.singleFlight = settings
     let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
     let origin = GatedFetcher<String, Data> { key in Data("a \(key)".utf8) }
-    let cache = try LoadingCache(layers: [MemoryLayer<String, Data>(), redis], origin: origin)
+    return (redis, origin, try LoadingCache(layers: [MemoryLayer<String, Data>(), redis], origin: origin))
+  }
+
+  @Test("the holder renews its lease while its load runs, and stops once it completes")
+  func longLoadRenewsItsLease() async throws {
+    let server = try await RedisServer.start()
+    let (redis, origin, cache) = try Self.renewingInstance(on: server)
     let b = try FleetInstance("b", server: server)
     let holder = Task { try await cache.value(for: "k") }
     await origin.waitForFetches(1, for: "k")
@@ -385,13 +393,7 @@ struct RedisSingleFlightTests {
   @Test("a closed layer stops renewing the lease of a load that has not ended")
   func closedLayerStopsRenewing() async throws {
     let server = try await RedisServer.start()
-    var settings = RedisSingleFlight(leaseTime: .seconds(60))
-    settings.renewalInterval = .milliseconds(20)
-    var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
-    configuration.singleFlight = settings
-    let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
-    let origin = GatedFetcher<String, Data> { key in Data("a \(key)".utf8) }
-    let cache = try LoadingCache(layers: [MemoryLayer<String, Data>(), redis], origin: origin)
+    let (redis, origin, cache) = try Self.renewingInstance(on: server)
     let holder = Task { try await cache.value(for: "k") }
     await origin.waitForFetches(1, for: "k")
     await eventually { redis.statistics.leasesRenewed >= 1 }
