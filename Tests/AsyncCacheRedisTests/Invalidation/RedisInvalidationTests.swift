@@ -51,6 +51,15 @@ struct ServiceInstance {
   func inMemory(_ key: String) -> Data? {
     memory.value(for: key)
   }
+
+  /// Has the server close the instance's subscription, and waits until the layer subscribed
+  /// again.
+  func loseSubscription(on server: RedisServer) async throws {
+    #expect(integer(try await server.command("CLIENT", "KILL", "TYPE", "pubsub")) == 1)
+    await eventually {
+      events.all.contains { if case .invalidationsResubscribed = $0 { true } else { false } }
+    }
+  }
 }
 
 @Suite("Invalidation between instances that share Redis", .redisServer)
@@ -104,10 +113,7 @@ struct RedisInvalidationTests {
     #expect(try await a.cache.value(for: "k") == Data("a k".utf8))
     #expect(a.inMemory("k") != nil)
 
-    #expect(integer(try await server.command("CLIENT", "KILL", "TYPE", "pubsub")) == 1)
-    await eventually {
-      a.events.all.contains { if case .invalidationsResubscribed = $0 { true } else { false } }
-    }
+    try await a.loseSubscription(on: server)
     #expect(a.inMemory("k") == nil)
     #expect(a.events.all.contains { if case .invalidationsInterrupted = $0 { true } else { false } })
     #expect(a.redis.isReceivingInvalidations)
@@ -187,10 +193,7 @@ struct RedisInvalidationTests {
     #expect(try await a.cache.value(for: "k") == Data("a k".utf8))
     #expect(a.inMemory("k") != nil)
 
-    #expect(integer(try await server.command("CLIENT", "KILL", "TYPE", "pubsub")) == 1)
-    await eventually {
-      a.events.all.contains { if case .invalidationsResubscribed = $0 { true } else { false } }
-    }
+    try await a.loseSubscription(on: server)
     #expect(a.inMemory("k") == nil)
     #expect(try await a.cache.value(for: "k") == Data("a k".utf8))
     #expect(a.inMemory("k") != nil)
