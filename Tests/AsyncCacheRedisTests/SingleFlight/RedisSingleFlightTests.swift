@@ -553,10 +553,15 @@ struct RedisSingleFlightTests {
     configuration.singleFlight = RedisSingleFlight(leaseTime: .seconds(300))
     let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
     let coordinator = try #require(redis.loadCoordinator)
-    // The scripts known to the server, so that the claim below is one EVALSHA.
+    // The scripts known to the server, so that the claim below is one EVALSHA and so is the
+    // removal (a removal that had to fall back to EVAL would be two commands, and the count of
+    // commands in flight would pass through 0 between them).
     if case .granted(let token) = try await coordinator.claim("warm", supersedes: nil) {
       _ = await coordinator.complete("warm", token: token, with: .failure(CancellationError()))
     }
+    #expect(
+      try await server.command("SCRIPT", "LOAD", SingleFlightScripts.abandon.source)
+        == .bulkString(SingleFlightScripts.abandon.sha1))
     // Scripts wait while the server is paused for writes.
     try await server.expectOK("CLIENT", "PAUSE", "60000", "WRITE")
     let claim = Task { try await coordinator.claim("k", supersedes: nil) }
