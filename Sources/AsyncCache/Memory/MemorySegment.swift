@@ -683,6 +683,20 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     drainWindowOverflow()
   }
 
+  /// Sizes the window and protected as a fixed ``EvictionPolicy/windowTinyLFU`` starts them
+  /// (Caffeine's rounding, see ``SegmentAdmission/maximums(share:)``): the end of a
+  /// prefetcher's reservation that enlarged its window.
+  @inlinable
+  mutating func restoreFixedWindow() {
+    admission.appliedShare = WindowTarget.minimumShare
+    (admission.windowCountMaximum, admission.protectedCountMaximum) = SegmentAdmission.maximums(
+      share: admission.countShare)
+    (admission.windowCostMaximum, admission.protectedCostMaximum) = SegmentAdmission.maximums(
+      share: admission.costShare)
+    demoteProtectedOverflow()
+    drainWindowOverflow()
+  }
+
   /// The window's and protected's sizes when the window takes `windowShare` of a segment's
   /// `limit`: at least 1 for the window, 80% of the rest for protected.
   @inlinable

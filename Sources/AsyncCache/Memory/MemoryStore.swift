@@ -49,6 +49,13 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline let quietWindowHits = Atomic<Int>(0)
   /// As ``quietWindowHits``, on main-region entries.
   @usableFromInline let quietMainHits = Atomic<Int>(0)
+  /// Whether the policy has an admission window (W-TinyLFU, fixed or adaptive).
+  let hasAdmissionWindow: Bool
+  /// The entries the admission window keeps at least for the running prefetchers (see
+  /// ``reserveWindow(entries:)``), by reservation, and their sum: the published share is at
+  /// least that sum over the layer's size, whatever the votes say.
+  let windowReservations = Locked<(next: UInt64, entries: [UInt64: Int])>((0, [:]))
+  @usableFromInline let windowFloor = Atomic<Int>(0)
 
   /// - Parameter costLimit: The cost limit; `Int.max` for none.
   init(
@@ -89,6 +96,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     }
     self.segmentMask = segmentCount - 1
     windowTarget = policy.kind == .adaptive ? Locked(WindowTarget()) : nil
+    hasAdmissionWindow = policy.kind != .leastRecentlyUsed
   }
 
   /// The segment of a hash: its top byte (at most 256 segments), independent of the low 32 bits
@@ -248,8 +256,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   func adaptWindow(of segment: inout MemorySegment<Key, Value>, toInsertOf hash: Int) {
     guard let windowTarget else { return }
     let vote = segment.windowVote(tag: MemorySegment<Key, Value>.tag(of: hash))
-    // The layer's size in entries: its count limit, or (bounded by cost alone) what it holds.
-    let entries = countLimit != .max ? countLimit : Swift.max(entryCount.load(ordering: .relaxed), 256)
+    let entries = adaptiveEntries
     if vote != 0 {
       // A vote starts a new quiet span. (Other segments hand in the hits they counted before it
       // at their next insert: a little of the past leaks into the span, which only weighs it.)
@@ -257,9 +264,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       segment.windowHits = 0
       segment.mainHits = 0
       windowTarget.withLock { target in
-        if target.count(vote: vote, entries: entries) {
-          windowShareBits.store(target.share.bitPattern, ordering: .relaxed)
-        }
+        if target.count(vote: vote, entries: entries) { publishWindowShare(target.share, entries: entries) }
       }
     } else {
       // The segment's hits since it last handed them in.
@@ -297,14 +302,80 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     let mainHits = quietMainHits.exchange(0, ordering: .relaxed)
     guard let windowTarget else { return }
     windowTarget.withLock { target in
+      // The window as the segments size it: the target's share, or the prefetchers' floor.
       let regions = WindowTarget.regionEntries(
-        share: target.share, count: entryCount.load(ordering: .relaxed), entries: entries)
+        share: Double(bitPattern: windowShareBits.load(ordering: .relaxed)),
+        count: entryCount.load(ordering: .relaxed), entries: entries)
       let earnsLess = WindowTarget.windowEarnsLess(
         windowHits: windowHits, windowEntries: regions.window, mainHits: mainHits, mainEntries: regions.main)
-      if earnsLess && target.relax() {
-        windowShareBits.store(target.share.bitPattern, ordering: .relaxed)
-      }
+      if earnsLess && target.relax() { publishWindowShare(target.share, entries: entries) }
     }
+  }
+
+  /// Publishes the share the segments size their window for: the target's `share`, or the
+  /// share of the layer's `entries` that the prefetchers reserved (``windowFloor``), whichever
+  /// is larger, within ``WindowTarget/maximumShare``. Under ``windowTarget``'s lock.
+  @usableFromInline
+  func publishWindowShare(_ share: Double, entries: Int) {
+    let floor = windowFloor.load(ordering: .relaxed)
+    let floorShare = Swift.min(Double(floor) / Double(Swift.max(entries, 1)), WindowTarget.maximumShare)
+    windowShareBits.store(Swift.max(share, floorShare).bitPattern, ordering: .relaxed)
+  }
+
+  /// Under W-TinyLFU (fixed or adaptive), keeps the admission window at least `entries`
+  /// entries large (all segments together) until ``releaseWindow(_:)``; reservations add up. A
+  /// running ``AsyncPrefetcher`` reserves room for the keys it loads ahead of the user and those
+  /// the user read since: its entries then wait in the window until they are read, instead of
+  /// losing their duels at admission to older entries read more often. Under
+  /// ``EvictionPolicy/adaptive`` the votes of returning keys go on moving the target underneath.
+  /// The segments apply the new size at their next insert.
+  ///
+  /// - Returns: The reservation to release; `nil` under ``EvictionPolicy/leastRecentlyUsed``,
+  ///   which has no admission window (nothing to release).
+  func reserveWindow(entries: Int) -> UInt64? {
+    guard hasAdmissionWindow, entries > 0 else { return nil }
+    return windowReservations.withLock { reservations in
+      reservations.next &+= 1
+      reservations.entries[reservations.next] = entries
+      republishWindowShare(floor: Self.saturatingSum(reservations.entries.values))
+      return reservations.next
+    }
+  }
+
+  /// Ends reservation `id` of ``reserveWindow(entries:)``; the window goes back to what the
+  /// policy made it as the segments insert. Releasing twice does nothing.
+  func releaseWindow(_ id: UInt64) {
+    windowReservations.withLock { reservations in
+      guard reservations.entries.removeValue(forKey: id) != nil else { return }
+      republishWindowShare(floor: Self.saturatingSum(reservations.entries.values))
+    }
+  }
+
+  /// The sum of `entries`, `Int.max` if it overflows.
+  static func saturatingSum(_ entries: some Sequence<Int>) -> Int {
+    entries.reduce(0) { sum, next in
+      let (total, overflow) = sum.addingReportingOverflow(next)
+      return overflow ? .max : total
+    }
+  }
+
+  /// Sets the floor and publishes the share again, under ``windowReservations``' lock (then
+  /// ``windowTarget``'s, never the other way round).
+  private func republishWindowShare(floor: Int) {
+    windowFloor.store(floor, ordering: .relaxed)
+    let entries = adaptiveEntries
+    if let windowTarget {
+      windowTarget.withLock { publishWindowShare($0.share, entries: entries) }
+    } else {
+      publishWindowShare(WindowTarget.minimumShare, entries: entries)
+    }
+  }
+
+  /// The layer's size in entries, which the window's share is of: its count limit, or (bounded
+  /// by cost alone) what it holds.
+  @inlinable
+  var adaptiveEntries: Int {
+    countLimit != .max ? countLimit : Swift.max(entryCount.load(ordering: .relaxed), 256)
   }
 
   /// Stores `entry` for `key`, letting the policy evict while over a limit (never this entry).
@@ -363,7 +434,19 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         self.entryCount.wrappingAdd(1, ordering: .relaxed)
         self.entryCost.wrappingAdd(entryCost, ordering: .relaxed)
         written = segment.count &- 1
-        if windowTarget != nil { adaptWindow(of: &segment, toInsertOf: hash) }
+        if windowTarget != nil {
+          adaptWindow(of: &segment, toInsertOf: hash)
+        } else if segment.admission.isEnabled {
+          // A fixed window, which a prefetcher's reservation may enlarge for a while.
+          let share = Double(bitPattern: windowShareBits.load(ordering: .relaxed))
+          if share != segment.admission.appliedShare {
+            if share == WindowTarget.minimumShare {
+              segment.restoreFixedWindow()
+            } else {
+              segment.applyWindowShare(share)
+            }
+          }
+        }
       }
       // Keep the entry just written.
       evict(from: &segment, sparing: UInt32(truncatingIfNeeded: written), into: &released)

@@ -33,6 +33,18 @@ extension LoadingCache {
     loadTable.removeUrgencyObserver(id)
   }
 
+  /// Keeps the admission window of the top ``MemoryLayer`` at least `entries` large while a
+  /// prefetcher runs (see ``MemoryStore/reserveWindow(entries:)``); `nil` when there is nothing
+  /// to release (no memory layer on top, or one whose window does not adapt).
+  func reserveAdmissionWindow(entries: Int) -> UInt64? {
+    front?.store.reserveWindow(entries: entries)
+  }
+
+  /// Ends a reservation of ``reserveAdmissionWindow(entries:)``.
+  func releaseAdmissionWindow(_ id: UInt64) {
+    front?.store.releaseWindow(id)
+  }
+
   /// Returns once at least `count` background loads wait for urgent work to end (for tests:
   /// `AsyncCacheTesting` offers it as `waitForLoadsWaitingForUrgentWork(_:)`).
   package func waitForGate(_ count: Int) async {

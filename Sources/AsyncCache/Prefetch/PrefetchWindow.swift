@@ -42,6 +42,15 @@ public struct PrefetchWindow: Sendable, Hashable {
     self.offset = offset
   }
 
+  /// How many keys the window holds at most: `range`, or twice it in both directions
+  /// (`Int.max` when that overflows).
+  var keyCount: Int {
+    let range = Swift.max(range, 0)
+    guard direction == .both else { return range }
+    let (twice, overflow) = range.multipliedReportingOverflow(by: 2)
+    return overflow ? .max : twice
+  }
+
   /// The indices of the window around `current` in a list of `count` items, nearest first,
   /// each once, all in `0..<count`. A `current` outside the list is clamped to it.
   ///

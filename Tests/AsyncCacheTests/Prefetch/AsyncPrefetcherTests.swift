@@ -84,6 +84,65 @@ struct AsyncPrefetcherTests {
     try await run.value
   }
 
+  @Test("while it runs, the prefetcher keeps room in the memory layer's admission window for twice its window's keys")
+  func reservesTheAdmissionWindow() async throws {
+    let origin = TrackingFetcher()
+    origin.gate.open()
+    let memory = try MemoryLayer<String, String>()
+    let cache = try LoadingCache(layers: [memory], origin: origin)
+    let prefetcher = try Prefetcher(cache: cache, keys: Self.keys, configuration: Self.configuration(.both, range: 3))
+    var updates = UpdateReader(prefetcher.events())
+    #expect(memory.store.windowFloor.load(ordering: .relaxed) == 0)
+    let run = Task { try await prefetcher.run() }
+    _ = await updates.read { $0.progress.completed == 3 }
+    #expect(memory.store.windowFloor.load(ordering: .relaxed) == 12)
+    await prefetcher.stop()
+    try await run.value
+    #expect(memory.store.windowFloor.load(ordering: .relaxed) == 0)
+    // Values kept below the top layer need no room in it.
+    let twoLayers = try LoadingCache(layers: [memory, try MemoryLayer<String, String>()], origin: origin)
+    let below = try Prefetcher(
+      cache: twoLayers, keys: Self.keys, configuration: Self.configuration(destination: .lowerLayers))
+    var belowUpdates = UpdateReader(below.events())
+    let belowRun = Task { try await below.run() }
+    _ = await belowUpdates.read { _ in true }
+    #expect(memory.store.windowFloor.load(ordering: .relaxed) == 0)
+    await below.stop()
+    try await belowRun.value
+  }
+
+  @Test(
+    "a gallery walked item by item finds every item after the first in memory, whatever the layer's policy",
+    arguments: [EvictionPolicy.adaptive, .windowTinyLFU, .leastRecentlyUsed])
+  func gallery(policy: EvictionPolicy) async throws {
+    // Three times the layer's size: the items loaded ahead must win their place at admission
+    // against the items already read (read twice each), which a 1% window alone does not give.
+    let keys = (0..<300).map { "k\($0)" }
+    let origin = TrackingFetcher()
+    origin.gate.open()
+    var layerConfiguration = MemoryLayer<String, String>.Configuration(countLimit: 100)
+    layerConfiguration.evictionPolicy = policy
+    let cache = try LoadingCache(layers: [try MemoryLayer(configuration: layerConfiguration)], origin: origin)
+    let prefetcher = try Prefetcher(cache: cache, keys: keys, configuration: Self.configuration(range: 5))
+    var updates = UpdateReader(prefetcher.events())
+    let run = Task { try await prefetcher.run() }
+    var found = 0
+    for (index, key) in keys.enumerated() {
+      // The user looks at each item until the window ahead of the one before has loaded.
+      let loaded = await updates.read {
+        $0.progress.currentIndex == max(index - 1, 0) && $0.progress.completed == $0.progress.total
+      }
+      #expect(loaded != nil)
+      if cache.cachedValue(for: key) != nil { found += 1 }
+      _ = try await cache.value(for: key)
+      await prefetcher.setCurrentIndex(index)
+    }
+    await prefetcher.stop()
+    try await run.value
+    #expect(found == keys.count - 1)
+    #expect(origin.callCount == keys.count)
+  }
+
   @Test("a failed load reports its error, counts as done, and is not retried in the same window")
   func failure() async throws {
     let origin = TrackingFetcher()

@@ -152,6 +152,7 @@ struct SegmentAdmission {
 
   /// The window's and protected's sizes for a share of a limit: 1% and 80% of the other 99%,
   /// rounded as Caffeine does; unbounded for an unbounded share.
+  @usableFromInline
   static func maximums<Size: FixedWidthInteger & SignedInteger>(share: Size) -> (window: Size, protected: Size) {
     guard share != .max else { return (.max, .max) }
     let main = Size(Double(share) * mainShare)
