@@ -122,6 +122,17 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     store.extendExpiry(of: key, from: expiry, to: target)
   }
 
+  /// Keeps room in the admission window for `entries` entries while a prefetcher runs (see
+  /// ``MemoryStore/reserveWindow(entries:)``); `nil` under a policy without a window.
+  nonisolated func reserveAdmissionWindow(entries: Int) -> UInt64? {
+    store.reserveWindow(entries: entries)
+  }
+
+  /// Ends a reservation of ``reserveAdmissionWindow(entries:)``.
+  nonisolated func releaseAdmissionWindow(_ id: UInt64) {
+    store.releaseWindow(id)
+  }
+
   /// The hits the layer counted as a loading cache's requests.
   nonisolated var requestHits: Int { store.totals.requestHits }
 

@@ -666,33 +666,56 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
 
   /// Sizes the window and protected for the layer's window share (``WindowTarget/share``): the
   /// window gets `share` of each of the segment's limits (at least 1), protected 80% of the
-  /// rest. Entries that no longer fit move down (protected to probation, window to probation
-  /// as candidates); the eviction that follows the insert duels them out.
+  /// rest, and the window keeps room for ``SegmentAdmission/appliedFloor`` entries. Entries that
+  /// no longer fit move down (protected to probation, window to probation as candidates); the
+  /// eviction that follows the insert duels them out.
   @inlinable
   mutating func applyWindowShare(_ share: Double) {
     admission.appliedShare = share
-    if admission.countShare != .max {
-      (admission.windowCountMaximum, admission.protectedCountMaximum) = Self.maximums(
-        windowShare: share, of: admission.countShare)
-    }
-    if admission.costShare != .max {
-      (admission.windowCostMaximum, admission.protectedCostMaximum) = Self.maximums(
-        windowShare: share, of: admission.costShare)
-    }
-    demoteProtectedOverflow()
-    drainWindowOverflow()
+    sizeWindow()
   }
 
-  /// Sizes the window and protected as a fixed ``EvictionPolicy/windowTinyLFU`` starts them
-  /// (Caffeine's rounding, see ``SegmentAdmission/maximums(share:)``): the end of a
-  /// prefetcher's reservation that enlarged its window.
+  /// Keeps room in the window for `entries` entries at least (the segment's part of the
+  /// prefetchers' reservations, see ``MemoryStore/reserveWindow(entries:)``), 0 for none: at
+  /// most half of each of the segment's limits, counted in cost by the segment's mean cost.
   @inlinable
-  mutating func restoreFixedWindow() {
-    admission.appliedShare = WindowTarget.minimumShare
-    (admission.windowCountMaximum, admission.protectedCountMaximum) = SegmentAdmission.maximums(
-      share: admission.countShare)
-    (admission.windowCostMaximum, admission.protectedCostMaximum) = SegmentAdmission.maximums(
-      share: admission.costShare)
+  mutating func applyWindowFloor(_ entries: Int) {
+    admission.appliedFloor = entries
+    sizeWindow()
+  }
+
+  /// Sets the window's and protected's maximums: the policy's (a fixed window's as Caffeine
+  /// rounds it, an adaptive one's from ``SegmentAdmission/appliedShare``), the window raised to
+  /// the floor, protected 80% of what the window leaves.
+  @inlinable
+  mutating func sizeWindow() {
+    let fixed = admission.ghosts == nil
+    let floor = admission.appliedFloor
+    if admission.countShare != .max {
+      let limit = admission.countShare
+      var sizes =
+        fixed
+        ? SegmentAdmission.maximums(share: limit) : Self.maximums(windowShare: admission.appliedShare, of: limit)
+      let room = Swift.min(floor, limit / 2)
+      if room > sizes.window {
+        sizes = (room, Int(Double(limit &- room) * SegmentAdmission.protectedShare))
+      }
+      (admission.windowCountMaximum, admission.protectedCountMaximum) = sizes
+    }
+    if admission.costShare != .max {
+      let limit = admission.costShare
+      var sizes =
+        fixed
+        ? SegmentAdmission.maximums(share: limit) : Self.maximums(windowShare: admission.appliedShare, of: limit)
+      let meanCost = count > 0 ? totalCost / Int64(count) : 0
+      // Checked by division: a 128-bit product is a runtime call where `Int` has 32 bits.
+      let floorCost = meanCost > 0 && Int64(floor) > Int64.max / meanCost ? Int64.max : Int64(floor) &* meanCost
+      let room = Swift.min(floorCost, limit / 2)
+      if room > sizes.window {
+        sizes = (room, Int64(Double(limit &- room) * SegmentAdmission.protectedShare))
+      }
+      (admission.windowCostMaximum, admission.protectedCostMaximum) = sizes
+    }
     demoteProtectedOverflow()
     drainWindowOverflow()
   }

@@ -264,7 +264,9 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       segment.windowHits = 0
       segment.mainHits = 0
       windowTarget.withLock { target in
-        if target.count(vote: vote, entries: entries) { publishWindowShare(target.share, entries: entries) }
+        if target.count(vote: vote, entries: entries) {
+          windowShareBits.store(target.share.bitPattern, ordering: .relaxed)
+        }
       }
     } else {
       // The segment's hits since it last handed them in.
@@ -301,34 +303,30 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     let windowHits = quietWindowHits.exchange(0, ordering: .relaxed)
     let mainHits = quietMainHits.exchange(0, ordering: .relaxed)
     guard let windowTarget else { return }
+    // A window a prefetcher holds open earns what its prefetches earn, not what its share
+    // would: no evidence for the target.
+    guard windowFloor.load(ordering: .relaxed) == 0 else { return }
     windowTarget.withLock { target in
-      // The window as the segments size it: the target's share, or the prefetchers' floor.
       let regions = WindowTarget.regionEntries(
-        share: Double(bitPattern: windowShareBits.load(ordering: .relaxed)),
-        count: entryCount.load(ordering: .relaxed), entries: entries)
+        share: target.share, count: entryCount.load(ordering: .relaxed), entries: entries)
       let earnsLess = WindowTarget.windowEarnsLess(
         windowHits: windowHits, windowEntries: regions.window, mainHits: mainHits, mainEntries: regions.main)
-      if earnsLess && target.relax() { publishWindowShare(target.share, entries: entries) }
+      if earnsLess && target.relax() {
+        windowShareBits.store(target.share.bitPattern, ordering: .relaxed)
+      }
     }
   }
 
-  /// Publishes the share the segments size their window for: the target's `share`, or the
-  /// share of the layer's `entries` that the prefetchers reserved (``windowFloor``), whichever
-  /// is larger, within ``WindowTarget/maximumShare``. Under ``windowTarget``'s lock.
-  @usableFromInline
-  func publishWindowShare(_ share: Double, entries: Int) {
-    let floor = windowFloor.load(ordering: .relaxed)
-    let floorShare = Swift.min(Double(floor) / Double(Swift.max(entries, 1)), WindowTarget.maximumShare)
-    windowShareBits.store(Swift.max(share, floorShare).bitPattern, ordering: .relaxed)
-  }
-
-  /// Under W-TinyLFU (fixed or adaptive), keeps the admission window at least `entries`
-  /// entries large (all segments together) until ``releaseWindow(_:)``; reservations add up. A
-  /// running ``AsyncPrefetcher`` reserves room for the keys it loads ahead of the user and those
-  /// the user read since: its entries then wait in the window until they are read, instead of
+  /// Under W-TinyLFU (fixed or adaptive), keeps room in the admission window for at least
+  /// `entries` entries (all segments together, each its part rounded up, and at most half of
+  /// each segment) until ``releaseWindow(_:)``; reservations add up. In a layer bounded by cost,
+  /// the room is counted in cost by each segment's mean entry cost. A running
+  /// ``AsyncPrefetcher`` reserves room for the keys it loads ahead of the user and those the
+  /// user read since: its entries then wait in the window until they are read, instead of
   /// losing their duels at admission to older entries read more often. Under
-  /// ``EvictionPolicy/adaptive`` the votes of returning keys go on moving the target underneath.
-  /// The segments apply the new size at their next insert.
+  /// ``EvictionPolicy/adaptive`` the target goes on moving underneath (its votes still count;
+  /// a quiet span does not relax it while room is reserved). A segment applies the change at its
+  /// next insert of a new key.
   ///
   /// - Returns: The reservation to release; `nil` under ``EvictionPolicy/leastRecentlyUsed``,
   ///   which has no admission window (nothing to release).
@@ -337,18 +335,25 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     return windowReservations.withLock { reservations in
       reservations.next &+= 1
       reservations.entries[reservations.next] = entries
-      republishWindowShare(floor: Self.saturatingSum(reservations.entries.values))
+      windowFloor.store(Self.saturatingSum(reservations.entries.values), ordering: .relaxed)
       return reservations.next
     }
   }
 
-  /// Ends reservation `id` of ``reserveWindow(entries:)``; the window goes back to what the
-  /// policy made it as the segments insert. Releasing twice does nothing.
+  /// Ends reservation `id` of ``reserveWindow(entries:)``; each segment's window goes back to
+  /// what the policy makes it at its next insert. Releasing twice does nothing.
   func releaseWindow(_ id: UInt64) {
     windowReservations.withLock { reservations in
       guard reservations.entries.removeValue(forKey: id) != nil else { return }
-      republishWindowShare(floor: Self.saturatingSum(reservations.entries.values))
+      windowFloor.store(Self.saturatingSum(reservations.entries.values), ordering: .relaxed)
     }
+  }
+
+  /// A segment's part of `floor` entries: its share, rounded up.
+  @inlinable
+  func segmentFloor(_ floor: Int) -> Int {
+    let segments = segmentMask &+ 1
+    return floor / segments &+ (floor % segments == 0 ? 0 : 1)
   }
 
   /// The sum of `entries`, `Int.max` if it overflows.
@@ -356,18 +361,6 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     entries.reduce(0) { sum, next in
       let (total, overflow) = sum.addingReportingOverflow(next)
       return overflow ? .max : total
-    }
-  }
-
-  /// Sets the floor and publishes the share again, under ``windowReservations``' lock (then
-  /// ``windowTarget``'s, never the other way round).
-  private func republishWindowShare(floor: Int) {
-    windowFloor.store(floor, ordering: .relaxed)
-    let entries = adaptiveEntries
-    if let windowTarget {
-      windowTarget.withLock { publishWindowShare($0.share, entries: entries) }
-    } else {
-      publishWindowShare(WindowTarget.minimumShare, entries: entries)
     }
   }
 
@@ -434,18 +427,12 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         self.entryCount.wrappingAdd(1, ordering: .relaxed)
         self.entryCost.wrappingAdd(entryCost, ordering: .relaxed)
         written = segment.count &- 1
-        if windowTarget != nil {
-          adaptWindow(of: &segment, toInsertOf: hash)
-        } else if segment.admission.isEnabled {
-          // A fixed window, which a prefetcher's reservation may enlarge for a while.
-          let share = Double(bitPattern: windowShareBits.load(ordering: .relaxed))
-          if share != segment.admission.appliedShare {
-            if share == WindowTarget.minimumShare {
-              segment.restoreFixedWindow()
-            } else {
-              segment.applyWindowShare(share)
-            }
-          }
+        if windowTarget != nil { adaptWindow(of: &segment, toInsertOf: hash) }
+        if segment.admission.isEnabled {
+          // Room for the prefetchers' entries, resized on every insert while reserved (the
+          // segment's mean cost moves), and once more when the reservations end.
+          let floor = windowFloor.load(ordering: .relaxed)
+          if floor != 0 || segment.admission.appliedFloor != 0 { segment.applyWindowFloor(segmentFloor(floor)) }
         }
       }
       // Keep the entry just written.

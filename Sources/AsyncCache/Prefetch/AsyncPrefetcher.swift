@@ -232,10 +232,11 @@ public final actor AsyncPrefetcher<Key: Hashable & Sendable, Value: Sendable> {
   private func runLoop() async {
     let observer = cache.addUrgencyObserver { [wakeup] in wakeup.yield() }
     // Room in the memory layer's admission window for the keys loaded ahead and for those read
-    // since the oldest of them was loaded (one per step): they wait there until they are read.
-    let (twice, overflow) = configuration.window.keyCount.multipliedReportingOverflow(by: 2)
+    // since the oldest of them was loaded (one per step, offset included): they wait there
+    // until they are read.
     let reservation =
-      configuration.destination == .lowerLayers ? nil : cache.reserveAdmissionWindow(entries: overflow ? .max : twice)
+      configuration.destination == .lowerLayers
+      ? nil : cache.reserveAdmissionWindow(entries: configuration.window.admissionRoom)
     logger.debug("running", metadata: ["keys": "\(keys.count)", "index": "\(currentIndex)"], source: Self.component)
     emit(.moved(index: currentIndex))
     wakeup.yield()

@@ -33,16 +33,16 @@ extension LoadingCache {
     loadTable.removeUrgencyObserver(id)
   }
 
-  /// Keeps the admission window of the top ``MemoryLayer`` at least `entries` large while a
-  /// prefetcher runs (see ``MemoryStore/reserveWindow(entries:)``); `nil` when there is nothing
-  /// to release (no memory layer on top, or one whose window does not adapt).
+  /// Keeps room for `entries` entries in the admission window of the top ``MemoryLayer`` while
+  /// a prefetcher runs (see ``MemoryStore/reserveWindow(entries:)``); `nil` when there is
+  /// nothing to release (no memory layer on top, or one under least recently used).
   func reserveAdmissionWindow(entries: Int) -> UInt64? {
-    front?.store.reserveWindow(entries: entries)
+    front?.reserveAdmissionWindow(entries: entries)
   }
 
   /// Ends a reservation of ``reserveAdmissionWindow(entries:)``.
   func releaseAdmissionWindow(_ id: UInt64) {
-    front?.store.releaseWindow(id)
+    front?.releaseAdmissionWindow(id)
   }
 
   /// Returns once at least `count` background loads wait for urgent work to end (for tests:

@@ -42,13 +42,13 @@ public struct PrefetchWindow: Sendable, Hashable {
     self.offset = offset
   }
 
-  /// How many keys the window holds at most: `range`, or twice it in both directions
-  /// (`Int.max` when that overflows).
-  var keyCount: Int {
-    let range = Swift.max(range, 0)
-    guard direction == .both else { return range }
-    let (twice, overflow) = range.multipliedReportingOverflow(by: 2)
-    return overflow ? .max : twice
+  /// The room a walk through the window needs in a memory layer's admission window: twice the
+  /// distance to the window's far end (the keys loaded ahead, and those read since the oldest
+  /// of them was loaded), on each side the window has; `Int.max` when that overflows.
+  var admissionRoom: Int {
+    let (far, farOverflow) = Swift.max(offset, 0).addingReportingOverflow(Swift.max(range, 0))
+    let (room, roomOverflow) = far.multipliedReportingOverflow(by: direction == .both ? 4 : 2)
+    return farOverflow || roomOverflow ? .max : room
   }
 
   /// The indices of the window around `current` in a list of `count` items, nearest first,

@@ -84,7 +84,8 @@ struct AsyncPrefetcherTests {
     try await run.value
   }
 
-  @Test("while it runs, the prefetcher keeps room in the memory layer's admission window for twice its window's keys")
+  @Test(
+    "while it runs, the prefetcher keeps room in the memory layer's admission window for twice its reach, each side")
   func reservesTheAdmissionWindow() async throws {
     let origin = TrackingFetcher()
     origin.gate.open()
@@ -95,7 +96,8 @@ struct AsyncPrefetcherTests {
     #expect(memory.store.windowFloor.load(ordering: .relaxed) == 0)
     let run = Task { try await prefetcher.run() }
     _ = await updates.read { $0.progress.completed == 3 }
-    #expect(memory.store.windowFloor.load(ordering: .relaxed) == 12)
+    // Both sides, each reaching 1 + 3 items away.
+    #expect(memory.store.windowFloor.load(ordering: .relaxed) == 16)
     await prefetcher.stop()
     try await run.value
     #expect(memory.store.windowFloor.load(ordering: .relaxed) == 0)
@@ -140,6 +142,40 @@ struct AsyncPrefetcherTests {
     await prefetcher.stop()
     try await run.value
     #expect(found == keys.count - 1)
+    #expect(origin.callCount == keys.count)
+  }
+
+  @Test(
+    "a gallery over a layer bounded by cost finds every item in memory, whatever the window's offset",
+    arguments: [1, 3])
+  func galleryBoundedByCost(offset: Int) async throws {
+    // 100 items of cost 10 fill the layer; its count limit (the default 10,000) bounds nothing.
+    // One segment: the automatic count follows the count limit, and would make segments of a
+    // few items each here.
+    let keys = (0..<300).map { "k\($0)" }
+    let origin = TrackingFetcher()
+    origin.gate.open()
+    let memory = try MemoryLayer<String, String>(
+      configuration: .init(costLimit: 1_000, cost: { _ in 10 }, segmentCount: 1))
+    let cache = try LoadingCache(layers: [memory], origin: origin)
+    let prefetcher = try Prefetcher(
+      cache: cache, keys: keys, configuration: Self.configuration(range: 5, offset: offset))
+    var updates = UpdateReader(prefetcher.events())
+    let run = Task { try await prefetcher.run() }
+    var found = 0
+    for (index, key) in keys.enumerated() {
+      let loaded = await updates.read {
+        $0.progress.currentIndex == max(index - 1, 0) && $0.progress.completed == $0.progress.total
+      }
+      #expect(loaded != nil)
+      if cache.cachedValue(for: key) != nil { found += 1 }
+      _ = try await cache.value(for: key)
+      await prefetcher.setCurrentIndex(index)
+    }
+    await prefetcher.stop()
+    try await run.value
+    // The items within the offset of the start are not prefetched (the window starts after).
+    #expect(found == keys.count - offset)
     #expect(origin.callCount == keys.count)
   }
 

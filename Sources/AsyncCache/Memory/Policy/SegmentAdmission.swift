@@ -32,6 +32,9 @@ struct SegmentAdmission {
   /// The layer's window share (``WindowTarget/share``) that the maximums below follow; the
   /// segment takes a new one when it inserts a key.
   @usableFromInline var appliedShare = WindowTarget.minimumShare
+  /// The entries the window keeps room for at least, the segment's part of the prefetchers'
+  /// reservations (``MemoryStore/reserveWindow(entries:)``); 0 for none.
+  @usableFromInline var appliedFloor = 0
   @usableFromInline var random: SplitMix64
   /// The segment's share of the count limit, for the window's sizes and the storage's growth.
   @usableFromInline let countShare: Int
