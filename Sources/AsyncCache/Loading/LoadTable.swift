@@ -41,6 +41,15 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// Runs `body` on the state machine under the lock, then does what it left to do.
   @inlinable
   func withLock<Result>(_ body: (inout Machine) -> Result) -> Result {
+    withLock(body, first: { _ in })
+  }
+
+  /// Runs `body` on the state machine under the lock, then `first` with its result, then what
+  /// the change left to do: a request that joined a load escalates the load's task there, so
+  /// that a test watching the table (``waitUntil(orCancellation:_:)``) sees the join only once
+  /// the load runs at the request's priority.
+  @inlinable
+  func withLock<Result>(_ body: (inout Machine) -> Result, first: (Result) -> Void) -> Result {
     let (result, deferred) = state.withLock { state -> (Result, Deferred?) in
       let result = body(&state.machine)
       // Most changes (a request joining a load) leave nothing to do.
@@ -52,6 +61,7 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       let runner = effects.startedLoads.isEmpty ? nil : state.runner
       return (result, Deferred(effects: effects, runner: runner, observers: observers, ready: ready))
     }
+    first(result)
     if let deferred { perform(deferred) }
     return result
   }

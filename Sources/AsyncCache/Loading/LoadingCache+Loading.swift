@@ -168,13 +168,13 @@ extension LoadingCache {
           case .failed(let error): return (error, nil, priority)
           case .waiting(let task): return (nil, task, priority)
           }
+        } first: { escalation in
+          // Outside the lock (an escalation runs the task's handlers, which may lock the table),
+          // before the table's watchers hear of the join.
+          if let task = escalation.task { escalate(task, to: escalation.priority) }
         }
         joined?()
-        if let failure = escalation.failure {
-          continuation.resume(throwing: failure)
-        } else if let task = escalation.task {
-          escalate(task, to: escalation.priority)
-        }
+        if let failure = escalation.failure { continuation.resume(throwing: failure) }
       }
     } onCancel: {
       let (continuation, abandoned) = loadTable.withLock { leave(waiter, key: key, in: &$0) }
