@@ -113,50 +113,16 @@ struct AsyncPrefetcherTests {
     try await belowRun.value
   }
 
-  @Test(
-    "a gallery walked item by item finds every item after the first in memory, whatever the layer's policy",
-    arguments: [EvictionPolicy.adaptive, .windowTinyLFU, .leastRecentlyUsed])
-  func gallery(policy: EvictionPolicy) async throws {
-    // Three times the layer's size: the items loaded ahead must win their place at admission
-    // against the items already read (read twice each), which a 1% window alone does not give.
+  /// Walks a gallery of 300 items (three times the layer's size) over `memory` with a
+  /// prefetcher of 5 items after `offset`, as a UI does: at each item, once the window ahead of
+  /// the one before has loaded, it peeks into memory, requests the item and moves the
+  /// prefetcher. Returns the items the peek found, and the origin's calls.
+  static func walkGallery(over memory: MemoryLayer<String, String>, offset: Int = 1) async throws -> (
+    found: Int, originCalls: Int
+  ) {
     let keys = (0..<300).map { "k\($0)" }
     let origin = TrackingFetcher()
     origin.gate.open()
-    var layerConfiguration = MemoryLayer<String, String>.Configuration(countLimit: 100)
-    layerConfiguration.evictionPolicy = policy
-    let cache = try LoadingCache(layers: [try MemoryLayer(configuration: layerConfiguration)], origin: origin)
-    let prefetcher = try Prefetcher(cache: cache, keys: keys, configuration: Self.configuration(range: 5))
-    var updates = UpdateReader(prefetcher.events())
-    let run = Task { try await prefetcher.run() }
-    var found = 0
-    for (index, key) in keys.enumerated() {
-      // The user looks at each item until the window ahead of the one before has loaded.
-      let loaded = await updates.read {
-        $0.progress.currentIndex == max(index - 1, 0) && $0.progress.completed == $0.progress.total
-      }
-      #expect(loaded != nil)
-      if cache.cachedValue(for: key) != nil { found += 1 }
-      _ = try await cache.value(for: key)
-      await prefetcher.setCurrentIndex(index)
-    }
-    await prefetcher.stop()
-    try await run.value
-    #expect(found == keys.count - 1)
-    #expect(origin.callCount == keys.count)
-  }
-
-  @Test(
-    "a gallery over a layer bounded by cost finds every item in memory, whatever the window's offset",
-    arguments: [1, 3])
-  func galleryBoundedByCost(offset: Int) async throws {
-    // 100 items of cost 10 fill the layer; its count limit (the default 10,000) bounds nothing.
-    // One segment: the automatic count follows the count limit, and would make segments of a
-    // few items each here.
-    let keys = (0..<300).map { "k\($0)" }
-    let origin = TrackingFetcher()
-    origin.gate.open()
-    let memory = try MemoryLayer<String, String>(
-      configuration: .init(costLimit: 1_000, cost: { _ in 10 }, segmentCount: 1))
     let cache = try LoadingCache(layers: [memory], origin: origin)
     let prefetcher = try Prefetcher(
       cache: cache, keys: keys, configuration: Self.configuration(range: 5, offset: offset))
@@ -174,9 +140,35 @@ struct AsyncPrefetcherTests {
     }
     await prefetcher.stop()
     try await run.value
+    return (found, origin.callCount)
+  }
+
+  @Test(
+    "a gallery walked item by item finds every item after the first in memory, whatever the layer's policy",
+    arguments: [EvictionPolicy.adaptive, .windowTinyLFU, .leastRecentlyUsed])
+  func gallery(policy: EvictionPolicy) async throws {
+    // The items loaded ahead must win their place at admission against the items already read
+    // (read twice each), which a 1% window alone does not give.
+    var configuration = MemoryLayer<String, String>.Configuration(countLimit: 100)
+    configuration.evictionPolicy = policy
+    let walk = try await Self.walkGallery(over: try MemoryLayer(configuration: configuration))
+    #expect(walk.found == 299)
+    #expect(walk.originCalls == 300)
+  }
+
+  @Test(
+    "a gallery over a layer bounded by cost finds every item in memory, whatever the window's offset",
+    arguments: [1, 3])
+  func galleryBoundedByCost(offset: Int) async throws {
+    // 100 items of cost 10 fill the layer; its count limit (the default 10,000) bounds nothing.
+    // One segment: the automatic count follows the count limit, and would make segments of a
+    // few items each here.
+    let memory = try MemoryLayer<String, String>(
+      configuration: .init(costLimit: 1_000, cost: { _ in 10 }, segmentCount: 1))
+    let walk = try await Self.walkGallery(over: memory, offset: offset)
     // The items within the offset of the start are not prefetched (the window starts after).
-    #expect(found == keys.count - offset)
-    #expect(origin.callCount == keys.count)
+    #expect(walk.found == 300 - offset)
+    #expect(walk.originCalls == 300)
   }
 
   @Test("a failed load reports its error, counts as done, and is not retried in the same window")
