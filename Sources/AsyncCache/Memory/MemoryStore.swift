@@ -51,9 +51,9 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline let quietMainHits = Atomic<Int>(0)
   /// Whether the policy has an admission window (W-TinyLFU, fixed or adaptive).
   let hasAdmissionWindow: Bool
-  /// The entries the admission window keeps at least for the running prefetchers (see
-  /// ``reserveWindow(entries:)``), by reservation, and their sum: the published share is at
-  /// least that sum over the layer's size, whatever the votes say.
+  /// The entries the admission window keeps room for, for the running prefetchers (see
+  /// ``reserveWindow(entries:)``), by reservation, and their sum (``windowFloor``), which each
+  /// segment takes its part of at its inserts, whatever the votes say.
   let windowReservations = Locked<(next: UInt64, entries: [UInt64: Int])>((0, [:]))
   @usableFromInline let windowFloor = Atomic<Int>(0)
 
@@ -256,7 +256,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   func adaptWindow(of segment: inout MemorySegment<Key, Value>, toInsertOf hash: Int) {
     guard let windowTarget else { return }
     let vote = segment.windowVote(tag: MemorySegment<Key, Value>.tag(of: hash))
-    let entries = adaptiveEntries
+    // The layer's size in entries: its count limit, or (bounded by cost alone) what it holds.
+    let entries = countLimit != .max ? countLimit : Swift.max(entryCount.load(ordering: .relaxed), 256)
     if vote != 0 {
       // A vote starts a new quiet span. (Other segments hand in the hits they counted before it
       // at their next insert: a little of the past leaks into the span, which only weighs it.)
@@ -362,13 +363,6 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       let (total, overflow) = sum.addingReportingOverflow(next)
       return overflow ? .max : total
     }
-  }
-
-  /// The layer's size in entries, which the window's share is of: its count limit, or (bounded
-  /// by cost alone) what it holds.
-  @inlinable
-  var adaptiveEntries: Int {
-    countLimit != .max ? countLimit : Swift.max(entryCount.load(ordering: .relaxed), 256)
   }
 
   /// Stores `entry` for `key`, letting the policy evict while over a limit (never this entry).
