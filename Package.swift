@@ -52,10 +52,12 @@ let package = Package(
     // Fixtures shared by the tests: temporary directories, tmpfs mounts, probes, child processes.
     .target(
       name: "PersistenceTestSupport",
-      dependencies: ["AsyncCache"],
+      dependencies: ["AsyncCache", "CChildProcess"],
       path: "Tests/PersistenceTestSupport",
       swiftSettings: strict
     ),
+    // What Swift's Glibc module does not declare for starting a child process (a GNU extension).
+    .target(name: "CChildProcess", path: "Tests/CChildProcess"),
     // Helpers every test target shares: an event log, an error to throw on purpose.
     .target(
       name: "TestSupport",

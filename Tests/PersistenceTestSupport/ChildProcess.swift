@@ -1,18 +1,29 @@
 public import Foundation
 
 #if canImport(Glibc)
+  import CChildProcess
   import Glibc
+  import Synchronization
 #elseif canImport(Darwin)
   import Darwin
 #endif
 
 /// A child process that a test starts, signals and waits for: the one place in the tests that
-/// knows where `Foundation.Process` exists.
+/// knows how processes are started.
 ///
 /// Processes can be started on macOS and Linux. iOS, tvOS, watchOS and visionOS have no
 /// `Process` (apps there cannot start programs): the tests compile for them, and the ones that
 /// need a child process are disabled there through ``unavailableReason``. There the initializer
 /// throws, so no instance exists and the other members never run.
+///
+/// On Linux the child is started with `posix_spawn` and waited for with `waitpid` on its own
+/// pid, not with `Foundation.Process`. There, `Process` learns that a child exited when a socket
+/// that only the child holds reaches its end; but a child started by another test at the same
+/// moment can inherit that socket (its descriptors are listed for closing before the socket
+/// exists), and then the first child's exit is never seen: `waitUntilExit()` spins for ever, and
+/// CI hung in a test that had killed its probe. Here the child closes every descriptor but its
+/// standard streams as it starts, so it holds nothing of another test's, and nothing but this
+/// object reaps it, so a signal never reaches a pid that was reused.
 public final class ChildProcess: Sendable {
   /// What one of the child's standard streams is connected to.
   public enum Stream {
@@ -33,7 +44,12 @@ public final class ChildProcess: Sendable {
     #endif
   }
 
-  #if os(macOS) || os(Linux)
+  #if os(Linux)
+    private let pid: pid_t
+    /// How the child ended, once it was reaped; the lock also orders signals before the reaping,
+    /// so a signal never reaches the pid once it is free for reuse.
+    private let reaped = Mutex<Int32?>(nil)
+  #elseif os(macOS)
     private let process: Process
   #endif
 
@@ -45,7 +61,10 @@ public final class ChildProcess: Sendable {
     _ executable: URL, arguments: [String], standardInput: Stream = .inherited,
     standardOutput: Stream = .inherited, standardError: Stream = .inherited
   ) throws {
-    #if os(macOS) || os(Linux)
+    #if os(Linux)
+      pid = try Self.spawn(
+        executable.path, arguments: arguments, streams: [standardInput, standardOutput, standardError])
+    #elseif os(macOS)
       process = Process()
       process.executableURL = executable
       process.arguments = arguments
@@ -60,7 +79,9 @@ public final class ChildProcess: Sendable {
 
   /// The child's process identifier.
   public var processIdentifier: Int32 {
-    #if os(macOS) || os(Linux)
+    #if os(Linux)
+      pid
+    #elseif os(macOS)
       process.processIdentifier
     #else
       Self.unreachable()
@@ -69,7 +90,11 @@ public final class ChildProcess: Sendable {
 
   /// Sends `signal` (`SIGKILL`, `SIGTERM`…) to the child, by its process identifier.
   public func send(_ signal: Int32) {
-    #if os(macOS) || os(Linux)
+    #if os(Linux)
+      reaped.withLock { status in
+        if status == nil { _ = kill(pid, signal) }
+      }
+    #elseif os(macOS)
       _ = kill(process.processIdentifier, signal)
     #else
       Self.unreachable()
@@ -80,7 +105,22 @@ public final class ChildProcess: Sendable {
   /// ended it. Blocks the calling thread.
   @discardableResult
   public func waitUntilExit() -> Int32 {
-    #if os(macOS) || os(Linux)
+    #if os(Linux)
+      // Waits without reaping and without the lock, so that `send` never waits behind it…
+      var information = siginfo_t()
+      while waitid(P_PID, id_t(pid), &information, WEXITED | WNOWAIT) == -1 && errno == EINTR {}
+      // …then reaps under the lock (at once: the child has exited), or finds it reaped already.
+      return reaped.withLock { status in
+        if let status { return status }
+        var raw: Int32 = 0
+        while waitpid(pid, &raw, 0) == -1 {
+          precondition(errno == EINTR, "waitpid(\(pid)) failed: \(String(cString: strerror(errno)))")
+        }
+        let ended = Self.exitStatus(raw)
+        status = ended
+        return ended
+      }
+    #elseif os(macOS)
       process.waitUntilExit()
       return process.terminationStatus
     #else
@@ -88,7 +128,96 @@ public final class ChildProcess: Sendable {
     #endif
   }
 
-  #if os(macOS) || os(Linux)
+  #if os(Linux)
+    deinit {
+      // A child that exited unwaited for is reaped here, so it does not stay a zombie.
+      reaped.withLock { status in
+        var raw: Int32 = 0
+        if status == nil && waitpid(pid, &raw, WNOHANG) == pid { status = Self.exitStatus(raw) }
+      }
+    }
+
+    /// Starts `path`: its standard streams connected as `streams` says, every other descriptor
+    /// closed, signals at their defaults and unblocked. Returns its pid.
+    private static func spawn(_ path: String, arguments: [String], streams: [Stream]) throws -> pid_t {
+      var actions = posix_spawn_file_actions_t()
+      try check(posix_spawn_file_actions_init(&actions), "posix_spawn_file_actions_init")
+      defer { posix_spawn_file_actions_destroy(&actions) }
+      var parentEnds: [FileHandle] = []
+      for (descriptor, stream) in zip(Int32(0)..., streams) {
+        switch stream {
+        case .inherited:
+          break
+        case .null:
+          try check(
+            posix_spawn_file_actions_addopen(
+              &actions, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0),
+            "posix_spawn_file_actions_addopen")
+        case .pipe(let pipe):
+          let end = descriptor == 0 ? pipe.fileHandleForReading : pipe.fileHandleForWriting
+          try check(
+            posix_spawn_file_actions_adddup2(&actions, end.fileDescriptor, descriptor),
+            "posix_spawn_file_actions_adddup2")
+          if !parentEnds.contains(where: { $0 === end }) { parentEnds.append(end) }
+        }
+      }
+      try closeEverythingElse(&actions)
+
+      var attributes = posix_spawnattr_t()
+      try check(posix_spawnattr_init(&attributes), "posix_spawnattr_init")
+      defer { posix_spawnattr_destroy(&attributes) }
+      var none = sigset_t()
+      var all = sigset_t()
+      sigemptyset(&none)
+      sigfillset(&all)
+      try check(posix_spawnattr_setsigmask(&attributes, &none), "posix_spawnattr_setsigmask")
+      try check(posix_spawnattr_setsigdefault(&attributes, &all), "posix_spawnattr_setsigdefault")
+      try check(
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)),
+        "posix_spawnattr_setflags")
+
+      let argv = ([path] + arguments).map { strdup($0) } + [nil]
+      defer {
+        for argument in argv { free(argument) }
+      }
+      var pid = pid_t()
+      let result = posix_spawn(&pid, path, &actions, &attributes, argv, environ)
+      guard result == 0 else {
+        throw CocoaError(
+          .fileReadNoSuchFile,
+          userInfo: [NSLocalizedDescriptionKey: "cannot start \(path): \(String(cString: strerror(result)))"])
+      }
+      // The child has its own copies now; the test keeps only its ends of the pipes.
+      for end in parentEnds { try? end.close() }
+      return pid
+    }
+
+    /// Closes every descriptor from 3 up in the child, after the standard streams are in place.
+    private static func closeEverythingElse(_ actions: inout posix_spawn_file_actions_t) throws {
+      let result = child_process_add_close_from(&actions, 3)
+      guard result == ENOSYS else { return try check(result, "posix_spawn_file_actions_addclosefrom_np") }
+      // glibc before 2.34: the descriptors open now, one by one (closing one that another thread
+      // closes meanwhile is no error in the child).
+      let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+      for descriptor in open.compactMap({ Int32($0) }) where descriptor > 2 {
+        try check(posix_spawn_file_actions_addclose(&actions, descriptor), "posix_spawn_file_actions_addclose")
+      }
+    }
+
+    /// Throws an error naming `call` unless `result` is 0.
+    private static func check(_ result: Int32, _ call: String) throws {
+      guard result != 0 else { return }
+      throw CocoaError(
+        .featureUnsupported,
+        userInfo: [NSLocalizedDescriptionKey: "\(call) failed: \(String(cString: strerror(result)))"])
+    }
+
+    /// The exit status of a child that exited, or the number of the signal that ended it.
+    private static func exitStatus(_ raw: Int32) -> Int32 {
+      let signal = raw & 0x7f
+      return signal == 0 ? (raw >> 8) & 0xff : signal
+    }
+  #elseif os(macOS)
     /// What `Process` takes for a standard stream; `nil` to leave it inherited.
     private static func connection(_ stream: Stream) -> Any? {
       switch stream {
