@@ -1,11 +1,16 @@
 public import Foundation
 
 #if canImport(Glibc)
-  import CChildProcess
   import Glibc
-  import Synchronization
+#elseif canImport(Musl)
+  import Musl
 #elseif canImport(Darwin)
   import Darwin
+#endif
+
+#if os(Linux)
+  import CChildProcess
+  import Synchronization
 #endif
 
 /// A child process that a test starts, signals and waits for: the one place in the tests that
@@ -23,7 +28,9 @@ public import Foundation
 /// exists), and then the first child's exit is never seen: `waitUntilExit()` spins for ever, and
 /// CI hung in a test that had killed its probe. Here the child closes every descriptor but its
 /// standard streams as it starts, so it holds nothing of another test's, and nothing but this
-/// object reaps it, so a signal never reaches a pid that was reused.
+/// object reaps it, so a signal never reaches a pid that was reused. The child stays in the test
+/// process's group: a Ctrl-C or a `timeout` that ends the tests ends it too. Dropping the
+/// object kills the child (`SIGKILL`) and reaps it, so none outlives its test or stays a zombie.
 public final class ChildProcess: Sendable {
   /// What one of the child's standard streams is connected to.
   public enum Stream {
@@ -49,6 +56,9 @@ public final class ChildProcess: Sendable {
     /// How the child ended, once it was reaped; the lock also orders signals before the reaping,
     /// so a signal never reaches the pid once it is free for reuse.
     private let reaped = Mutex<Int32?>(nil)
+    /// Held by a thread that waits for the exit, so that only one waits on the pid at a time and
+    /// none waits on it once it is reaped (it may then belong to another process).
+    private let waiting = Mutex<Void>(())
   #elseif os(macOS)
     private let process: Process
   #endif
@@ -106,19 +116,14 @@ public final class ChildProcess: Sendable {
   @discardableResult
   public func waitUntilExit() -> Int32 {
     #if os(Linux)
-      // Waits without reaping and without the lock, so that `send` never waits behind it…
-      var information = siginfo_t()
-      while waitid(P_PID, id_t(pid), &information, WEXITED | WNOWAIT) == -1 && errno == EINTR {}
-      // …then reaps under the lock (at once: the child has exited), or finds it reaped already.
-      return reaped.withLock { status in
-        if let status { return status }
-        var raw: Int32 = 0
-        while waitpid(pid, &raw, 0) == -1 {
-          precondition(errno == EINTR, "waitpid(\(pid)) failed: \(String(cString: strerror(errno)))")
-        }
-        let ended = Self.exitStatus(raw)
-        status = ended
-        return ended
+      waiting.withLock { _ in
+        if let status = reaped.withLock({ $0 }) { return status }
+        // Not reaped, and no other thread can reap it meanwhile (they wait for `waiting`): waits
+        // for the exit without reaping and without `reaped`, so that `send` never waits behind
+        // it, then reaps under `reaped` (at once: the child has exited).
+        var information = siginfo_t()
+        while waitid(P_PID, id_t(pid), &information, WEXITED | WNOWAIT) == -1 && errno == EINTR {}
+        return reap()
       }
     #elseif os(macOS)
       process.waitUntilExit()
@@ -130,10 +135,24 @@ public final class ChildProcess: Sendable {
 
   #if os(Linux)
     deinit {
-      // A child that exited unwaited for is reaped here, so it does not stay a zombie.
+      // Nothing can signal or wait for the child any more: it ends here, and is reaped.
+      send(SIGKILL)
+      reap()
+    }
+
+    /// Reaps the child, waiting for it to exit if it has not, unless it was reaped already;
+    /// returns how it ended.
+    @discardableResult
+    private func reap() -> Int32 {
       reaped.withLock { status in
+        if let status { return status }
         var raw: Int32 = 0
-        if status == nil && waitpid(pid, &raw, WNOHANG) == pid { status = Self.exitStatus(raw) }
+        while waitpid(pid, &raw, 0) == -1 {
+          precondition(errno == EINTR, "waitpid(\(pid)) failed: \(String(cString: strerror(errno)))")
+        }
+        let ended = Self.exitStatus(raw)
+        status = ended
+        return ended
       }
     }
 
@@ -182,11 +201,7 @@ public final class ChildProcess: Sendable {
       }
       var pid = pid_t()
       let result = posix_spawn(&pid, path, &actions, &attributes, argv, environ)
-      guard result == 0 else {
-        throw CocoaError(
-          .fileReadNoSuchFile,
-          userInfo: [NSLocalizedDescriptionKey: "cannot start \(path): \(String(cString: strerror(result)))"])
-      }
+      guard result == 0 else { throw Self.error(result, "cannot start \(path)") }
       // The child has its own copies now; the test keeps only its ends of the pipes.
       for end in parentEnds { try? end.close() }
       return pid
@@ -196,9 +211,16 @@ public final class ChildProcess: Sendable {
     private static func closeEverythingElse(_ actions: inout posix_spawn_file_actions_t) throws {
       let result = child_process_add_close_from(&actions, 3)
       guard result == ENOSYS else { return try check(result, "posix_spawn_file_actions_addclosefrom_np") }
-      // glibc before 2.34: the descriptors open now, one by one (closing one that another thread
-      // closes meanwhile is no error in the child).
-      let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+      // glibc before 2.34 (and musl): the descriptors open now, one by one (closing one that
+      // another thread closes meanwhile is no error in the child). One that another thread opens
+      // between this listing and the spawn is inherited: the race of `Foundation.Process`, left
+      // only where the C library cannot close them all.
+      let open: [String]
+      do {
+        open = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")
+      } catch {
+        throw Self.error(ENOSYS, "cannot list the descriptors to close in a child (/proc/self/fd): \(error)")
+      }
       for descriptor in open.compactMap({ Int32($0) }) where descriptor > 2 {
         try check(posix_spawn_file_actions_addclose(&actions, descriptor), "posix_spawn_file_actions_addclose")
       }
@@ -207,9 +229,14 @@ public final class ChildProcess: Sendable {
     /// Throws an error naming `call` unless `result` is 0.
     private static func check(_ result: Int32, _ call: String) throws {
       guard result != 0 else { return }
-      throw CocoaError(
-        .featureUnsupported,
-        userInfo: [NSLocalizedDescriptionKey: "\(call) failed: \(String(cString: strerror(result)))"])
+      throw error(result, "\(call) failed")
+    }
+
+    /// The error number `code` of `what`, with its description.
+    private static func error(_ code: Int32, _ what: String) -> POSIXError {
+      POSIXError(
+        POSIXErrorCode(rawValue: code) ?? .EIO,
+        userInfo: [NSLocalizedDescriptionKey: "\(what): \(String(cString: strerror(code)))"])
     }
 
     /// The exit status of a child that exited, or the number of the signal that ended it.

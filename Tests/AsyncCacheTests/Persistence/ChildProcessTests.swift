@@ -1,3 +1,5 @@
+import AsyncCache
+import Dispatch
 import Foundation
 import PersistenceTestSupport
 import Testing
@@ -56,31 +58,51 @@ struct ChildProcessTests {
     try? input.fileHandleForWriting.close()
   }
 
-  @Test("a child's exit is seen while children started at the same moment live on", .timeLimit(.minutes(1)))
-  func exitSeenBesideLongLivedChildren() async throws {
-    // Long-lived children (each `cat` lives until its input closes) and short ones (`true`),
-    // started from many tasks at once: the race that hid exits from `Foundation.Process`.
-    let inputs = (0..<12).map { _ in Pipe() }
-    let (cats, statuses) = try await withThrowingTaskGroup(of: (ChildProcess?, Int32?).self) { group in
-      for index in 0..<24 {
-        group.addTask {
-          guard index.isMultiple(of: 2) else {
-            return (nil, try ChildProcess(URL(fileURLWithPath: "/bin/true"), arguments: []).waitUntilExit())
-          }
-          let cat = try ChildProcess(
-            URL(fileURLWithPath: "/bin/cat"), arguments: [], standardInput: .pipe(inputs[index / 2]),
-            standardOutput: .null)
-          return (cat, nil)
-        }
-      }
-      return try await group.reduce(into: ([ChildProcess](), [Int32]())) { result, started in
-        if let cat = started.0 { result.0.append(cat) }
-        if let status = started.1 { result.1.append(status) }
+  @Test("a child whose object is dropped is killed and reaped, so none outlives its test")
+  func droppedChildIsKilled() throws {
+    let input = Pipe()
+    defer { try? input.fileHandleForWriting.close() }
+    var cat: ChildProcess? = try ChildProcess(
+      URL(fileURLWithPath: "/bin/cat"), arguments: [], standardInput: .pipe(input), standardOutput: .null)
+    let pid = cat?.processIdentifier ?? 0
+    #expect(kill(pid, 0) == 0)
+    cat = nil
+    // Reaped, not a zombie: the pid names no process any more.
+    #expect(kill(pid, 0) == -1 && errno == ESRCH)
+  }
+
+  @Test(
+    "children started at the same moment hold only their own standard streams, and each ends when its input closes",
+    .enabled(if: FileManager.default.fileExists(atPath: "/proc/self/fd")))
+  func concurrentChildrenHoldNothingOfEachOther() throws {
+    // Started from several threads at once (not tasks: starting one blocks its thread), each
+    // while the others' pipes are open in this process: a child that inherited another's pipe
+    // would keep it open, and `Foundation.Process` missed exits that way.
+    let inputs = (0..<16).map { _ in Pipe() }
+    let cats = Locked<[Int: ChildProcess]>([:])
+    let failures = Locked<[String]>([])
+    DispatchQueue.concurrentPerform(iterations: inputs.count) { index in
+      do {
+        let cat = try ChildProcess(
+          URL(fileURLWithPath: "/bin/cat"), arguments: [], standardInput: .pipe(inputs[index]), standardOutput: .null)
+        cats.withLock { $0[index] = cat }
+      } catch {
+        failures.withLock { $0.append("cat \(index): \(error)") }
       }
     }
-    #expect(statuses == Array(repeating: 0, count: 12))
+    #expect(failures.withLock { $0 }.isEmpty)
+    let started = cats.withLock { $0 }
+    // `posix_spawn` returns once the child runs the program, its descriptors closed.
+    var heldOnlyTheirOwn = true
+    for (index, cat) in started.sorted(by: { $0.key < $1.key }) {
+      let held = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(cat.processIdentifier)/fd")
+      heldOnlyTheirOwn = heldOnlyTheirOwn && Set(held) == ["0", "1", "2"]
+      #expect(Set(held) == ["0", "1", "2"], "cat \(index) held \(held.sorted())")
+    }
+    // Otherwise a `cat` would wait for an input another holds open: dropped, they are killed.
+    guard heldOnlyTheirOwn else { return }
     // Each `cat` ends when its own input closes: no other child holds that pipe open.
     for input in inputs { try input.fileHandleForWriting.close() }
-    #expect(cats.map { $0.waitUntilExit() } == Array(repeating: 0, count: 12))
+    #expect(started.values.map { $0.waitUntilExit() } == Array(repeating: 0, count: started.count))
   }
 }
