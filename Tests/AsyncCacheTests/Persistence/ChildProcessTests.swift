@@ -10,8 +10,8 @@ import Testing
   import Darwin
 #endif
 
-/// The child processes the tests start (probes, redis-server, redis-cli): what they inherit, how
-/// their end is reported, and that an exit is seen however many start at once.
+/// The child processes the tests start (probes, redis-server, redis-cli): what they inherit, also
+/// when many start at once, how their end is reported, and what dropping one does.
 @Suite("Child processes", .enabled(if: ChildProcess.unavailableReason == nil))
 struct ChildProcessTests {
   /// The lines a child printed on its standard output, and its exit status.
