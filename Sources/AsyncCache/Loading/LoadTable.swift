@@ -114,11 +114,13 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// them. A load that left the table before its task was attached (its requests left, which
   /// overtook its read; or it ended) gets its task cancelled, as does a batch's task whose loads
   /// all left; the task body may still be running, which ``LoadTableStateMachine/running``
-  /// tells. A task whose loads were joined at a higher priority meanwhile is escalated.
+  /// tells. A task whose loads were joined at a higher priority meanwhile is escalated. The
+  /// attachment is a change the test watchers see (a load's task is part of the table), after
+  /// the escalations.
   @usableFromInline
   func start(_ loads: [Machine.StartedLoad], runner: any LoadRunner<Key, Value>) {
     let launches = runner.launch(loads)
-    let (cancelled, escalations) = state.withLock { state in
+    let (cancelled, escalations, ready) = state.withLock { state in
       var cancelled: [Task<Void, Never>] = []
       var escalations: [(Task<Void, Never>, TaskPriority)] = []
       for launch in launches {
@@ -132,10 +134,12 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
           cancelled.append(launch.task)
         }
       }
-      return (cancelled, escalations)
+      let ready = state.watchers.isEmpty ? [] : state.watchers.takeSatisfied(by: state.machine)
+      return (cancelled, escalations, ready)
     }
     for task in cancelled { task.cancel() }
     for (task, priority) in escalations { escalate(task, to: priority) }
+    for watcher in ready { watcher.resume() }
   }
 
   /// Registers `observer`, called each time urgent loads start being in flight or stop being;
