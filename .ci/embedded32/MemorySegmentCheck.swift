@@ -32,7 +32,7 @@ func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int
     if operation >= 5 { segment.settleHits() }
     switch operation {
     case 0..<5:
-      if let (_, slot) = segment.find(key, hash: hash) {
+      if let slot = segment.find(key, hash: hash) {
         segment.recordHit(slot, hash: hash)
         hits += 1
       } else {
@@ -41,7 +41,7 @@ func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int
     case 5..<9:
       let cost = Int64(random.next() % UInt64(largestCost + 1))
       let written: Int
-      if let (_, slot) = segment.find(key, hash: hash) {
+      if let slot = segment.find(key, hash: hash) {
         let oldCost = segment.nodes[slot].cost
         segment.nodes[slot].cost = cost
         segment.totalCost &+= cost &- oldCost
@@ -49,10 +49,9 @@ func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int
         segment.recordRewrite(slot, hash: hash, oldCost: oldCost)
         written = slot
       } else {
-        segment.append(MemoryNode(key: key, value: step, expiry: .max, cost: cost), hash: hash)
+        written = segment.append(MemoryNode(key: key, value: step, expiry: .max, cost: cost), hash: hash)
         totals.count += 1
         totals.cost += cost
-        written = segment.count &- 1
         // The adaptive policy's vote, counted into the layer's share as MemoryStore does.
         if target.count(vote: segment.windowVote(tag: MemorySegment<Int, Int>.tag(of: hash)), entries: countLimit) {
           segment.applyWindowShare(target.share)
@@ -68,8 +67,8 @@ func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int
         totals.cost -= node.cost
       }
     default:
-      if let (position, slot) = segment.find(key, hash: hash) {
-        let node = segment.remove(slot: slot, bucket: position)
+      if let slot = segment.find(key, hash: hash) {
+        let node = segment.remove(slot: slot)
         totals.count -= 1
         totals.cost -= node.cost
       }
@@ -92,7 +91,7 @@ func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int
   var window = 0
   var probation = 0
   var protected = 0
-  for slot in 0..<segment.count {
+  for slot in segment.liveSlots {
     switch segment.nodes[slot].region {
     case .window: window += 1
     case .probation: probation += 1

@@ -6,19 +6,20 @@ final class DetachedNodes<Key, Value>: @unchecked Sendable {
   // object is their only owner; it never reads or writes them except to release them in deinit,
   // and the nodes hold only Sendable keys and values (a MemoryStore's).
   private let nodes: UnsafeMutablePointer<MemoryNode<Key, Value>>
-  private let count: Int
-  private let buckets: UnsafeMutablePointer<UInt64>
+  private let controls: UnsafeMutablePointer<UInt8>
+  private let slotCount: Int
 
   @usableFromInline
-  init(nodes: UnsafeMutablePointer<MemoryNode<Key, Value>>, count: Int, buckets: UnsafeMutablePointer<UInt64>) {
+  init(nodes: UnsafeMutablePointer<MemoryNode<Key, Value>>, controls: UnsafeMutablePointer<UInt8>, slotCount: Int) {
     self.nodes = nodes
-    self.count = count
-    self.buckets = buckets
+    self.controls = controls
+    self.slotCount = slotCount
   }
 
   deinit {
-    nodes.deinitialize(count: count)
+    // Live slots have the high bit of their control byte set.
+    for slot in 0..<slotCount where controls[slot] >= 0x80 { (nodes + slot).deinitialize(count: 1) }
     nodes.deallocate()
-    buckets.deallocate()
+    controls.deallocate()
   }
 }

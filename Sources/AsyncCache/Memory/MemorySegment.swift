@@ -5,14 +5,15 @@ public import CAsyncCacheShims
 /// layer, under ``EvictionPolicy/leastRecentlyUsed``, ``EvictionPolicy/windowTinyLFU`` or
 /// ``EvictionPolicy/adaptive``.
 ///
-/// Layout, chosen for a small footprint and few cache misses per hit:
-/// - nodes live densely in one slab (`0..<count`); removal moves the last node into the hole
-///   (swap-remove), so there is no free list and enumeration is a linear scan;
-/// - the index is an open-addressing table of 64-bit buckets with linear probing and
-///   backward-shift deletion (no tombstones). A bucket holds the low 32 bits of the key's hash
-///   (the *tag*, which also gives its home position) and `slot + 1` (0 marks an empty bucket),
-///   so a probe that meets another key rarely touches its node, and the table grows without
-///   rehashing keys;
+/// Layout, chosen for a small footprint and one cache miss per hit:
+/// - nodes live in the hash table itself, at most 4/5 full: a node's slot is on the probe path
+///   of its key's hash, so a hit reads a control byte (in a small array that stays in cache)
+///   and then its node, instead of an index entry and then a node elsewhere;
+/// - the table is a Swiss table of groups of 16 slots: one control byte per slot (empty,
+///   deleted, or 7 bits of the hash of the live node's key), probed a group at a time, group
+///   after group from the key's home group. A removal leaves its slot empty when its group
+///   has an empty slot (no probe went past the group), else deleted; nodes never move but when
+///   the table is rebuilt (it grows, or its deleted slots fill it), which relinks the lists;
 /// - the lists link nodes through 32-bit slot numbers: one recency list under LRU; W-TinyLFU's
 ///   window, probation and protected lists otherwise (the tests hold a plain reference model,
 ///   `WTinyLFUPolicy`, that this implementation must match step for step);
@@ -30,8 +31,8 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline static var none: UInt32 { .max }
 
   // Field order is layout order: a hit writes `hits` (and `requestHits`) and reads `nodes` and
-  // `buckets`, which share the cache line of the lock (and its index hint); then come
-  // `bucketCount`, `pendingHitCount` and the queue of hits it writes one slot of (on the next
+  // `controls`, which share the cache line of the lock (and its index hint); then come
+  // `slotCount`, `pendingHitCount` and the queue of hits it writes one slot of (on the next
   // two lines), then the policy's state, whose first fields a W-TinyLFU hit writes (on the
   // line after). (`windowMRU` and `windowLRU` come first for no reason of speed: a hit no longer
   // writes them.)
@@ -42,11 +43,14 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline var hits: Int
   /// The hits of a loading cache's requests (a subset of `hits`).
   @usableFromInline var requestHits: Int
+  /// The nodes, each at a slot of the table: `slotCount` of them, initialized where
+  /// `controls` says a node lives.
   @usableFromInline var nodes: UnsafeMutablePointer<Node>
-  @usableFromInline var buckets: UnsafeMutablePointer<UInt64>
-  /// The index's length: any count (not only a power of two), so that a segment bounded to
-  /// `n` entries has about `4n / 3` buckets, not up to `8n / 3` (``bucketCount(forCapacity:)``).
-  @usableFromInline var bucketCount: Int
+  /// One control byte per slot: ``empty``, ``deleted``, or a live node's ``control(of:)``.
+  @usableFromInline var controls: UnsafeMutablePointer<UInt8>
+  /// The table's length: whole groups of ``groupLength``, any number of them, so that a segment
+  /// bounded to `n` entries has about `5n / 4` slots (``slotCount(forCapacity:)``).
+  @usableFromInline var slotCount: Int
   /// How many hits ``pendingHits`` holds.
   @usableFromInline var pendingHitCount: Int
   /// The slots of the hits whose moves up their lists are not made yet, oldest first (see
@@ -57,8 +61,11 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
       UInt32, UInt32
     )
   @usableFromInline var admission: SegmentAdmission
+  /// The nodes the table holds before it grows (``capacity(forSlots:)``).
   @usableFromInline var capacity: Int
   @usableFromInline var count: Int
+  /// The slots marked ``deleted``.
+  @usableFromInline var tombstones: Int
   @usableFromInline var totalCost: Int64
   @usableFromInline var misses: Int
   @usableFromInline var evictions: EvictionCounts
@@ -77,13 +84,14 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline static var pendingHitCapacity: Int { 16 }
 
   init(admission: SegmentAdmission = SegmentAdmission()) {
-    capacity = Self.initialCapacity
-    nodes = .allocate(capacity: capacity)
-    let bucketCount = Self.bucketCount(forCapacity: Self.initialCapacity)
-    buckets = .allocate(capacity: bucketCount)
-    buckets.initialize(repeating: 0, count: bucketCount)
-    self.bucketCount = bucketCount
+    let slotCount = Self.slotCount(forCapacity: Self.initialCapacity)
+    self.slotCount = slotCount
+    capacity = Self.capacity(forSlots: slotCount)
+    nodes = .allocate(capacity: slotCount)
+    controls = .allocate(capacity: slotCount)
+    controls.initialize(repeating: Self.empty, count: slotCount)
     count = 0
+    tombstones = 0
     windowMRU = Self.none
     windowLRU = Self.none
     probationMRU = Self.none
@@ -101,33 +109,41 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   }
 
   deinit {
-    nodes.deinitialize(count: count)
+    for slot in 0..<slotCount where controls[slot] >= 0x80 { (nodes + slot).deinitialize(count: 1) }
     nodes.deallocate()
-    buckets.deallocate()
+    controls.deallocate()
   }
 
   // MARK: Index
 
+  /// The slots of one group, whose control bytes a probe reads together (two 64-bit words).
+  @inlinable
+  static var groupLength: Int { 16 }
+
+  /// The control byte of a slot without a node that no probe ever passed (a probe stops at a
+  /// group that has one).
+  @inlinable
+  static var empty: UInt8 { 0 }
+
+  /// The control byte of a slot whose node left a group that was full then: probes go on past it.
+  @inlinable
+  static var deleted: UInt8 { 1 }
+
   @inlinable
   static func tag(of hash: Int) -> UInt32 { UInt32(truncatingIfNeeded: hash) }
 
+  /// The control byte of a node whose key's hash has the tag `tag`: the high bit set, and 7 bits
+  /// of the tag, so that a probe compares few keys that are not the one it looks for.
   @inlinable
-  static func bucket(tag: UInt32, slot: Int) -> UInt64 {
-    UInt64(tag) << 32 | UInt64(UInt32(truncatingIfNeeded: slot &+ 1))
+  @inline(__always)
+  static func control(of tag: UInt32) -> UInt8 {
+    0x80 | UInt8(truncatingIfNeeded: (tag ^ tag &>> 15) & 0x7F)
   }
 
-  @inlinable
-  static func slot(of bucket: UInt64) -> Int { Int(UInt32(truncatingIfNeeded: bucket)) &- 1 }
-
-  @inlinable
-  static func home(of bucket: UInt64, count: Int) -> Int {
-    position(of: UInt32(truncatingIfNeeded: bucket >> 32), count: count)
-  }
-
-  /// The home position of a tag in a table of `count` buckets (at most 2^32): the tag,
-  /// scrambled by a multiplication (so that tags that differ only in their high bits, as weak
-  /// hashes' do, still spread), then scaled onto `0..<count` by the high half of a product
-  /// (Lemire's fast range), which needs no power of two. 64-bit arithmetic on every platform.
+  /// The home group of a tag among `count` groups (at most 2^28): the tag, scrambled by a
+  /// multiplication (so that tags that differ only in their high bits, as weak hashes' do,
+  /// still spread), then scaled onto `0..<count` by the high half of a product (Lemire's fast
+  /// range), which needs no power of two. 64-bit arithmetic on every platform.
   @inlinable
   @inline(__always)
   static func position(of tag: UInt32, count: Int) -> Int {
@@ -135,7 +151,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     return Int(truncatingIfNeeded: (scrambled &* UInt64(truncatingIfNeeded: count)) >> 32)
   }
 
-  /// The position after `position` in a table of `count` buckets, wrapping to 0.
+  /// The position after `position` in a table of `count` positions, wrapping to 0.
   @inlinable
   @inline(__always)
   static func next(after position: Int, count: Int) -> Int {
@@ -143,122 +159,190 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     return next == count ? 0 : next
   }
 
-  /// The buckets for a slab of `capacity` nodes: at most 3/4 full when every slot is used.
+  /// The slots for `capacity` nodes: at most 4/5 of them live, in whole groups.
   @inlinable
-  static func bucketCount(forCapacity capacity: Int) -> Int {
-    capacity &+ capacity / 3 &+ 1
+  static func slotCount(forCapacity capacity: Int) -> Int {
+    let slots = capacity &+ capacity / 4 &+ 1
+    return (slots &+ (groupLength &- 1)) & ~(groupLength &- 1)
   }
 
-  /// The bucket position and slot of `key`, or `nil`.
+  /// The nodes a table of `slots` slots holds before it grows: 4/5 of them.
+  @inlinable
+  static func capacity(forSlots slots: Int) -> Int {
+    slots / 5 &* 4 &+ (slots % 5) &* 4 / 5
+  }
+
+  /// The slots in use (live or deleted) past which the table is rebuilt: 7/8 of them.
+  @inlinable
+  var usedSlotLimit: Int { slotCount &- slotCount / 8 }
+
+  /// The number of groups.
+  @inlinable
+  var groupCount: Int { slotCount / Self.groupLength }
+
+  /// Eight control bytes from `offset`, the first in the lowest byte.
   @inlinable
   @inline(__always)
-  func find(_ key: Key, hash: Int) -> (bucket: Int, slot: Int)? {
+  func controlWord(at offset: Int) -> UInt64 {
+    UInt64(littleEndian: UnsafeRawPointer(controls + offset).loadUnaligned(as: UInt64.self))
+  }
+
+  /// The high bit of each byte of `word` that is 0, and possibly of bytes above one that is
+  /// (the borrow of the subtraction); 0 exactly when no byte is 0.
+  @inlinable
+  @inline(__always)
+  static func zeroBytes(_ word: UInt64) -> UInt64 {
+    (word &- 0x0101_0101_0101_0101) & ~word & 0x8080_8080_8080_8080
+  }
+
+  /// Whether group `group` has an empty slot: then no probe went past it.
+  @inlinable
+  @inline(__always)
+  func groupHasEmpty(_ group: Int) -> Bool {
+    let offset = group &* Self.groupLength
+    return Self.zeroBytes(controlWord(at: offset)) | Self.zeroBytes(controlWord(at: offset &+ 8)) != 0
+  }
+
+  /// The slot of `key`, or `nil`.
+  @inlinable
+  @inline(__always)
+  func find(_ key: Key, hash: Int) -> Int? {
     let tag = Self.tag(of: hash)
-    var position = Self.position(of: tag, count: bucketCount)
+    let control = Self.control(of: tag)
+    let pattern = UInt64(control) &* 0x0101_0101_0101_0101
+    let groups = groupCount
+    var group = Self.position(of: tag, count: groups)
     while true {
-      let bucket = buckets[position]
-      if bucket == 0 { return nil }
-      if UInt32(truncatingIfNeeded: bucket >> 32) == tag {
-        let slot = Self.slot(of: bucket)
-        if nodes[slot].key == key { return (position, slot) }
+      let base = group &* Self.groupLength
+      var half = 0
+      while half < Self.groupLength {
+        let word = controlWord(at: base &+ half)
+        var candidates = Self.zeroBytes(word ^ pattern)
+        while candidates != 0 {
+          let slot = base &+ half &+ candidates.trailingZeroBitCount / 8
+          if controls[slot] == control && nodes[slot].key == key { return slot }
+          candidates &= candidates &- 1
+        }
+        half &+= 8
       }
-      position = Self.next(after: position, count: bucketCount)
+      if groupHasEmpty(group) { return nil }
+      group = Self.next(after: group, count: groups)
     }
   }
 
-  /// The bucket position that refers to `slot`, whose key's hash has the tag `tag`.
+  /// Takes the first slot without a node on the probe path of `tag` (the key is not present),
+  /// and marks it with the tag's control byte.
   @inlinable
-  func bucketPosition(ofSlot slot: Int, tag: UInt32) -> Int {
-    let wanted = UInt32(truncatingIfNeeded: slot &+ 1)
-    var position = Self.position(of: tag, count: bucketCount)
-    while UInt32(truncatingIfNeeded: buckets[position]) != wanted {
-      position = Self.next(after: position, count: bucketCount)
-    }
-    return position
-  }
-
-  @inlinable
-  mutating func insertBucket(_ bucket: UInt64) {
-    var position = Self.home(of: bucket, count: bucketCount)
-    while buckets[position] != 0 { position = Self.next(after: position, count: bucketCount) }
-    buckets[position] = bucket
-  }
-
-  /// Empties the bucket at `position`, shifting later buckets of the same run back so that
-  /// every key stays reachable from its home position.
-  @inlinable
-  mutating func deleteBucket(at position: Int) {
-    var hole = position
-    var probe = position
+  mutating func claimSlot(tag: UInt32) -> Int {
+    let groups = groupCount
+    var group = Self.position(of: tag, count: groups)
     while true {
-      probe = Self.next(after: probe, count: bucketCount)
-      let bucket = buckets[probe]
-      if bucket == 0 { break }
-      let home = Self.home(of: bucket, count: bucketCount)
-      // The bucket may move into the hole when the hole lies cyclically in [home, probe).
-      if cyclicDistance(from: home, to: probe) >= cyclicDistance(from: hole, to: probe) {
-        buckets[hole] = bucket
-        hole = probe
+      let base = group &* Self.groupLength
+      var half = 0
+      while half < Self.groupLength {
+        // Free slots (empty or deleted) have the high bit clear.
+        let free = ~controlWord(at: base &+ half) & 0x8080_8080_8080_8080
+        if free != 0 {
+          let slot = base &+ half &+ free.trailingZeroBitCount / 8
+          if controls[slot] == Self.deleted { tombstones &-= 1 }
+          controls[slot] = Self.control(of: tag)
+          return slot
+        }
+        half &+= 8
       }
+      group = Self.next(after: group, count: groups)
     }
-    buckets[hole] = 0
   }
 
-  /// How many steps forward from `start` reach `end`, wrapping around the table.
+  /// Frees `slot`, whose node was moved out: empty if its group has an empty slot (no probe
+  /// went past the group, so none needs this one), else deleted.
   @inlinable
-  @inline(__always)
-  func cyclicDistance(from start: Int, to end: Int) -> Int {
-    let distance = end &- start
-    return distance < 0 ? distance &+ bucketCount : distance
-  }
-
-  @inlinable
-  mutating func resizeBuckets(to newCount: Int) {
-    let old = buckets
-    let oldCount = bucketCount
-    buckets = .allocate(capacity: newCount)
-    buckets.initialize(repeating: 0, count: newCount)
-    bucketCount = newCount
-    for position in 0..<oldCount where old[position] != 0 {
-      insertBucket(old[position])
+  mutating func releaseSlot(_ slot: Int) {
+    if groupHasEmpty(slot / Self.groupLength) {
+      controls[slot] = Self.empty
+    } else {
+      controls[slot] = Self.deleted
+      tombstones &+= 1
     }
-    old.deallocate()
   }
 
+  /// Moves every node into a table of `newSlotCount` slots (the same count to clear the deleted
+  /// slots), relinking the lists. Settles the pending hits first: they name slots.
   @inlinable
-  mutating func resizeNodes(to newCapacity: Int) {
-    let old = nodes
-    nodes = .allocate(capacity: newCapacity)
-    nodes.moveInitialize(from: old, count: count)
-    old.deallocate()
-    capacity = newCapacity
+  mutating func rebuild(slots newSlotCount: Int) {
+    settleHits()
+    let oldControls = controls
+    let oldNodes = nodes
+    let oldSlotCount = slotCount
+    controls = .allocate(capacity: newSlotCount)
+    controls.initialize(repeating: Self.empty, count: newSlotCount)
+    nodes = .allocate(capacity: newSlotCount)
+    slotCount = newSlotCount
+    capacity = Self.capacity(forSlots: newSlotCount)
+    tombstones = 0
+    // Where each old slot's node went; read only for the slots the lists link, which are live.
+    let moved = UnsafeMutablePointer<UInt32>.allocate(capacity: oldSlotCount)
+    defer { moved.deallocate() }
+    for old in 0..<oldSlotCount where oldControls[old] >= 0x80 {
+      let slot = claimSlot(tag: Self.tag(of: oldNodes[old].key.hashValue))
+      (nodes + slot).moveInitialize(from: oldNodes + old, count: 1)
+      moved[old] = UInt32(truncatingIfNeeded: slot)
+    }
+    for slot in 0..<newSlotCount where controls[slot] >= 0x80 {
+      let newer = nodes[slot].newer
+      let older = nodes[slot].older
+      if newer != Self.none { nodes[slot].newer = moved[Int(newer)] }
+      if older != Self.none { nodes[slot].older = moved[Int(older)] }
+    }
+    for region in SegmentRegion.allCases {
+      let head = mru(region)
+      let tail = lru(region)
+      if head != Self.none { setMRU(region, moved[Int(head)]) }
+      if tail != Self.none { setLRU(region, moved[Int(tail)]) }
+    }
+    oldControls.deallocate()
+    oldNodes.deallocate()
   }
 
-  /// Makes room for one more node, keeping the index at most 3/4 full.
+  /// Makes room for one more node.
   ///
-  /// The slab doubles up to the segment's share of the count limit, then grows by 1/32 at a
-  /// time (an uneven spread of keys may give a segment a little more than its share), so that a
-  /// full bounded segment wastes almost nothing; the index follows the slab.
+  /// The table doubles up to the segment's share of the count limit, then grows by 1/32 at a
+  /// time (an uneven spread of keys may give a segment a little more than its share: one step
+  /// is usually enough), so that a full bounded segment wastes almost nothing; a table whose
+  /// deleted slots fill it is rebuilt at its size.
   @inlinable
   mutating func reserveOneMore() {
-    guard count == capacity else { return }
-    let share = admission.countShare
-    let grown =
-      capacity < share
-      ? Swift.max(capacity &+ 1, Swift.min(capacity &* 2, share))
-      : capacity &+ Swift.max(capacity / 32, Self.initialCapacity)
-    resizeNodes(to: grown)
-    resizeBuckets(to: Self.bucketCount(forCapacity: grown))
+    if count == capacity {
+      let share = admission.countShare
+      let grown =
+        capacity < share
+        ? Swift.max(capacity &+ 1, Swift.min(capacity &* 2, share))
+        : capacity &+ Swift.max(capacity / 32, Self.initialCapacity)
+      rebuild(slots: Self.slotCount(forCapacity: grown))
+    } else if count &+ tombstones &+ 1 > usedSlotLimit {
+      rebuild(slots: slotCount)
+    }
   }
 
   /// Gives memory back when the segment holds far fewer nodes than it has room for.
   @inlinable
   mutating func shrinkIfSparse() {
     guard capacity > Self.initialCapacity, count &* 4 <= capacity else { return }
-    let newCapacity = Swift.max(Self.initialCapacity, count &* 2)
-    resizeNodes(to: newCapacity)
-    let newCount = Self.bucketCount(forCapacity: newCapacity)
-    if newCount < bucketCount { resizeBuckets(to: newCount) }
+    let slots = Self.slotCount(forCapacity: Swift.max(Self.initialCapacity, count &* 2))
+    if slots < slotCount { rebuild(slots: slots) }
+  }
+
+  /// Calls `body` with the slot of every node, in slot order. `body` may remove the node at the
+  /// slot it is given (no other node moves).
+  @inlinable
+  mutating func forEachSlot(_ body: (inout Self, Int) -> Void) {
+    for slot in 0..<slotCount where controls[slot] >= 0x80 { body(&self, slot) }
+  }
+
+  /// The slots that hold nodes, in slot order.
+  @inlinable
+  var liveSlots: [Int] {
+    (0..<slotCount).filter { controls[$0] >= 0x80 }
   }
 
   // MARK: Lists
@@ -442,7 +526,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   }
 
   /// Makes the moves of the hits in ``pendingHits``, in the order of the hits. Call before
-  /// reading or changing the lists, the regions' sizes or the slab.
+  /// reading or changing the lists, the regions' sizes or the table.
   @inlinable
   mutating func settleHits() {
     let count = pendingHitCount
@@ -569,13 +653,9 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     while overLimit: () -> EvictionReason?,
     _ evicted: (consuming Node, EvictionReason) -> Void
   ) {
-    var spared = spared
     guard admission.isEnabled else {
       while windowLRU != Self.none, windowLRU != spared, let reason = overLimit() {
-        let last = UInt32(truncatingIfNeeded: count &- 1)
-        let leaving = windowLRU
-        evicted(remove(slot: Int(leaving)), reason)
-        if spared == last { spared = leaving }
+        evicted(remove(slot: Int(windowLRU)), reason)
       }
       return
     }
@@ -624,7 +704,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
       }
       let leaving: UInt32
       // A candidate that wins moves on only after the victim left: the victim may be its
-      // neighbour, whose slot the removal frees or gives to another node.
+      // neighbour.
       var advanceCandidate = false
       // Whether the entry leaving is a candidate turned away (else it leaves the main region).
       var turnedAway = true
@@ -648,18 +728,10 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
         leaving = candidate
         candidate = nextCandidate(after: candidate, in: candidateRegion)
       }
-      // One hash of the leaving key serves its ghost (``WindowGhosts``: a candidate turned
-      // away, or an entry evicted from the main region) and its bucket.
-      let tag = Self.tag(of: nodes[Int(leaving)].key.hashValue)
-      admission.ghosts?.recordExit(tag: tag, fromWindow: turnedAway)
-      // The removal moves the last node into the freed slot.
-      let last = UInt32(truncatingIfNeeded: count &- 1)
-      evicted(remove(slot: Int(leaving), bucket: bucketPosition(ofSlot: Int(leaving), tag: tag)), reason)
-      if leaving != last {
-        if victim == last { victim = leaving }
-        if candidate == last { candidate = leaving }
-        if spared == last { spared = leaving }
-      }
+      // Its ghost (``WindowGhosts``): a candidate turned away, or an entry evicted from the
+      // main region. (Only the ghosts need the leaving key's hash.)
+      admission.ghosts?.recordExit(tag: Self.tag(of: nodes[Int(leaving)].key.hashValue), fromWindow: turnedAway)
+      evicted(remove(slot: Int(leaving)), reason)
       if advanceCandidate { candidate = nextCandidate(after: candidate, in: candidateRegion) }
     }
   }
@@ -742,53 +814,35 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// Adds a node for a key that is not present, at the window's (LRU's) MRU end; under
   /// W-TinyLFU, counts the key in the sketch.
   @inlinable
-  mutating func append(_ node: consuming Node, hash: Int) {
+  @discardableResult
+  mutating func append(_ node: consuming Node, hash: Int) -> Int {
     reserveOneMore()
-    let slot = count
     let tag = Self.tag(of: hash)
+    let slot = claimSlot(tag: tag)
     node.region = .window
     totalCost &+= node.cost
     account(.window, cost: node.cost, sign: 1)
     (nodes + slot).initialize(to: node)
     count &+= 1
-    insertBucket(Self.bucket(tag: tag, slot: slot))
     link(slot, atMRUOf: .window)
     if admission.isEnabled {
       admission.growSketchIfNeeded(count: count)
       admission.recordUse(tag)
     }
+    return slot
   }
 
-  /// Removes the node at `slot`, whose bucket is at `position`, and returns it.
-  @inlinable
-  @discardableResult
-  mutating func remove(slot: Int, bucket position: Int) -> Node {
-    unlink(slot)
-    deleteBucket(at: position)
-    let removed = (nodes + slot).move()
-    totalCost &-= removed.cost
-    account(removed.region, cost: removed.cost, sign: -1)
-    let last = count &- 1
-    if slot != last {
-      (nodes + slot).moveInitialize(from: nodes + last, count: 1)
-      let slot32 = UInt32(truncatingIfNeeded: slot)
-      let newer = nodes[slot].newer
-      let older = nodes[slot].older
-      if newer != Self.none { nodes[Int(newer)].older = slot32 } else { setMRU(nodes[slot].region, slot32) }
-      if older != Self.none { nodes[Int(older)].newer = slot32 } else { setLRU(nodes[slot].region, slot32) }
-      let tag = Self.tag(of: nodes[slot].key.hashValue)
-      let moved = bucketPosition(ofSlot: last, tag: tag)
-      buckets[moved] = Self.bucket(tag: tag, slot: slot)
-    }
-    count = last
-    return removed
-  }
-
-  /// Removes the node at `slot`, looking up its bucket.
+  /// Removes the node at `slot` and returns it. No other node moves.
   @inlinable
   @discardableResult
   mutating func remove(slot: Int) -> Node {
-    remove(slot: slot, bucket: bucketPosition(ofSlot: slot, tag: Self.tag(of: nodes[slot].key.hashValue)))
+    unlink(slot)
+    let removed = (nodes + slot).move()
+    releaseSlot(slot)
+    totalCost &-= removed.cost
+    account(removed.region, cost: removed.cost, sign: -1)
+    count &-= 1
+    return removed
   }
 
   /// The node that would leave first without a duel: probation's LRU end, then the window's,
@@ -813,14 +867,14 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// it learnt.
   @inlinable
   mutating func detachAllNodes() -> DetachedNodes<Key, Value> {
-    let detached = DetachedNodes<Key, Value>(nodes: nodes, count: count, buckets: buckets)
-    capacity = Self.initialCapacity
-    nodes = .allocate(capacity: capacity)
-    let bucketCount = Self.bucketCount(forCapacity: Self.initialCapacity)
-    buckets = .allocate(capacity: bucketCount)
-    buckets.initialize(repeating: 0, count: bucketCount)
-    self.bucketCount = bucketCount
+    let detached = DetachedNodes<Key, Value>(nodes: nodes, controls: controls, slotCount: slotCount)
+    slotCount = Self.slotCount(forCapacity: Self.initialCapacity)
+    capacity = Self.capacity(forSlots: slotCount)
+    nodes = .allocate(capacity: slotCount)
+    controls = .allocate(capacity: slotCount)
+    controls.initialize(repeating: Self.empty, count: slotCount)
     count = 0
+    tombstones = 0
     totalCost = 0
     for region in SegmentRegion.allCases {
       setMRU(region, Self.none)
@@ -864,27 +918,33 @@ extension MemorySegment {
   func invariantViolations() -> [String] {
     var problems: [String] = []
     if pendingHitCount != 0 { problems.append("\(pendingHitCount) hits are not settled") }
-    // Every occupied bucket points at a node whose key hashes to the bucket's tag, and the
-    // node is reachable by probing from its home.
-    var referenced = Set<Int>()
-    for position in 0..<bucketCount where buckets[position] != 0 {
-      let bucket = buckets[position]
-      let slot = Self.slot(of: bucket)
-      guard slot >= 0, slot < count else {
-        problems.append("bucket \(position) points at slot \(slot) outside 0..<\(count)")
-        continue
-      }
-      if !referenced.insert(slot).inserted { problems.append("slot \(slot) is referenced twice") }
-      let hash = nodes[slot].key.hashValue
-      if UInt32(truncatingIfNeeded: bucket >> 32) != Self.tag(of: hash) {
-        problems.append("bucket \(position) has a tag that does not match its key")
-      }
-      if find(nodes[slot].key, hash: hash)?.slot != slot {
-        problems.append("slot \(slot) is not reachable from its home position")
+    // Every live slot's control byte matches its key, and probing from its home finds it;
+    // the counts of live and deleted slots are the segment's.
+    var live = 0
+    var deleted = 0
+    for slot in 0..<slotCount {
+      switch controls[slot] {
+      case Self.empty:
+        break
+      case Self.deleted:
+        deleted += 1
+      case let control where control >= 0x80:
+        live += 1
+        let hash = nodes[slot].key.hashValue
+        if control != Self.control(of: Self.tag(of: hash)) {
+          problems.append("slot \(slot) has a control byte that does not match its key")
+        }
+        if find(nodes[slot].key, hash: hash) != slot {
+          problems.append("slot \(slot) is not reachable from its home group")
+        }
+      case let control:
+        problems.append("slot \(slot) has the control byte \(control)")
       }
     }
-    if referenced.count != count { problems.append("\(referenced.count) buckets for \(count) nodes") }
-    if count * 4 > bucketCount * 3 { problems.append("index is more than 3/4 full") }
+    if live != count { problems.append("\(live) live slots for \(count) nodes") }
+    if deleted != tombstones { problems.append("\(deleted) deleted slots, the segment counts \(tombstones)") }
+    if count > capacity { problems.append("\(count) nodes over the capacity \(capacity)") }
+    if count + tombstones > usedSlotLimit { problems.append("the table is more than 7/8 used") }
     // Each list visits its nodes once, in both directions; together they hold every node.
     var seen = Set<Int>()
     var sizes: [SegmentRegion: (count: Int, cost: Int64)] = [:]
@@ -906,7 +966,7 @@ extension MemorySegment {
       sizes[region] = size
     }
     if seen.count != count { problems.append("the lists hold \(seen.count) nodes, the segment \(count)") }
-    for slot in 0..<count where nodes[slot].costAndRegion >> Node.regionShift > 2 {
+    for slot in liveSlots where nodes[slot].costAndRegion >> Node.regionShift > 2 {
       problems.append("node \(slot) has cost and region bits \(nodes[slot].costAndRegion)")
     }
     let window = sizes[.window] ?? (0, Int64(0))
@@ -926,7 +986,7 @@ extension MemorySegment {
       problems.append("LRU keeps \(count - window.count) nodes outside its list")
     }
     var cost: Int64 = 0
-    for slot in 0..<count { cost += nodes[slot].cost }
+    for slot in liveSlots { cost += nodes[slot].cost }
     if cost != totalCost { problems.append("totalCost \(totalCost) but nodes sum to \(cost)") }
     return problems
   }

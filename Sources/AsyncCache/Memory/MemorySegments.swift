@@ -89,18 +89,18 @@ final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable 
     return try body(&segment.pointee)
   }
 
-  /// Starts bringing in the bucket where a lookup of `hash` in segment `index` begins, before
-  /// the lookup takes the lock: the bucket's miss then overlaps the lock's atomic instead of
-  /// following it. Reads only the segment's ``IndexHint``; a stale hint prefetches a useless
-  /// (or freed) line, which is harmless.
+  /// Starts bringing in the control bytes of the group where a lookup of `hash` in segment
+  /// `index` begins, before the lookup takes the lock: their miss then overlaps the lock's
+  /// atomic instead of following it. Reads only the segment's ``IndexHint``; a stale hint
+  /// prefetches a useless (or freed) line, which is harmless.
   @inlinable
   @inline(__always)
   func prefetchBucket(of hash: Int, in index: Int) {
     let hint = hint(index)
-    let buckets = hint.pointee.buckets.load(ordering: .relaxed)
-    let count = hint.pointee.bucketCount.load(ordering: .relaxed)
-    let position = Segment.position(of: Segment.tag(of: hash), count: count)
-    async_cache_prefetch(UnsafeRawPointer(bitPattern: buckets &+ position &* 8))
+    let controls = hint.pointee.controls.load(ordering: .relaxed)
+    let groups = hint.pointee.groupCount.load(ordering: .relaxed)
+    let group = Segment.position(of: Segment.tag(of: hash), count: groups)
+    async_cache_prefetch(UnsafeRawPointer(bitPattern: controls &+ group &* Segment.groupLength))
   }
 
   /// Publishes where segment `index`'s index is now, for ``prefetchBucket(of:in:)``. Under the
@@ -109,14 +109,14 @@ final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable 
   @inline(__always)
   func publishIndex(of index: Int) {
     let segment = state(index)
-    let buckets = Int(bitPattern: segment.pointee.buckets)
+    let controls = Int(bitPattern: segment.pointee.controls)
     let hint = hint(index)
-    let bucketCount = segment.pointee.bucketCount
-    if hint.pointee.buckets.load(ordering: .relaxed) != buckets
-      || hint.pointee.bucketCount.load(ordering: .relaxed) != bucketCount
+    let groupCount = segment.pointee.groupCount
+    if hint.pointee.controls.load(ordering: .relaxed) != controls
+      || hint.pointee.groupCount.load(ordering: .relaxed) != groupCount
     {
-      hint.pointee.buckets.store(buckets, ordering: .relaxed)
-      hint.pointee.bucketCount.store(bucketCount, ordering: .relaxed)
+      hint.pointee.controls.store(controls, ordering: .relaxed)
+      hint.pointee.groupCount.store(groupCount, ordering: .relaxed)
     }
   }
 
@@ -134,14 +134,14 @@ final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable 
   }
 }
 
-/// Where a segment's index is, published under its lock by every change that may resize it and
-/// read without the lock, only to prefetch: the bucket array's address and length, each atomic
-/// (a reader may pair an address with the length of another array; the prefetch is then
-/// useless, never harmful).
+/// Where a segment's table is, published under its lock by every change that may rebuild it and
+/// read without the lock, only to prefetch: the control bytes' address and the number of
+/// groups, each atomic (a reader may pair an address with the length of another table; the
+/// prefetch is then useless, never harmful).
 @usableFromInline
 struct IndexHint: ~Copyable {
-  @usableFromInline let buckets = Atomic<Int>(0)
-  @usableFromInline let bucketCount = Atomic<Int>(0)
+  @usableFromInline let controls = Atomic<Int>(0)
+  @usableFromInline let groupCount = Atomic<Int>(0)
 
   @usableFromInline
   init() {}

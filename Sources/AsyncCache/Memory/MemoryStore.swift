@@ -176,7 +176,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     let index = segmentIndex(for: hash)
     segments.prefetchBucket(of: hash, in: index)
     let result = segments.withLookupLock(index) { segment -> Lookup<Found> in
-      guard let (position, slot) = segment.find(key, hash: hash) else {
+      guard let slot = segment.find(key, hash: hash) else {
         segment.misses &+= 1
         return .miss
       }
@@ -186,7 +186,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         now = coarseNow
         if expiry <= now {
           segment.settleHits()
-          let removed = segment.remove(slot: slot, bucket: position)
+          let removed = segment.remove(slot: slot)
           segment.misses &+= 1
           segment.evictions[.expired] &+= 1
           return .expired(removed)
@@ -227,7 +227,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   func extendExpiry(of key: Key, from oldExpiry: Int64, to expiry: Int64) -> Bool {
     let hash = key.hashValue
     return segments.withLock(segmentIndex(for: hash)) { segment in
-      guard let (_, slot) = segment.find(key, hash: hash), segment.nodes[slot].expiry == oldExpiry else {
+      guard let slot = segment.find(key, hash: hash), segment.nodes[slot].expiry == oldExpiry else {
         return false
       }
       segment.nodes[slot].expiry = expiry
@@ -241,7 +241,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     let hash = key.hashValue
     let now = coarseNow
     return segments.withLock(segmentIndex(for: hash)) { segment in
-      guard let (_, slot) = segment.find(key, hash: hash) else { return false }
+      guard let slot = segment.find(key, hash: hash) else { return false }
       return segment.nodes[slot].expiry > now
     }
   }
@@ -405,7 +405,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     let (stillOver, replaced) = segments.withLock(index) { segment -> (Bool, Value?) in
       var replaced: Value?
       let written: Int
-      if let (_, slot) = segment.find(key, hash: hash) {
+      if let slot = segment.find(key, hash: hash) {
         var value = entry.value
         swap(&value, &segment.nodes[slot].value)
         replaced = value
@@ -417,10 +417,9 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         segment.recordRewrite(slot, hash: hash, oldCost: oldCost)
         written = slot
       } else {
-        segment.append(Node(key: key, value: entry.value, expiry: expiry, cost: entryCost), hash: hash)
+        written = segment.append(Node(key: key, value: entry.value, expiry: expiry, cost: entryCost), hash: hash)
         self.entryCount.wrappingAdd(1, ordering: .relaxed)
         self.entryCost.wrappingAdd(entryCost, ordering: .relaxed)
-        written = segment.count &- 1
         if windowTarget != nil { adaptWindow(of: &segment, toInsertOf: hash) }
         if segment.admission.isEnabled {
           // Room for the prefetchers' entries, resized on every insert while reserved (the
@@ -524,8 +523,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     let hash = key.hashValue
     let removed = segments.withLock(segmentIndex(for: hash)) { segment -> Node? in
       if let reason { segment.evictions[reason] &+= 1 }
-      guard let (position, slot) = segment.find(key, hash: hash) else { return nil }
-      return segment.remove(slot: slot, bucket: position)
+      guard let slot = segment.find(key, hash: hash) else { return nil }
+      return segment.remove(slot: slot)
     }
     // A refused entry is reported whether or not an older one was there.
     if let reason, eventHub.isObserved { eventHub.emitEviction(of: key, reason: reason) }
@@ -541,7 +540,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       let observed = reason != nil && eventHub.isObserved
       let (detached, evictedKeys) = segments.withLock(index) { segment -> (_, [Key]) in
         if let reason { segment.evictions[reason] &+= segment.count }
-        let keys = observed ? (0..<segment.count).map { segment.nodes[$0].key } : []
+        let keys = observed ? segment.liveSlots.map { segment.nodes[$0].key } : []
         entryCount.wrappingSubtract(segment.count, ordering: .relaxed)
         entryCost.wrappingSubtract(segment.totalCost, ordering: .relaxed)
         return (segment.detachAllNodes(), keys)
@@ -559,16 +558,13 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     for index in 0..<segments.count {
       var released: [Node] = []
       segments.withLock(index) { segment in
-        var slot = segment.count &- 1
-        // Walk down: a removal moves the last node, already visited, into the hole.
-        while slot >= 0 {
-          if segment.nodes[slot].expiry <= now {
-            let node = segment.remove(slot: slot)
-            segment.evictions[.expired] &+= 1
-            account(removed: node)
-            released.append(node)
-          }
-          slot &-= 1
+        // A removal moves no other node.
+        segment.forEachSlot { segment, slot in
+          guard segment.nodes[slot].expiry <= now else { return }
+          let node = segment.remove(slot: slot)
+          segment.evictions[.expired] &+= 1
+          account(removed: node)
+          released.append(node)
         }
         segment.shrinkIfSparse()
       }
@@ -638,7 +634,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     keys.reserveCapacity(count)
     for index in 0..<segments.count {
       segments.withLock(index) { segment in
-        for slot in 0..<segment.count { keys.append(segment.nodes[slot].key) }
+        for slot in segment.liveSlots { keys.append(segment.nodes[slot].key) }
       }
     }
     return keys

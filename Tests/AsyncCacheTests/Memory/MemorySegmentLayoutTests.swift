@@ -49,19 +49,62 @@ struct MemorySegmentLayoutTests {
     #expect(UInt64(Node.maximumCost) <= Node.costMask)
   }
 
-  @Test("every tag has its home inside a table of any length, without trapping on 32-bit platforms")
+  @Test("every tag has its home group inside a table of any length, and a control byte that marks a live slot")
   func tagPositions() {
     let tags: [UInt32] = [0, 1, 2, 0x7FFF_FFFF, 0x8000_0000, 0x8000_0007, 0xFFFF_FFFF]
     for tag in tags {
-      for count in [6, 7, 8, 255, 41_667, 1 << 20] {
+      for count in [1, 6, 7, 8, 255, 41_667, 1 << 20] {
         let position = Segment.position(of: tag, count: count)
         #expect((0..<count).contains(position))
-        let bucket = Segment.bucket(tag: tag, slot: 5)
-        #expect(Segment.home(of: bucket, count: count) == position)
-        #expect(Segment.slot(of: bucket) == 5)
         #expect(Segment.next(after: count - 1, count: count) == 0)
       }
+      let control = Segment.control(of: tag)
+      #expect(control >= 0x80 && control != Segment.empty && control != Segment.deleted)
     }
+  }
+
+  @Test("a table holds at most 4/5 live slots, in whole groups, and as many nodes as asked for")
+  func tableSizes() {
+    for capacity in [1, 4, 12, 13, 100, 4_096, 31_250, 1_000_000] {
+      let slots = Segment.slotCount(forCapacity: capacity)
+      #expect(slots % Segment.groupLength == 0)
+      #expect(Segment.capacity(forSlots: slots) >= capacity)
+      #expect(Segment.capacity(forSlots: slots) * 5 <= slots * 4)
+    }
+  }
+
+  /// The table alone (under LRU: the policy's lists do not change where nodes live).
+  @Test("a full table under churn keeps every key reachable, and is rebuilt at its size before deleted slots fill it")
+  func churnRebuildsInPlace() {
+    let share = 3_000
+    var segment = Segment()
+    var key = 0
+    // Filled to the table's capacity (4/5 of its slots), so that groups fill up and removals
+    // leave deleted slots.
+    while segment.count < share {
+      segment.append(Node(key: key, value: key, expiry: .max, cost: 1), hash: key.hashValue)
+      key += 1
+    }
+    while segment.count < segment.capacity {
+      segment.append(Node(key: key, value: key, expiry: .max, cost: 1), hash: key.hashValue)
+      key += 1
+    }
+    let slots = segment.slotCount
+    var mostDeleted = 0
+    for step in 0..<40_000 {
+      // One leaves, one comes: the count stays at the capacity.
+      #expect(segment.removeFirstVictim() != nil)
+      segment.append(Node(key: key, value: key, expiry: .max, cost: 1), hash: key.hashValue)
+      key += 1
+      mostDeleted = max(mostDeleted, segment.tombstones)
+      if step % 4_999 == 0 { #expect(segment.invariantViolations().isEmpty) }
+    }
+    #expect(mostDeleted > 0, "removals from full groups leave deleted slots")
+    #expect(segment.slotCount == slots, "the table was rebuilt at its size, never grown")
+    #expect(segment.invariantViolations().isEmpty)
+    var found = 0
+    for old in 0..<key where segment.find(old, hash: old.hashValue) != nil { found += 1 }
+    #expect(found == segment.count, "every key present is found, and no other")
   }
 
   @Test("small tags (weak hashes) spread over the buckets, and so do tags that differ only in their high bits")

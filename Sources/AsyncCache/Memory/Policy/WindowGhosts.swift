@@ -69,7 +69,7 @@ struct WindowGhosts {
   }
 
   /// The table word of a tag: its high bits after a multiplicative scramble (the low bits of a
-  /// segment's tags also pick its buckets).
+  /// segment's tags also pick its home group).
   @inlinable
   func position(of tag: UInt32) -> Int {
     Int(truncatingIfNeeded: (UInt64(tag) &* 0x9E37_79B9_7F4A_7C15) >> 40) & ghostMask
