@@ -1,4 +1,4 @@
-/// One entry of a ``MemorySegment``: 40 bytes besides the key and the value.
+/// One entry of a ``MemorySegment``: 24 bytes besides the key and the value.
 ///
 /// Bit layouts here and in the segment are fixed-width (`UInt64`, `UInt32`, `Int64`), never
 /// `Int`, which has 32 bits on watchOS devices (arm64_32): costs and their sums are `Int64`

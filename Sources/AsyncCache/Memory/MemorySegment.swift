@@ -66,6 +66,9 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline var count: Int
   /// The slots marked ``deleted``.
   @usableFromInline var tombstones: Int
+  /// How many times the table was rebuilt at its size to clear its deleted slots (for tests and
+  /// diagnostics: each holds the lock for a pass over the whole table).
+  @usableFromInline var rebuildsInPlace = 0
   @usableFromInline var totalCost: Int64
   @usableFromInline var misses: Int
   @usableFromInline var evictions: EvictionCounts
@@ -320,6 +323,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
         : capacity &+ Swift.max(capacity / 32, Self.initialCapacity)
       rebuild(slots: Self.slotCount(forCapacity: grown))
     } else if count &+ tombstones &+ 1 > usedSlotLimit {
+      rebuildsInPlace &+= 1
       rebuild(slots: slotCount)
     }
   }

@@ -100,6 +100,7 @@ struct MemorySegmentLayoutTests {
       if step % 4_999 == 0 { #expect(segment.invariantViolations().isEmpty) }
     }
     #expect(mostDeleted > 0, "removals from full groups leave deleted slots")
+    #expect(segment.rebuildsInPlace > 0, "deleted slots filled the table, which was rebuilt")
     #expect(segment.slotCount == slots, "the table was rebuilt at its size, never grown")
     #expect(segment.invariantViolations().isEmpty)
     var found = 0
