@@ -93,7 +93,8 @@ package final class FollowedClock: CacheClock {
   /// The clock to hand on to a layer's own parts (see ``Followed/handedOn``).
   package var handedOn: (any CacheClock)? { followed.handedOn }
 
-  /// Whether the layer reads the wall clock, whose `coarseNow` a memory hit reads directly.
+  /// Whether the layer reads the wall clock, whose time a memory hit reads without a call
+  /// through the existential (see `PublishedWallTime`).
   @inlinable
   package var isWallClock: Bool { readsWallClock.load(ordering: .relaxed) }
 

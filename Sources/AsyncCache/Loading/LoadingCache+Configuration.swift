@@ -32,7 +32,7 @@ extension LoadingCache {
     /// Layers store no write time, so a refresh falls due when the fresh time left is at most
     /// `1 - refreshAhead` of the configured lifetime, less ``timeToLiveJitter``'s largest cut:
     /// with 0.8 and no jitter, at 80% of the lifetime, to the nanosecond (reckoned in integer
-    /// nanoseconds), as the hit's clock reads it (``CacheClock/coarseNow``: see
+    /// nanoseconds), as the hit reads the time (with ``WallClock`` up to about 4 ms late: see
     /// <doc:FreshnessAndStatistics>). An entry inserted with a much shorter time-to-live than
     /// the configured one falls due sooner.
     public var refreshAhead: Double?
@@ -60,8 +60,9 @@ extension LoadingCache {
     /// follow it (see ``CacheEnvironment``), so one clock set here drives them all. A cache
     /// given none over a chain given one (``CacheChain/Configuration-swift.struct/clock``) takes
     /// the chain's. A
-    /// top ``MemoryLayer`` tells whether a hit is fresh by its clock's ``CacheClock/coarseNow``
-    /// (read once per hit of an entry that expires, and shared by the freshness rules).
+    /// top ``MemoryLayer`` tells whether a hit is fresh by its clock's ``CacheClock/coarseNow``,
+    /// or for ``WallClock`` a time the library publishes (read once per hit of an entry that
+    /// expires, and shared by the freshness rules; see <doc:FreshnessAndStatistics>).
     /// Refresh-ahead and sliding-expiry points are compared in integer nanoseconds, exact under
     /// `ManualClock`.
     public var clock: any CacheClock {

@@ -36,8 +36,9 @@ extension MemoryLayer {
     /// Each segment runs the policy over its share of the limits.
     public var evictionPolicy: EvictionPolicy
 
-    /// The clock that expiry is read from: `now` when an entry is written, ``CacheClock/coarseNow``
-    /// when it is looked up. Default: the clock of the cache or chain the layer is put in (see
+    /// The clock that expiry is read from: `now` when an entry is written; when it is looked
+    /// up, ``CacheClock/coarseNow``, or for ``WallClock`` a time the library publishes (see
+    /// <doc:FreshnessAndStatistics>). Default: the clock of the cache or chain the layer is put in (see
     /// `CacheEnvironment`), else `WallClock`.
     /// This is the clock given here; the layer's `clock` tells the one it reads.
     public var clock: any CacheClock {

@@ -1,6 +1,3 @@
-// Public because the prefetch of a hit is called from inlinable code.
-public import CAsyncCacheShims
-
 /// A hash map whose entries are ordered for eviction: the storage of one segment of a memory
 /// layer, under ``EvictionPolicy/leastRecentlyUsed``, ``EvictionPolicy/windowTinyLFU`` or
 /// ``EvictionPolicy/adaptive``.
@@ -509,18 +506,17 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// order when it is full, or before anything else reads or changes the lists (the store's
   /// `withLock` settles first; only its lookups do not). A move writes the node's neighbours,
   /// which are rarely in cache: made at once, each hit waited for two misses (about 30 ns of a
-  /// 100 ns hit over 100k keys). Here the hit only prefetches the neighbours' lines and lets
-  /// the lock go; when the queue is settled, the lines are in cache. Every list reads as if
-  /// each move had been made at once, so every decision is the same.
+  /// 100 ns hit over 100k keys). Queued, the hit touches only its own lines, and a settle's
+  /// moves wait for their misses together: the neighbours of one move do not depend on the
+  /// last. (Prefetching the neighbours at the hit, as this did before, cost every hit 2 to 3 ns
+  /// more on `memory.hit.1task` and `memory.zipf.mixed`: the lines it fetched competed with the
+  /// hit's own.) Every list reads as if each move had been made at once, so every decision is
+  /// the same.
   @inlinable
   @inline(__always)
   mutating func recordHit(_ slot: Int, hash: Int) {
     hits &+= 1
     if admission.isEnabled { admission.recordUse(Self.tag(of: hash)) }
-    let newer = nodes[slot].newer
-    let older = nodes[slot].older
-    if newer != Self.none { async_cache_prefetch_for_write(&nodes[Int(newer)].older) }
-    if older != Self.none { async_cache_prefetch_for_write(&nodes[Int(older)].newer) }
     let index = pendingHitCount
     withUnsafeMutableBytes(of: &pendingHits) {
       $0.storeBytes(of: UInt32(truncatingIfNeeded: slot), toByteOffset: index &* 4, as: UInt32.self)

@@ -108,14 +108,17 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
 
   // MARK: Reading
 
-  /// The clock's ``CacheClock/coarseNow`` in nanoseconds since 1970: what hits check expiry
-  /// against. With the ``WallClock`` a vDSO read of `CLOCK_REALTIME_COARSE` on Linux (see
-  /// ``WallClock/coarseNow`` for its lag); a ``CacheClock`` of the user's, `ManualClock`
-  /// included, answers exactly unless it says otherwise.
+  /// A time to check `expiry` (nanoseconds since 1970) against, in nanoseconds since 1970: what
+  /// hits read. With the ``WallClock``, the time a background thread publishes every few
+  /// milliseconds when the expiry is further than a margin from it, else the exact time (see
+  /// ``PublishedWallTime``): an entry is served until exactly its expiry, and a hit reads one
+  /// shared word, not the clock. A ``CacheClock`` of the user's, `ManualClock` included,
+  /// answers with its ``CacheClock/coarseNow``, exactly unless it says otherwise.
   @inlinable
   @inline(__always)
-  var coarseNow: Int64 {
-    clock.isWallClock ? SystemTime.coarseRealtimeNanoseconds() : clock.clock.coarseNow.nanosecondsSince1970
+  func now(checking expiry: Int64) -> Int64 {
+    clock.isWallClock
+      ? PublishedWallTime.shared.time(checking: expiry) : clock.clock.coarseNow.nanosecondsSince1970
   }
 
   /// Returns the unexpired entry for `key` and marks it most recently used.
@@ -161,12 +164,12 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   }
 
   /// Finds `key`; on a hit marks it most recently used and returns `extract` of its node and of
-  /// the time the expiry was checked against (``coarseNow``, nanoseconds since 1970; `Int64.max`
+  /// the time the expiry was checked against (``now(checking:)``, nanoseconds since 1970; `Int64.max`
   /// when the entry never expires, for which the clock is not read). With `countingRequest`, a
   /// hit is also counted as a loading cache's request hit.
   ///
-  /// An entry is a hit while ``coarseNow`` is before its expiry: with the ``WallClock`` up to
-  /// one coarse tick past it (see ``WallClock/coarseNow``), with a `ManualClock` never.
+  /// An entry is a hit while ``now(checking:)`` is before its expiry: with the ``WallClock``
+  /// until exactly its expiry (see ``PublishedWallTime``), with a `ManualClock` never past it.
   @inlinable
   @inline(__always)
   func lookup<Found: Sendable>(
@@ -183,7 +186,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       let expiry = segment.nodes[slot].expiry
       var now = Int64.max
       if expiry != .max {
-        now = coarseNow
+        now = self.now(checking: expiry)
         if expiry <= now {
           segment.settleHits()
           let removed = segment.remove(slot: slot)
@@ -235,14 +238,14 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     }
   }
 
-  /// Whether an unexpired entry for `key` exists (by ``coarseNow``, as a lookup would tell);
+  /// Whether an unexpired entry for `key` exists (by ``now(checking:)``, as a lookup would tell);
   /// does not change recency or statistics.
   func contains(_ key: Key) -> Bool {
     let hash = key.hashValue
-    let now = coarseNow
     return segments.withLock(segmentIndex(for: hash)) { segment in
       guard let slot = segment.find(key, hash: hash) else { return false }
-      return segment.nodes[slot].expiry > now
+      let expiry = segment.nodes[slot].expiry
+      return expiry == .max || expiry > now(checking: expiry)
     }
   }
 

@@ -142,7 +142,7 @@ public final class CodableCacheStore: Sendable {
     // The layer that answered may cap what it holds (a memory layer's own time to live): the
     // value lives as long as the layer that keeps it longest.
     let expiresAt = try await keptExpiry(of: key)
-    // A memory hit reads a coarse time, which may lag: the value may be a tick past its expiry.
+    // A memory hit's time may lag (a clock's `coarseNow`): the value may be a little past its expiry.
     return (object, expiresAt.map { Swift.max(clock.now.duration(to: $0), .zero) })
   }
 

@@ -41,12 +41,13 @@ public struct WallClock: CacheClock {
   /// earlier than ``now``, never later.
   ///
   /// On Linux it reads `CLOCK_REALTIME_COARSE` (about 8 ns, against 31 ns for `now`, measured
-  /// on a 2-core x86_64 VM), so a memory hit of an entry that expires checks its expiry without
-  /// reading the clock hardware. It is the time of the kernel's last tick, so it lags by about
-  /// one tick (``coarseResolution``: 4 ms on most Linux distributions, 1 to 10 ms by the
-  /// kernel's `HZ`), a little more when the tick itself runs late: with 4 ms ticks on a busy
-  /// 2-core VM, 1 to 5 ms for 99.8% of reads and 9.4 ms at worst. An entry may be served that
-  /// much past its expiry, never earlier. On Apple platforms, which have no coarse wall clock,
+  /// on a 2-core x86_64 VM), without reading the clock hardware. (A memory hit on this clock
+  /// reads neither: it reads a time the library publishes; see <doc:FreshnessAndStatistics>.)
+  /// It is the time of the kernel's last tick, so it lags by about one tick
+  /// (``coarseResolution``: 4 ms on most Linux distributions, 1 to 10 ms by the kernel's `HZ`),
+  /// a little more when the tick itself runs late: with 4 ms ticks on a busy 2-core VM, 1 to
+  /// 5 ms for 99.8% of reads and 9.4 ms at worst. A clock of your own that forwards to it lets
+  /// hits serve an entry that much past its expiry, never earlier. On Apple platforms, which have no coarse wall clock,
   /// it reads `CLOCK_REALTIME` through `clock_gettime_nsec_np`, at its resolution of 1 µs.
   public var coarseNow: CacheInstant {
     CacheInstant(nanosecondsSince1970: SystemTime.coarseRealtimeNanoseconds())

@@ -11,6 +11,7 @@
 @usableFromInline
 enum SystemTime {
   /// Nanoseconds since 1970 from `CLOCK_REALTIME`.
+  @usableFromInline
   static func realtimeNanoseconds() -> Int64 {
     var spec = timespec()
     clock_gettime(CLOCK_REALTIME, &spec)
