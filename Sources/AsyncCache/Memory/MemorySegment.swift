@@ -6,16 +6,17 @@
 /// - nodes live in the hash table itself, at most 4/5 full: a node's slot is on the probe path
 ///   of its key's hash, so a hit reads a control byte (in a small array that stays in cache)
 ///   and then its node, instead of an index entry and then a node elsewhere;
-/// - the table is a Swiss table of groups of 16 slots: one control byte per slot (empty,
-///   deleted, or 7 bits of the hash of the live node's key), probed a group at a time, group
-///   after group from the key's home group. A removal leaves its slot empty when its group
-///   has an empty slot (no probe went past the group), else deleted; nodes never move but when
-///   the table is rebuilt (it grows, or its deleted slots fill it), which relinks the lists;
+/// - the table is a Swiss table of groups of 16 slots: one control byte per slot (empty, or 7
+///   bits of the hash of the live node's key), probed a group at a time, group after group from
+///   the key's home group. Each group counts the nodes whose probe went past it (as folly's
+///   F14 does), and a probe stops at a group whose count is 0. So a removal just empties its
+///   slot (and takes its node off the counts it added to): no deleted slots, which under churn
+///   would fill the table until a pass over all of it, under the lock, cleared them. Nodes
+///   never move but when the table is rebuilt (it grows or shrinks), which relinks the lists;
 /// - the lists link nodes through 32-bit slot numbers: one recency list under LRU; W-TinyLFU's
 ///   window, probation and protected lists otherwise (the tests hold a plain reference model,
 ///   `WTinyLFUPolicy`, that this implementation must match step for step);
-/// - a hit moves nothing at once: it prefetches its neighbours' lines and queues its slot, and
-///   the queue's moves are made in order when it is full or before any other operation reads or
+/// - a hit moves nothing at once: it queues its slot, and the queue's moves are made in order when it is full or before any other operation reads or
 ///   changes the lists (``recordHit(_:hash:)``), so the lists read as if each had been made at
 ///   once.
 ///
@@ -43,7 +44,8 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// The nodes, each at a slot of the table: `slotCount` of them, initialized where
   /// `controls` says a node lives.
   @usableFromInline var nodes: UnsafeMutablePointer<Node>
-  /// One control byte per slot: ``empty``, ``deleted``, or a live node's ``control(of:)``.
+  /// One control byte per slot: ``empty`` or a live node's ``control(of:)``; then one byte per
+  /// group, its overflow count (``overflowCount(of:)``).
   @usableFromInline var controls: UnsafeMutablePointer<UInt8>
   /// The table's length: whole groups of ``groupLength``, any number of them, so that a segment
   /// bounded to `n` entries has about `5n / 4` slots (``slotCount(forCapacity:)``).
@@ -61,11 +63,9 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// The nodes the table holds before it grows (``capacity(forSlots:)``).
   @usableFromInline var capacity: Int
   @usableFromInline var count: Int
-  /// The slots marked ``deleted``.
-  @usableFromInline var tombstones: Int
-  /// How many times the table was rebuilt at its size to clear its deleted slots (for tests and
-  /// diagnostics: each holds the lock for a pass over the whole table).
-  @usableFromInline var rebuildsInPlace = 0
+  /// How many times the table was rebuilt (for tests and diagnostics: each holds the lock for a
+  /// pass over the whole table); only growing and shrinking rebuild it.
+  @usableFromInline var rebuilds = 0
   @usableFromInline var totalCost: Int64
   @usableFromInline var misses: Int
   @usableFromInline var evictions: EvictionCounts
@@ -88,10 +88,8 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     self.slotCount = slotCount
     capacity = Self.capacity(forSlots: slotCount)
     nodes = .allocate(capacity: slotCount)
-    controls = .allocate(capacity: slotCount)
-    controls.initialize(repeating: Self.empty, count: slotCount)
+    controls = Self.allocateControls(slots: slotCount)
     count = 0
-    tombstones = 0
     windowMRU = Self.none
     windowLRU = Self.none
     probationMRU = Self.none
@@ -120,14 +118,24 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @inlinable
   static var groupLength: Int { 16 }
 
-  /// The control byte of a slot without a node that no probe ever passed (a probe stops at a
-  /// group that has one).
+  /// The control byte of a slot without a node.
   @inlinable
   static var empty: UInt8 { 0 }
 
-  /// The control byte of a slot whose node left a group that was full then: probes go on past it.
+  /// The largest overflow count: a group that reaches it keeps it until the table is rebuilt
+  /// (probes then always go on past it).
   @inlinable
-  static var deleted: UInt8 { 1 }
+  static var saturatedOverflow: UInt8 { .max }
+
+  /// Storage for the control bytes of `slots` slots (whole groups), all empty, followed by the
+  /// groups' overflow counts, all 0.
+  @inlinable
+  static func allocateControls(slots: Int) -> UnsafeMutablePointer<UInt8> {
+    let bytes = slots &+ slots / groupLength
+    let controls = UnsafeMutablePointer<UInt8>.allocate(capacity: bytes)
+    controls.initialize(repeating: empty, count: bytes)
+    return controls
+  }
 
   @inlinable
   static func tag(of hash: Int) -> UInt32 { UInt32(truncatingIfNeeded: hash) }
@@ -172,10 +180,6 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     slots / 5 &* 4 &+ (slots % 5) &* 4 / 5
   }
 
-  /// The slots in use (live or deleted) past which the table is rebuilt: 7/8 of them.
-  @inlinable
-  var usedSlotLimit: Int { slotCount &- slotCount / 8 }
-
   /// The number of groups.
   @inlinable
   var groupCount: Int { slotCount / Self.groupLength }
@@ -195,12 +199,20 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     (word &- 0x0101_0101_0101_0101) & ~word & 0x8080_8080_8080_8080
   }
 
-  /// Whether group `group` has an empty slot: then no probe went past it.
+  /// How many nodes live past group `group` on their probe path (they found it full), at most
+  /// ``saturatedOverflow``: a probe for a key goes on past the group only when it is not 0.
   @inlinable
   @inline(__always)
-  func groupHasEmpty(_ group: Int) -> Bool {
-    let offset = group &* Self.groupLength
-    return Self.zeroBytes(controlWord(at: offset)) | Self.zeroBytes(controlWord(at: offset &+ 8)) != 0
+  func overflowCount(of group: Int) -> UInt8 {
+    controls[slotCount &+ group]
+  }
+
+  /// Adds `delta` (1 or -1) to the overflow count of `group`, unless it is saturated.
+  @inlinable
+  @inline(__always)
+  func addOverflow(_ delta: Int8, to group: Int) {
+    let count = controls[slotCount &+ group]
+    if count != Self.saturatedOverflow { controls[slotCount &+ group] = count &+ UInt8(bitPattern: delta) }
   }
 
   /// The slot of `key`, or `nil`.
@@ -212,6 +224,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     let pattern = UInt64(control) &* 0x0101_0101_0101_0101
     let groups = groupCount
     var group = Self.position(of: tag, count: groups)
+    var probed = 1
     while true {
       let base = group &* Self.groupLength
       var half = 0
@@ -225,13 +238,17 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
         }
         half &+= 8
       }
-      if groupHasEmpty(group) { return nil }
+      // Every group probed: the key is absent. (Nodes displaced past every group would
+      // otherwise let a probe circle the table for ever.)
+      if overflowCount(of: group) == 0 || probed == groups { return nil }
+      probed &+= 1
       group = Self.next(after: group, count: groups)
     }
   }
 
   /// Takes the first slot without a node on the probe path of `tag` (the key is not present),
-  /// and marks it with the tag's control byte.
+  /// and marks it with the tag's control byte; counts the node in the overflow count of each
+  /// full group it passes.
   @inlinable
   mutating func claimSlot(tag: UInt32) -> Int {
     let groups = groupCount
@@ -240,46 +257,51 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
       let base = group &* Self.groupLength
       var half = 0
       while half < Self.groupLength {
-        // Free slots (empty or deleted) have the high bit clear.
+        // Empty slots have the high bit clear.
         let free = ~controlWord(at: base &+ half) & 0x8080_8080_8080_8080
         if free != 0 {
           let slot = base &+ half &+ free.trailingZeroBitCount / 8
-          if controls[slot] == Self.deleted { tombstones &-= 1 }
           controls[slot] = Self.control(of: tag)
           return slot
         }
         half &+= 8
       }
+      addOverflow(1, to: group)
       group = Self.next(after: group, count: groups)
     }
   }
 
-  /// Frees `slot`, whose node was moved out: empty if its group has an empty slot (no probe
-  /// went past the group, so none needs this one), else deleted.
+  /// Empties `slot`, whose node is still there: takes the node off the overflow counts of the
+  /// groups its probe passed. Only a node outside its home group passed any, and then the group
+  /// before its own has a count: only then is its key hashed again to find its home.
   @inlinable
   mutating func releaseSlot(_ slot: Int) {
-    if groupHasEmpty(slot / Self.groupLength) {
-      controls[slot] = Self.empty
-    } else {
-      controls[slot] = Self.deleted
-      tombstones &+= 1
+    let group = slot / Self.groupLength
+    let groups = groupCount
+    let previous = group == 0 ? groups &- 1 : group &- 1
+    if previous != group && overflowCount(of: previous) != 0 {
+      var passed = Self.position(of: Self.tag(of: nodes[slot].key.hashValue), count: groups)
+      while passed != group {
+        addOverflow(-1, to: passed)
+        passed = Self.next(after: passed, count: groups)
+      }
     }
+    controls[slot] = Self.empty
   }
 
-  /// Moves every node into a table of `newSlotCount` slots (the same count to clear the deleted
-  /// slots), relinking the lists. Settles the pending hits first: they name slots.
+  /// Moves every node into a table of `newSlotCount` slots, relinking the lists. Settles the
+  /// pending hits first: they name slots.
   @inlinable
   mutating func rebuild(slots newSlotCount: Int) {
     settleHits()
+    rebuilds &+= 1
     let oldControls = controls
     let oldNodes = nodes
     let oldSlotCount = slotCount
-    controls = .allocate(capacity: newSlotCount)
-    controls.initialize(repeating: Self.empty, count: newSlotCount)
+    controls = Self.allocateControls(slots: newSlotCount)
     nodes = .allocate(capacity: newSlotCount)
     slotCount = newSlotCount
     capacity = Self.capacity(forSlots: newSlotCount)
-    tombstones = 0
     // Where each old slot's node went; read only for the slots the lists link, which are live.
     let moved = UnsafeMutablePointer<UInt32>.allocate(capacity: oldSlotCount)
     defer { moved.deallocate() }
@@ -308,21 +330,17 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   ///
   /// The table doubles up to the segment's share of the count limit, then grows by 1/32 at a
   /// time (an uneven spread of keys may give a segment a little more than its share: one step
-  /// is usually enough), so that a full bounded segment wastes almost nothing; a table whose
-  /// deleted slots fill it is rebuilt at its size.
+  /// is usually enough), so that a full bounded segment wastes almost nothing. A full segment
+  /// under churn is never rebuilt: removals leave no deleted slots behind.
   @inlinable
   mutating func reserveOneMore() {
-    if count == capacity {
-      let share = admission.countShare
-      let grown =
-        capacity < share
-        ? Swift.max(capacity &+ 1, Swift.min(capacity &* 2, share))
-        : capacity &+ Swift.max(capacity / 32, Self.initialCapacity)
-      rebuild(slots: Self.slotCount(forCapacity: grown))
-    } else if count &+ tombstones &+ 1 > usedSlotLimit {
-      rebuildsInPlace &+= 1
-      rebuild(slots: slotCount)
-    }
+    guard count == capacity else { return }
+    let share = admission.countShare
+    let grown =
+      capacity < share
+      ? Swift.max(capacity &+ 1, Swift.min(capacity &* 2, share))
+      : capacity &+ Swift.max(capacity / 32, Self.initialCapacity)
+    rebuild(slots: Self.slotCount(forCapacity: grown))
   }
 
   /// Gives memory back when the segment holds far fewer nodes than it has room for.
@@ -837,8 +855,8 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @discardableResult
   mutating func remove(slot: Int) -> Node {
     unlink(slot)
-    let removed = (nodes + slot).move()
     releaseSlot(slot)
+    let removed = (nodes + slot).move()
     totalCost &-= removed.cost
     account(removed.region, cost: removed.cost, sign: -1)
     count &-= 1
@@ -871,10 +889,8 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     slotCount = Self.slotCount(forCapacity: Self.initialCapacity)
     capacity = Self.capacity(forSlots: slotCount)
     nodes = .allocate(capacity: slotCount)
-    controls = .allocate(capacity: slotCount)
-    controls.initialize(repeating: Self.empty, count: slotCount)
+    controls = Self.allocateControls(slots: slotCount)
     count = 0
-    tombstones = 0
     totalCost = 0
     for region in SegmentRegion.allCases {
       setMRU(region, Self.none)
@@ -918,16 +934,15 @@ extension MemorySegment {
   func invariantViolations() -> [String] {
     var problems: [String] = []
     if pendingHitCount != 0 { problems.append("\(pendingHitCount) hits are not settled") }
-    // Every live slot's control byte matches its key, and probing from its home finds it;
-    // the counts of live and deleted slots are the segment's.
+    // Every live slot's control byte matches its key, and probing from its home finds it; the
+    // count of live slots is the segment's; each group's overflow count is the number of nodes
+    // whose probe passed it, unless it saturated (then it stays, whatever passes).
     var live = 0
-    var deleted = 0
+    var overflows = [Int](repeating: 0, count: groupCount)
     for slot in 0..<slotCount {
       switch controls[slot] {
       case Self.empty:
         break
-      case Self.deleted:
-        deleted += 1
       case let control where control >= 0x80:
         live += 1
         let hash = nodes[slot].key.hashValue
@@ -937,14 +952,22 @@ extension MemorySegment {
         if find(nodes[slot].key, hash: hash) != slot {
           problems.append("slot \(slot) is not reachable from its home group")
         }
+        var passed = Self.position(of: Self.tag(of: hash), count: groupCount)
+        while passed != slot / Self.groupLength {
+          overflows[passed] += 1
+          passed = Self.next(after: passed, count: groupCount)
+        }
       case let control:
         problems.append("slot \(slot) has the control byte \(control)")
       }
     }
+    for group in 0..<groupCount where overflowCount(of: group) != Self.saturatedOverflow {
+      if Int(overflowCount(of: group)) != overflows[group] {
+        problems.append("group \(group) counts \(overflowCount(of: group)) nodes past it, \(overflows[group]) passed")
+      }
+    }
     if live != count { problems.append("\(live) live slots for \(count) nodes") }
-    if deleted != tombstones { problems.append("\(deleted) deleted slots, the segment counts \(tombstones)") }
     if count > capacity { problems.append("\(count) nodes over the capacity \(capacity)") }
-    if count + tombstones > usedSlotLimit { problems.append("the table is more than 7/8 used") }
     // Each list visits its nodes once, in both directions; together they hold every node.
     var seen = Set<Int>()
     var sizes: [SegmentRegion: (count: Int, cost: Int64)] = [:]

@@ -142,6 +142,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   ///
   /// - Parameter countingRequest: Count a hit as a loading cache's request too.
   @inlinable
+  @inline(__always)
   func timedValue(for key: Key, countingRequest: Bool = false) -> (value: Value, expiry: Int64, now: Int64)? {
     lookup(key, countingRequest: countingRequest) { node, now in (node.value, node.expiry, now) }
   }

@@ -59,7 +59,7 @@ struct MemorySegmentLayoutTests {
         #expect(Segment.next(after: count - 1, count: count) == 0)
       }
       let control = Segment.control(of: tag)
-      #expect(control >= 0x80 && control != Segment.empty && control != Segment.deleted)
+      #expect(control >= 0x80 && control != Segment.empty)
     }
   }
 
@@ -74,38 +74,85 @@ struct MemorySegmentLayoutTests {
   }
 
   /// The table alone (under LRU: the policy's lists do not change where nodes live).
-  @Test("a full table under churn keeps every key reachable, and is rebuilt at its size before deleted slots fill it")
-  func churnRebuildsInPlace() {
+  @Test("a full table under churn keeps every key reachable and is never rebuilt")
+  func churnNeverRebuilds() {
     let share = 3_000
     var segment = Segment()
     var key = 0
-    // Filled to the table's capacity (4/5 of its slots), so that groups fill up and removals
-    // leave deleted slots.
-    while segment.count < share {
-      segment.append(Node(key: key, value: key, expiry: .max, cost: 1), hash: key.hashValue)
-      key += 1
-    }
-    while segment.count < segment.capacity {
+    // Filled to the table's capacity (4/5 of its slots), so that groups fill up and nodes spill
+    // past them.
+    while segment.count < share || segment.count < segment.capacity {
       segment.append(Node(key: key, value: key, expiry: .max, cost: 1), hash: key.hashValue)
       key += 1
     }
     let slots = segment.slotCount
-    var mostDeleted = 0
+    let rebuilds = segment.rebuilds
+    var mostPassed = 0
     for step in 0..<40_000 {
       // One leaves, one comes: the count stays at the capacity.
       #expect(segment.removeFirstVictim() != nil)
       segment.append(Node(key: key, value: key, expiry: .max, cost: 1), hash: key.hashValue)
       key += 1
-      mostDeleted = max(mostDeleted, segment.tombstones)
-      if step % 4_999 == 0 { #expect(segment.invariantViolations().isEmpty) }
+      if step % 4_999 == 0 {
+        #expect(segment.invariantViolations().isEmpty)
+        for group in 0..<segment.groupCount {
+          mostPassed = max(mostPassed, Int(segment.overflowCount(of: group)))
+        }
+      }
     }
-    #expect(mostDeleted > 0, "removals from full groups leave deleted slots")
-    #expect(segment.rebuildsInPlace > 0, "deleted slots filled the table, which was rebuilt")
-    #expect(segment.slotCount == slots, "the table was rebuilt at its size, never grown")
+    #expect(mostPassed > 0, "full groups made nodes spill past them")
+    #expect(mostPassed < Int(Segment.saturatedOverflow), "no count saturated")
+    #expect(segment.rebuilds == rebuilds, "removals left nothing for a rebuild to clear")
+    #expect(segment.slotCount == slots)
     #expect(segment.invariantViolations().isEmpty)
     var found = 0
     for old in 0..<key where segment.find(old, hash: old.hashValue) != nil { found += 1 }
     #expect(found == segment.count, "every key present is found, and no other")
+  }
+
+  @Test("nodes crowded into one home group spill past it, and leave it, in any order, with exact counts")
+  func crowdedHomeGroup() {
+    var segment = Segment()
+    // At least 64 nodes, with room for the crowd below without growing.
+    var present = 0
+    while present < 64 || segment.capacity - segment.count < 40 {
+      segment.append(Node(key: present, value: present, expiry: .max, cost: 1), hash: present.hashValue)
+      present += 1
+    }
+    let rebuilds = segment.rebuilds
+    let groups = segment.groupCount
+    #expect(groups > 4)
+    let crowdedHome = 1
+    // 40 keys whose home is group 1: more than its 16 slots, so at least 24 spill past it.
+    var crowded: [Int] = []
+    var candidate = 1_000_000
+    while crowded.count < 40 {
+      if Segment.position(of: Segment.tag(of: candidate.hashValue), count: groups) == crowdedHome {
+        crowded.append(candidate)
+      }
+      candidate += 1
+    }
+    #expect(segment.capacity - segment.count >= crowded.count, "room without growing")
+    let countsBefore = (0..<groups).map { segment.overflowCount(of: $0) }
+    for key in crowded {
+      segment.append(Node(key: key, value: key, expiry: .max, cost: 1), hash: key.hashValue)
+    }
+    #expect(segment.rebuilds == rebuilds)
+    #expect(segment.overflowCount(of: crowdedHome) >= 24)
+    #expect(segment.invariantViolations().isEmpty)
+    var generator = SplitMix64(seed: 7)
+    for key in crowded.shuffled(using: &generator) {
+      guard let slot = segment.find(key, hash: key.hashValue) else {
+        Issue.record("key \(key) not found")
+        continue
+      }
+      segment.remove(slot: slot)
+      #expect(segment.find(key, hash: key.hashValue) == nil)
+      let problems = segment.invariantViolations()
+      #expect(problems.isEmpty, "after removing \(key): \(problems.prefix(3))")
+    }
+    for key in 0..<present { #expect(segment.find(key, hash: key.hashValue) != nil) }
+    #expect((0..<groups).map { segment.overflowCount(of: $0) } == countsBefore, "the crowd left no count behind")
   }
 
   @Test("small tags (weak hashes) spread over the buckets, and so do tags that differ only in their high bits")
