@@ -6,6 +6,7 @@ enum Benchmark: String, CaseIterable {
   case memoryZipfMixed = "memory.zipf.mixed"
   case memoryScale = "memory.scale"
   case memoryBytesPerEntry = "memory.bytesPerEntry"
+  case memoryChurn = "memory.churn"
   case coalescingFanIn = "coalescing.fanIn"
   case sqliteReadHit = "sqlite.read.hit"
   case sqliteWrite = "sqlite.write"
@@ -33,6 +34,7 @@ enum Benchmark: String, CaseIterable {
     case .memoryZipfMixed: try await MemoryBenchmarks.zipfMixed(configuration)
     case .memoryScale: try await MemoryBenchmarks.scale(configuration)
     case .memoryBytesPerEntry: try FootprintBenchmark.bytesPerEntry(configuration)
+    case .memoryChurn: try MemoryBenchmarks.churn(configuration)
     case .coalescingFanIn: try await CoalescingBenchmarks.fanIn(configuration)
     case .sqliteReadHit: try await SQLiteBenchmarks.readHit(configuration)
     case .sqliteWrite: try await SQLiteBenchmarks.write(configuration)

@@ -70,6 +70,61 @@ enum MemoryBenchmarks {
     return rows
   }
 
+  // MARK: memory.churn
+
+  /// `memory.churn`: a full layer of `scaleEntryCount` entries takes new keys one at a time, each
+  /// evicting one, and every insert is timed: a pause of a segment (a pass over its table under
+  /// its lock) shows in the tail. Beside a `Mutex`-`Dictionary` bounded to as many entries with
+  /// FIFO eviction.
+  static func churn(_ run: RunConfiguration) throws -> [ResultRow] {
+    let limit = run.scaleEntryCount
+    let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: limit))
+    let dictionary = FIFOMutexDictionary(countLimit: limit)
+    for key in 0..<limit {
+      try layer.insert(key, for: key)
+      dictionary.insert(key, for: key)
+    }
+    var layerLatencies: [[Double]] = []
+    var dictionaryLatencies: [[Double]] = []
+    var next = limit
+    for _ in 0..<run.repetitions {
+      layerLatencies.append(try timedInserts(run.churnInserts, from: next) { try layer.insert($0, for: $0) })
+      dictionaryLatencies.append(timedInserts(run.churnInserts, from: next) { dictionary.insert($0, for: $0) })
+      next += run.churnInserts
+    }
+    // Full all along: every insert evicted one entry.
+    guard layer.count > limit - limit / 100, layer.count <= limit, dictionary.count == limit else {
+      throw BenchmarkFailure("the churned caches hold \(layer.count) and \(dictionary.count) entries, not \(limit)")
+    }
+    let inserts =
+      "\(abbreviated(run.churnInserts)) inserts of new keys per repetition into a full layer of "
+      + "\(abbreviated(limit)), each evicting one; ns per insert, timed one by one"
+    return [50.0, 99.99, 100].flatMap { rank in
+      ResultRow.percentileRows(
+        benchmark: Benchmark.memoryChurn.rawValue,
+        percentile: rank,
+        (name: "MemoryLayer", layerLatencies),
+        baseline: (name: "Mutex-Dictionary, FIFO", dictionaryLatencies),
+        unit: .nanoseconds,
+        target: nil,
+        notes: rank == 50 ? [inserts] : ["informational"]
+      )
+    }
+  }
+
+  /// Inserts `count` keys from `first` with `insert`, one at a time; returns each one's time in
+  /// nanoseconds.
+  private static func timedInserts(_ count: Int, from first: Int, _ insert: (Int) throws -> Void) rethrows -> [Double] {
+    let clock = ContinuousClock()
+    var latencies = [Double](repeating: 0, count: count)
+    for index in 0..<count {
+      let start = clock.now
+      try insert(first + index)
+      latencies[index] = (clock.now - start) / .nanoseconds(1)
+    }
+    return latencies
+  }
+
   /// `memory.hit.2tasks`: two tasks hit the same cache at once, each on its own rotation of the key
   /// order; the figure is wall time over both tasks' lookups (aggregate throughput).
   static func hitTwoTasks(_ run: RunConfiguration) async throws -> [ResultRow] {

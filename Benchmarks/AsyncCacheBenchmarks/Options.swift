@@ -83,6 +83,9 @@ struct RunConfiguration {
   var scaleHotKeyCount = 1_000
   /// Lookups per repetition in the scaling benchmark.
   var scaleOperations: Int
+  /// New keys inserted one at a time per repetition of the churn benchmark, into a full layer of
+  /// ``scaleEntryCount`` entries.
+  var churnInserts: Int
   /// Entries each child process inserts in the footprint benchmark.
   var footprintEntryCount: Int
   /// Child processes per implementation in the footprint benchmark.
@@ -129,6 +132,7 @@ struct RunConfiguration {
     zipfOperations: 1_000_000,
     scaleEntryCount: 1_000_000,
     scaleOperations: 1_000_000,
+    churnInserts: 1_000_000,
     footprintEntryCount: 1_000_000,
     footprintRepetitions: 3
   )
@@ -141,6 +145,7 @@ struct RunConfiguration {
     zipfOperations: 1_000_000,
     scaleEntryCount: 1_000_000,
     scaleOperations: 200_000,
+    churnInserts: 200_000,
     // The target is set at 1M entries; fewer would round the power-of-two tables differently.
     footprintEntryCount: 1_000_000,
     footprintRepetitions: 1,

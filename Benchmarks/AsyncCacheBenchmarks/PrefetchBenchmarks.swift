@@ -165,7 +165,7 @@ enum PrefetchBenchmarks {
     let benchmark = Benchmark.prefetchCancelOnMove.rawValue
     let moves = movesPerRepetition * run.repetitions
     return
-      percentileRows(
+      ResultRow.percentileRows(
         benchmark: benchmark,
         percentile: 50,
         (name: "AsyncPrefetcher", prefetcher),
@@ -177,7 +177,7 @@ enum PrefetchBenchmarks {
             + "ns from before setCurrentIndex to the later origin onCancel"
         ]
       )
-      + percentileRows(
+      + ResultRow.percentileRows(
         benchmark: benchmark,
         percentile: 99,
         (name: "AsyncPrefetcher", prefetcher),
@@ -333,7 +333,7 @@ enum PrefetchBenchmarks {
         )
       }
       for rank in [50.0, 99] {
-        rows += percentileRows(
+        rows += ResultRow.percentileRows(
           benchmark: benchmark,
           percentile: rank,
           (name: stormName, storm.map { Array($0.latencies.values) }),
@@ -462,37 +462,6 @@ enum PrefetchBenchmarks {
   }
 
   // MARK: Reporting
-
-  /// A pair of rows: the `percentile` of `project`'s samples and of `baseline`'s, pooled over the
-  /// repetitions (one array per repetition), each with the per-repetition percentiles as its
-  /// samples, and the project's ratio to the baseline.
-  private static func percentileRows(
-    benchmark: String,
-    percentile: Double,
-    _ project: (name: String, [[Double]]),
-    baseline: (name: String, [[Double]]),
-    unit: Unit,
-    target: Target?,
-    notes: [String]
-  ) -> [ResultRow] {
-    let label = "p\(format(percentile, decimals: 0))"
-    let baselineName = "\(baseline.name) \(label)"
-    let reference = AsyncCacheBenchmarks.percentile(percentile, of: baseline.1.flatMap { $0 })
-    return [(project, target, notes), (baseline, nil, [])].map { contender, target, notes in
-      let value = AsyncCacheBenchmarks.percentile(percentile, of: contender.1.flatMap { $0 })
-      return ResultRow(
-        benchmark: benchmark,
-        implementation: "\(contender.name) \(label)",
-        value: value,
-        unit: unit,
-        baseline: baselineName,
-        ratio: reference > 0 ? value / reference : nil,
-        target: target,
-        samples: contender.1.map { AsyncCacheBenchmarks.percentile(percentile, of: $0) },
-        notes: notes
-      )
-    }
-  }
 
   private static func milliseconds(_ duration: Duration) -> String {
     format(duration / .milliseconds(1), decimals: 0)

@@ -202,3 +202,38 @@ func percentile(_ percentile: Double, of values: [Double]) -> Double {
   let rank = Int((percentile / 100 * Double(sorted.count)).rounded(.up))
   return sorted[min(max(rank, 1), sorted.count) - 1]
 }
+
+extension ResultRow {
+  /// A pair of rows: the `percentile` of `project`'s samples and of `baseline`'s, pooled over the
+  /// repetitions (one array per repetition), each with the per-repetition percentiles as its
+  /// samples, and the project's ratio to the baseline.
+  static func percentileRows(
+    benchmark: String,
+    percentile: Double,
+    _ project: (name: String, [[Double]]),
+    baseline: (name: String, [[Double]]),
+    unit: Unit,
+    target: Target?,
+    notes: [String]
+  ) -> [ResultRow] {
+    let label =
+      percentile == 100
+      ? "max" : "p\(format(percentile, decimals: percentile == percentile.rounded() ? 0 : 2))"
+    let baselineName = "\(baseline.name) \(label)"
+    let reference = AsyncCacheBenchmarks.percentile(percentile, of: baseline.1.flatMap { $0 })
+    return [(project, target, notes), (baseline, nil, [])].map { contender, target, notes in
+      let value = AsyncCacheBenchmarks.percentile(percentile, of: contender.1.flatMap { $0 })
+      return ResultRow(
+        benchmark: benchmark,
+        implementation: "\(contender.name) \(label)",
+        value: value,
+        unit: unit,
+        baseline: baselineName,
+        ratio: reference > 0 ? value / reference : nil,
+        target: target,
+        samples: contender.1.map { AsyncCacheBenchmarks.percentile(percentile, of: $0) },
+        notes: notes
+      )
+    }
+  }
+}

@@ -27,11 +27,11 @@
 /// ``Configuration-swift.struct/timeToLive`` after it was inserted, read from the injected
 /// ``Configuration-swift.struct/clock``. Expired entries are never returned; they are removed
 /// when found, by ``removeExpired()``, or by eviction. Inserts reckon it from the clock's `now`.
-/// Lookups check it without a clock read: with ``WallClock``, against a time the library
-/// publishes every few milliseconds, and the exact time within 50 ms of the expiry, so an entry
-/// is returned until exactly its expiry; with a clock of your own, against its
-/// ``CacheClock/coarseNow``, so an entry may be returned as long past its expiry as that lags,
-/// never before. See <doc:FreshnessAndStatistics>.
+/// With ``WallClock``, lookups check it against a time the library publishes every few
+/// milliseconds (no clock call), or against the exact time when the entry expires within 50 ms
+/// of that, so an entry is returned until exactly its expiry; with a clock of your own, against
+/// its ``CacheClock/coarseNow``, so an entry may be returned as long past its expiry as that
+/// lags, never before. See <doc:FreshnessAndStatistics>.
 public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
   @usableFromInline
   nonisolated let store: MemoryStore<Key, Value>

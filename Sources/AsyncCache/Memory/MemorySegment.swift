@@ -16,9 +16,9 @@
 /// - the lists link nodes through 32-bit slot numbers: one recency list under LRU; W-TinyLFU's
 ///   window, probation and protected lists otherwise (the tests hold a plain reference model,
 ///   `WTinyLFUPolicy`, that this implementation must match step for step);
-/// - a hit moves nothing at once: it queues its slot, and the queue's moves are made in order when it is full or before any other operation reads or
-///   changes the lists (``recordHit(_:hash:)``), so the lists read as if each had been made at
-///   once.
+/// - a hit moves nothing at once: it queues its slot, and the queue's moves are made in order
+///   when it is full or before any other operation reads or changes the lists
+///   (``recordHit(_:hash:)``), so the lists read as if each had been made at once.
 ///
 /// Not thread-safe: ``MemoryStore`` keeps each segment behind its own lock.
 @usableFromInline

@@ -47,8 +47,9 @@ public struct WallClock: CacheClock {
   /// (``coarseResolution``: 4 ms on most Linux distributions, 1 to 10 ms by the kernel's `HZ`),
   /// a little more when the tick itself runs late: with 4 ms ticks on a busy 2-core VM, 1 to
   /// 5 ms for 99.8% of reads and 9.4 ms at worst. A clock of your own that forwards to it lets
-  /// hits serve an entry that much past its expiry, never earlier. On Apple platforms, which have no coarse wall clock,
-  /// it reads `CLOCK_REALTIME` through `clock_gettime_nsec_np`, at its resolution of 1 µs.
+  /// hits serve an entry that much past its expiry, never earlier. On Apple platforms, which
+  /// have no coarse wall clock, it reads `CLOCK_REALTIME` through `clock_gettime_nsec_np`, at
+  /// its resolution of 1 µs.
   public var coarseNow: CacheInstant {
     CacheInstant(nanosecondsSince1970: SystemTime.coarseRealtimeNanoseconds())
   }

@@ -1,4 +1,3 @@
-internal import Foundation  // Thread
 public import Synchronization  // Atomic
 
 #if canImport(Darwin)
@@ -13,22 +12,38 @@ public import Synchronization  // Atomic
 
 /// The wall-clock time that memory hits check expiry against (with the ``WallClock``): a
 /// background thread publishes `CLOCK_REALTIME` every ``period`` while hits read it, so that a
-/// hit reads one shared word instead of calling the clock.
+/// hit far from its entry's expiry reads one shared word instead of calling the clock.
 ///
 /// The published time lags the exact time by up to a period, more when the publishing thread
 /// is late. So a hit uses it only for an entry that expires more than ``margin`` after it;
 /// closer to its expiry, the hit reads the exact clock. An entry is therefore served until
-/// exactly its expiry, never after, unless the publisher is more than `margin - period` late
-/// (a process starved of CPU, or resumed from suspension in the moment before the thread runs).
-/// What a hit returns as its time (the freshness decisions of stale-while-revalidate and refresh
-/// ahead) lags by up to about a period.
+/// exactly its expiry, never after, unless the publisher is more than `margin - period` late (a
+/// process starved of CPU, or resumed from suspension in the moment before the thread runs):
+/// then by as much more. What a hit returns as its time (for the freshness decisions of
+/// stale-while-revalidate and refresh ahead) lags by up to about a period.
 ///
-/// The thread starts on the first read and stops after ``idleTicks`` periods without one;
-/// while it is stopped the next read takes the exact clock and starts it again.
+/// The thread starts on the first read and stops after ``idleTicks`` periods without one; while
+/// it is stopped, reads take the exact clock and the next one starts it again. When the thread
+/// cannot be started (a thread limit), reads take the exact clock and try again a second later.
+/// A process forked while it runs starts with none: the child reads the exact clock until it
+/// starts its own.
+///
+/// Lock-free, so that a fork at any moment leaves the child a usable state.
 @usableFromInline
 final class PublishedWallTime: Sendable {
+  /// Starts a thread that runs its argument; returns `pthread_create`'s result (0 on success).
+  package typealias ThreadStarter = @Sendable (_ body: @escaping @Sendable () -> Void) -> Int32
+
   /// The process's publisher, which every memory layer on the ``WallClock`` reads.
-  @usableFromInline static let shared = PublishedWallTime(startsThread: true)
+  @usableFromInline static let shared: PublishedWallTime = {
+    let time = PublishedWallTime { body in
+      // It mostly sleeps and must run soon when it wakes.
+      DetachedThread(label: "AsyncCache time", reactsQuickly: true, body: body).start()
+    }
+    // A child of fork() has no publishing thread: it must not read what the parent published.
+    pthread_atfork(nil, nil) { PublishedWallTime.shared.forget() }
+    return time
+  }()
 
   /// How often the time is published: 4 ms, about one Linux kernel tick (the lag of
   /// `CLOCK_REALTIME_COARSE`, which hits read before), at 250 wake-ups a second while hits come.
@@ -38,26 +53,33 @@ final class PublishedWallTime: Sendable {
   @usableFromInline static let margin: Int64 = 50_000_000
   /// The periods without a read after which the publisher stops: one second.
   static let idleTicks = 250
+  /// How long after a failed start of the thread the next read tries again: one second.
+  static let retryDelay: Int64 = 1_000_000_000
 
   /// Nanoseconds since 1970 as of the last publication; 0 while nothing publishes.
   @usableFromInline let published = Atomic<Int64>(0)
   /// Whether a hit read ``published`` since the publisher's last tick. Written only when it is
   /// `false`: once a tick by at most a few readers, so that hits do not fight over its line.
   @usableFromInline let wasRead = Atomic<Bool>(false)
-  /// The publisher's state: whether it runs, and its periods in a row without a read.
-  let publisher = Mutex<(running: Bool, idle: Int)>((false, 0))
-  /// Whether starting the publisher starts a thread that ticks; `false` for tests, which call
-  /// ``tick(now:)`` themselves.
-  let startsThread: Bool
+  /// Whether the publisher runs: set by the read that starts it, cleared by the publisher as it
+  /// stops (after it unpublished), or when its thread could not start.
+  let running = Atomic<Bool>(false)
+  /// The publisher's periods in a row without a read; written by the publisher only.
+  let idle = Atomic<Int>(0)
+  /// Before this time (nanoseconds since 1970), reads do not try to start the publisher: its
+  /// thread failed to start.
+  let retryAfter = Atomic<Int64>(.min)
+  /// Starts the publisher's thread; `nil` for tests, which call ``tick(now:)`` themselves.
+  let startThread: ThreadStarter?
 
-  /// - Parameter startsThread: Whether a thread ticks; tests pass `false` and tick by hand.
-  package init(startsThread: Bool) {
-    self.startsThread = startsThread
+  /// - Parameter startThread: Starts the publisher's thread; `nil` for tests, which tick by hand.
+  package init(startThread: ThreadStarter?) {
+    self.startThread = startThread
   }
 
   /// A time to check `expiry` (nanoseconds since 1970) against: the published time when
   /// `expiry` is more than ``margin`` after it, else the exact time. Never later than the exact
-  /// time. Cheap and never blocks, except the read that starts the publisher.
+  /// time. Cheap and lock-free; the read that starts the publisher starts a thread.
   @inlinable
   @inline(__always)
   package func time(checking expiry: Int64) -> Int64 {
@@ -67,23 +89,29 @@ final class PublishedWallTime: Sendable {
     return expiry > recent &+ Self.margin ? recent : SystemTime.realtimeNanoseconds()
   }
 
-  /// Reads the exact time, and starts the publisher if it does not run.
+  /// Reads the exact time, and starts the publisher if it does not run (and did not just fail
+  /// to start).
   @usableFromInline
   func start() -> Int64 {
+    guard SystemTime.realtimeNanoseconds() >= retryAfter.load(ordering: .relaxed),
+      running.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
+    else { return SystemTime.realtimeNanoseconds() }
+    idle.store(0, ordering: .relaxed)
+    // Read once the publisher is ours: a reader preempted before it must not publish an old time.
     let now = SystemTime.realtimeNanoseconds()
-    let starts = publisher.withLock { state in
-      guard !state.running else { return false }
-      state = (true, 0)
-      published.store(now, ordering: .relaxed)
-      return true
-    }
-    if starts && startsThread {
-      Thread.detachNewThread { [self] in
-        Thread.current.name = "AsyncCache time"
+    published.store(now, ordering: .relaxed)
+    if let startThread {
+      let result = startThread { [self] in
         repeat {
           var pause = timespec(tv_sec: 0, tv_nsec: Int(Self.period))
           nanosleep(&pause, nil)
         } while tick(now: SystemTime.realtimeNanoseconds())
+      }
+      if result != 0 {
+        // No thread publishes: reads take the exact time, and try again later.
+        published.store(0, ordering: .relaxed)
+        retryAfter.store(now &+ Self.retryDelay, ordering: .relaxed)
+        running.store(false, ordering: .releasing)
       }
     }
     return now
@@ -92,16 +120,23 @@ final class PublishedWallTime: Sendable {
   /// One period of the publisher: publishes `now` (nanoseconds since 1970), or stops after
   /// ``idleTicks`` periods without a read. Returns whether it still runs.
   package func tick(now: Int64) -> Bool {
-    publisher.withLock { state in
-      state.idle = wasRead.exchange(false, ordering: .relaxed) ? 0 : state.idle + 1
-      if state.idle >= Self.idleTicks {
-        // Under the lock: a read that starts the publisher again waits for this.
-        published.store(0, ordering: .relaxed)
-        state.running = false
-        return false
-      }
-      published.store(now, ordering: .relaxed)
-      return true
+    let idle = wasRead.exchange(false, ordering: .relaxed) ? 0 : idle.load(ordering: .relaxed) &+ 1
+    self.idle.store(idle, ordering: .relaxed)
+    if idle >= Self.idleTicks {
+      // Unpublished first: a read that sees `running` cleared starts a publisher of its own.
+      published.store(0, ordering: .relaxed)
+      running.store(false, ordering: .releasing)
+      return false
     }
+    published.store(now, ordering: .relaxed)
+    return true
+  }
+
+  /// Forgets the publisher: in the child of a fork, which has no publishing thread. Only
+  /// atomics, so safe whatever the parent's threads were doing.
+  package func forget() {
+    published.store(0, ordering: .relaxed)
+    idle.store(0, ordering: .relaxed)
+    running.store(false, ordering: .releasing)
   }
 }

@@ -123,7 +123,7 @@ struct CacheEnvironmentTests {
     #expect(cache.cachedValue(for: "k") == nil, "the entry expires on the one clock")
   }
 
-  @Test("a followed wall clock keeps the hit's direct coarse read; another clock is read through it")
+  @Test("a followed wall clock is read directly (hits read the published time); another clock is read through it")
   func followedClockReads() {
     let followed = FollowedClock(given: nil)
     #expect(followed.isWallClock)

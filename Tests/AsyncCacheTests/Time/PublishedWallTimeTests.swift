@@ -1,9 +1,16 @@
+import Synchronization
 import Testing
 
 @testable import AsyncCache
 
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Darwin)
+  import Darwin
+#endif
+
 /// The time memory hits read with the `WallClock`: published by a thread, read exactly near an
-/// expiry. These publishers tick by hand (`startsThread: false`), so every step is the test's.
+/// expiry. These publishers tick by hand (no thread), so every step is the test's.
 @Suite struct PublishedWallTimeTests {
   /// A published time long past, so that the exact time can never be mistaken for it.
   let published: Int64 = 1_000_000_000_000_000_000
@@ -11,23 +18,26 @@ import Testing
   /// The exact wall time now, in nanoseconds since 1970.
   func exactNow() -> Int64 { WallClock().now.nanosecondsSince1970 }
 
+  /// Whether `time`'s publisher runs.
+  func isRunning(_ time: PublishedWallTime) -> Bool { time.running.load(ordering: .relaxed) }
+
   /// A publisher that runs and has published ``published``, with no read since.
   func runningPublisher() -> PublishedWallTime {
-    let time = PublishedWallTime(startsThread: false)
+    let time = PublishedWallTime(startThread: nil)
     _ = time.time(checking: .max)
     #expect(time.tick(now: published))
     return time
   }
 
   @Test func theFirstReadTakesTheExactTimeAndStartsThePublisher() {
-    let time = PublishedWallTime(startsThread: false)
+    let time = PublishedWallTime(startThread: nil)
     #expect(time.published.load(ordering: .relaxed) == 0)
     let before = exactNow()
     let read = time.time(checking: .max)
     let after = exactNow()
     #expect(read >= before && read <= after)
     #expect(time.published.load(ordering: .relaxed) == read, "the starting read publishes what it read")
-    #expect(time.publisher.withLock { $0.running })
+    #expect(isRunning(time))
   }
 
   @Test func anExpiryBeyondTheMarginIsCheckedAgainstThePublishedTime() {
@@ -46,7 +56,7 @@ import Testing
     // An expiry that passed by the exact time but not by the published one: expired.
     let expiry = exactNow() - 1
     #expect(expiry > published + PublishedWallTime.margin)
-    let time2 = PublishedWallTime(startsThread: false)
+    let time2 = PublishedWallTime(startThread: nil)
     _ = time2.time(checking: .max)
     #expect(time2.tick(now: expiry - PublishedWallTime.margin))
     #expect(time2.time(checking: expiry) > expiry, "within the margin the hit sees the entry expired")
@@ -66,11 +76,11 @@ import Testing
     }
     #expect(!time.tick(now: published))
     #expect(time.published.load(ordering: .relaxed) == 0)
-    #expect(!time.publisher.withLock { $0.running })
+    #expect(!isRunning(time))
     // The next read takes the exact time and starts it again.
     let before = exactNow()
     #expect(time.time(checking: .max) >= before)
-    #expect(time.publisher.withLock { $0.running && $0.idle == 0 })
+    #expect(isRunning(time) && time.idle.load(ordering: .relaxed) == 0)
   }
 
   @Test func aReadKeepsThePublisherRunning() {
@@ -84,6 +94,37 @@ import Testing
       _ = time.time(checking: published)
       #expect(time.tick(now: published))
     }
+  }
+
+  @Test func aPublisherWhoseThreadCannotStartLeavesReadsTheExactTime() {
+    let attempts = Atomic<Int>(0)
+    let time = PublishedWallTime { _ in
+      attempts.add(1, ordering: .relaxed)
+      return EAGAIN
+    }
+    for _ in 0..<3 {
+      let before = exactNow()
+      #expect(time.time(checking: .max) >= before, "no published time: the exact one")
+      #expect(time.published.load(ordering: .relaxed) == 0)
+      #expect(!isRunning(time))
+    }
+    #expect(attempts.load(ordering: .relaxed) == 1, "the next attempt waits a second")
+    // Once the delay passed, a read tries again.
+    time.retryAfter.store(exactNow(), ordering: .relaxed)
+    _ = time.time(checking: .max)
+    #expect(attempts.load(ordering: .relaxed) == 2)
+  }
+
+  @Test func aForgottenPublisherIsReadExactlyAndStartsAgain() {
+    let time = runningPublisher()
+    #expect(time.time(checking: .max) == published)
+    // What the child of a fork does first: the parent's thread is not there.
+    time.forget()
+    #expect(time.published.load(ordering: .relaxed) == 0)
+    let before = exactNow()
+    #expect(time.time(checking: .max) >= before)
+    #expect(isRunning(time))
+    #expect(time.published.load(ordering: .relaxed) >= before)
   }
 
   @Test func theSharedPublishersTimeIsNeverAheadOfTheExactTime() {
@@ -110,4 +151,47 @@ import Testing
     }
     #expect(latest > first, "the thread published a later time")
   }
+
+  // MARK: Through a memory layer on the wall clock
+
+  @Test func aWallClockEntryIsAMissAsSoonAsTheExactTimePassesItsExpiry() throws {
+    let memory = try MemoryLayer<String, Int>(configuration: .init())
+    for round in 0..<5 {
+      try memory.insert(1, for: "a", timeToLive: .milliseconds(30))
+      let expiry = try #require(memory.entry(for: "a")?.expiresAt)
+      // Hits keep the publisher running; they go on until the exact time passes the expiry.
+      while WallClock().now < expiry { _ = memory.value(for: "a") }
+      #expect(memory.value(for: "a") == nil, "round \(round): served past its expiry")
+      #expect(!memory.contains("a"))
+    }
+  }
+
+  #if os(Linux)
+    @Test func theChildOfAForkDoesNotReadTheParentsPublishedTime() throws {
+      let memory = try MemoryLayer<String, Int>(configuration: .init())
+      // The parent's publisher runs, and every path the child takes has run once.
+      try memory.insert(CacheEntry(0, expiresAt: WallClock().now.advanced(by: .seconds(60))), for: "warm")
+      #expect(memory.value(for: "warm") == 0 && memory.contains("warm"))
+      #expect(PublishedWallTime.shared.published.load(ordering: .relaxed) != 0)
+      let child = fork()
+      if child == 0 {
+        // A hang must end the child, not the suite.
+        alarm(20)
+        var code: Int32 = 0
+        // Expires 60 ms from now: past the margin of the time the parent published last, which
+        // the child would read for ever if it kept it.
+        let expiry = WallClock().now.advanced(by: .milliseconds(60))
+        if (try? memory.insert(CacheEntry(1, expiresAt: expiry), for: "a")) == nil { code = 3 }
+        if memory.value(for: "a") != 1 { code = 2 }
+        while WallClock().now < expiry {}
+        if memory.value(for: "a") != nil || memory.contains("a") { code = 1 }
+        _exit(code)
+      }
+      #expect(child > 0)
+      var status: Int32 = 0
+      #expect(waitpid(child, &status, 0) == child)
+      #expect(status & 0x7F == 0, "the child ended by signal \(status & 0x7F)")
+      #expect((status >> 8) & 0xFF == 0, "child exit \((status >> 8) & 0xFF): 1 means served past its expiry")
+    }
+  #endif
 }
