@@ -92,14 +92,18 @@ enum MemoryBenchmarks {
       dictionaryLatencies.append(timedInserts(run.churnInserts, from: next) { dictionary.insert($0, for: $0) })
       next += run.churnInserts
     }
-    // Full all along: every insert evicted one entry.
+    // Still full (segments below their share after the fill take a few keys without evicting).
     guard layer.count > limit - limit / 100, layer.count <= limit, dictionary.count == limit else {
       throw BenchmarkFailure("the churned caches hold \(layer.count) and \(dictionary.count) entries, not \(limit)")
     }
     let inserts =
       "\(abbreviated(run.churnInserts)) inserts of new keys per repetition into a full layer of "
-      + "\(abbreviated(limit)), each evicting one; ns per insert, timed one by one"
-    return [50.0, 99.99, 100].flatMap { rank in
+      + "\(abbreviated(limit)), each evicting one; ns per insert, timed one by one (two clock reads, "
+      + "about 50 ns, included)"
+    // p99.9, not p99.99: the top 0.01% of 1M inserts is 100 of them, about as many as the
+    // kernel's timer ticks (250 a second) interrupt in a run of 0.4 s, so it would measure how
+    // long the run took rather than the inserts.
+    return [50.0, 99.9, 100].flatMap { rank in
       ResultRow.percentileRows(
         benchmark: Benchmark.memoryChurn.rawValue,
         percentile: rank,

@@ -218,7 +218,8 @@ extension ResultRow {
   ) -> [ResultRow] {
     let label =
       percentile == 100
-      ? "max" : "p\(format(percentile, decimals: percentile == percentile.rounded() ? 0 : 2))"
+      ? "max"
+      : "p\(format(percentile, decimals: percentile == percentile.rounded() ? 0 : percentile * 10 == (percentile * 10).rounded() ? 1 : 2))"
     let baselineName = "\(baseline.name) \(label)"
     let reference = AsyncCacheBenchmarks.percentile(percentile, of: baseline.1.flatMap { $0 })
     return [(project, target, notes), (baseline, nil, [])].map { contender, target, notes in

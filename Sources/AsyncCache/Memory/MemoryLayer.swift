@@ -25,13 +25,14 @@
 ///
 /// Expiry: an entry expires at the earlier of its own ``CacheEntry/expiresAt`` and
 /// ``Configuration-swift.struct/timeToLive`` after it was inserted, read from the injected
-/// ``Configuration-swift.struct/clock``. Expired entries are never returned; they are removed
+/// ``Configuration-swift.struct/clock``. Expired entries are not returned; they are removed
 /// when found, by ``removeExpired()``, or by eviction. Inserts reckon it from the clock's `now`.
 /// With ``WallClock``, lookups check it against a time the library publishes every few
 /// milliseconds (no clock call), or against the exact time when the entry expires within 50 ms
-/// of that, so an entry is returned until exactly its expiry; with a clock of your own, against
-/// its ``CacheClock/coarseNow``, so an entry may be returned as long past its expiry as that
-/// lags, never before. See <doc:FreshnessAndStatistics>.
+/// of that, so an entry is returned until exactly its expiry (unless the publishing thread runs
+/// more than 46 ms late); with a clock of your own, against its ``CacheClock/coarseNow``, so an
+/// entry may be returned as long past its expiry as that lags, never before. See
+/// <doc:FreshnessAndStatistics>.
 public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
   @usableFromInline
   nonisolated let store: MemoryStore<Key, Value>

@@ -111,8 +111,9 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// A time to check `expiry` (nanoseconds since 1970) against, in nanoseconds since 1970: what
   /// hits read. With the ``WallClock``, the time a background thread publishes every few
   /// milliseconds when the expiry is further than a margin from it, else the exact time (see
-  /// ``PublishedWallTime``): an entry is served until exactly its expiry, and a hit reads one
-  /// shared word, not the clock. A ``CacheClock`` of the user's, `ManualClock` included,
+  /// ``PublishedWallTime``): an entry is served until exactly its expiry (unless the publishing
+  /// thread runs more than 46 ms late), and a hit far from the expiry reads one shared word,
+  /// not the clock. A ``CacheClock`` of the user's, `ManualClock` included,
   /// answers with its ``CacheClock/coarseNow``, exactly unless it says otherwise.
   @inlinable
   @inline(__always)
@@ -170,7 +171,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// hit is also counted as a loading cache's request hit.
   ///
   /// An entry is a hit while ``now(checking:)`` is before its expiry: with the ``WallClock``
-  /// until exactly its expiry (see ``PublishedWallTime``), with a `ManualClock` never past it.
+  /// until exactly its expiry unless the publishing thread runs more than 46 ms late (see
+  /// ``PublishedWallTime``), with a `ManualClock` never past it.
   @inlinable
   @inline(__always)
   func lookup<Found: Sendable>(

@@ -25,25 +25,22 @@ public import Synchronization  // Atomic
 /// The thread starts on the first read and stops after ``idleTicks`` periods without one; while
 /// it is stopped, reads take the exact clock and the next one starts it again. When the thread
 /// cannot be started (a thread limit), reads take the exact clock and try again a second later.
-/// A process forked while it runs starts with none: the child reads the exact clock until it
-/// starts its own.
+/// The child of a `fork()` made while it runs has no thread: a `pthread_atfork` handler
+/// unpublishes the time in the child, whose first hit takes the exact clock and starts a thread
+/// of its own (`_Fork()`, `vfork()` and a bare `clone()` run no handlers: a child made so that
+/// does not exec may read a time that no longer moves).
 ///
-/// Lock-free, so that a fork at any moment leaves the child a usable state.
+/// Lock-free, so that the handler only stores atomics, whatever the parent's threads held.
 @usableFromInline
 final class PublishedWallTime: Sendable {
   /// Starts a thread that runs its argument; returns `pthread_create`'s result (0 on success).
   package typealias ThreadStarter = @Sendable (_ body: @escaping @Sendable () -> Void) -> Int32
 
   /// The process's publisher, which every memory layer on the ``WallClock`` reads.
-  @usableFromInline static let shared: PublishedWallTime = {
-    let time = PublishedWallTime { body in
-      // It mostly sleeps and must run soon when it wakes.
-      DetachedThread(label: "AsyncCache time", reactsQuickly: true, body: body).start()
-    }
-    // A child of fork() has no publishing thread: it must not read what the parent published.
-    pthread_atfork(nil, nil) { PublishedWallTime.shared.forget() }
-    return time
-  }()
+  @usableFromInline static let shared = PublishedWallTime(registersForkHandler: true) { body in
+    // It mostly sleeps and must run soon when it wakes.
+    DetachedThread(label: "AsyncCache time", reactsQuickly: true, body: body).start()
+  }
 
   /// How often the time is published: 4 ms, about one Linux kernel tick (the lag of
   /// `CLOCK_REALTIME_COARSE`, which hits read before), at 250 wake-ups a second while hits come.
@@ -71,9 +68,18 @@ final class PublishedWallTime: Sendable {
   let retryAfter = Atomic<Int64>(.min)
   /// Starts the publisher's thread; `nil` for tests, which call ``tick(now:)`` themselves.
   let startThread: ThreadStarter?
+  /// Whether the first start registers the fork handler that forgets ``shared``'s publisher in
+  /// the child (only ``shared``: the handler names it).
+  let registersForkHandler: Bool
+  /// Whether the fork handler is registered.
+  let forkHandlerRegistered = Atomic<Bool>(false)
 
-  /// - Parameter startThread: Starts the publisher's thread; `nil` for tests, which tick by hand.
-  package init(startThread: ThreadStarter?) {
+  /// - Parameters:
+  ///   - registersForkHandler: Register the handler that forgets ``shared``'s publisher in the
+  ///     child of a fork; only for ``shared``.
+  ///   - startThread: Starts the publisher's thread; `nil` for tests, which tick by hand.
+  init(registersForkHandler: Bool = false, startThread: ThreadStarter?) {
+    self.registersForkHandler = registersForkHandler
     self.startThread = startThread
   }
 
@@ -93,13 +99,25 @@ final class PublishedWallTime: Sendable {
   /// to start).
   @usableFromInline
   func start() -> Int64 {
-    guard SystemTime.realtimeNanoseconds() >= retryAfter.load(ordering: .relaxed),
+    let now = SystemTime.realtimeNanoseconds()
+    guard now >= retryAfter.load(ordering: .relaxed),
       running.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
-    else { return SystemTime.realtimeNanoseconds() }
+    else { return now }
+    // Checked again now that the publisher is ours: a start that failed since the check above
+    // set it, and released `running` after.
+    guard now >= retryAfter.load(ordering: .relaxed) else {
+      running.store(false, ordering: .releasing)
+      return now
+    }
+    if registersForkHandler && !forkHandlerRegistered.exchange(true, ordering: .relaxed) {
+      // Registered here, not in `shared`'s initializer: a fork during that initializer would
+      // run a handler that waits for it in the child for ever.
+      pthread_atfork(nil, nil) { PublishedWallTime.shared.forgetAfterFork() }
+    }
     idle.store(0, ordering: .relaxed)
     // Read once the publisher is ours: a reader preempted before it must not publish an old time.
-    let now = SystemTime.realtimeNanoseconds()
-    published.store(now, ordering: .relaxed)
+    let published = SystemTime.realtimeNanoseconds()
+    self.published.store(published, ordering: .relaxed)
     if let startThread {
       let result = startThread { [self] in
         repeat {
@@ -109,20 +127,20 @@ final class PublishedWallTime: Sendable {
       }
       if result != 0 {
         // No thread publishes: reads take the exact time, and try again later.
-        published.store(0, ordering: .relaxed)
-        retryAfter.store(now &+ Self.retryDelay, ordering: .relaxed)
+        self.published.store(0, ordering: .relaxed)
+        retryAfter.store(published &+ Self.retryDelay, ordering: .relaxed)
         running.store(false, ordering: .releasing)
       }
     }
-    return now
+    return published
   }
 
   /// One period of the publisher: publishes `now` (nanoseconds since 1970), or stops after
   /// ``idleTicks`` periods without a read. Returns whether it still runs.
   package func tick(now: Int64) -> Bool {
-    let idle = wasRead.exchange(false, ordering: .relaxed) ? 0 : idle.load(ordering: .relaxed) &+ 1
-    self.idle.store(idle, ordering: .relaxed)
-    if idle >= Self.idleTicks {
+    let idleTicks = wasRead.exchange(false, ordering: .relaxed) ? 0 : idle.load(ordering: .relaxed) &+ 1
+    idle.store(idleTicks, ordering: .relaxed)
+    if idleTicks >= Self.idleTicks {
       // Unpublished first: a read that sees `running` cleared starts a publisher of its own.
       published.store(0, ordering: .relaxed)
       running.store(false, ordering: .releasing)
@@ -132,9 +150,10 @@ final class PublishedWallTime: Sendable {
     return true
   }
 
-  /// Forgets the publisher: in the child of a fork, which has no publishing thread. Only
-  /// atomics, so safe whatever the parent's threads were doing.
-  package func forget() {
+  /// Forgets the publisher, in the child of a fork only (which has no publishing thread): called
+  /// on a publisher whose thread runs, it would let a second one start. Only atomics, so safe
+  /// whatever the parent's threads were doing.
+  package func forgetAfterFork() {
     published.store(0, ordering: .relaxed)
     idle.store(0, ordering: .relaxed)
     running.store(false, ordering: .releasing)

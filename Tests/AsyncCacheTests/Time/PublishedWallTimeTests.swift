@@ -5,6 +5,8 @@ import Testing
 
 #if canImport(Glibc)
   import Glibc
+#elseif canImport(Musl)
+  import Musl
 #elseif canImport(Darwin)
   import Darwin
 #endif
@@ -119,7 +121,7 @@ import Testing
     let time = runningPublisher()
     #expect(time.time(checking: .max) == published)
     // What the child of a fork does first: the parent's thread is not there.
-    time.forget()
+    time.forgetAfterFork()
     #expect(time.published.load(ordering: .relaxed) == 0)
     let before = exactNow()
     #expect(time.time(checking: .max) >= before)
@@ -156,8 +158,9 @@ import Testing
 
   @Test func aWallClockEntryIsAMissAsSoonAsTheExactTimePassesItsExpiry() throws {
     let memory = try MemoryLayer<String, Int>(configuration: .init())
-    for round in 0..<5 {
-      try memory.insert(1, for: "a", timeToLive: .milliseconds(30))
+    for round in 0..<3 {
+      // 100 ms: the first hits decide with the published time, the last 50 ms with the exact one.
+      try memory.insert(1, for: "a", timeToLive: .milliseconds(100))
       let expiry = try #require(memory.entry(for: "a")?.expiresAt)
       // Hits keep the publisher running; they go on until the exact time passes the expiry.
       while WallClock().now < expiry { _ = memory.value(for: "a") }
@@ -167,31 +170,35 @@ import Testing
   }
 
   #if os(Linux)
+    /// The child checks the handler's work and nothing more: a child that started a thread (its
+    /// first hit would) is killed by ThreadSanitizer, which does not support threads started after
+    /// a multithreaded fork. That a read with nothing published takes the exact time and starts
+    /// a publisher is the tests' above.
     @Test func theChildOfAForkDoesNotReadTheParentsPublishedTime() throws {
       let memory = try MemoryLayer<String, Int>(configuration: .init())
-      // The parent's publisher runs, and every path the child takes has run once.
+      // The parent's publisher runs, and its fork handler is registered.
       try memory.insert(CacheEntry(0, expiresAt: WallClock().now.advanced(by: .seconds(60))), for: "warm")
-      #expect(memory.value(for: "warm") == 0 && memory.contains("warm"))
+      #expect(memory.value(for: "warm") == 0)
       #expect(PublishedWallTime.shared.published.load(ordering: .relaxed) != 0)
       let child = fork()
       if child == 0 {
-        // A hang must end the child, not the suite.
+        // A hang must end the child, not the suite; and the child must not hold the other tests'
+        // descriptors (sockets whose end they wait for) while it runs.
         alarm(20)
-        var code: Int32 = 0
-        // Expires 60 ms from now: past the margin of the time the parent published last, which
-        // the child would read for ever if it kept it.
-        let expiry = WallClock().now.advanced(by: .milliseconds(60))
-        if (try? memory.insert(CacheEntry(1, expiresAt: expiry), for: "a")) == nil { code = 3 }
-        if memory.value(for: "a") != 1 { code = 2 }
-        while WallClock().now < expiry {}
-        if memory.value(for: "a") != nil || memory.contains("a") { code = 1 }
-        _exit(code)
+        for descriptor in 3..<Int32(min(sysconf(Int32(_SC_OPEN_MAX)), 65_536)) { close(descriptor) }
+        // Nothing published and no publisher: the child's first hit would read the exact time
+        // (the parent's time, which no thread moves here, would keep entries fresh for ever).
+        let shared = PublishedWallTime.shared
+        let forgotten = shared.published.load(ordering: .relaxed) == 0 && !shared.running.load(ordering: .relaxed)
+        _exit(forgotten ? 0 : 1)
       }
       #expect(child > 0)
       var status: Int32 = 0
-      #expect(waitpid(child, &status, 0) == child)
+      var waited = waitpid(child, &status, 0)
+      while waited == -1 && errno == EINTR { waited = waitpid(child, &status, 0) }
+      #expect(waited == child)
       #expect(status & 0x7F == 0, "the child ended by signal \(status & 0x7F)")
-      #expect((status >> 8) & 0xFF == 0, "child exit \((status >> 8) & 0xFF): 1 means served past its expiry")
+      #expect((status >> 8) & 0xFF == 0, "child exit \((status >> 8) & 0xFF): 1 means it kept the parent's time")
     }
   #endif
 }
