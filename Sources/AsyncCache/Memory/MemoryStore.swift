@@ -19,6 +19,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// The layer's clock: given, followed from its cache or chain, or the ``WallClock``; with the
   /// wall clock, hits read its coarse time directly, without a call through the existential.
   @usableFromInline let clock: FollowedClock
+  /// ``PublishedWallTime/shared``, held so that a hit does not go through its lazy global.
+  @usableFromInline let publishedWallTime = PublishedWallTime.shared
   /// The layer's logger: given, or followed from its cache or chain.
   let followedLogger: Followed<CacheLogger>
   /// How the entries that arrive already expired are logged.
@@ -119,7 +121,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @inline(__always)
   func now(checking expiry: Int64) -> Int64 {
     clock.isWallClock
-      ? PublishedWallTime.shared.time(checking: expiry) : clock.clock.coarseNow.nanosecondsSince1970
+      ? publishedWallTime.time(checking: expiry) : clock.clock.coarseNow.nanosecondsSince1970
   }
 
   /// Returns the unexpired entry for `key` and marks it most recently used.
