@@ -17,7 +17,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline let segments: MemorySegments<Key, Value>
   @usableFromInline let segmentMask: Int
   /// The layer's clock: given, followed from its cache or chain, or the ``WallClock``; with the
-  /// wall clock, hits read its coarse time directly, without a call through the existential.
+  /// wall clock, hits read ``publishedWallTime`` directly, without a call through the
+  /// existential.
   @usableFromInline let clock: FollowedClock
   /// ``PublishedWallTime/shared``, held so that a hit does not go through its lazy global.
   @usableFromInline let publishedWallTime = PublishedWallTime.shared
