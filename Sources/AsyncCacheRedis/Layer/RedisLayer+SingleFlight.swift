@@ -92,13 +92,16 @@ enum SingleFlightScripts {
     end
     """
 
-  /// KEYS: value, lease, version. ARGV: the expiry an entry must be later than (high and low
-  /// 32 bits, or empty), the lease time and the version's lifetime in milliseconds, the claim's
-  /// nonce, and `1` to pass over the stored value whatever it is (one the instance cannot
-  /// read). Returns `{1, value}`, `{2, token}` (granted: the lease reads `<token> <nonce>`) or
-  /// `{3, holder's lease, lease's milliseconds left}`.
+  /// KEYS: value, lease, version, the claim's abandon mark (``abandonMark(lease:nonce:)``).
+  /// ARGV: the expiry an entry must be later than (high and low 32 bits, or empty), the lease
+  /// time and the version's lifetime in milliseconds, the claim's nonce, and `1` to pass over
+  /// the stored value whatever it is (one the instance cannot read). Returns `{1, value}`,
+  /// `{2, token}` (granted: the lease reads `<token> <nonce>`), `{3, holder's lease, lease's
+  /// milliseconds left}`, or `{4}` when the claim was given up before its script ran (its
+  /// ``abandon`` came first): nothing is granted, and no one waits for the reply.
   static let claim = RedisScript(
     bumpVersion + "\n" + """
+      if redis.call('DEL', KEYS[4]) == 1 then return {4} end
       local value = redis.call('GET', KEYS[1])
       if value and ARGV[6] ~= '1' then
         local newer = true
@@ -157,18 +160,30 @@ enum SingleFlightScripts {
     return 1
     """)
 
-  /// KEYS: lease. ARGV: a claim's nonce, load channel, this instance's id, the stored key.
-  /// Removes the lease granted to the claim, if any (its script ran though the claim was given
-  /// up), and announces its release.
+  /// KEYS: lease, the claim's abandon mark (``abandonMark(lease:nonce:)``). ARGV: a claim's
+  /// nonce, load channel, this instance's id, the stored key, lease time. Removes the lease
+  /// granted to the claim, if any (its script ran though the claim was given up), and announces
+  /// its release. When there is none, the claim's script may still be on its way (sent on
+  /// another connection, behind other commands): the mark, for a lease time, makes it grant
+  /// nothing when it comes.
   static let abandon = RedisScript(
     """
     local lease = redis.call('GET', KEYS[1])
-    if not lease or string.sub(lease, -(#ARGV[1] + 1)) ~= ' ' .. ARGV[1] then return 0 end
+    if not lease or string.sub(lease, -(#ARGV[1] + 1)) ~= ' ' .. ARGV[1] then
+      redis.call('SET', KEYS[2], '1', 'PX', ARGV[5])
+      return 0
+    end
     redis.call('DEL', KEYS[1])
     local token = string.match(lease, '^%d+')
     redis.call('PUBLISH', ARGV[2], 'R ' .. token .. ' ' .. ARGV[3] .. ' ' .. #ARGV[4] .. ' ' .. ARGV[4])
     return 1
     """)
+
+  /// The key that marks the claim of `nonce` on `lease` as given up (see ``abandon``): in the
+  /// lease's slot (it starts with the lease key, hash tag included).
+  static func abandonMark(lease: [UInt8], nonce: [UInt8]) -> [UInt8] {
+    lease + Array(":abandoned:".utf8) + nonce
+  }
 
   /// KEYS: value, version, lease. ARGV: stored bytes, PX milliseconds (or empty), version
   /// lifetime, invalidation channel (or empty), invalidation message, load channel, this
@@ -282,8 +297,11 @@ extension RedisLayer {
       let reply: RESPValue
       do {
         reply = try await runScript(
-          SingleFlightScripts.claim, keys: [keys.value, keys.lease, keys.version], arguments: arguments,
-          key: encodedKey)
+          SingleFlightScripts.claim,
+          keys: [
+            keys.value, keys.lease, keys.version, SingleFlightScripts.abandonMark(lease: keys.lease, nonce: nonce),
+          ],
+          arguments: arguments, key: encodedKey)
       } catch is CancellationError {
         abandonClaim(nonce, lease: keys.lease, key: encodedKey, flight: flight)
         throw CancellationError()
@@ -446,8 +464,12 @@ extension RedisLayer {
   ) {
     Task {
       _ = try? await self.runScript(
-        SingleFlightScripts.abandon, keys: [lease],
-        arguments: [nonce, flight.channel, flight.sender, Array(encodedKey.utf8)], key: encodedKey)
+        SingleFlightScripts.abandon, keys: [lease, SingleFlightScripts.abandonMark(lease: lease, nonce: nonce)],
+        arguments: [
+          nonce, flight.channel, flight.sender, Array(encodedKey.utf8),
+          Array(String(flight.settings.leaseMilliseconds).utf8),
+        ],
+        key: encodedKey)
     }
   }
 

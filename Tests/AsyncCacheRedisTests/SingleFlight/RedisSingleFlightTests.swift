@@ -580,6 +580,49 @@ struct RedisSingleFlightTests {
     #expect(try await b.cache.value(for: "k") == Data("b k".utf8))
   }
 
+  /// The pool sends a command on its least busy connection, so a claim given up while it waits
+  /// behind other commands can reach Redis after the removal sent for it on another connection
+  /// (a review reproduced it behind a 200 MB write: the lease then stood unowned for its whole
+  /// time). The removal leaves a mark when it finds no lease; the claim that comes after it
+  /// grants nothing. Run here as the scripts themselves, in that order.
+  @Test("a claim whose removal reached Redis first (on another connection) is granted nothing")
+  func claimAbandonedBeforeItsScriptRan() async throws {
+    let server = try await RedisServer.start()
+    var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+    configuration.singleFlight = RedisSingleFlight(leaseTime: .seconds(300))
+    let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
+    let keys = redis.companionKeys(of: "k")
+    let (value, lease, version) = (
+      String(decoding: keys.value, as: UTF8.self), String(decoding: keys.lease, as: UTF8.self),
+      String(decoding: keys.version, as: UTF8.self)
+    )
+    let nonce = "0123456789abcdef"
+    let mark = String(
+      decoding: SingleFlightScripts.abandonMark(lease: keys.lease, nonce: Array(nonce.utf8)), as: UTF8.self)
+    #expect(mark.hasPrefix(lease), "the mark is in the lease's slot")
+    // The removal first: no lease to remove, so it leaves its mark, for a lease time.
+    let removed = try await server.command(
+      "EVAL", SingleFlightScripts.abandon.source, "2", lease, mark, nonce, "channel", "sender", "k", "300000")
+    #expect(removed == .integer(0))
+    guard case .integer(let markLeft) = try await server.command("PTTL", mark) else {
+      Issue.record("the mark has no time to live")
+      return
+    }
+    #expect(markLeft > 0 && markLeft <= 300_000)
+    // Then the claim: nothing granted, and the mark is spent. (Its lease time is short, so that
+    // without the mark the instance below would wait 5 s for the stranded lease, not hang.)
+    let claimed = try await server.command(
+      "EVAL", SingleFlightScripts.claim.source, "4", value, lease, version, mark, "", "", "5000", "600000", nonce, "")
+    #expect(claimed == .array([.integer(4)]))
+    #expect(try await server.command("EXISTS", lease) == .integer(0))
+    #expect(try await server.command("EXISTS", mark) == .integer(0))
+    // Another instance claims the key and loads at once.
+    let b = try FleetInstance("b", server: server)
+    b.origin.open()
+    #expect(try await b.cache.value(for: "k") == Data("b k".utf8))
+    #expect(b.origin.callCount == 1)
+  }
+
   @Test(
     "a load completed by a cancelled task, or cancelled while its fill waits in Redis, is stored and its lease ends")
   func completionIgnoresCancellation() async throws {
