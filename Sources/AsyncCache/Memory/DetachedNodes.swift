@@ -1,7 +1,7 @@
 /// The storage of a segment that was emptied, released when the last reference goes away.
 // SAFETY: sole owner of pointers a segment replaced under its lock; touched only in deinit.
 @usableFromInline
-final class DetachedNodes<Key, Value>: @unchecked Sendable {
+final class DetachedNodes<Key: Hashable, Value>: @unchecked Sendable {
   // Created under a segment's lock from the pointers the segment has just replaced, so this
   // object is their only owner; it never reads or writes them except to release them in deinit,
   // and the nodes hold only Sendable keys and values (a MemoryStore's).
@@ -17,9 +17,6 @@ final class DetachedNodes<Key, Value>: @unchecked Sendable {
   }
 
   deinit {
-    // Live slots have the high bit of their control byte set.
-    for slot in 0..<slotCount where controls[slot] >= 0x80 { (nodes + slot).deinitialize(count: 1) }
-    nodes.deallocate()
-    controls.deallocate()
+    MemorySegment<Key, Value>.release(nodes: nodes, controls: controls, slotCount: slotCount)
   }
 }

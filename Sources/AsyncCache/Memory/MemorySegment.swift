@@ -107,6 +107,13 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   }
 
   deinit {
+    Self.release(nodes: nodes, controls: controls, slotCount: slotCount)
+  }
+
+  /// Deinitializes the live nodes of a table of `slotCount` slots (those whose control byte has
+  /// its high bit set) and deallocates its storage: a segment's own, or one it handed out
+  /// (``DetachedNodes``).
+  static func release(nodes: UnsafeMutablePointer<Node>, controls: UnsafeMutablePointer<UInt8>, slotCount: Int) {
     for slot in 0..<slotCount where controls[slot] >= 0x80 { (nodes + slot).deinitialize(count: 1) }
     nodes.deallocate()
     controls.deallocate()
