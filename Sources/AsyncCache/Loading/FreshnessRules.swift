@@ -95,11 +95,37 @@ struct FreshnessRules: Sendable, Hashable {
     let (staleAt, overflow) = expiry.subtractingReportingOverflow(grace)
     if overflow || now < staleAt {
       guard let share = dueShare, let lead = lead(share) else { return .fresh }
-      // Left until stale, at most the lead: due. (Without overflow: `now < staleAt`.)
-      guard staleAt &- now <= lead else { return .fresh }
+      // Left until stale, at most the lead: due. More than `Int64.max` left is not due.
+      let (left, leftOverflows) = overflow ? (Int64.max, true) : staleAt.subtractingReportingOverflow(now)
+      guard !leftOverflows, left <= lead else { return .fresh }
       return sliding ? .extendDue : .refreshDue
     }
     return now - staleAt < staleWhileRevalidate ? .stale : .staleIfError
+  }
+
+  /// How long before its expiry an entry stops being plainly fresh, in nanoseconds, for a cache
+  /// whose refresh ahead or extension falls due `lead` before the entry turns stale (`nil` when
+  /// reads refresh and extend nothing, or when no entry has a lifetime to reckon it from): the
+  /// grace, plus the lead. `Int64.max` when it does not fit, or when the lead depends on the
+  /// value (`perValue`): then no hit is told fresh by the margin alone. See
+  /// ``isPlainlyFresh(expiry:now:margin:)``.
+  @inlinable
+  func freshMargin(lead: Int64?, perValue: Bool) -> Int64 {
+    guard !perValue else { return .max }
+    guard dueShare != nil, let lead else { return grace }
+    let (margin, overflow) = grace.addingReportingOverflow(Swift.max(lead, 0))
+    return overflow ? .max : margin
+  }
+
+  /// Whether an entry that expires at `expiry` is fresh at `now` with nothing due, by one
+  /// subtraction and one comparison against its ``freshMargin(lead:perValue:)``: the hit path's
+  /// test before ``state(expiry:now:lead:)``. `true` only where that state is ``State/fresh``;
+  /// never for a margin of `Int64.max`, which stands for one too long to reckon.
+  @inlinable
+  @inline(__always)
+  static func isPlainlyFresh(expiry: Int64, now: Int64, margin: Int64) -> Bool {
+    let (freshUntil, overflow) = expiry.subtractingReportingOverflow(margin)
+    return !overflow && now < freshUntil && margin != .max
   }
 
   /// The share of a lifetime after which a read refreshes (``refreshAhead``) or extends (half,

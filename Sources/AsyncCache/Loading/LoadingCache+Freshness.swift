@@ -12,6 +12,8 @@ extension LoadingCache {
     guard let (value, expiry, now) = front?.timedValue(for: key, countingRequest: countingRequest) else {
       return nil
     }
+    // Nearly every hit: fresh, with no refresh or extension due, told by one comparison.
+    if FreshnessRules.isPlainlyFresh(expiry: expiry, now: now, margin: freshMargin) { return value }
     switch freshness.state(expiry: expiry, now: now, lead: { dueLead(for: key, value, share: $0) }) {
     case .fresh:
       return value

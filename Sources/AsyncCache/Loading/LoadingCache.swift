@@ -86,6 +86,9 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   @usableFromInline let hasLoadTimeouts: Bool
   /// The lead of a refresh ahead or an extension, when every value has the same lifetime.
   @usableFromInline let configuredLead: ConfiguredLead
+  /// A hit on an entry that expires more than this after now is fresh with nothing due (see
+  /// ``FreshnessRules/freshMargin(lead:perValue:)``): the hit path's one comparison.
+  @usableFromInline let freshMargin: Int64
 
   /// What a hit needs to tell whether a refresh ahead or an extension is due.
   @usableFromInline
@@ -138,6 +141,12 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         .fixed(freshness.lead(lifetime: lifetime.saturatingNanoseconds, share: share))
       } else {
         .none
+      }
+    self.freshMargin =
+      switch configuredLead {
+      case .fixed(let lead): freshness.freshMargin(lead: lead, perValue: false)
+      case .none: freshness.freshMargin(lead: nil, perValue: false)
+      case .perValue: freshness.freshMargin(lead: nil, perValue: true)
       }
     // A memory layer that cuts every entry's life shorter than the grace would hold only stale
     // entries (the stale instant is read back as expiry minus grace).

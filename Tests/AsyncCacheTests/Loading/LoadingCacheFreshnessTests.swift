@@ -81,6 +81,63 @@ import Testing
     #expect(state(100 * second) == .stale, "a stale entry is refreshed, not extended")
     #expect(rules.state(expiry: expiry, now: 60 * second, lifetime: { nil }) == .fresh, "no lifetime to extend by")
   }
+
+  /// Every rule a cache may be configured with, and the lifetimes its hits reckon with.
+  static let marginCases: [(rules: FreshnessRules, lifetime: Duration?, perValue: Bool)] = {
+    let rules = [
+      FreshnessRules(staleWhileRevalidate: .zero, staleIfError: .zero, refreshAhead: nil),
+      FreshnessRules(staleWhileRevalidate: .seconds(60), staleIfError: .zero, refreshAhead: nil),
+      FreshnessRules(staleWhileRevalidate: .seconds(20), staleIfError: .seconds(50), refreshAhead: nil),
+      FreshnessRules(staleWhileRevalidate: .zero, staleIfError: .zero, refreshAhead: 0.8),
+      FreshnessRules(staleWhileRevalidate: .seconds(30), staleIfError: .zero, refreshAhead: 0.8, jitter: 0.1),
+      FreshnessRules(staleWhileRevalidate: .zero, staleIfError: .zero, refreshAhead: nil, sliding: true),
+      FreshnessRules(staleWhileRevalidate: .seconds(5), staleIfError: .zero, refreshAhead: 0.5, sliding: true),
+      FreshnessRules(staleWhileRevalidate: .zero, staleIfError: .seconds(Int64.max), refreshAhead: 0.8),
+    ]
+    return rules.flatMap { rules in
+      [Duration.seconds(100), .nanoseconds(3), .seconds(Int64.max)].map { (rules, $0, false) } + [
+        (rules, nil, false), (rules, .seconds(100), true),
+      ]
+    }
+  }()
+
+  @Test("the hit path's one comparison says fresh only where the rules do, and up to the instant they stop")
+  func aPlainlyFreshHitIsFresh() {
+    var random = SplitMix64(seed: 0xF2E5)
+    let second: Int64 = 1_000_000_000
+    for (rules, lifetime, perValue) in Self.marginCases {
+      let lead = lifetime.flatMap { lifetime in
+        rules.dueShare.map { rules.lead(lifetime: lifetime.saturatingNanoseconds, share: $0) }
+      }
+      let margin = rules.freshMargin(lead: lead, perValue: perValue)
+      let state = { (expiry: Int64, now: Int64) in
+        rules.state(expiry: expiry, now: now, lead: { _ in perValue ? lifetime.map { _ in 0 } : lead })
+      }
+      let expiries: [Int64] = [.max, .max - 1, .min, .min + 1, 0, 1, 150 * second, 1_767_225_600 * second]
+      var instants: [(expiry: Int64, now: Int64)] = []
+      for expiry in expiries {
+        instants += [.min, -1, 0, 1, expiry &- 1, expiry, .max].map { (expiry, $0) }
+        let (edge, overflow) = expiry.subtractingReportingOverflow(margin)
+        if !overflow { instants += [(expiry, edge &- 1), (expiry, edge), (expiry, edge &+ 1)] }
+      }
+      for _ in 0..<2000 {
+        let expiry = Int64.random(in: 0...(200 * second), using: &random)
+        instants.append((expiry, Int64.random(in: -second...(expiry + second), using: &random)))
+      }
+      for (expiry, now) in instants where FreshnessRules.isPlainlyFresh(expiry: expiry, now: now, margin: margin) {
+        #expect(state(expiry, now) == .fresh, "\(rules), lifetime \(String(describing: lifetime)): \(expiry) at \(now)")
+      }
+      // Exact where every value has the configured lifetime: the instant before the margin is
+      // plainly fresh, the margin's own instant is not fresh (something falls due or it is stale).
+      guard !perValue, margin != .max, lifetime != nil || rules.dueShare == nil else { continue }
+      let expiry = 1_767_225_600 * second
+      #expect(FreshnessRules.isPlainlyFresh(expiry: expiry, now: expiry - margin - 1, margin: margin))
+      #expect(!FreshnessRules.isPlainlyFresh(expiry: expiry, now: expiry - margin, margin: margin))
+      if margin > 0 {
+        #expect(state(expiry, expiry - margin) != .fresh, "\(rules), lifetime \(String(describing: lifetime))")
+      }
+    }
+  }
 }
 
 @Suite(.timeLimit(.minutes(1))) struct LoadingCacheFreshnessTests {
