@@ -8,8 +8,9 @@ import CAsyncCacheShims
   import Musl
 #endif
 
-/// A detached POSIX thread running one closure, with a 1 MiB stack: for the threads that do
-/// blocking work off the cooperative pool (executors, socket loops).
+/// A detached POSIX thread running one closure, with a 1 MiB stack, named after its label: for
+/// the threads that do blocking work off the cooperative pool (executors, socket loops, the
+/// published wall time).
 package struct DetachedThread {
   private let label: String
   private let body: @Sendable () -> Void
@@ -41,7 +42,19 @@ package struct DetachedThread {
     #endif
   }
 
-  /// Starts the thread; returns `pthread_create`'s result (0 on success).
+  /// The longest prefix of `label`, in whole characters, of at most `bytes` bytes of UTF-8: a
+  /// thread's name (15 bytes on Linux, 63 on Darwin), never cut inside a character.
+  package static func name(_ label: String, bytes: Int) -> String {
+    var length = 0
+    return String(
+      label.prefix { character in
+        length += character.utf8.count
+        return length <= bytes
+      })
+  }
+
+  /// Starts the thread, named after its label (as much as the system keeps: see
+  /// ``name(_:bytes:)``); returns `pthread_create`'s result (0 on success).
   package func start() -> Int32 {
     final class Box: Sendable {
       let label: String
@@ -67,7 +80,9 @@ package struct DetachedThread {
       { argument in
         let box = Unmanaged<Box>.fromOpaque(argument!).takeRetainedValue()
         #if canImport(Darwin)
-          pthread_setname_np(String(box.label.prefix(63)))
+          pthread_setname_np(DetachedThread.name(box.label, bytes: 63))
+        #elseif os(Linux)
+          if !box.label.isEmpty { _ = async_cache_name_this_thread(DetachedThread.name(box.label, bytes: 15)) }
         #endif
         box.body()
         return nil

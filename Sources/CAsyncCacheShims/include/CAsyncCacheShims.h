@@ -95,6 +95,17 @@ static inline int async_cache_request_slice(uint64_t nanoseconds) {
 }
 #endif
 
+#if defined(__linux__)
+#include <sys/prctl.h>
+
+/// Names the calling thread, as `top -H`, `ps -L`, gdb, perf and `/proc/<pid>/task/*/comm` show
+/// it: `prctl(PR_SET_NAME)`, which Swift cannot call (`prctl` is variadic). The kernel keeps the
+/// first 15 bytes of `name`. Returns 0, or -1 with `errno`.
+static inline int async_cache_name_this_thread(const char *name) {
+  return prctl(PR_SET_NAME, (unsigned long)name, 0UL, 0UL, 0UL);
+}
+#endif
+
 #if defined(__APPLE__)
 #include <mach/mach_init.h>
 

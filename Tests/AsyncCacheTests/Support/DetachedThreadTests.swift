@@ -48,6 +48,29 @@ import Testing
     #expect(plain.slice != nil && plain.slice != 100_000)
   }
 
+  @Test(
+    "a thread bears its label, cut to whole characters within what the system keeps",
+    arguments: [
+      ("AsyncCache time", "AsyncCache time"), ("AsyncCache.DiskLayer", "AsyncCache.Disk"),
+      ("Redis 127.0.0.1:6379", "Redis 127.0.0.1"), ("ключ-кэша", "ключ-кэш"), ("", ""),
+    ])
+  func bearsItsLabel(label: String, linuxName: String) async throws {
+    #expect(DetachedThread.name(label, bytes: 15) == linuxName)
+    #expect(DetachedThread.name(label, bytes: 63) == label)
+    #if os(Linux)
+      let name = await withCheckedContinuation { (continuation: CheckedContinuation<String?, Never>) in
+        let thread = DetachedThread(label: label) {
+          let comm = try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)
+          continuation.resume(returning: comm.map { String($0.dropLast()) })
+        }
+        #expect(thread.start() == 0)
+      }
+      // An empty label leaves the name the thread was born with (its process's); any other is
+      // the label.
+      #expect(label.isEmpty ? name?.isEmpty == false : name == linuxName)
+    #endif
+  }
+
   @Test("short slices keep the thread's policy: a batch thread stays a batch thread")
   func keepsPolicy() async throws {
     #if os(Linux)
