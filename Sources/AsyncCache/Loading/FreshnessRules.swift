@@ -46,12 +46,19 @@ struct FreshnessRules: Sendable, Hashable {
     staleWhileRevalidate: Duration, staleIfError: Duration, refreshAhead: Double?, jitter: Double = 0,
     sliding: Bool = false
   ) {
-    self.staleWhileRevalidate = Swift.max(staleWhileRevalidate.saturatingNanoseconds, 0)
-    self.staleIfError = Swift.max(staleIfError.saturatingNanoseconds, 0)
+    self.staleWhileRevalidate = Swift.min(Swift.max(staleWhileRevalidate.saturatingNanoseconds, 0), Self.longestGrace)
+    self.staleIfError = Swift.min(Swift.max(staleIfError.saturatingNanoseconds, 0), Self.longestGrace)
     self.refreshAhead = refreshAhead
     self.jitter = jitter
     self.sliding = sliding
   }
+
+  /// The longest grace that counts, in nanoseconds: 100 years. A longer one (`.seconds(.max)`
+  /// for "for ever") is taken as this, so that an expiry stays within the instants a clock holds
+  /// (nanoseconds since 1970 reach 2262): saturated, it would read as never expiring, and the
+  /// entry would never turn stale.
+  @inlinable
+  static var longestGrace: Int64 { 100 * 365 * 86_400 * 1_000_000_000 }
 
   /// How long an entry is kept after it turns stale, in nanoseconds.
   @inlinable
@@ -92,33 +99,37 @@ struct FreshnessRules: Sendable, Hashable {
   func state(expiry: Int64, now: Int64, lead: (Double) -> Int64?) -> State {
     guard expiry != .max else { return .fresh }
     guard now < expiry else { return .expired }
+    // The grace is never negative: an overflow puts the stale instant before `Int64.min`, so
+    // the entry is stale at any `now`.
     let (staleAt, overflow) = expiry.subtractingReportingOverflow(grace)
-    if overflow || now < staleAt {
+    if !overflow && now < staleAt {
       guard let share = dueShare, let lead = lead(share) else { return .fresh }
       // Left until stale, at most the lead: due. More than `Int64.max` left is not due.
-      let (left, leftOverflows) = overflow ? (Int64.max, true) : staleAt.subtractingReportingOverflow(now)
+      let (left, leftOverflows) = staleAt.subtractingReportingOverflow(now)
       guard !leftOverflows, left <= lead else { return .fresh }
       return sliding ? .extendDue : .refreshDue
     }
-    return now - staleAt < staleWhileRevalidate ? .stale : .staleIfError
+    // Stale for `now - staleAt`, less than the grace (`now < expiry`). Past an overflow it is
+    // reckoned as `(now - expiry) + grace`: both negative instants, then a sum below the grace.
+    let sinceStale = overflow ? (now &- expiry) &+ grace : now &- staleAt
+    return sinceStale < staleWhileRevalidate ? .stale : .staleIfError
   }
 
   /// How long before its expiry an entry stops being plainly fresh, in nanoseconds, for a cache
   /// whose refresh ahead or extension falls due `lead` before the entry turns stale (`nil` when
   /// reads refresh and extend nothing, or when no entry has a lifetime to reckon it from): the
-  /// grace, plus the lead. `Int64.max` when it does not fit, or when the lead depends on the
-  /// value (`perValue`): then no hit is told fresh by the margin alone. See
+  /// grace, plus the lead. `Int64.max` when it does not fit: then no hit is told fresh by the
+  /// margin alone, as a cache whose lead depends on the value must have it. See
   /// ``isPlainlyFresh(expiry:now:margin:)``.
   @inlinable
-  func freshMargin(lead: Int64?, perValue: Bool) -> Int64 {
-    guard !perValue else { return .max }
+  func freshMargin(lead: Int64?) -> Int64 {
     guard dueShare != nil, let lead else { return grace }
     let (margin, overflow) = grace.addingReportingOverflow(Swift.max(lead, 0))
     return overflow ? .max : margin
   }
 
   /// Whether an entry that expires at `expiry` is fresh at `now` with nothing due, by one
-  /// subtraction and one comparison against its ``freshMargin(lead:perValue:)``: the hit path's
+  /// subtraction and one comparison against its ``freshMargin(lead:)``: the hit path's
   /// test before ``state(expiry:now:lead:)``. `true` only where that state is ``State/fresh``;
   /// never for a margin of `Int64.max`, which stands for one too long to reckon.
   @inlinable

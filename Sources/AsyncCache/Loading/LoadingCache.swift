@@ -87,7 +87,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// The lead of a refresh ahead or an extension, when every value has the same lifetime.
   @usableFromInline let configuredLead: ConfiguredLead
   /// A hit on an entry that expires more than this after now is fresh with nothing due (see
-  /// ``FreshnessRules/freshMargin(lead:perValue:)``): the hit path's one comparison.
+  /// ``FreshnessRules/freshMargin(lead:)``): the hit path's one comparison. `Int64.max` when
+  /// the lead depends on the value: no hit is told fresh by it alone.
   @usableFromInline let freshMargin: Int64
 
   /// What a hit needs to tell whether a refresh ahead or an extension is due.
@@ -144,9 +145,10 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       }
     self.freshMargin =
       switch configuredLead {
-      case .fixed(let lead): freshness.freshMargin(lead: lead, perValue: false)
-      case .none: freshness.freshMargin(lead: nil, perValue: false)
-      case .perValue: freshness.freshMargin(lead: nil, perValue: true)
+      case .fixed(let lead): freshness.freshMargin(lead: lead)
+      case .none: freshness.freshMargin(lead: nil)
+      // The lead is the value's: every hit on an entry that expires reads the full state.
+      case .perValue: .max
       }
     // A memory layer that cuts every entry's life shorter than the grace would hold only stale
     // entries (the stale instant is read back as expiry minus grace).

@@ -83,7 +83,7 @@ import Testing
   }
 
   /// Every rule a cache may be configured with, and the lifetimes its hits reckon with.
-  static let marginCases: [(rules: FreshnessRules, lifetime: Duration?, perValue: Bool)] = {
+  static let marginCases: [(rules: FreshnessRules, lifetime: Duration?)] = {
     let rules = [
       FreshnessRules(staleWhileRevalidate: .zero, staleIfError: .zero, refreshAhead: nil),
       FreshnessRules(staleWhileRevalidate: .seconds(60), staleIfError: .zero, refreshAhead: nil),
@@ -95,9 +95,7 @@ import Testing
       FreshnessRules(staleWhileRevalidate: .zero, staleIfError: .seconds(Int64.max), refreshAhead: 0.8),
     ]
     return rules.flatMap { rules in
-      [Duration.seconds(100), .nanoseconds(3), .seconds(Int64.max)].map { (rules, $0, false) } + [
-        (rules, nil, false), (rules, .seconds(100), true),
-      ]
+      [Duration.seconds(100), .nanoseconds(3), .seconds(Int64.max), nil].map { (rules, $0) }
     }
   }()
 
@@ -105,14 +103,12 @@ import Testing
   func aPlainlyFreshHitIsFresh() {
     var random = SplitMix64(seed: 0xF2E5)
     let second: Int64 = 1_000_000_000
-    for (rules, lifetime, perValue) in Self.marginCases {
+    for (rules, lifetime) in Self.marginCases {
       let lead = lifetime.flatMap { lifetime in
         rules.dueShare.map { rules.lead(lifetime: lifetime.saturatingNanoseconds, share: $0) }
       }
-      let margin = rules.freshMargin(lead: lead, perValue: perValue)
-      let state = { (expiry: Int64, now: Int64) in
-        rules.state(expiry: expiry, now: now, lead: { _ in perValue ? lifetime.map { _ in 0 } : lead })
-      }
+      let margin = rules.freshMargin(lead: lead)
+      let state = { (expiry: Int64, now: Int64) in rules.state(expiry: expiry, now: now, lead: { _ in lead }) }
       let expiries: [Int64] = [.max, .max - 1, .min, .min + 1, 0, 1, 150 * second, 1_767_225_600 * second]
       var instants: [(expiry: Int64, now: Int64)] = []
       for expiry in expiries {
@@ -127,15 +123,73 @@ import Testing
       for (expiry, now) in instants where FreshnessRules.isPlainlyFresh(expiry: expiry, now: now, margin: margin) {
         #expect(state(expiry, now) == .fresh, "\(rules), lifetime \(String(describing: lifetime)): \(expiry) at \(now)")
       }
-      // Exact where every value has the configured lifetime: the instant before the margin is
-      // plainly fresh, the margin's own instant is not fresh (something falls due or it is stale).
-      guard !perValue, margin != .max, lifetime != nil || rules.dueShare == nil else { continue }
+      // Exact: the instant before the margin is plainly fresh, the margin's own instant is not
+      // fresh (something falls due or it is stale).
+      guard margin != .max, lifetime != nil || rules.dueShare == nil else { continue }
       let expiry = 1_767_225_600 * second
       #expect(FreshnessRules.isPlainlyFresh(expiry: expiry, now: expiry - margin - 1, margin: margin))
       #expect(!FreshnessRules.isPlainlyFresh(expiry: expiry, now: expiry - margin, margin: margin))
       if margin > 0 {
         #expect(state(expiry, expiry - margin) != .fresh, "\(rules), lifetime \(String(describing: lifetime))")
       }
+    }
+  }
+
+  @Test("plainly fresh is fresh for any grace, lead and instants, near the margin and at Int64's ends")
+  func aPlainlyFreshHitIsFreshForAnyInstants() {
+    var random = SplitMix64(seed: 0x5EED)
+    func anyInstant() -> Int64 {
+      switch Int.random(in: 0..<4, using: &random) {
+      case 0: Int64.random(in: .min ... .max, using: &random)
+      case 1: Int64.random(in: 0...(1 << 40), using: &random)
+      case 2: Int64.max - Int64.random(in: 0...(1 << 40), using: &random)
+      default: Int64.min + Int64.random(in: 0...(1 << 40), using: &random)
+      }
+    }
+    var told = 0
+    for _ in 0..<100_000 {
+      let share: Double? = [nil, 0.5, 0.8, 0.01].randomElement(using: &random)!
+      let sliding = share == 0.5 && Bool.random(using: &random)
+      let rules = FreshnessRules(
+        staleWhileRevalidate: .nanoseconds(Swift.max(anyInstant(), 0)),
+        staleIfError: .nanoseconds(Bool.random(using: &random) ? Swift.max(anyInstant(), 0) : 0),
+        refreshAhead: sliding ? nil : share, sliding: sliding)
+      let lead: Int64? = Bool.random(using: &random) ? nil : Swift.max(anyInstant(), 0)
+      let margin = rules.freshMargin(lead: lead)
+      let expiry = anyInstant()
+      let now =
+        Bool.random(using: &random) ? anyInstant() : expiry &- margin &- Int64.random(in: -2...2, using: &random)
+      guard FreshnessRules.isPlainlyFresh(expiry: expiry, now: now, margin: margin) else { continue }
+      told += 1
+      #expect(
+        rules.state(expiry: expiry, now: now, lead: { _ in lead }) == .fresh,
+        "\(rules), lead \(String(describing: lead)): \(expiry) at \(now)")
+    }
+    #expect(told > 10_000)
+  }
+
+  @Test("an entry whose stale instant falls before Int64.min is stale, not fresh")
+  func aStaleInstantBeforeTheFirstInstantIsStale() {
+    let second: Int64 = 1_000_000_000
+    let rules = FreshnessRules(staleWhileRevalidate: .seconds(70), staleIfError: .seconds(90), refreshAhead: 0.8)
+    // Stale at `expiry - 90 s`, 60 s before `Int64.min`; served at once for 70 s.
+    let expiry = Int64.min + 30 * second
+    #expect(rules.state(expiry: expiry, now: .min, lead: { _ in 0 }) == .stale, "stale for 60 s")
+    #expect(rules.state(expiry: expiry, now: .min + 10 * second - 1, lead: { _ in 0 }) == .stale)
+    #expect(rules.state(expiry: expiry, now: .min + 10 * second, lead: { _ in 0 }) == .staleIfError, "70 s")
+    #expect(rules.state(expiry: expiry, now: expiry, lead: { _ in 0 }) == .expired)
+  }
+
+  @Test("a grace of more than 100 years counts as 100 years, so that expiries stay within a clock's instants")
+  func aGraceForEverIsAHundredYears() {
+    let century = Duration.seconds(100 * 365 * 86_400)
+    for forever in [Duration.seconds(Int64.max), .seconds(200 * 365 * 86_400)] {
+      let rules = FreshnessRules(staleWhileRevalidate: forever, staleIfError: forever, refreshAhead: nil)
+      #expect(rules.grace == century.saturatingNanoseconds)
+      let now = CacheInstant(nanosecondsSince1970: 1_767_225_600_000_000_000)
+      let expiry = rules.expiry(now: now, lifetime: .seconds(100)).nanosecondsSince1970
+      #expect(expiry != .max, "an expiry that saturates reads as never")
+      #expect(rules.state(expiry: expiry, now: now.advanced(by: .seconds(100)).nanosecondsSince1970) { nil } == .stale)
     }
   }
 }
@@ -310,6 +364,55 @@ import Testing
     }
     #expect(error?.code == .invalidConfiguration)
     #expect(error?.message.contains("top MemoryLayer's timeToLive") == true)
+  }
+
+  @Test("a stale-if-error for ever still lets entries turn stale: past their lifetime they are loaded again")
+  func aStaleIfErrorForEverLetsEntriesTurnStale() async throws {
+    let calls = Atomic<Int>(0)
+    let origin = GatedFetcher<String, Int> { _ in calls.add(1, ordering: .relaxed).newValue }
+    origin.open()
+    let cache = try LoadingCache(
+      layers: [memory], origin: origin,
+      configuration: .init(timeToLive: .seconds(100), staleIfError: .seconds(Int64.max), clock: clock))
+    #expect(try await cache.value(for: "k") == 1)
+    #expect(memory.entry(for: "k")?.expiresAt != nil, "kept for the grace, not for ever")
+    clock.advance(by: .seconds(99))
+    #expect(try await cache.value(for: "k") == 1)
+    clock.advance(by: .seconds(1))
+    #expect(try await cache.value(for: "k") == 2, "past its lifetime: loaded again")
+  }
+
+  @Test("an entry that turned stale before the clock's first instant is served stale and refreshed")
+  func anEntryStaleBeforeTheFirstInstantIsRefreshed() async throws {
+    let second: Int64 = 1_000_000_000
+    let early = ManualClock(now: CacheInstant(nanosecondsSince1970: .min + second))
+    let memory = try MemoryLayer<String, Int>(configuration: .init(clock: early))
+    // Written under a shorter grace (another instance's, say): stale 30 s before `Int64.min`
+    // by this cache's 60 s.
+    try memory.insert(CacheEntry(1, expiresAt: CacheInstant(nanosecondsSince1970: .min + 30 * second)), for: "k")
+    let origin = GatedFetcher<String, Int> { _ in 2 }
+    origin.open()
+    let cache = try LoadingCache(
+      layers: [memory], origin: origin,
+      configuration: .init(timeToLive: .seconds(100), staleWhileRevalidate: .seconds(60), clock: early))
+    #expect(try await cache.value(for: "k") == 1)
+    await cache.waitUntilIdle()
+    #expect(cache.statistics.staleServed == 1)
+    #expect(cache.statistics.refreshes == 1)
+    #expect(memory.value(for: "k") == 2)
+  }
+
+  @Test("with lifetimes per value, no hit is told fresh by the margin alone")
+  func lifetimesPerValueReadTheWholeState() throws {
+    let cache = try LoadingCache(
+      layers: [memory], origin: UnimplementedFetcher<String, Int>(),
+      configuration: .init(refreshAhead: 0.8, timeToLiveForValue: { _, value in .seconds(value) }, clock: clock))
+    #expect(cache.freshMargin == .max)
+    let fixed = try LoadingCache(
+      layers: [memory], origin: UnimplementedFetcher<String, Int>(),
+      configuration: .init(
+        timeToLive: .seconds(100), staleWhileRevalidate: .seconds(10), refreshAhead: 0.8, clock: clock))
+    #expect(fixed.freshMargin == 30 * 1_000_000_000, "a grace of 10 s and a lead of 20 s")
   }
 
   @Test func aFailedRefreshKeepsServingTheStaleValueAndTheNextReadTriesAgain() async throws {
