@@ -14,6 +14,16 @@ extension LoadingCache {
     }
     // Nearly every hit: fresh, with no refresh or extension due, told by one comparison.
     if FreshnessRules.isPlainlyFresh(expiry: expiry, now: now, margin: freshMargin) { return value }
+    return servable(value, expiry: expiry, now: now, for: key, countingRequest: countingRequest)
+  }
+
+  /// `value`, which the top layer holds for `key` until `expiry` and returned at `now`, if it
+  /// may be served by its full freshness state; starts the refresh or the extension that state
+  /// asks for (see ``servableValue(for:countingRequest:)``). Kept out of the hit path's line:
+  /// inlined, it made the hit a call deeper.
+  @inlinable
+  @inline(never)
+  func servable(_ value: Value, expiry: Int64, now: Int64, for key: Key, countingRequest: Bool) -> Value? {
     switch freshness.state(expiry: expiry, now: now, lead: { dueLead(for: key, value, share: $0) }) {
     case .fresh:
       return value

@@ -240,20 +240,27 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// The value the top layer may answer a request for `key` with, without suspending; counts
   /// and reports the hit.
   @inlinable
+  @inline(__always)
   func topValue(for key: Key) -> Value? {
-    if !checksFreshness {
-      // Optional chaining, not `if let front`: binding the reference would retain and release it
-      // on every hit, and a reference count shared by all callers bounces between cores.
-      if let value = front?.requestValue(for: key) {
+    // One lookup for every configuration, so that a plain hit and one under freshness rules run
+    // the same code. Optional chaining, not `if let front`: binding the reference would retain
+    // and release it on every hit, and a reference count shared by all callers bounces between
+    // cores.
+    if let (value, expiry, now) = front?.timedValue(for: key, countingRequest: true) {
+      // Without freshness rules the layer's own expiry decided; with them, nearly every hit is
+      // fresh with nothing due, told by one comparison.
+      if !checksFreshness || FreshnessRules.isPlainlyFresh(expiry: expiry, now: now, margin: freshMargin) {
         if eventHub.isObserved { eventHub.emit(.hit(key: key)) }
         return value
       }
-      if synchronousFront != nil, let value = synchronousValue(for: key) {
-        synchronousHits.wrappingAdd(1, ordering: .relaxed)
-        if eventHub.isObserved { eventHub.emit(.hit(key: key)) }
-        return value
+      guard let value = servable(value, expiry: expiry, now: now, for: key, countingRequest: true) else {
+        return nil
       }
-    } else if let value = servableValue(for: key, countingRequest: true) {
+      if eventHub.isObserved { eventHub.emit(.hit(key: key)) }
+      return value
+    }
+    if !checksFreshness, synchronousFront != nil, let value = synchronousValue(for: key) {
+      synchronousHits.wrappingAdd(1, ordering: .relaxed)
       if eventHub.isObserved { eventHub.emit(.hit(key: key)) }
       return value
     }

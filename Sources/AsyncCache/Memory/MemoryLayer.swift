@@ -90,14 +90,9 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     store.value(for: key)
   }
 
-  /// ``value(for:)`` for a loading cache's request: a hit also counts as the request's.
-  @inlinable
-  nonisolated func requestValue(for key: Key) -> Value? {
-    store.lookup(key, countingRequest: true) { $0.value }
-  }
-
   /// Returns the unexpired value for `key`, its expiry and the time it was checked against (see
-  /// ``MemoryStore/timedValue(for:countingRequest:)``): a loading cache's freshness-aware hit.
+  /// ``MemoryStore/timedValue(for:countingRequest:)``): a loading cache's hit, which reads the
+  /// entry's freshness when the cache has freshness rules.
   ///
   /// A method of the layer rather than a call of `layer.store`, so that a caller holding the
   /// layer in an optional (`front?.timedValue(for:)`) does not retain the store around the
