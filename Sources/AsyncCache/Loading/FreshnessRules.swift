@@ -130,13 +130,14 @@ struct FreshnessRules: Sendable, Hashable {
 
   /// Whether an entry that expires at `expiry` is fresh at `now` with nothing due, by one
   /// subtraction and one comparison against its ``freshMargin(lead:)``: the hit path's
-  /// test before ``state(expiry:now:lead:)``. `true` only where that state is ``State/fresh``;
-  /// never for a margin of `Int64.max`, which stands for one too long to reckon.
+  /// test before ``state(expiry:now:lead:)``. `true` only where that state is ``State/fresh``:
+  /// always for an entry that never expires (`expiry` `Int64.max`), never otherwise under a
+  /// margin of `Int64.max`, which stands for one too long to reckon.
   @inlinable
   @inline(__always)
   static func isPlainlyFresh(expiry: Int64, now: Int64, margin: Int64) -> Bool {
     let (freshUntil, overflow) = expiry.subtractingReportingOverflow(margin)
-    return !overflow && now < freshUntil && margin != .max
+    return (!overflow && now < freshUntil && margin != .max) || expiry == .max
   }
 
   /// The share of a lifetime after which a read refreshes (``refreshAhead``) or extends (half,

@@ -4,23 +4,26 @@ extension LoadingCache {
   /// The value the top ``MemoryLayer`` holds for `key` if it may be served now: fresh, or stale
   /// within stale-while-revalidate. A stale value, or one read late in its lifetime when a
   /// refresh ahead is configured, is refreshed in the background (once, however many requests
-  /// read it). `nil` when the top layer is not a memory layer.
-  ///
-  /// - Parameter countingRequest: Count the hit as a request's (``value(for:)``), not a peek's.
+  /// read it). `nil` when the top layer is not a memory layer. A peek's (``cachedValue(for:)``):
+  /// the hit is not counted as a request's (``topValue(for:)`` reads a request's).
   @inlinable
-  func servableValue(for key: Key, countingRequest: Bool = false) -> Value? {
-    guard let (value, expiry, now) = front?.timedValue(for: key, countingRequest: countingRequest) else {
+  func servableValue(for key: Key) -> Value? {
+    guard let (value, expiry, now) = front?.timedValue(for: key, countingRequest: false) else {
       return nil
     }
     // Nearly every hit: fresh, with no refresh or extension due, told by one comparison.
     if FreshnessRules.isPlainlyFresh(expiry: expiry, now: now, margin: freshMargin) { return value }
-    return servable(value, expiry: expiry, now: now, for: key, countingRequest: countingRequest)
+    return servable(value, expiry: expiry, now: now, for: key, countingRequest: false)
   }
 
   /// `value`, which the top layer holds for `key` until `expiry` and returned at `now`, if it
   /// may be served by its full freshness state; starts the refresh or the extension that state
-  /// asks for (see ``servableValue(for:countingRequest:)``). Kept out of the hit path's line:
-  /// inlined, it made the hit a call deeper.
+  /// asks for (see ``servableValue(for:)``). Never inlined: a hit that is plainly fresh does
+  /// not need it, and with it inlined ``topValue(for:)`` was too large to be inlined itself, so
+  /// every hit paid a call more.
+  ///
+  /// - Parameter countingRequest: Whether the layer counted the hit as a request's: a declined
+  ///   one is then counted as a miss of the request.
   @inlinable
   @inline(never)
   func servable(_ value: Value, expiry: Int64, now: Int64, for key: Key, countingRequest: Bool) -> Value? {

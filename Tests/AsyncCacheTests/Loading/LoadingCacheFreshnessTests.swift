@@ -135,6 +135,17 @@ import Testing
     }
   }
 
+  @Test("an entry that never expires is plainly fresh under any margin; under Int64.max no other is")
+  func anEntryThatNeverExpiresIsPlainlyFresh() {
+    for margin in [Int64(0), 30_000_000_000, .max] {
+      // The layer reports `now` as `Int64.max` for such an entry: it reads no clock.
+      #expect(FreshnessRules.isPlainlyFresh(expiry: .max, now: .max, margin: margin))
+      #expect(FreshnessRules.isPlainlyFresh(expiry: .max, now: 0, margin: margin))
+    }
+    #expect(!FreshnessRules.isPlainlyFresh(expiry: .max - 1, now: .min, margin: .max))
+    #expect(!FreshnessRules.isPlainlyFresh(expiry: 0, now: .min, margin: .max))
+  }
+
   @Test("plainly fresh is fresh for any grace, lead and instants, near the margin and at Int64's ends")
   func aPlainlyFreshHitIsFreshForAnyInstants() {
     var random = SplitMix64(seed: 0x5EED)
