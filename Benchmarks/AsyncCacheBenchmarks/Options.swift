@@ -8,17 +8,22 @@ struct Options {
   var filter: String?
   /// The folder of the real traces that `cache.hitRatio` replays (`OLTP.lis`, `P3.lis`), if any.
   var tracesDirectory: String?
+  /// How many times `cache.hitRatio` replays each trace through the memory layer, if not the
+  /// run's default.
+  var hitRatioRuns: Int?
   /// Print the usage and exit.
   var showsHelp = false
 
   static let usage = """
-    usage: AsyncCacheBenchmarks [--quick] [--json PATH] [--filter SUBSTRING] [--traces DIR]
+    usage: AsyncCacheBenchmarks [--quick] [--json PATH] [--filter SUBSTRING] [--traces DIR] [--runs N]
 
       --quick             small sizes and 3 repetitions (a smoke run, seconds)
       --json PATH         also write the results to PATH as a JSON array
       --filter SUBSTRING  run only the benchmarks whose name contains SUBSTRING
-      --traces DIR        replay the real traces in DIR (OLTP.lis, P3.lis from the ARC paper) in
-                          cache.hitRatio too, e.g. --traces ../shared/traces
+      --traces DIR        replay the real traces in DIR (OLTP.lis, P3.lis from the ARC paper, and
+                          the LIRS suite in lirs/) in cache.hitRatio too, e.g. --traces ../shared/traces
+      --runs N            replay each trace N times through the memory layer in cache.hitRatio, each
+                          in a fresh process (default 5; 2 with --quick)
 
     Build with optimizations: swift build -c release --product AsyncCacheBenchmarks
     """
@@ -40,6 +45,11 @@ struct Options {
       case "--traces":
         guard let directory = remaining.popFirst() else { throw UsageError("--traces needs a directory") }
         options.tracesDirectory = directory
+      case "--runs":
+        guard let text = remaining.popFirst(), let runs = Int(text), runs > 0 else {
+          throw UsageError("--runs needs a positive number")
+        }
+        options.hitRatioRuns = runs
       case "--help", "-h":
         options.showsHelp = true
       default:
@@ -120,6 +130,8 @@ struct RunConfiguration {
   var hitRatioScanLength = 20_000
   /// The cache sizes (in keys) every hit-ratio trace is replayed at.
   var hitRatioCacheSizes = [1_000, 10_000, 50_000, 100_000]
+  /// How many times each trace is replayed through the memory layer, each in a fresh process.
+  var hitRatioRuns = 5
   /// Round trips per repetition of the Redis single-read benchmarks.
   var redisReads = 20_000
   /// 100-key bulk reads per repetition of the Redis bulk benchmark.
@@ -162,6 +174,7 @@ struct RunConfiguration {
     hitRatioAccesses: 100_000,
     hitRatioLoopKeyCount: 12_000,
     hitRatioCacheSizes: [1_000, 10_000],
+    hitRatioRuns: 2,
     redisReads: 2_000,
     redisBulkReads: 200
   )

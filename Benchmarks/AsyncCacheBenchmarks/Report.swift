@@ -25,6 +25,9 @@ enum Target {
   /// The row's value must be at most `points` below `best`, both in the row's unit (percentage
   /// points for hit ratios): `value >= best - points`.
   case withinPointsOf(Double, best: Double)
+  /// The row's value (the worst of several runs) must be at most `points` below `best`, and its
+  /// samples (the runs) at most `spread` apart: robust, not lucky.
+  case robustlyWithinPointsOf(Double, best: Double, spread: Double)
 
   /// The target as printed, e.g. `<= 2.00x`.
   func description(unit: Unit) -> String {
@@ -34,6 +37,9 @@ enum Target {
     case .valueAtLeast(let bound): ">= \(format(bound, decimals: 0)) \(unit.rawValue)"
     case .withinPointsOf(let points, let best):
       ">= \(format(best - points, decimals: 2)) (best - \(format(points, decimals: 0)) pt)"
+    case .robustlyWithinPointsOf(let points, let best, let spread):
+      ">= \(format(best - points, decimals: 2)) (best - \(format(points, decimals: 0)) pt), "
+        + "max - min <= \(format(spread, decimals: 0))"
     }
   }
 }
@@ -72,6 +78,8 @@ struct ResultRow {
     case .valueAtMost(let bound): value <= bound
     case .valueAtLeast(let bound): value >= bound
     case .withinPointsOf(let points, let best): value >= best - points
+    case .robustlyWithinPointsOf(let points, let best, let spread):
+      value >= best - points && (samples.max() ?? value) - (samples.min() ?? value) <= spread
     }
   }
 

@@ -2,10 +2,14 @@ import Foundation
 
 // Measures the project and its baselines in one run and prints their ratios. See `Options.usage`.
 
-// Hash seeds differ per process unless this is set, and with them the collisions in W-TinyLFU's
-// frequency sketch, so the hit ratios of `cache.hitRatio` would vary from run to run. The seed is
-// read when the runtime starts: re-execute this program with the variable set, once.
-if ProcessInfo.processInfo.environment["SWIFT_DETERMINISTIC_HASHING"] == nil {
+// Hash seeds differ per process unless this is set, and with them the layout of hash tables: the
+// timed benchmarks run with one fixed seed, so that two runs lay out their tables alike. The seed
+// is read when the runtime starts: re-execute this program with the variable set, once. The
+// replays of `cache.hitRatio` run in children of their own without it, on purpose: users do not
+// get to choose the seed (see `LayerReplays`).
+if ProcessInfo.processInfo.environment["SWIFT_DETERMINISTIC_HASHING"] == nil,
+  CommandLine.arguments.dropFirst().first != LayerReplays.childFlag
+{
   setenv("SWIFT_DETERMINISTIC_HASHING", "1", 1)
   let path = Bundle.main.executablePath ?? CommandLine.arguments[0]
   execv(path, CommandLine.unsafeArgv)
@@ -18,6 +22,10 @@ let arguments = Array(CommandLine.arguments.dropFirst())
 // A re-executed copy of this program measuring memory in a fresh process.
 if arguments.first == FootprintBenchmark.childFlag {
   exit(FootprintBenchmark.runChild(Array(arguments.dropFirst())))
+}
+// A child replaying a trace through a memory layer, with the process's own hash seed.
+if arguments.first == LayerReplays.childFlag {
+  exit(LayerReplays.runChild(Array(arguments.dropFirst())))
 }
 
 let options: Options
@@ -35,6 +43,7 @@ if options.showsHelp {
 let isDebugBuild = checkDebugBuild()
 var configuration = options.isQuick ? RunConfiguration.quick : .full
 configuration.tracesDirectory = options.tracesDirectory
+if let runs = options.hitRatioRuns { configuration.hitRatioRuns = runs }
 let benchmarks = Benchmark.allCases.filter { options.filter.map($0.rawValue.contains) ?? true }
 
 if isDebugBuild {

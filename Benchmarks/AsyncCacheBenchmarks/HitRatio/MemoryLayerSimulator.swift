@@ -4,16 +4,15 @@ import AsyncCache
 ///
 /// With one segment and ``EvictionPolicy/leastRecentlyUsed`` the layer evicts in exact LRU order,
 /// so the benchmark checks that it scores exactly ``LRUSimulator``'s hits: a check of the
-/// simulator and of the layer. Its W-TinyLFU is replayed the same way: what is measured is the
-/// code that ships.
+/// simulator and of the layer. Its other policies are replayed the same way: what is measured is
+/// the code that ships, created as an application creates it (no admission seed).
 struct MemoryLayerSimulator: PolicySimulator {
   private let layer: MemoryLayer<Int32, Bool>
 
-  /// Wraps a layer with `configuration`, which must not fail validation and must have no cost;
-  /// W-TinyLFU's rare random admissions are seeded.
+  /// Wraps a layer with `configuration`, which must not fail validation and must have no cost.
   init(configuration: MemoryLayer<Int32, Bool>.Configuration) {
     do {
-      layer = try MemoryLayer(configuration: configuration, admissionSeed: 7)
+      layer = try MemoryLayer(configuration: configuration)
     } catch {
       preconditionFailure("invalid MemoryLayer configuration: \(error)")
     }

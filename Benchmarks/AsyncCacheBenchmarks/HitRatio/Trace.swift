@@ -40,7 +40,7 @@ struct Trace: Sendable {
     var generator = SplitMix64(seed: seed)
     let order = (0..<Int32(keyCount)).shuffled(using: &generator)
     return Trace(
-      name: "loop",
+      name: "loop\(abbreviated(keyCount))",
       summary: "loop over \(abbreviated(keyCount)) keys, \(passes) passes (\(abbreviated(keyCount * passes)) accesses)",
       keys: Array((0..<passes).map { _ in order }.joined()),
       keySpace: keyCount
