@@ -4,8 +4,9 @@
 //
 // It drives one segment the way MemoryStore does (lookups, inserts with costs, evictions while
 // over a limit, removals) with seeded random operations, and checks every invariant after each
-// one, under LRU and W-TinyLFU, with small costs and with costs up to Int32.max whose sums do
-// not fit 32 bits. Half of all keys have a hash tag above Int32.max.
+// one, under LRU, W-TinyLFU with the ghosts' window and W-TinyLFU chosen by a referee (whose
+// shadows link their nodes with 16-bit indices), with small costs and with costs up to
+// Int32.max whose sums do not fit 32 bits. Half of all keys have a hash tag above Int32.max.
 
 /// The store's global totals (atomics in MemoryStore), kept beside the one segment.
 struct Totals {
@@ -13,13 +14,31 @@ struct Totals {
   var cost: Int64 = 0
 }
 
+/// The policies exercised.
+enum Mode {
+  case leastRecentlyUsed
+  case ghosts
+  case referee
+
+  var name: String {
+    switch self {
+    case .leastRecentlyUsed: "LRU"
+    case .ghosts: "adaptive W-TinyLFU (ghosts)"
+    case .referee: "adaptive W-TinyLFU (referee)"
+    }
+  }
+}
+
 /// Runs `steps` random operations; returns whether every invariant held after each.
-func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int64, steps: Int) -> Bool {
+func exercise(mode: Mode, countLimit: Int, costLimit: Int64, largestCost: Int64, steps: Int) -> Bool {
   var random = SplitMix64(seed: 0x5EED)
-  let admission =
-    tinyLFU
-    ? SegmentAdmission(countShare: countLimit, costShare: costLimit, adaptive: true, seed: 42)
-    : SegmentAdmission()
+  let tinyLFU = mode != .leastRecentlyUsed
+  let admission: SegmentAdmission =
+    switch mode {
+    case .leastRecentlyUsed: SegmentAdmission()
+    case .ghosts: SegmentAdmission(countShare: countLimit, costShare: costLimit, adaptation: .ghosts, seed: 42)
+    case .referee: SegmentAdmission(countShare: countLimit, costShare: costLimit, adaptation: .referee, seed: 42)
+    }
   var segment = MemorySegment<Int, Int>(admission: admission)
   var totals = Totals()
   var target = WindowTarget()
@@ -52,8 +71,10 @@ func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int
         written = segment.append(MemoryNode(key: key, value: step, expiry: .max, cost: cost), hash: hash)
         totals.count += 1
         totals.cost += cost
-        // The adaptive policy's vote, counted into the layer's share as MemoryStore does.
-        if target.count(vote: segment.windowVote(tag: MemorySegment<Int, Int>.tag(of: hash)), entries: countLimit) {
+        // The ghosts' vote, counted into the layer's share as MemoryStore does.
+        if mode == .ghosts,
+          target.count(vote: segment.windowVote(tag: MemorySegment<Int, Int>.tag(of: hash)), entries: countLimit)
+        {
           segment.applyWindowShare(target.share)
         }
       }
@@ -99,7 +120,7 @@ func exercise(tinyLFU: Bool, countLimit: Int, costLimit: Int64, largestCost: Int
     }
   }
   print(
-    "  \(tinyLFU ? "adaptive W-TinyLFU" : "LRU"), costs up to \(largestCost): \(segment.count) entries costing \(segment.totalCost) "
+    "  \(mode.name), costs up to \(largestCost): \(segment.count) entries costing \(segment.totalCost) "
       + "(window \(window), probation \(probation), protected \(protected)), \(hits) hits")
   guard !tinyLFU || (probation > 0 && protected > 0) else {
     print("W-TinyLFU left probation or protected empty")
@@ -117,11 +138,10 @@ func run() -> Int32 {
     print("the largest cost should be Int.max here")
     passed = false
   }
-  for tinyLFU in [false, true] {
-    passed = exercise(tinyLFU: tinyLFU, countLimit: 200, costLimit: 5_000, largestCost: 100, steps: 6_000) && passed
+  for mode in [Mode.leastRecentlyUsed, .ghosts, .referee] {
+    passed = exercise(mode: mode, countLimit: 200, costLimit: 5_000, largestCost: 100, steps: 6_000) && passed
     passed =
-      exercise(
-        tinyLFU: tinyLFU, countLimit: 200, costLimit: Int64(1) << 36, largestCost: Int64(Int32.max), steps: 6_000)
+      exercise(mode: mode, countLimit: 200, costLimit: Int64(1) << 36, largestCost: Int64(Int32.max), steps: 6_000)
       && passed
   }
   print(passed ? "32-bit check passed" : "32-bit check FAILED")

@@ -3,6 +3,7 @@ enum Benchmark: String, CaseIterable {
   case memoryHitOneTask = "memory.hit.1task"
   case memoryHitTwoTasks = "memory.hit.2tasks"
   case memoryPolicyHit = "memory.policy.hit"
+  case memoryPolicySmallHit = "memory.policy.smallHit"
   case memoryZipfMixed = "memory.zipf.mixed"
   case memoryScale = "memory.scale"
   case memoryBytesPerEntry = "memory.bytesPerEntry"
@@ -31,6 +32,7 @@ enum Benchmark: String, CaseIterable {
     case .memoryHitOneTask: try await MemoryBenchmarks.hitOneTask(configuration)
     case .memoryHitTwoTasks: try await MemoryBenchmarks.hitTwoTasks(configuration)
     case .memoryPolicyHit: try await MemoryBenchmarks.policyHit(configuration)
+    case .memoryPolicySmallHit: try await MemoryBenchmarks.policySmallHit(configuration)
     case .memoryZipfMixed: try await MemoryBenchmarks.zipfMixed(configuration)
     case .memoryScale: try await MemoryBenchmarks.scale(configuration)
     case .memoryBytesPerEntry: try FootprintBenchmark.bytesPerEntry(configuration)

@@ -211,6 +211,41 @@ enum MemoryBenchmarks {
     )
   }
 
+  /// `memory.policy.smallHit`: a hit in a layer of 1,000 entries, the size at which the default
+  /// policy is refereed (``EvictionPolicy/adaptive``: every access is also an access of six shadow
+  /// lists of keys), against the same layer under the fixed policies. Informational: what a small
+  /// layer pays for choosing its policy by measurement.
+  static func policySmallHit(_ run: RunConfiguration) async throws -> [ResultRow] {
+    var generator = SplitMix64(seed: 1)
+    let everyKey = Array(0..<1_000)
+    let keys: [Int] = .uniformDraws(from: everyKey, count: run.hitOperations, using: &generator)
+    let expected = keys.reduce(0, &+)
+    let policies: [(name: String, policy: EvictionPolicy)] = [
+      ("adaptive (refereed)", .adaptive), ("W-TinyLFU", .windowTinyLFU), ("LRU", .leastRecentlyUsed),
+    ]
+    var contenders: [Contender] = []
+    for (name, policy) in policies {
+      let memory = try MemoryLayer<Int, Int>(configuration: .init(countLimit: everyKey.count, evictionPolicy: policy))
+      for key in everyKey { try memory.insert(key, for: key) }
+      contenders.append(
+        Contender(
+          name: name,
+          operations: keys.count,
+          prepare: { checksumSink.wrappingAdd(await sumOfValues(in: memory, for: everyKey), ordering: .relaxed) },
+          run: { try await timed(expecting: expected) { await sumOfValues(in: memory, for: keys) } }
+        )
+      )
+    }
+    let measurements = try await measureInterleaved(contenders, repetitions: run.repetitions)
+    return ResultRow.rows(
+      benchmark: Benchmark.memoryPolicySmallHit.rawValue,
+      measurements: measurements,
+      baseline: "LRU",
+      target: nil,
+      notes: ["\(abbreviated(keys.count)) hits over 1,000 keys in a layer of 1,000, MemoryLayer.value(for:)"]
+    )
+  }
+
   /// Runs `lookups` on `first` and on `second` in two concurrent child tasks. Returns the sum of
   /// their results and the fraction of the wall time during which both ran.
   private static func inTwoTasks(

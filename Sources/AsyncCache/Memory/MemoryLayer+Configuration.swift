@@ -21,12 +21,16 @@ extension MemoryLayer {
     public var warningTrimFraction: Double
 
     /// The number of lock-striped segments, a power of two up to 256; `nil` (the default) picks
-    /// one from the processor count and the count limit.
+    /// one from the processor count and the count limit: one for a layer of at most 4,096
+    /// entries, else enough that the processors rarely meet on one lock, with at least 256
+    /// entries each.
     ///
     /// More segments let more threads hit the layer at once. Each segment evicts by itself, so
     /// `1` gives the exact order of the ``evictionPolicy`` (exact LRU, or one W-TinyLFU over
-    /// the whole layer) at the price of one lock for all callers. Under the adaptive policy the
-    /// segments share one window target; keep at least a few hundred entries per segment.
+    /// the whole layer) at the price of one lock for all callers. Under the adaptive policy a
+    /// layer of one segment and at most 4,096 entries chooses its configuration from shadows of
+    /// the whole layer (see ``EvictionPolicy/adaptive``); with more segments they share one
+    /// window target instead; keep at least a few hundred entries per segment.
     public var segmentCount: Int?
 
     /// How the layer chooses the entries that leave when it is full. Default
@@ -35,6 +39,18 @@ extension MemoryLayer {
     ///
     /// Each segment runs the policy over its share of the limits.
     public var evictionPolicy: EvictionPolicy
+
+    /// The seed of the policy's rare random choices, so that a test or a replay gets the same
+    /// evictions every time; `nil` (the default) draws one at random.
+    ///
+    /// Under the W-TinyLFU policies a candidate that loses its duel for a place in the cache
+    /// still wins one time in 128 when it is popular (a defence against hash flooding), and the
+    /// adaptive policy's shadow caches draw the same way. The hit ratio does not depend on the
+    /// seed: over `cache.hitRatio`'s traces, five runs with random seeds (and five processes'
+    /// hash seeds) differ by at most a few tenths of a point on most rows. Eviction order still
+    /// depends on the keys' hashes, which Swift seeds per process: for a replay that is exact
+    /// from one process to the next, set `SWIFT_DETERMINISTIC_HASHING=1` too.
+    public var admissionSeed: UInt64?
 
     /// The clock that expiry is read from: `now` when an entry is written; when it is looked
     /// up, ``CacheClock/coarseNow``, or for ``WallClock`` a time the library publishes (see
@@ -68,6 +84,7 @@ extension MemoryLayer {
       warningTrimFraction: Double = 0.5,
       segmentCount: Int? = nil,
       evictionPolicy: EvictionPolicy = .adaptive,
+      admissionSeed: UInt64? = nil,
       clock: (any CacheClock)? = nil,
       logger: CacheLogger? = nil
     ) {
@@ -78,6 +95,7 @@ extension MemoryLayer {
       self.warningTrimFraction = warningTrimFraction
       self.segmentCount = segmentCount
       self.evictionPolicy = evictionPolicy
+      self.admissionSeed = admissionSeed
       self.clockGiven = clock
       self.loggerGiven = logger
     }
@@ -106,9 +124,13 @@ extension MemoryLayer {
     }
 
     /// Enough segments that the processors rarely meet on one lock (16 per processor, at most
-    /// 256), few enough that each keeps at least 256 entries in its eviction order (so small
-    /// caches get the exact order of their policy).
+    /// 256), few enough that each keeps at least 256 entries in its eviction order; and one
+    /// segment for a layer of at most 4,096 entries, whose policy then runs over the whole
+    /// layer (exact LRU, one W-TinyLFU, and under ``EvictionPolicy/adaptive`` the configuration
+    /// a referee chooses from shadows of the whole layer: segments of a few hundred entries
+    /// each see a slice of a loop, longer or shorter than the segment by chance).
     static func automaticSegmentCount(countLimit: Int) -> Int {
+      guard countLimit > PolicyReferee.maximumCapacity else { return 1 }
       var segments = 1
       while segments < 16 * SystemInfo.processorCount, segments < 256 { segments *= 2 }
       while segments > 1, countLimit / segments < 256 { segments /= 2 }

@@ -45,12 +45,20 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   /// - Throws: ``AsyncCacheError/Code/invalidConfiguration`` naming the first configuration
   ///   value that is out of range.
   public init(configuration: Configuration = Configuration()) throws {
-    try self.init(configuration: configuration, admissionSeed: .random(in: .min ... .max))
+    try self.init(
+      configuration: configuration, admissionSeed: configuration.admissionSeed ?? .random(in: .min ... .max))
   }
 
-  /// Creates a memory layer whose W-TinyLFU draws its rare random admissions from `admissionSeed`,
-  /// so that tests and benchmarks replay exactly.
+  /// Creates a memory layer whose W-TinyLFU draws its rare random admissions from `admissionSeed`
+  /// (whatever the configuration says), so that tests and benchmarks replay exactly.
   package init(configuration: Configuration, admissionSeed: UInt64) throws {
+    try self.init(configuration: configuration, admissionSeed: admissionSeed, allowsReferee: true)
+  }
+
+  /// Creates a memory layer as ``init(configuration:admissionSeed:)`` does; with `allowsReferee`
+  /// false, an adaptive layer sizes its window with the ghosts whatever its size (for the tests
+  /// that hold the ghosts to their reference model in a small layer).
+  init(configuration: Configuration, admissionSeed: UInt64, allowsReferee: Bool) throws {
     try configuration.validate()
     self.configuration = configuration
     self.store = MemoryStore(
@@ -62,6 +70,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       segmentCount: configuration.segmentCount
         ?? Configuration.automaticSegmentCount(countLimit: configuration.countLimit),
       policy: configuration.evictionPolicy,
+      allowsReferee: allowsReferee,
       seed: admissionSeed,
       clock: FollowedClock(given: configuration.clockGiven),
       logger: Followed(given: configuration.loggerGiven, fallback: .disabled)

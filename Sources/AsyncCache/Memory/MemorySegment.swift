@@ -643,16 +643,15 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     demoteProtectedOverflow()
   }
 
-  /// Whether `candidate` should enter main in place of `victim`: it must be strictly more
-  /// popular, or warm and lucky (1/128), so that an attacker cannot pin a victim by flooding
-  /// its counters.
+  /// Whether `candidate` should enter main in place of `victim`, by the segment's admission
+  /// rule (W-TinyLFU's: strictly more popular; see ``PolicyExpert/admits(candidateFrequency:victimFrequency:by:random:)``),
+  /// or warm and lucky (1/128), so that an attacker cannot pin a victim by flooding its counters.
   @inlinable
   mutating func admits(candidate: UInt32, victim: UInt32) -> Bool {
-    let victimFrequency = admission.sketch.frequency(SegmentAdmission.sketchKey(of: nodes[Int(victim)].key))
-    let candidateFrequency = admission.sketch.frequency(SegmentAdmission.sketchKey(of: nodes[Int(candidate)].key))
-    if candidateFrequency > victimFrequency { return true }
-    guard candidateFrequency >= SegmentAdmission.warmFrequency else { return false }
-    return admission.random.next() & 127 == 0
+    PolicyExpert.admits(
+      candidateFrequency: admission.sketch.frequency(SegmentAdmission.sketchKey(of: nodes[Int(candidate)].key)),
+      victimFrequency: admission.sketch.frequency(SegmentAdmission.sketchKey(of: nodes[Int(victim)].key)),
+      by: admission.admissionRule, random: &admission.random)
   }
 
   /// The next candidate after `candidate`: older in probation, newer in the window.
@@ -684,8 +683,9 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
       }
       return
     }
-    drainWindowOverflow()
     admission.countPendingUses()
+    if admission.refereeSwitched { applyRefereeChoice() }
+    drainWindowOverflow()
     var victimRegion = SegmentRegion.probation
     var candidateRegion = SegmentRegion.probation
     var victim = probationLRU
@@ -782,20 +782,24 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   }
 
   /// Sets the window's and protected's maximums: the policy's (a fixed window's as Caffeine
-  /// rounds it, an adaptive one's from ``SegmentAdmission/appliedShare``), the window raised to
-  /// the floor, protected 80% of what the window leaves.
+  /// rounds it, an adaptive one's from ``SegmentAdmission/appliedShare`` and
+  /// ``SegmentAdmission/appliedProtectedShare``), the window raised to the floor, protected its
+  /// share of what the window leaves.
   @inlinable
   mutating func sizeWindow() {
-    let fixed = admission.ghosts == nil
+    let fixed = admission.hasFixedWindow
     let floor = admission.appliedFloor
+    let share = admission.appliedShare
+    let protectedShare = admission.appliedProtectedShare
     if admission.countShare != .max {
       let limit = admission.countShare
       var sizes =
         fixed
-        ? SegmentAdmission.maximums(share: limit) : Self.maximums(windowShare: admission.appliedShare, of: limit)
+        ? SegmentAdmission.maximums(share: limit)
+        : SegmentAdmission.maximums(windowShare: share, protectedShare: protectedShare, of: limit)
       let room = Swift.min(floor, limit / 2)
       if room > sizes.window {
-        sizes = (room, Int(Double(limit &- room) * SegmentAdmission.protectedShare))
+        sizes = (room, Int(Double(limit &- room) * protectedShare))
       }
       (admission.windowCountMaximum, admission.protectedCountMaximum) = sizes
     }
@@ -803,13 +807,14 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
       let limit = admission.costShare
       var sizes =
         fixed
-        ? SegmentAdmission.maximums(share: limit) : Self.maximums(windowShare: admission.appliedShare, of: limit)
+        ? SegmentAdmission.maximums(share: limit)
+        : SegmentAdmission.maximums(windowShare: share, protectedShare: protectedShare, of: limit)
       let meanCost = count > 0 ? totalCost / Int64(count) : 0
       // Checked by division: a 128-bit product is a runtime call where `Int` has 32 bits.
       let floorCost = meanCost > 0 && Int64(floor) > Int64.max / meanCost ? Int64.max : Int64(floor) &* meanCost
       let room = Swift.min(floorCost, limit / 2)
       if room > sizes.window {
-        sizes = (room, Int64(Double(limit &- room) * SegmentAdmission.protectedShare))
+        sizes = (room, Int64(Double(limit &- room) * protectedShare))
       }
       (admission.windowCostMaximum, admission.protectedCostMaximum) = sizes
     }
@@ -817,14 +822,17 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     drainWindowOverflow()
   }
 
-  /// The window's and protected's sizes when the window takes `windowShare` of a segment's
-  /// `limit`: at least 1 for the window, 80% of the rest for protected.
-  @inlinable
-  static func maximums<Size: FixedWidthInteger & SignedInteger>(
-    windowShare: Double, of limit: Size
-  ) -> (window: Size, protected: Size) {
-    let window = Swift.min(Swift.max(1, Size(windowShare * Double(limit))), limit)
-    return (window, Size(Double(limit &- window) * SegmentAdmission.protectedShare))
+  /// Makes the lists follow the expert the referee chose (``SegmentAdmission/refereeSwitched``):
+  /// its window and protected shares and its admission rule. Entries that no longer fit move
+  /// down, as for a new window share.
+  @usableFromInline
+  mutating func applyRefereeChoice() {
+    admission.refereeSwitched = false
+    guard let expert = admission.referee?.expert else { return }
+    admission.appliedShare = expert.windowShare
+    admission.appliedProtectedShare = expert.protectedShare
+    admission.admissionRule = expert.admission
+    sizeWindow()
   }
 
   /// The vote of a new key with hash tag `tag` for the layer's ``WindowTarget`` (+1, -1 or 0;

@@ -69,6 +69,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     trimFraction: Double,
     segmentCount: Int,
     policy: EvictionPolicy,
+    allowsReferee: Bool = true,
     seed: UInt64,
     clock: FollowedClock,
     logger: Followed<CacheLogger>
@@ -87,19 +88,29 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     let segments = Int64(segmentCount)
     let costShare =
       cost == nil || costLimit == .max ? Int64.max : costLimit / segments + (costLimit % segments == 0 ? 0 : 1)
+    let refereed =
+      allowsReferee && Self.isRefereed(policy: policy, countLimit: countLimit, segmentCount: segmentCount)
     self.segments = MemorySegments(count: segmentCount) { index in
       switch policy.kind {
       case .leastRecentlyUsed:
         SegmentAdmission(countShare: countShare)
       case .windowTinyLFU:
-        SegmentAdmission(countShare: countShare, costShare: costShare, adaptive: false, seed: seed &+ UInt64(index))
+        SegmentAdmission(countShare: countShare, costShare: costShare, adaptation: .fixed, seed: seed &+ UInt64(index))
       case .adaptive:
-        SegmentAdmission(countShare: countShare, costShare: costShare, adaptive: true, seed: seed &+ UInt64(index))
+        SegmentAdmission(
+          countShare: countShare, costShare: costShare, adaptation: refereed ? .referee : .ghosts,
+          seed: seed &+ UInt64(index))
       }
     }
     self.segmentMask = segmentCount - 1
-    windowTarget = policy.kind == .adaptive ? Locked(WindowTarget()) : nil
+    windowTarget = policy.kind == .adaptive && !refereed ? Locked(WindowTarget()) : nil
     hasAdmissionWindow = policy.kind != .leastRecentlyUsed
+  }
+
+  /// Whether a layer's adaptive policy is chosen by a ``PolicyReferee`` (one segment of 1 to
+  /// ``PolicyReferee/maximumCapacity`` entries) rather than sized by the ghosts' votes.
+  static func isRefereed(policy: EvictionPolicy, countLimit: Int, segmentCount: Int) -> Bool {
+    policy.kind == .adaptive && segmentCount == 1 && (1...PolicyReferee.maximumCapacity).contains(countLimit)
   }
 
   /// The segment of a hash: its top byte (at most 256 segments), independent of the low 32 bits

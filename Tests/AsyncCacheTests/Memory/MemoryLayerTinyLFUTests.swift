@@ -55,7 +55,9 @@ import Testing
       segmentCount: 1,
       evictionPolicy: adaptive ? .adaptive : .windowTinyLFU
     )
-    let memory = try MemoryLayer<Int, Int>(configuration: configuration, admissionSeed: seed)
+    // The model follows the ghosts; a small adaptive layer of one segment is refereed unless
+    // told not to be (``MemoryLayerRefereeTests`` checks the referee).
+    let memory = try MemoryLayer<Int, Int>(configuration: configuration, admissionSeed: seed, allowsReferee: false)
     var model = WTinyLFUPolicy<Int, SplitMix64>(
       maximumWeight: capacity,
       maximumEntryCount: weighted ? 1_000_000 : nil,

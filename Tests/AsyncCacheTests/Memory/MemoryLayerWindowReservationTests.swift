@@ -92,7 +92,8 @@ struct MemoryLayerWindowReservationTests {
 
   @Test("while room is reserved, a quiet span does not relax the adaptive target")
   func noRelaxingWhileReserved() throws {
-    let layer = try Self.layer(countLimit: 1_000, segments: 1)
+    // Large enough for the ghosts' target (a smaller layer of one segment is refereed).
+    let layer = try Self.layer(countLimit: 5_000, segments: 1)
     let store = try #require(layer.store.windowTarget)
     store.withLock { $0.share = 0.5 }
     let reservation = try #require(layer.store.reserveWindow(entries: 10))

@@ -140,10 +140,22 @@ struct FrequencySketch {
   @inlinable
   @inline(__always)
   func slots(_ hash: Int) -> (block: Int, picks: UInt64) {
-    let spread = Self.spread(hash)
-    let block = Int(truncatingIfNeeded: spread) & blockMask &* Self.blockLength
-    let picks = (UInt64(UInt32(truncatingIfNeeded: hash)) &* 0xC4CE_B9FE_1A85_EC53) >> 32
-    return (block, picks)
+    (block(hash), Self.picks(hash))
+  }
+
+  /// The first word of the block of `hash` (see ``slots(_:)``).
+  @inlinable
+  @inline(__always)
+  func block(_ hash: Int) -> Int {
+    Int(truncatingIfNeeded: Self.spread(hash)) & blockMask &* Self.blockLength
+  }
+
+  /// The counter picks of `hash` (see ``slots(_:)``): they depend on the hash alone, not on the
+  /// table's size.
+  @inlinable
+  @inline(__always)
+  static func picks(_ hash: Int) -> UInt64 {
+    (UInt64(UInt32(truncatingIfNeeded: hash)) &* 0xC4CE_B9FE_1A85_EC53) >> 32
   }
 
   /// The counter of depth `depth` in `slots`, packed as `word << 4 | counter`.

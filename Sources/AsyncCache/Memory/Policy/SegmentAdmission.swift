@@ -1,37 +1,64 @@
-/// What a segment's W-TinyLFU policy needs besides its lists: the sketch, the ghosts, the
-/// sizes of the regions and their limits, in entries and in cost.
+/// What a segment's W-TinyLFU policy needs besides its lists: the sketch, the adaptation of
+/// its window (ghosts or a referee), the sizes of the regions and their limits, in entries and
+/// in cost.
 ///
 /// Each segment runs its own policy over its share of the limits (keys spread evenly over the
 /// segments, so each sees a sample of the workload); with one segment it is exactly the
-/// policy of Caffeine's design.
+/// policy of Caffeine's design, or (a small adaptive layer) the expert its ``PolicyReferee``
+/// chose.
 @usableFromInline
 struct SegmentAdmission {
+  /// How the window of a W-TinyLFU segment is sized.
+  @usableFromInline
+  enum Adaptation: Sendable {
+    /// At 1% of the segment, as Caffeine rounds it (``EvictionPolicy/windowTinyLFU``).
+    case fixed
+    /// From the layer's ``WindowTarget``, which the segments' ``WindowGhosts`` vote into
+    /// (``EvictionPolicy/adaptive`` over several segments, or a large one).
+    case ghosts
+    /// By the expert a ``PolicyReferee`` chooses (``EvictionPolicy/adaptive`` in a layer of one
+    /// segment of at most ``PolicyReferee/maximumCapacity`` entries).
+    case referee
+  }
+
   // Field order is layout order: a hit reads `isEnabled` and the sketch's table and mask,
   // writes `pendingCount` and one word of `pending`, so these come first.
   /// Whether the policy is W-TinyLFU; `false` for LRU, which uses nothing else here.
   @usableFromInline let isEnabled: Bool
   @usableFromInline var sketch: FrequencySketch
   @usableFromInline var pendingCount = 0
-  /// Uses not yet counted in the sketch: ``pendingCapacity`` keys' counter positions, each
-  /// packed as the first word of the key's block (high 32 bits; tables have at most 2^25
-  /// words) and its counter picks (low 32 bits), as ``FrequencySketch/slots(_:)`` gives them.
+  /// Uses not yet counted in the sketch: ``pendingCapacity`` keys, each packed as the first word
+  /// of the key's block in the sketch (high 32 bits; tables have at most 2^25 words) and the
+  /// key's tag (low 32 bits), from which the counter picks follow (``FrequencySketch/picks(_:)``).
   ///
-  /// A hit finds its key's counters, prefetches their cache line and appends them here; a full
-  /// queue, or any read of the sketch, counts them all at once. The prefetch retires at once, so
-  /// the hit does not wait for the line, and neither does the lock released next; by the time
-  /// the queue is counted the lines are in cache. Every read sees every increment, so the
-  /// decisions are exactly those of counting at once.
+  /// A hit finds its key's block, prefetches its cache line and appends it here; a full queue,
+  /// or any read of the sketch, counts them all at once. The prefetch retires at once, so the hit
+  /// does not wait for the line, and neither does the lock released next; by the time the queue
+  /// is counted the lines are in cache. Every read sees every increment, so the decisions are
+  /// exactly those of counting at once.
   @usableFromInline var pending:
     (
       UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64,
       UInt64, UInt64
     ) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-  /// The ghosts whose votes move the window under ``EvictionPolicy/adaptive``; `nil` for a
-  /// fixed window.
+  /// Whether ``referee`` is set: the counted uses are also its accesses.
+  @usableFromInline let isRefereed: Bool
+  /// Whether the referee chose another expert that the lists do not follow yet; the next
+  /// eviction applies it (``MemorySegment/applyRefereeChoice()``).
+  @usableFromInline var refereeSwitched = false
+  /// The ghosts whose votes move the window under ``Adaptation/ghosts``; `nil` otherwise.
   @usableFromInline var ghosts: WindowGhosts?
-  /// The layer's window share (``WindowTarget/share``) that the maximums below follow; the
-  /// segment takes a new one when it inserts a key.
+  /// The referee under ``Adaptation/referee``; `nil` otherwise.
+  var referee: PolicyReferee?
+  /// Whether the window keeps Caffeine's fixed 1% (``Adaptation/fixed``).
+  @usableFromInline let hasFixedWindow: Bool
+  /// The window's share of the limits that the maximums below follow: the layer's
+  /// ``WindowTarget/share`` (taken when the segment inserts a key), or the referee's expert's.
   @usableFromInline var appliedShare = WindowTarget.minimumShare
+  /// Protected's share of what the window leaves.
+  @usableFromInline var appliedProtectedShare = SegmentAdmission.protectedShare
+  /// The rule a candidate must pass to enter the main region.
+  @usableFromInline var admissionRule = PolicyExpert.Admission.moreFrequent
   /// The entries the window keeps room for at least, the segment's part of the prefetchers'
   /// reservations (``MemoryStore/reserveWindow(entries:)``); 0 for none.
   @usableFromInline var appliedFloor = 0
@@ -56,16 +83,17 @@ struct SegmentAdmission {
   @inlinable
   @inline(__always)
   mutating func recordUse(_ tag: UInt32) {
-    let slots = sketch.slots(Self.sketchKey(tag))
-    sketch.prefetch(block: slots.block)
+    let block = sketch.block(Self.sketchKey(tag))
+    sketch.prefetch(block: block)
     let index = pendingCount
-    let packed = UInt64(UInt32(truncatingIfNeeded: slots.block)) << 32 | (slots.picks & 0xFFFF_FFFF)
+    let packed = UInt64(UInt32(truncatingIfNeeded: block)) << 32 | UInt64(tag)
     withUnsafeMutableBytes(of: &pending) { $0.storeBytes(of: packed, toByteOffset: index &* 8, as: UInt64.self) }
     pendingCount = index &+ 1
     if pendingCount == Self.pendingCapacity { countPendingUses() }
   }
 
-  /// Counts every queued use in the sketch. Call before reading the sketch.
+  /// Counts every queued use in the sketch, and under a referee records them as its accesses.
+  /// Call before reading the sketch.
   @inlinable
   mutating func countPendingUses() {
     let count = pendingCount
@@ -75,7 +103,28 @@ struct SegmentAdmission {
     withUnsafeBytes(of: queued) { bytes in
       for index in 0..<count {
         let packed = bytes.load(fromByteOffset: index &* 8, as: UInt64.self)
-        sketch.increment(slots: (block: Int(packed >> 32), picks: packed & 0xFFFF_FFFF))
+        let picks = FrequencySketch.picks(Int(truncatingIfNeeded: UInt32(truncatingIfNeeded: packed)))
+        sketch.increment(slots: (block: Int(packed >> 32), picks: picks))
+      }
+    }
+    if isRefereed { recordRefereeAccesses(queued, count: count) }
+  }
+
+  /// Records the first `count` uses of `queued` (see ``pending``) as accesses of the referee,
+  /// in order. Out of line: only a small refereed layer pays for it.
+  @usableFromInline
+  mutating func recordRefereeAccesses(
+    _ queued: (
+      UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64,
+      UInt64, UInt64
+    ),
+    count: Int
+  ) {
+    guard referee != nil else { return }
+    withUnsafeBytes(of: queued) { bytes in
+      for index in 0..<count {
+        let tag = UInt32(truncatingIfNeeded: bytes.load(fromByteOffset: index &* 8, as: UInt64.self))
+        if referee?.record(tag, sketch: sketch) == true { refereeSwitched = true }
       }
     }
   }
@@ -106,7 +155,7 @@ struct SegmentAdmission {
     guard count > sketch.size, sketch.size < Swift.min(countShare, FrequencySketch.maximumCapacity) else { return }
     pendingCount = 0
     let size = Swift.min(count &* 2, countShare)
-    sketch = FrequencySketch(maximumSize: size, compact: ghosts != nil)
+    sketch = FrequencySketch(maximumSize: size, compact: !hasFixedWindow)
     ghosts?.resize(entries: size)
   }
 
@@ -116,6 +165,8 @@ struct SegmentAdmission {
   ///   only sizes the segment's storage.
   init(countShare: Int = .max) {
     isEnabled = false
+    isRefereed = false
+    hasFixedWindow = true
     sketch = FrequencySketch(maximumSize: 0)
     random = SplitMix64(seed: 0)
     self.countShare = countShare
@@ -129,28 +180,57 @@ struct SegmentAdmission {
   /// W-TinyLFU over a segment's share of the limits.
   ///
   /// - Parameters:
-  ///   - countShare: The segment's share of the count limit (0 or more).
+  ///   - countShare: The segment's share of the count limit (0 or more; at most
+  ///     ``PolicyReferee/maximumCapacity`` under ``Adaptation/referee``).
   ///   - costShare: Its share of the cost limit, or `Int64.max` when cost does not bound.
-  ///   - adaptive: Whether the window follows the layer's ``WindowTarget``, which this
-  ///     segment's ``WindowGhosts`` vote into.
-  ///   - seed: The seed of the rare random admissions.
-  init(countShare: Int, costShare: Int64, adaptive: Bool, seed: UInt64) {
+  ///   - adaptation: How the window is sized.
+  ///   - seed: The seed of the rare random admissions (and of the referee's shadows').
+  init(countShare: Int, costShare: Int64, adaptation: Adaptation, seed: UInt64) {
     isEnabled = true
     self.countShare = countShare
     self.costShare = costShare
-    // Without a count limit the number of entries is unknown: the sketch starts small and
-    // grows with the segment (as Caffeine's does with a weighted cache).
     // The sketch starts sized for the share, or for at most ``initialBoundedSketchSize``
     // entries, and grows with the segment: a count limit set high as a safety cap costs
     // little until entries arrive (as in Caffeine). Without a count limit the number of
     // entries is unknown, and the sketch starts smaller.
     let entries =
       countShare == .max ? Self.initialUnboundedSketchSize : Swift.min(countShare, Self.initialBoundedSketchSize)
-    sketch = FrequencySketch(maximumSize: entries, compact: adaptive)
-    ghosts = adaptive ? WindowGhosts(entries: entries) : nil
+    hasFixedWindow = adaptation == .fixed
+    sketch = FrequencySketch(maximumSize: entries, compact: !hasFixedWindow)
+    ghosts = adaptation == .ghosts ? WindowGhosts(entries: entries) : nil
     random = SplitMix64(seed: seed)
-    (windowCountMaximum, protectedCountMaximum) = Self.maximums(share: countShare)
-    (windowCostMaximum, protectedCostMaximum) = Self.maximums(share: costShare)
+    if adaptation == .referee && countShare >= 1 && countShare <= PolicyReferee.maximumCapacity {
+      let referee = PolicyReferee(capacity: countShare, seed: seed)
+      self.referee = referee
+      isRefereed = true
+      appliedShare = referee.expert.windowShare
+      appliedProtectedShare = referee.expert.protectedShare
+      admissionRule = referee.expert.admission
+    } else {
+      isRefereed = false
+    }
+    if !isRefereed {
+      // The window starts at 1% as Caffeine rounds it; the ghosts' target moves it from there.
+      (windowCountMaximum, protectedCountMaximum) = Self.maximums(share: countShare)
+      (windowCostMaximum, protectedCostMaximum) = Self.maximums(share: costShare)
+    } else {
+      (windowCountMaximum, protectedCountMaximum) = Self.maximums(
+        windowShare: appliedShare, protectedShare: appliedProtectedShare, of: countShare)
+      (windowCostMaximum, protectedCostMaximum) = Self.maximums(
+        windowShare: appliedShare, protectedShare: appliedProtectedShare, of: costShare)
+    }
+  }
+
+  /// The window's and protected's sizes when the window takes `windowShare` of a segment's
+  /// `limit` and protected `protectedShare` of the rest (see ``PolicyExpert/maximums(of:)``);
+  /// unbounded for an unbounded limit.
+  @inlinable
+  static func maximums<Size: FixedWidthInteger & SignedInteger>(
+    windowShare: Double, protectedShare: Double, of limit: Size
+  ) -> (window: Size, protected: Size) {
+    guard limit != .max else { return (.max, .max) }
+    let window = Swift.min(Swift.max(1, Size(windowShare * Double(limit))), limit)
+    return (window, Size(Double(limit &- window) * protectedShare))
   }
 
   /// The window's and protected's sizes for a share of a limit: 1% and 80% of the other 99%,

@@ -1,0 +1,97 @@
+import Testing
+
+@testable import AsyncCache
+
+/// The referee's choices on workloads whose best configuration is known, driven directly: a
+/// sketch counts each access, then the referee records it.
+@Suite struct PolicyRefereeTests {
+  /// A referee of `capacity` entries and the sketch that counts its accesses, as a segment's.
+  struct Driver {
+    var referee: PolicyReferee
+    var sketch: FrequencySketch
+    /// The expert's name after each switch.
+    var choices: [String] = []
+
+    init(capacity: Int, seed: UInt64 = 1) {
+      referee = PolicyReferee(capacity: capacity, seed: seed)
+      sketch = FrequencySketch(maximumSize: capacity, compact: true)
+    }
+
+    mutating func access(_ keys: some Sequence<Int>) {
+      for key in keys {
+        let tag = MemorySegment<Int, Int>.tag(of: key.hashValue)
+        sketch.increment(Int(tag))
+        if referee.record(tag, sketch: sketch) { choices.append(referee.expert.name) }
+      }
+    }
+  }
+
+  @Test("a layer starts with strict frequency")
+  func startsWithStrictFrequency() {
+    let referee = PolicyReferee(capacity: 100, seed: 1)
+    #expect(referee.expert == PolicyExpert.all[PolicyExpert.initialIndex])
+    #expect(referee.expert.admission == .clearlyMoreFrequent)
+    #expect(referee.shadows.map(\.expert) == PolicyExpert.all)
+  }
+
+  @Test("a loop one key longer than the cache never talks it into recency", arguments: [64, 500, 2_000])
+  func loopsStayWithFrequency(capacity: Int) {
+    var driver = Driver(capacity: capacity)
+    let loop = 0..<(capacity + capacity / 100 + 1)
+    for _ in 0..<60 { driver.access(loop) }
+    // Recency (and segmented LRU, which admits everything) hit nothing on such a loop.
+    #expect(driver.referee.expert.admission != .always)
+    #expect(driver.referee.expert.windowShare < 0.5, "\(driver.choices)")
+    let recency = PolicyExpert.all.firstIndex { $0.name == "recency" } ?? 0
+    #expect(driver.referee.scores[recency] < driver.referee.scores[driver.referee.current] / 4)
+  }
+
+  /// Whether the running expert scores within 2% of recency's (it may be another expert that
+  /// keeps recent keys as well, e.g. a window of a fifth of the cache when re-reads come soon).
+  static func hitsAsRecency(_ referee: PolicyReferee) -> Bool {
+    let recency = PolicyExpert.all.firstIndex { $0.name == "recency" } ?? 0
+    return referee.scores[referee.current] >= referee.scores[recency] * 0.98
+  }
+
+  @Test(
+    "keys read a few times soon after they appear, then never, move the layer to recency", arguments: [16, 64, 512])
+  func recencyBiasedTrafficMovesToRecency(capacity: Int) {
+    var driver = Driver(capacity: capacity)
+    var keys: [Int] = []
+    // Each new key is read again 2 and 5 accesses later (interleaved), then never.
+    for key in 0..<(capacity * 200) {
+      keys.append(key)
+      if key >= 2 { keys.append(key - 2) }
+      if key >= 5 { keys.append(key - 5) }
+    }
+    driver.access(keys)
+    #expect(driver.referee.current != PolicyExpert.initialIndex, "\(driver.choices)")
+    #expect(Self.hitsAsRecency(driver.referee), "\(driver.choices), scores \(driver.referee.scores)")
+    #expect(driver.referee.switches <= 3, "\(driver.choices)")
+  }
+
+  @Test("after a recency phase, a loop brings the layer back to frequency")
+  func phasesAreFollowed() {
+    let capacity = 256
+    var driver = Driver(capacity: capacity)
+    var recency: [Int] = []
+    for key in 0..<(capacity * 100) {
+      recency.append(key)
+      if key >= 3 { recency.append(key - 3) }
+    }
+    driver.access(recency)
+    #expect(Self.hitsAsRecency(driver.referee), "\(driver.choices), scores \(driver.referee.scores)")
+    let loop = (1 << 30)..<((1 << 30) + capacity * 3 / 2)
+    for _ in 0..<200 { driver.access(loop) }
+    #expect(driver.referee.expert.windowShare < 0.5 && driver.referee.expert.admission != .always, "\(driver.choices)")
+  }
+
+  @Test("experts that tie leave the layer where it is")
+  func tiesDoNotSwitch() {
+    // Uniform reads over twice the capacity: every configuration keeps about half of them.
+    var driver = Driver(capacity: 200)
+    var random = SeededGenerator(seed: 3)
+    driver.access((0..<400_000).map { _ in Int(random.next() % 400) })
+    #expect(driver.referee.switches <= 1, "\(driver.choices)")
+  }
+}
