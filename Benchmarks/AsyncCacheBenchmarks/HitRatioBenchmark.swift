@@ -82,6 +82,15 @@ enum HitRatioBenchmark {
 
     let outcomes = Outcome.group(replays, layerResults, of: sources)
     var failures: [String] = []
+    // A child builds or reads its trace itself: it must have replayed the same accesses.
+    for result in layerResults {
+      guard let source = sources.firstIndex(where: { $0.name == result.job.source }),
+        let accesses = replays.traces[source]?.accesses, accesses != result.accesses
+      else { continue }
+      failures.append(
+        "the \(result.job.policy.rawValue) replay of \(result.job.source) read \(result.accesses) accesses, "
+          + "this process \(accesses)")
+    }
     for outcome in outcomes {
       failures += check(outcome, sources[outcome.source])
       checksumSink.wrappingAdd(outcome.hits.values.reduce(0, &+), ordering: .relaxed)

@@ -217,33 +217,42 @@ enum MemoryBenchmarks {
   /// layer pays for choosing its policy by measurement.
   static func policySmallHit(_ run: RunConfiguration) async throws -> [ResultRow] {
     var generator = SplitMix64(seed: 1)
-    let everyKey = Array(0..<1_000)
-    let keys: [Int] = .uniformDraws(from: everyKey, count: run.hitOperations, using: &generator)
-    let expected = keys.reduce(0, &+)
+    var rows: [ResultRow] = []
     let policies: [(name: String, policy: EvictionPolicy)] = [
       ("adaptive (refereed)", .adaptive), ("W-TinyLFU", .windowTinyLFU), ("LRU", .leastRecentlyUsed),
     ]
-    var contenders: [Contender] = []
-    for (name, policy) in policies {
-      let memory = try MemoryLayer<Int, Int>(configuration: .init(countLimit: everyKey.count, evictionPolicy: policy))
-      for key in everyKey { try memory.insert(key, for: key) }
-      contenders.append(
-        Contender(
-          name: name,
-          operations: keys.count,
-          prepare: { checksumSink.wrappingAdd(await sumOfValues(in: memory, for: everyKey), ordering: .relaxed) },
-          run: { try await timed(expecting: expected) { await sumOfValues(in: memory, for: keys) } }
+    for capacity in [1_000, 4_096] {
+      let everyKey = Array(0..<capacity)
+      let keys: [Int] = .uniformDraws(from: everyKey, count: run.hitOperations, using: &generator)
+      let expected = keys.reduce(0, &+)
+      var contenders: [Contender] = []
+      for (name, policy) in policies {
+        // One segment for every policy, so that only the policies differ.
+        let memory = try MemoryLayer<Int, Int>(
+          configuration: .init(countLimit: capacity, segmentCount: 1, evictionPolicy: policy))
+        for key in everyKey { try memory.insert(key, for: key) }
+        contenders.append(
+          Contender(
+            name: "\(name), \(capacity) entries",
+            operations: keys.count,
+            prepare: { checksumSink.wrappingAdd(await sumOfValues(in: memory, for: everyKey), ordering: .relaxed) },
+            run: { try await timed(expecting: expected) { await sumOfValues(in: memory, for: keys) } }
+          )
         )
+      }
+      let measurements = try await measureInterleaved(contenders, repetitions: run.repetitions)
+      rows += ResultRow.rows(
+        benchmark: Benchmark.memoryPolicySmallHit.rawValue,
+        measurements: measurements,
+        baseline: "LRU, \(capacity) entries",
+        target: nil,
+        notes: [
+          "\(abbreviated(keys.count)) hits over \(capacity) keys in a layer of \(capacity), MemoryLayer.value(for:); "
+            + "informational: a refereed layer's hit also updates six shadows"
+        ]
       )
     }
-    let measurements = try await measureInterleaved(contenders, repetitions: run.repetitions)
-    return ResultRow.rows(
-      benchmark: Benchmark.memoryPolicySmallHit.rawValue,
-      measurements: measurements,
-      baseline: "LRU",
-      target: nil,
-      notes: ["\(abbreviated(keys.count)) hits over 1,000 keys in a layer of 1,000, MemoryLayer.value(for:)"]
-    )
+    return rows
   }
 
   /// Runs `lookups` on `first` and on `second` in two concurrent child tasks. Returns the sum of

@@ -13,6 +13,7 @@ enum HitRatioSelfCheck {
     try checkTextbookExample()
     try checkAgainstReferenceImplementations()
     try checkTraceFileParser()
+    try checkLIRSParser()
     for exponent in [0.8, 0.99] { try checkZipfSampler(exponent: exponent) }
   }
 
@@ -83,6 +84,34 @@ enum HitRatioSelfCheck {
       } catch let error as TraceFileError {
         guard error.description == expected else {
           throw BenchmarkFailure("the .lis parser reported '\(error)' for \(text.debugDescription), not '\(expected)'")
+        }
+      }
+    }
+  }
+
+  /// The LIRS parser on a few lines: keys numbered densely in order of first access, CRLF
+  /// endings, `*` markers, blank lines and a missing last newline accepted; malformed lines
+  /// reported by number.
+  private static func checkLIRSParser() throws {
+    let text = "7\r\n7\n*\n\n  12 \n7\n3"
+    let trace = try Trace.parseLIRS(Array(text.utf8), path: "sample.trace", name: "sample", summary: "")
+    guard trace.keys == [0, 0, 1, 0, 2], trace.keySpace == 3 else {
+      throw BenchmarkFailure(
+        "the LIRS parser read \(trace.keys) over \(trace.keySpace) keys from \(text.debugDescription)")
+    }
+    let malformed = [
+      ("1\n2 3\n", "sample.trace, line 2: has more than one key"),
+      ("1\n\n4x\n", "sample.trace, line 3: has 'x', where only one decimal key (or '*') belongs"),
+      ("99999999999999999999\n", "sample.trace, line 1: has a number too large for 64 bits"),
+      ("5*\n", "sample.trace, line 1: has '*' after a key"),
+    ]
+    for (text, expected) in malformed {
+      do {
+        _ = try Trace.parseLIRS(Array(text.utf8), path: "sample.trace", name: "sample", summary: "")
+        throw BenchmarkFailure("the LIRS parser accepted \(text.debugDescription)")
+      } catch let error as TraceFileError {
+        guard error.description == expected else {
+          throw BenchmarkFailure("the LIRS parser reported '\(error)' for \(text.debugDescription), not '\(expected)'")
         }
       }
     }

@@ -60,7 +60,8 @@ enum LayerReplays {
     DispatchQueue.concurrentPerform(iterations: max(1, min(width, jobs.count))) { _ in
       while true {
         let index = next.wrappingAdd(1, ordering: .relaxed).oldValue
-        guard index < jobs.count else { return }
+        // After a failure, start no more children: the run fails anyway.
+        guard index < jobs.count, failures.withLock({ $0.isEmpty }) else { return }
         do {
           let result = try runChild(jobs[index], configuration)
           results.withLock { $0[index] = result }

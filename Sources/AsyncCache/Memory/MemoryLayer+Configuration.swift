@@ -21,16 +21,19 @@ extension MemoryLayer {
     public var warningTrimFraction: Double
 
     /// The number of lock-striped segments, a power of two up to 256; `nil` (the default) picks
-    /// one from the processor count and the count limit: one for a layer of at most 4,096
-    /// entries, else enough that the processors rarely meet on one lock, with at least 256
-    /// entries each.
+    /// one from the processor count and the count limit: one for an adaptive layer of at most
+    /// 4,096 entries bounded by its count alone, else enough that the processors rarely meet on
+    /// one lock, with at least 256 entries each.
     ///
     /// More segments let more threads hit the layer at once. Each segment evicts by itself, so
     /// `1` gives the exact order of the ``evictionPolicy`` (exact LRU, or one W-TinyLFU over
     /// the whole layer) at the price of one lock for all callers. Under the adaptive policy a
-    /// layer of one segment and at most 4,096 entries chooses its configuration from shadows of
-    /// the whole layer (see ``EvictionPolicy/adaptive``); with more segments they share one
-    /// window target instead; keep at least a few hundred entries per segment.
+    /// layer of one segment and at most 4,096 entries (bounded by its count alone) chooses its
+    /// configuration from shadows of the whole layer (see ``EvictionPolicy/adaptive``); with more
+    /// segments they share one window target instead; keep at least a few hundred entries per
+    /// segment. Many threads hitting a small adaptive layer at once meet on its one lock, held
+    /// longer than for the fixed policies (its shadows are updated under it): give them
+    /// ``EvictionPolicy/windowTinyLFU`` or a segment count of your own.
     public var segmentCount: Int?
 
     /// How the layer chooses the entries that leave when it is full. Default
@@ -47,9 +50,11 @@ extension MemoryLayer {
     /// still wins one time in 128 when it is popular (a defence against hash flooding), and the
     /// adaptive policy's shadow caches draw the same way. The hit ratio does not depend on the
     /// seed: over `cache.hitRatio`'s traces, five runs with random seeds (and five processes'
-    /// hash seeds) differ by at most a few tenths of a point on most rows. Eviction order still
-    /// depends on the keys' hashes, which Swift seeds per process: for a replay that is exact
-    /// from one process to the next, set `SWIFT_DETERMINISTIC_HASHING=1` too.
+    /// hash seeds) differ by a few tenths of a point on most rows and by at most 2 points on any.
+    /// Eviction order also depends on the keys' hashes, which Swift seeds per process, on the
+    /// segment count (automatic above 4,096 entries: it follows the processor count) and on the
+    /// order of concurrent accesses: for a replay that is exact from one process to the next, set
+    /// `SWIFT_DETERMINISTIC_HASHING=1`, a ``segmentCount``, and replay from one task.
     public var admissionSeed: UInt64?
 
     /// The clock that expiry is read from: `now` when an entry is written; when it is looked
@@ -125,12 +130,17 @@ extension MemoryLayer {
 
     /// Enough segments that the processors rarely meet on one lock (16 per processor, at most
     /// 256), few enough that each keeps at least 256 entries in its eviction order; and one
-    /// segment for a layer of at most 4,096 entries, whose policy then runs over the whole
-    /// layer (exact LRU, one W-TinyLFU, and under ``EvictionPolicy/adaptive`` the configuration
-    /// a referee chooses from shadows of the whole layer: segments of a few hundred entries
-    /// each see a slice of a loop, longer or shorter than the segment by chance).
-    static func automaticSegmentCount(countLimit: Int) -> Int {
-      guard countLimit > PolicyReferee.maximumCapacity else { return 1 }
+    /// segment for an adaptive layer of at most 4,096 entries bounded by its count alone, whose
+    /// configuration a referee then chooses from shadows of the whole layer (segments of a few
+    /// hundred entries each see a slice of a loop, longer or shorter than the segment by chance).
+    static func automaticSegmentCount(
+      countLimit: Int, policy: EvictionPolicy = .adaptive, boundedByCost: Bool = false
+    ) -> Int {
+      if MemoryStore<Int, Int>.isRefereed(
+        policy: policy, countLimit: countLimit, boundedByCost: boundedByCost, segmentCount: 1)
+      {
+        return 1
+      }
       var segments = 1
       while segments < 16 * SystemInfo.processorCount, segments < 256 { segments *= 2 }
       while segments > 1, countLimit / segments < 256 { segments /= 2 }

@@ -68,7 +68,9 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       timeToLive: configuration.timeToLive,
       trimFraction: configuration.warningTrimFraction,
       segmentCount: configuration.segmentCount
-        ?? Configuration.automaticSegmentCount(countLimit: configuration.countLimit),
+        ?? Configuration.automaticSegmentCount(
+          countLimit: configuration.countLimit, policy: configuration.evictionPolicy,
+          boundedByCost: configuration.cost != nil && configuration.costLimit != .max),
       policy: configuration.evictionPolicy,
       allowsReferee: allowsReferee,
       seed: admissionSeed,

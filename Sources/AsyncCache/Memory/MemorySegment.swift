@@ -683,6 +683,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
       }
       return
     }
+    admission.startRefereeIfDue()
     admission.countPendingUses()
     if admission.refereeSwitched { applyRefereeChoice() }
     drainWindowOverflow()
@@ -828,7 +829,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline
   mutating func applyRefereeChoice() {
     admission.refereeSwitched = false
-    guard let expert = admission.referee?.expert else { return }
+    let expert = PolicyExpert.all[admission.refereeExpert]
     admission.appliedShare = expert.windowShare
     admission.appliedProtectedShare = expert.protectedShare
     admission.admissionRule = expert.admission
@@ -897,9 +898,11 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
 
   /// Removes every node in O(1): the old storage is handed back, to be released by the caller
   /// after it unlocks, and the segment starts over at its initial size. The sketch keeps what
-  /// it learnt.
+  /// it learnt, and so does a referee unless `releasingReferee` (memory pressure): its shadows
+  /// go, and a new referee starts from the same expert at the segment's next insert.
   @inlinable
-  mutating func detachAllNodes() -> DetachedNodes<Key, Value> {
+  mutating func detachAllNodes(releasingReferee: Bool = false) -> DetachedNodes<Key, Value> {
+    if releasingReferee { admission.releaseReferee() }
     let detached = DetachedNodes<Key, Value>(nodes: nodes, controls: controls, slotCount: slotCount)
     slotCount = Self.slotCount(forCapacity: Self.initialCapacity)
     capacity = Self.capacity(forSlots: slotCount)

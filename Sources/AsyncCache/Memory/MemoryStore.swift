@@ -89,7 +89,10 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     let costShare =
       cost == nil || costLimit == .max ? Int64.max : costLimit / segments + (costLimit % segments == 0 ? 0 : 1)
     let refereed =
-      allowsReferee && Self.isRefereed(policy: policy, countLimit: countLimit, segmentCount: segmentCount)
+      allowsReferee
+      && Self.isRefereed(
+        policy: policy, countLimit: countLimit, boundedByCost: cost != nil && costLimit != .max,
+        segmentCount: segmentCount)
     self.segments = MemorySegments(count: segmentCount) { index in
       switch policy.kind {
       case .leastRecentlyUsed:
@@ -107,10 +110,13 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     hasAdmissionWindow = policy.kind != .leastRecentlyUsed
   }
 
-  /// Whether a layer's adaptive policy is chosen by a ``PolicyReferee`` (one segment of 1 to
-  /// ``PolicyReferee/maximumCapacity`` entries) rather than sized by the ghosts' votes.
-  static func isRefereed(policy: EvictionPolicy, countLimit: Int, segmentCount: Int) -> Bool {
-    policy.kind == .adaptive && segmentCount == 1 && (1...PolicyReferee.maximumCapacity).contains(countLimit)
+  /// Whether a layer's adaptive policy is chosen by a ``PolicyReferee`` rather than sized by the
+  /// ghosts' votes: one segment of 1 to ``PolicyReferee/maximumCapacity`` entries, bounded by its
+  /// count alone (the shadows count entries: a cost limit would let the layer hold fewer than
+  /// they simulate).
+  static func isRefereed(policy: EvictionPolicy, countLimit: Int, boundedByCost: Bool, segmentCount: Int) -> Bool {
+    policy.kind == .adaptive && !boundedByCost && segmentCount == 1
+      && (1...PolicyReferee.maximumCapacity).contains(countLimit)
   }
 
   /// The segment of a hash: its top byte (at most 256 segments), independent of the low 32 bits
@@ -563,7 +569,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         let keys = observed ? segment.liveSlots.map { segment.nodes[$0].key } : []
         entryCount.wrappingSubtract(segment.count, ordering: .relaxed)
         entryCost.wrappingSubtract(segment.totalCost, ordering: .relaxed)
-        return (segment.detachAllNodes(), keys)
+        // Memory pressure releases a referee's shadows too.
+        return (segment.detachAllNodes(releasingReferee: reason == .memoryPressure), keys)
       }
       withExtendedLifetime(detached) {}
       if let reason { for key in evictedKeys { eventHub.emitEviction(of: key, reason: reason) } }

@@ -103,4 +103,27 @@ import Testing
     let statistics = memory.statistics
     #expect(statistics.evictions[limit == .count ? .countLimit : .costLimit] > 0)
   }
+
+  /// Many tasks reading and writing a refereed layer at once: its one lock guards the shadows too.
+  /// Under ThreadSanitizer in CI.
+  @Test("tasks reading and writing a refereed layer at once leave it sound", .timeLimit(.minutes(1)))
+  func concurrentTasksLeaveItSound() async throws {
+    let memory = try MemoryLayerRefereeTests.layer(countLimit: 400)
+    try await withThrowingTaskGroup(of: Void.self) { group in
+      for task in 0..<4 {
+        group.addTask {
+          var random = SeededGenerator(seed: UInt64(task + 1))
+          for step in 0..<8_000 {
+            try Task.checkCancellation()
+            let key = step % 3 == 0 ? Int(random.next() % 4_000) : Int(random.next() % 500)
+            if memory.value(for: key) == nil { try memory.insert(key, for: key) }
+          }
+        }
+      }
+      try await group.waitForAll()
+    }
+    #expect(MemoryLayerRefereeTests.expert(of: memory) != nil, "the layer is refereed")
+    #expect(memory.invariantViolations.isEmpty)
+    #expect(memory.count <= 400)
+  }
 }

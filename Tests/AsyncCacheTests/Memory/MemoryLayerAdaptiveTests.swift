@@ -235,12 +235,13 @@ enum AdaptiveTrace {
   /// fails when the defect is fixed and the bounds can hold again.
   @Test("a large layer's window does not come back after a recency phase (known defect)")
   func largeLayersKeepTheGrownWindow() throws {
-    withKnownIssue("issue 36: the ghosts' window of a layer of more than 4,096 entries does not come back") {
-      try Self.checkFrequencyPhaseShrinksTheWindow(Setup.automatic)
-    }
+    try Self.checkFrequencyPhaseShrinksTheWindow(Setup.automatic, knownIssue: true)
   }
 
-  static func checkFrequencyPhaseShrinksTheWindow(_ setup: Setup) throws {
+  /// A recency phase, then a frequency phase: the window must come back toward 1% and the layer
+  /// hit as W-TinyLFU does. With `knownIssue`, the last two are recorded as the known defect of
+  /// large layers (intermittent: whether the window stays depends on the process's hash seed).
+  static func checkFrequencyPhaseShrinksTheWindow(_ setup: Setup, knownIssue: Bool = false) throws {
     let capacity = setup.countLimit
     let (settle, _) = Self.recencyPhase(capacity: capacity, settle: 20, measured: 0)
     let adaptive = try Self.layer(setup)
@@ -256,14 +257,23 @@ enum AdaptiveTrace {
     let adaptiveRatio = try Self.replay(frequency.suffix(32 * capacity), through: adaptive)
     let tinyLFURatio = try Self.replay(frequency.suffix(32 * capacity), through: tinyLFU)
     let final = Self.share(of: adaptive)
-    // Halfway, the share is about half the grown one; hashes (so admissions) differ from run to
-    // run, and 2 runs in 20 ended it at 0.52 and 0.54 of the grown share.
-    #expect(shrunk < grown * 0.65, "the window's share went from \(grown) to \(shrunk)")
-    #expect(final < grown / 4, "the window's share went from \(grown) to \(shrunk), then \(final)")
-    // Hashes, so admissions, differ from run to run: over 10 runs the difference was -0.93 to
-    // +0.37 points (the stuck window cost 2 to 5).
-    #expect(adaptiveRatio >= tinyLFURatio - 1.5, "adaptive \(adaptiveRatio)%, W-TinyLFU \(tinyLFURatio)%")
     #expect(adaptive.invariantViolations.isEmpty)
+    func expectTheWindowCameBack() {
+      // Halfway, the share is about half the grown one; hashes (so admissions) differ from run to
+      // run, and 2 runs in 20 ended it at 0.52 and 0.54 of the grown share.
+      #expect(shrunk < grown * 0.65, "the window's share went from \(grown) to \(shrunk)")
+      #expect(final < grown / 4, "the window's share went from \(grown) to \(shrunk), then \(final)")
+      // Hashes, so admissions, differ from run to run: over 10 runs the difference was -0.93 to
+      // +0.37 points (the stuck window cost 2 to 5).
+      #expect(adaptiveRatio >= tinyLFURatio - 1.5, "adaptive \(adaptiveRatio)%, W-TinyLFU \(tinyLFURatio)%")
+    }
+    if knownIssue {
+      withKnownIssue(
+        "issue 36: the ghosts' window of a layer of more than 4,096 entries does not come back", isIntermittent: true
+      ) { expectTheWindowCameBack() }
+    } else {
+      expectTheWindowCameBack()
+    }
   }
 
   /// The rule itself, on a layer of one segment whose window grew: a capacity of new keys that

@@ -3,6 +3,14 @@
 /// A small, fast, seeded random number generator (SplitMix64) so that random tests replay.
 typealias SeededGenerator = SplitMix64
 
+/// A hash of `key` that is the same in every process (a key's `hashValue` is not), for tests
+/// that drive a segment, a shadow or a referee with hashes of their own: `seed` picks one of
+/// many hash functions, as a process's hashing seed does.
+func replayableHash(of key: Int, seed: UInt64 = 0) -> Int {
+  var generator = SplitMix64(seed: UInt64(bitPattern: Int64(key)) ^ seed &* 0x2545_F491_4F6C_DD1D)
+  return Int(truncatingIfNeeded: generator.next())
+}
+
 extension MemoryLayer {
   /// Structural violations of the layer's storage (empty when sound).
   nonisolated var invariantViolations: [String] { store.invariantViolations() }

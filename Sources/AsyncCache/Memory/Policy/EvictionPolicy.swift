@@ -1,12 +1,12 @@
 /// How a ``MemoryLayer`` chooses the entries that leave when it is full.
 ///
-/// - ``adaptive``, the default: W-TinyLFU whose configuration follows the workload, in every run
-///   and whatever its random seeds.
+/// - ``adaptive``, the default: W-TinyLFU whose configuration follows the workload, with runs
+///   that agree whatever the random seeds (see the figures below).
 ///   - A layer of at most 4,096 entries (one segment, which the automatic segment count gives
 ///     it) is *refereed*: six configurations run side by side on shadow lists of the layer's
 ///     keys, fed every access, and the layer runs the one that hits most. They are W-TinyLFU
 ///     (frequency, a 1% window), the same with a stricter admission (a candidate must be counted
-///     at least twice more often than its victim, so that a loop or a sweep whose keys tie
+///     at least two counts more often than its victim, so that a loop or a sweep whose keys tie
 ///     holds still instead of churning on the sketch's noise), a window of a fifth of the cache,
 ///     one of nearly all of it (LRU's behaviour), ARC's behaviour (a segmented LRU that admits
 ///     everything), and a lenient admission that lets ties in. The layer starts with the strict
@@ -53,15 +53,17 @@
 ///
 /// On all 71 rows of the benchmark the worst of five runs is within 3 points of the best of
 /// LRU, ARC and W-TinyLFU and the five runs within 3 points of each other (on 63, within 1 and
-/// 2). The furthest: P3 at 100,000 entries, 2.5 below ARC (the ghosts' regime), and the LIRS
-/// mixes `multi3` at 400 (2.1 below W-TinyLFU) and `multi2` at 400 (1.6, its runs 2.2 apart).
+/// 2). The furthest: P3 at 100,000 entries, 2.7 below ARC (the ghosts' regime), and the LIRS
+/// mixes `multi2` at 400 (2.3 below W-TinyLFU, its runs 2.0 apart) and `multi3` at 400 (2.0).
 ///
 /// Costs. A hit under ``adaptive`` in a large layer costs what it costs under ``windowTinyLFU``
 /// (the sketch's count of the use, queued, and a move in its list), a little more than under
 /// LRU; the ghosts work only when an entry leaves or a new key arrives. A refereed layer makes
-/// every access an access of its six shadows too: a hit in a layer of 1,000 entries took about
-/// 120 ns against 45 for ``windowTinyLFU`` (`memory.policy.smallHit`), and the shadows take 12
-/// bytes per entry each (under 300 KiB at 4,096 entries). The sketch costs 16 bytes an entry for
+/// every access an access of its six shadows too, under the layer's one lock: a hit in a layer
+/// of 1,000 or 4,096 entries took 140 to 150 ns against 45 to 47 for ``windowTinyLFU``
+/// (`memory.policy.smallHit`), and the shadows take 16 to 20 bytes per entry each (96 to 120 in
+/// all: 480 KiB at 4,096 entries), allocated at the layer's first insert and released by a
+/// critical memory pressure. The sketch costs 16 bytes an entry for
 /// the first 4,096 entries of each segment and 8 bytes beyond (``windowTinyLFU``: 16
 /// throughout), the ghosts about 0.3 byte: a 1M-entry `Int → Int` layer takes 62.6 bytes an
 /// entry (`memory.bytesPerEntry`; LRU 52.5, ``windowTinyLFU`` 70.9).

@@ -19,7 +19,7 @@ struct PolicyExpert: Sendable, Hashable {
   enum Admission: UInt8, Sendable {
     /// When the sketch counts it more often than the victim (W-TinyLFU's rule).
     case moreFrequent
-    /// When the sketch counts it at least twice more often: one count ahead is within the
+    /// When the sketch counts it at least two more times: one count ahead is within the
     /// sketch's noise, and letting it in churns the main region of a loop or a sweep.
     case clearlyMoreFrequent
     /// When the sketch counts it at least as often (ties go to the newer key).

@@ -7,17 +7,19 @@
 /// hit ratio there is 0), no step that noise can take in the wrong direction. The layer switches
 /// to another expert only on evidence that outweighs what a switch costs:
 ///
-/// - Scores are the hits of each period (a quarter of the capacity in accesses), decayed over a
-///   horizon of 32 capacities (and at least 8,192 accesses), so a lasting change of workload
-///   moves them and a cycle of the workload (sweeps up and down, a loop) averages out.
+/// - Scores are the hits of each period (a quarter of the capacity in accesses, at least 16),
+///   decayed over a horizon of 32 capacities (and at least 8,192 accesses), so a lasting change
+///   of workload moves them and a cycle of the workload (sweeps up and down, a loop) averages out.
 /// - Nothing is decided until the shadows have been full for 3 capacities of accesses: the first
 ///   turnovers of a cache favour recency (a frequency sketch is still empty) in a way that does
 ///   not last, and on sweeps and loops the first pass misleads.
-/// - The leader must beat the running expert by more than the noise of their difference (three
-///   times its standard deviation over the periods scored, with a prior of a quarter of a period's
-///   accesses as variance for 8 periods, so that a few calm periods do not make it certain), plus
-///   5% of the capacity and 8 hits; every switch doubles that margin, and the doubling fades over
-///   a horizon, so that two experts that take turns do not drag the layer back and forth.
+/// - The leader must beat the running expert by more than the noise of their difference: three
+///   times its standard deviation per period, times the square root of the decayed number of
+///   periods (over a long run, about four deviations of the decayed lead), with a prior of a
+///   quarter of a period's accesses as variance for 8 periods, so that a few calm periods do not
+///   make it certain; plus 5% of the capacity and 8 hits. Every switch doubles that margin, and
+///   the doubling fades over a horizon, so that two experts that take turns do not drag the layer
+///   back and forth.
 ///
 /// Each of these guards was measured on the LIRS suite, the ARC paper's traces and database,
 /// web, storage and recommendation traces, against the worst of several runs: without the
@@ -27,10 +29,11 @@
 /// experts that take turns on a periodic trace flip hundreds of times.
 ///
 /// Costs: each access is an access to every shadow (six), which a small cache can afford and a
-/// large one cannot, so only layers of at most ``maximumCapacity`` entries in one segment are
-/// refereed. Pure and single-threaded: owned by the segment, under its lock.
+/// large one cannot, so only layers of at most ``maximumCapacity`` entries in one segment, bounded
+/// by their count alone, are refereed; the shadows are created when the layer is first full.
+/// Pure and single-threaded: owned by the segment, under its lock.
 struct PolicyReferee {
-  /// The largest layer that is refereed: 4,096 entries, whose shadows take about 320 KiB.
+  /// The largest layer that is refereed: 4,096 entries, whose six shadows take 384 KiB.
   static var maximumCapacity: Int { 4_096 }
 
   /// The horizon over which scores fade, in capacities of accesses.
@@ -50,7 +53,10 @@ struct PolicyReferee {
   static var marginHits: Double { 8 }
 
   let experts: [PolicyExpert]
-  private(set) var shadows: [ShadowCache]
+  /// Owns ``shadows``.
+  private let shadowSet: ShadowSet
+  /// The shadows, one per expert, in the order of ``experts``.
+  private let shadows: UnsafeMutablePointer<ShadowCache>
   /// The index in ``experts`` of the expert the layer runs.
   private(set) var current: Int
   /// How many times the layer switched experts.
@@ -60,10 +66,11 @@ struct PolicyReferee {
   let period: Int
   let horizon: Double
   private var accessesInPeriod = 0
-  /// Accesses since the shadows were created, counted at the ends of periods.
-  private var accesses = 0
+  /// Accesses since the shadows were created, counted at the ends of periods (64 bits on every
+  /// platform: a 32-bit count would wrap after 2^31 accesses and stop the referee).
+  private var accesses: Int64 = 0
   /// The accesses at the end of the period in which the shadows became full, if they are.
-  private var filledAt: Int?
+  private var filledAt: Int64?
   private var periodHits: [Int]
   /// Hits per expert, decayed.
   private(set) var scores: [Double]
@@ -85,9 +92,9 @@ struct PolicyReferee {
     self.experts = experts
     self.capacity = capacity
     current = initial
-    shadows = experts.indices.map { index in
-      ShadowCache(capacity: capacity, expert: experts[index], seed: seed &+ UInt64(index) &+ 1)
-    }
+    precondition((1...Self.maximumCapacity).contains(capacity), "a referee weighs 1 to 4,096 entries")
+    shadowSet = ShadowSet(capacity: capacity, experts: experts, seed: seed)
+    shadows = shadowSet.shadows
     period = Swift.max(16, capacity / 4)
     horizon = Swift.max(Self.horizonCapacities * Double(capacity), Self.minimumHorizon)
     periodHits = Array(repeating: 0, count: experts.count)
@@ -99,14 +106,15 @@ struct PolicyReferee {
   /// The expert the layer runs.
   var expert: PolicyExpert { experts[current] }
 
+  /// The shadow of the expert at `index` (a copy of its header: for reading), for tests.
+  func shadow(_ index: Int) -> ShadowCache { shadows[index] }
+
   /// Records an access to the key with hash tag `tag` (the sketch already counts it) in every
   /// shadow, and at the end of a period weighs the experts.
   /// - Returns: Whether the layer should now run another expert (``expert``).
   mutating func record(_ tag: UInt32, sketch: borrowing FrequencySketch) -> Bool {
-    shadows.withUnsafeMutableBufferPointer { shadows in
-      periodHits.withUnsafeMutableBufferPointer { hits in
-        for index in shadows.indices where shadows[index].access(tag, sketch: sketch) { hits[index] &+= 1 }
-      }
+    periodHits.withUnsafeMutableBufferPointer { hits in
+      for index in hits.indices where shadows[index].access(tag, sketch: sketch) { hits[index] &+= 1 }
     }
     accessesInPeriod &+= 1
     guard accessesInPeriod == period else { return false }
@@ -116,7 +124,7 @@ struct PolicyReferee {
 
   /// Scores the period that ended and decides whether to switch.
   private mutating func endPeriod() -> Bool {
-    accesses &+= period
+    accesses &+= Int64(period)
     if filledAt == nil, shadows[0].count >= capacity {
       // Everything before is the fill, the same for every expert: start counting.
       filledAt = accesses
@@ -144,7 +152,7 @@ struct PolicyReferee {
     }
     recentSwitches = Swift.max(0, recentSwitches * (1 - fade))
 
-    guard let filledAt, accesses &- filledAt >= Self.warmUpCapacities * capacity else { return false }
+    guard let filledAt, accesses &- filledAt >= Int64(Self.warmUpCapacities * capacity) else { return false }
     var leader = current
     for index in scores.indices where scores[index] > scores[leader] { leader = index }
     guard leader != current else { return false }

@@ -9,8 +9,12 @@
 /// Duels read the layer's own frequency sketch, which counts the same accesses. Two keys whose
 /// tags collide count as one, rarely (one pair in 2^32).
 ///
-/// 12 bytes per entry (a tag, two 16-bit links and a region in one node, and two 16-bit slots
-/// of the index); at most 65,534 entries. Not thread-safe: owned by a segment, under its lock.
+/// 16 to 20 bytes per entry (a tag, two 16-bit links and a region in a 12-byte node, and two to
+/// four 16-bit slots of the index); at most 65,534 entries. Its storage is unmanaged: a shadow
+/// lives in a ``ShadowSet``, which releases it, and is reached through the set's pointer, so that
+/// an access neither counts references nor checks exclusivity, and no copy can hold list heads
+/// that disagree with the nodes. Not thread-safe: owned by a segment's referee, under the
+/// segment's lock.
 struct ShadowCache {
   /// The absent link.
   static var none: UInt16 { .max }
@@ -28,10 +32,10 @@ struct ShadowCache {
   let windowMaximum: Int
   let protectedMaximum: Int
   private(set) var count = 0
-  /// Owns the allocations below.
-  private let storage: ShadowStorage
-  /// `storage`'s, held here so that an access reaches them without loading the object.
+  /// The nodes: one more than the capacity (an insert comes before the eviction it causes).
   private let nodes: UnsafeMutablePointer<Node>
+  /// Open addressing over the tags, linear probing: node + 1, or 0 for an empty slot; a power of
+  /// two of slots, at least twice the capacity.
   private let index: UnsafeMutablePointer<UInt16>
   private let indexMask: Int
   private let indexShift: UInt32
@@ -57,13 +61,22 @@ struct ShadowCache {
     self.capacity = capacity
     self.expert = expert
     (windowMaximum, protectedMaximum) = expert.maximums(of: capacity)
-    // One node more than the capacity: an insert comes before the eviction it causes.
-    storage = ShadowStorage(nodes: capacity + 1)
-    nodes = storage.nodes
-    index = storage.index
-    indexMask = storage.indexMask
-    indexShift = storage.indexShift
+    let nodeCount = capacity + 1
+    nodes = .allocate(capacity: nodeCount)
+    nodes.initialize(repeating: Node(tag: 0, newer: Self.none, older: Self.none, region: .window), count: nodeCount)
+    var bits: UInt32 = 4
+    while 1 << bits < 2 * capacity { bits += 1 }
+    index = .allocate(capacity: 1 << bits)
+    index.initialize(repeating: 0, count: 1 << bits)
+    indexMask = (1 << bits) - 1
+    indexShift = 32 - bits
     random = SplitMix64(seed: seed)
+  }
+
+  /// Releases the storage; the shadow must not be used after.
+  func deallocate() {
+    nodes.deallocate()
+    index.deallocate()
   }
 
   /// The entries in `region`, for tests.
@@ -320,32 +333,27 @@ struct ShadowCache {
   }
 }
 
-/// The nodes and the index of a ``ShadowCache``, allocated once.
-final class ShadowStorage {
-  let nodes: UnsafeMutablePointer<ShadowCache.Node>
-  let nodeCount: Int
-  /// Open addressing over the tags, linear probing: node + 1, or 0 for an empty slot; a power of
-  /// two of slots, at least twice the nodes.
-  let index: UnsafeMutablePointer<UInt16>
-  let indexMask: Int
-  let indexShift: UInt32
+/// The shadows of a referee, one per expert, side by side in one allocation that the set owns
+/// and releases: copies of the referee share it, never a part of it.
+final class ShadowSet {
+  /// The shadows, ``count`` of them.
+  let shadows: UnsafeMutablePointer<ShadowCache>
+  let count: Int
 
-  init(nodes count: Int) {
-    nodeCount = count
-    nodes = .allocate(capacity: count)
-    nodes.initialize(
-      repeating: ShadowCache.Node(tag: 0, newer: ShadowCache.none, older: ShadowCache.none, region: .window),
-      count: count)
-    var bits: UInt32 = 4
-    while 1 << bits < 2 * count { bits += 1 }
-    index = .allocate(capacity: 1 << bits)
-    index.initialize(repeating: 0, count: 1 << bits)
-    indexMask = (1 << bits) - 1
-    indexShift = 32 - bits
+  /// Empty shadows of `capacity` entries, one per expert; `seed` draws their rare random
+  /// admissions.
+  init(capacity: Int, experts: [PolicyExpert], seed: UInt64) {
+    count = experts.count
+    shadows = .allocate(capacity: experts.count)
+    for (index, expert) in experts.enumerated() {
+      (shadows + index).initialize(
+        to: ShadowCache(capacity: capacity, expert: expert, seed: seed &+ UInt64(index) &+ 1))
+    }
   }
 
   deinit {
-    nodes.deallocate()
-    index.deallocate()
+    for index in 0..<count { shadows[index].deallocate() }
+    shadows.deinitialize(count: count)
+    shadows.deallocate()
   }
 }
