@@ -44,14 +44,18 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// ``WindowTarget/share``'s bits, published after every move so that a segment reads the
   /// share on an insert without taking ``windowTarget``'s lock.
   @usableFromInline let windowShareBits = Atomic<UInt64>(WindowTarget.minimumShare.bitPattern)
-  /// Under ``EvictionPolicy/adaptive``, the new keys inserted since the last vote or the end of
-  /// the last quiet span (see ``WindowTarget``).
-  @usableFromInline let quietInserts = Atomic<Int>(0)
+  /// Under ``EvictionPolicy/adaptive``, the new keys inserted since the current span began (see
+  /// ``WindowTarget``).
+  @usableFromInline let spanInserts = Atomic<Int>(0)
+  /// Under ``EvictionPolicy/adaptive``, the votes for a larger window in the current span.
+  @usableFromInline let spanVotesUp = Atomic<Int>(0)
+  /// Under ``EvictionPolicy/adaptive``, the votes for a smaller window in the current span.
+  @usableFromInline let spanVotesDown = Atomic<Int>(0)
   /// Under ``EvictionPolicy/adaptive``, the hits on window entries that the segments handed in
-  /// since the last vote or the end of the last quiet span.
-  @usableFromInline let quietWindowHits = Atomic<Int>(0)
-  /// As ``quietWindowHits``, on main-region entries.
-  @usableFromInline let quietMainHits = Atomic<Int>(0)
+  /// during the current span.
+  @usableFromInline let spanWindowHits = Atomic<Int>(0)
+  /// As ``spanWindowHits``, on main-region entries.
+  @usableFromInline let spanMainHits = Atomic<Int>(0)
   /// Whether the policy has an admission window (W-TinyLFU, fixed or adaptive).
   let hasAdmissionWindow: Bool
   /// The entries the admission window keeps room for, for the running prefetchers (see
@@ -275,9 +279,9 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   // MARK: Writing
 
   /// Under ``EvictionPolicy/adaptive``: lets the key just inserted with `hash` vote with its
-  /// ghost, or ends a quiet span (``WindowTarget``), then sizes the segment's window for the
-  /// layer's share if it moved since the segment last looked. Called under the segment's lock,
-  /// before the insert's eviction.
+  /// ghost, counts it in the current span and ends the span after a capacity of new keys
+  /// (``WindowTarget``), then sizes the segment's window for the layer's share if it moved since
+  /// the segment last looked. Called under the segment's lock, before the insert's eviction.
   @inlinable
   func adaptWindow(of segment: inout MemorySegment<Key, Value>, toInsertOf hash: Int) {
     guard let windowTarget else { return }
@@ -285,54 +289,59 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     // The layer's size in entries: its count limit, or (bounded by cost alone) what it holds.
     let entries = countLimit != .max ? countLimit : Swift.max(entryCount.load(ordering: .relaxed), 256)
     if vote != 0 {
-      // A vote starts a new quiet span. (Other segments hand in the hits they counted before it
-      // at their next insert: a little of the past leaks into the span, which only weighs it.)
-      restartQuietSpan()
-      segment.windowHits = 0
-      segment.mainHits = 0
+      if vote > 0 {
+        spanVotesUp.wrappingAdd(1, ordering: .relaxed)
+      } else {
+        spanVotesDown.wrappingAdd(1, ordering: .relaxed)
+      }
       windowTarget.withLock { target in
         if target.count(vote: vote, entries: entries) {
           windowShareBits.store(target.share.bitPattern, ordering: .relaxed)
         }
       }
-    } else {
-      // The segment's hits since it last handed them in.
-      if segment.windowHits | segment.mainHits != 0 {
-        quietWindowHits.wrappingAdd(segment.windowHits, ordering: .relaxed)
-        quietMainHits.wrappingAdd(segment.mainHits, ordering: .relaxed)
-        segment.windowHits = 0
-        segment.mainHits = 0
-      }
-      let quiet = quietInserts.wrappingAdd(1, ordering: .relaxed).newValue
-      // Of concurrent inserts past the span, the one that resets the count weighs the regions.
-      if quiet >= entries,
-        quietInserts.compareExchange(expected: quiet, desired: 0, ordering: .relaxed).exchanged
-      {
-        relaxWindowIfItEarnsLess(entries: entries)
-      }
+    }
+    // The segment's hits since it last handed them in.
+    if segment.windowHits | segment.mainHits != 0 {
+      spanWindowHits.wrappingAdd(segment.windowHits, ordering: .relaxed)
+      spanMainHits.wrappingAdd(segment.mainHits, ordering: .relaxed)
+      segment.windowHits = 0
+      segment.mainHits = 0
+    }
+    let inserts = spanInserts.wrappingAdd(1, ordering: .relaxed).newValue
+    // Of concurrent inserts past the span, the one that resets the count weighs the regions.
+    if inserts >= entries,
+      spanInserts.compareExchange(expected: inserts, desired: 0, ordering: .relaxed).exchanged
+    {
+      endSpan(entries: entries)
     }
     let share = Double(bitPattern: windowShareBits.load(ordering: .relaxed))
     if share != segment.admission.appliedShare { segment.applyWindowShare(share) }
   }
 
-  /// Starts a new quiet span: forgets the new keys and hits counted so far.
+  /// Starts a new span: forgets the new keys, votes and hits counted so far.
   @usableFromInline
-  func restartQuietSpan() {
-    quietInserts.store(0, ordering: .relaxed)
-    quietWindowHits.store(0, ordering: .relaxed)
-    quietMainHits.store(0, ordering: .relaxed)
+  func restartSpan() {
+    spanInserts.store(0, ordering: .relaxed)
+    spanVotesUp.store(0, ordering: .relaxed)
+    spanVotesDown.store(0, ordering: .relaxed)
+    spanWindowHits.store(0, ordering: .relaxed)
+    spanMainHits.store(0, ordering: .relaxed)
   }
 
-  /// The end of a quiet span: relaxes the window (``WindowTarget/relax()``) if it earned fewer
-  /// hits per entry than the main region over the span, in a layer of about `entries` entries.
+  /// The end of a span in a layer of about `entries` entries: relaxes the window
+  /// (``WindowTarget/relax()``) if the span's votes did not ask for a larger one and the window
+  /// earned fewer hits per entry than the main region over it.
   @usableFromInline
-  func relaxWindowIfItEarnsLess(entries: Int) {
-    let windowHits = quietWindowHits.exchange(0, ordering: .relaxed)
-    let mainHits = quietMainHits.exchange(0, ordering: .relaxed)
+  func endSpan(entries: Int) {
+    let votesUp = spanVotesUp.exchange(0, ordering: .relaxed)
+    let votesDown = spanVotesDown.exchange(0, ordering: .relaxed)
+    let windowHits = spanWindowHits.exchange(0, ordering: .relaxed)
+    let mainHits = spanMainHits.exchange(0, ordering: .relaxed)
     guard let windowTarget else { return }
     // A window a prefetcher holds open earns what its prefetches earn, not what its share
     // would: no evidence for the target.
     guard windowFloor.load(ordering: .relaxed) == 0 else { return }
+    guard !WindowTarget.votesAskForLargerWindow(up: votesUp, down: votesDown) else { return }
     windowTarget.withLock { target in
       let regions = WindowTarget.regionEntries(
         share: target.share, count: entryCount.load(ordering: .relaxed), entries: entries)
@@ -352,7 +361,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// user read since: its entries then wait in the window until they are read, instead of
   /// losing their duels at admission to older entries read more often. Under
   /// ``EvictionPolicy/adaptive`` the target goes on moving underneath (its votes still count;
-  /// a quiet span does not relax it while room is reserved). A segment applies the change at its
+  /// a span does not relax it while room is reserved). A segment applies the change at its
   /// next insert of a new key.
   ///
   /// - Returns: The reservation to release; `nil` under ``EvictionPolicy/leastRecentlyUsed``,

@@ -95,10 +95,10 @@ import Testing
       if layer != expected { return }
     }
     if adaptive && !weighted {
-      // Quiet spans ended, and the layer did at the same steps what the model did. Whether some
+      // Spans ended, and the layer did at the same steps what the model did. Whether some
       // of them relaxed the window depends on the keys' hashes, which Swift seeds per process:
       // a seed may see none.
-      #expect(model.quietSpans.ended > 0 && model.quietSpans.relaxed <= model.quietSpans.ended)
+      #expect(model.spans.ended > 0 && model.spans.relaxed <= model.spans.ended)
     }
     #expect(memory.invariantViolations.isEmpty)
     #expect(model.invariantViolations().isEmpty)

@@ -90,7 +90,7 @@ struct MemoryLayerWindowReservationTests {
     #expect(layer.store.segments.withLock(0) { $0.admission.windowCostMaximum } == own)
   }
 
-  @Test("while room is reserved, a quiet span does not relax the adaptive target")
+  @Test("while room is reserved, a span does not relax the adaptive target")
   func noRelaxingWhileReserved() throws {
     // Large enough for the ghosts' target (a smaller layer of one segment is refereed).
     let layer = try Self.layer(countLimit: 5_000, segments: 1)
@@ -98,12 +98,12 @@ struct MemoryLayerWindowReservationTests {
     store.withLock { $0.share = 0.5 }
     let reservation = try #require(layer.store.reserveWindow(entries: 10))
     // A span in which the window earned nothing and main everything.
-    layer.store.quietMainHits.store(1_000, ordering: .relaxed)
-    layer.store.relaxWindowIfItEarnsLess(entries: 1_000)
+    layer.store.spanMainHits.store(1_000, ordering: .relaxed)
+    layer.store.endSpan(entries: 1_000)
     #expect(store.withLock { $0.share } == 0.5)
     layer.store.releaseWindow(reservation)
-    layer.store.quietMainHits.store(1_000, ordering: .relaxed)
-    layer.store.relaxWindowIfItEarnsLess(entries: 1_000)
+    layer.store.spanMainHits.store(1_000, ordering: .relaxed)
+    layer.store.endSpan(entries: 1_000)
     #expect(store.withLock { $0.share } < 0.5)
   }
 

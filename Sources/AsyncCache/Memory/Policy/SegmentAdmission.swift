@@ -196,7 +196,7 @@ struct SegmentAdmission {
     guard count > sketch.size, sketch.size < Swift.min(countShare, FrequencySketch.maximumCapacity) else { return }
     pendingCount = 0
     let size = Swift.min(count &* 2, countShare)
-    sketch = FrequencySketch(maximumSize: size, compact: !hasFixedWindow)
+    sketch = FrequencySketch(maximumSize: size, compact: !hasFixedWindow, dense: isRefereed)
     ghosts?.resize(entries: size)
   }
 
@@ -237,7 +237,8 @@ struct SegmentAdmission {
     let entries =
       countShare == .max ? Self.initialUnboundedSketchSize : Swift.min(countShare, Self.initialBoundedSketchSize)
     hasFixedWindow = adaptation == .fixed
-    sketch = FrequencySketch(maximumSize: entries, compact: !hasFixedWindow)
+    // A refereed segment is small: its sketch is dense (see FrequencySketch.denseWordsPerEntry).
+    sketch = FrequencySketch(maximumSize: entries, compact: !hasFixedWindow, dense: adaptation == .referee)
     ghosts = adaptation == .ghosts ? WindowGhosts(entries: entries) : nil
     random = SplitMix64(seed: seed)
     if adaptation == .referee {

@@ -34,6 +34,27 @@ import Testing
     #expect(copy.table.count == 32_768, "a copy keeps the compact table")
   }
 
+  @Test("a small refereed layer's dense table has 32 words per entry up to 32 KiB; aging keeps the cache's period")
+  func denseSizing() throws {
+    #expect(FrequencySketch(maximumSize: 1, compact: true, dense: true).table.count == 32)
+    #expect(FrequencySketch(maximumSize: 100, compact: true, dense: true).table.count == 4_096)
+    #expect(FrequencySketch(maximumSize: 100, compact: true, dense: true).sampleSize == 1_500)
+    #expect(FrequencySketch(maximumSize: 400, compact: true, dense: true).table.count == 4_096)
+    // From 4,096 words on, the compact table is as large already.
+    #expect(FrequencySketch(maximumSize: 3_000, compact: true, dense: true).table.count == 8_192)
+    #expect(FrequencySketch(maximumSize: 4_096, compact: true, dense: true).table.count == 8_192)
+    let copy = FrequencySketch(maximumSize: 100, compact: true, dense: true).copy()
+    #expect(copy.table.count == 4_096, "a copy keeps the dense table")
+    // A refereed layer's segment gets it, from its first sketch and as the sketch grows; a layer
+    // of the ghosts' regime does not.
+    for (countLimit, segments, words) in [(100, 1, 4_096), (1_000, 1, 4_096), (5_000, 1, 8_192), (1_000, 4, 512)] {
+      let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: countLimit, segmentCount: segments))
+      for key in 0..<countLimit { try layer.insert(key, for: key) }
+      let length = layer.store.segments.withLock(0) { $0.admission.sketch.storage.count }
+      #expect(length == words, "\(countLimit) entries in \(segments) segments")
+    }
+  }
+
   @Test("a key's counters saturate at 15, and saturated increments are not sampled", arguments: [2, 16, 1_000])
   func saturation(maximumSize: Int) {
     var sketch = FrequencySketch(maximumSize: maximumSize)

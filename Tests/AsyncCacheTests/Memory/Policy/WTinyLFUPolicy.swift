@@ -91,14 +91,16 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   var target = WindowTarget()
   /// The number of entries the votes' steps are a share of.
   let entries: Int
-  /// New keys since the last vote or the end of the last quiet span.
-  var quietInserts = 0
-  /// Hits on window entries since the last vote or the end of the last quiet span.
-  var quietWindowHits = 0
-  /// Hits on main-region entries since the last vote or the end of the last quiet span.
-  var quietMainHits = 0
-  /// How many quiet spans ended, and how many of them relaxed the window. For tests.
-  var quietSpans = (ended: 0, relaxed: 0)
+  /// New keys since the current span began.
+  var spanInserts = 0
+  /// Votes for a larger and for a smaller window in the current span.
+  var spanVotes = (up: 0, down: 0)
+  /// Hits on window entries in the current span.
+  var spanWindowHits = 0
+  /// Hits on main-region entries in the current span.
+  var spanMainHits = 0
+  /// How many spans ended, and how many of them relaxed the window. For tests.
+  var spans = (ended: 0, relaxed: 0)
 
   /// The slot of every resident key in ``nodes``.
   var slots: [Key: Int]
@@ -206,7 +208,7 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   mutating func recordAccess(_ key: Key) -> Bool {
     guard let slot = slots[key] else { return false }
     sketch.increment(nodes[slot].hash)
-    if nodes[slot].region == .window { quietWindowHits += 1 } else { quietMainHits += 1 }
+    if nodes[slot].region == .window { spanWindowHits += 1 } else { spanMainHits += 1 }
     onAccess(slot)
     return true
   }
@@ -589,25 +591,27 @@ extension WTinyLFUPolicy {
   /// (80% of the rest), moving what no longer fits down to probation at once, so that every
   /// list stays within its size.
   ///
-  /// A whole capacity of new keys without a vote ends a quiet span: when the window earned fewer
-  /// hits per entry than the main region over it, the share goes halfway back to 1%
-  /// (``WindowTarget/relax()``).
+  /// A capacity of new keys ends a span: when its votes did not ask for a larger window and the
+  /// window earned fewer hits per entry than the main region over it, the share goes halfway
+  /// back to 1% (``WindowTarget/relax()``).
   mutating func adaptWindow(hash: Int) {
     guard let vote = ghosts?.vote(tag: UInt32(truncatingIfNeeded: hash)) else { return }
-    let moved: Bool
+    var moved = false
     if vote != 0 {
-      (quietInserts, quietWindowHits, quietMainHits) = (0, 0, 0)
+      if vote > 0 { spanVotes.up += 1 } else { spanVotes.down += 1 }
       moved = target.count(vote: vote, entries: entries)
-    } else {
-      quietInserts += 1
-      guard quietInserts >= entries else { return }
+    }
+    spanInserts += 1
+    if spanInserts >= entries {
       let regions = WindowTarget.regionEntries(share: target.share, count: count, entries: entries)
       let earnsLess = WindowTarget.windowEarnsLess(
-        windowHits: quietWindowHits, windowEntries: regions.window, mainHits: quietMainHits, mainEntries: regions.main)
-      (quietInserts, quietWindowHits, quietMainHits) = (0, 0, 0)
-      moved = earnsLess && target.relax()
-      quietSpans.ended += 1
-      if moved { quietSpans.relaxed += 1 }
+        windowHits: spanWindowHits, windowEntries: regions.window, mainHits: spanMainHits, mainEntries: regions.main)
+      let asksForMore = WindowTarget.votesAskForLargerWindow(up: spanVotes.up, down: spanVotes.down)
+      (spanInserts, spanVotes, spanWindowHits, spanMainHits) = (0, (0, 0), 0, 0)
+      let relaxed = !asksForMore && earnsLess && target.relax()
+      spans.ended += 1
+      if relaxed { spans.relaxed += 1 }
+      moved = moved || relaxed
     }
     guard moved else { return }
     windowMaximum = Swift.min(Swift.max(1, Int(target.share * Double(maximumWeight))), maximumWeight)

@@ -148,4 +148,37 @@ import Testing
       #expect(problems.isEmpty, "\(entries) entries: \(problems.prefix(5))")
     }
   }
+
+  @Test("votes ask for a larger window only when up leads down by more than twice their noise")
+  func votesAskForMoreOnlyBeyondTheirNoise() {
+    // No votes, or more down than up: never.
+    #expect(!WindowTarget.votesAskForLargerWindow(up: 0, down: 0))
+    #expect(!WindowTarget.votesAskForLargerWindow(up: 3, down: 10))
+    // A lead of 2 in 4 votes is a coin toss's noise (2 × √4 = 4); 4 of 4 is not.
+    #expect(!WindowTarget.votesAskForLargerWindow(up: 3, down: 1))
+    #expect(WindowTarget.votesAskForLargerWindow(up: 5, down: 0))
+    // At the edge: a lead of exactly 2√n does not ask, one more does.
+    #expect(!WindowTarget.votesAskForLargerWindow(up: 60, down: 40))
+    #expect(WindowTarget.votesAskForLargerWindow(up: 61, down: 39))
+    // Large counts do not overflow.
+    #expect(WindowTarget.votesAskForLargerWindow(up: Int(Int32.max), down: 0))
+    #expect(!WindowTarget.votesAskForLargerWindow(up: Int(Int32.max), down: Int(Int32.max)))
+  }
+
+  @Test("the window earns less only when clearly below main's hits per entry, not at a near tie")
+  func earningLessNeedsAClearGap() {
+    // 100 window entries against 900 main ones; main earns 1 hit per entry.
+    func earnsLess(_ windowHits: Int) -> Bool {
+      WindowTarget.windowEarnsLess(windowHits: windowHits, windowEntries: 100, mainHits: 900, mainEntries: 900)
+    }
+    #expect(WindowTarget.clearlyLessShare == 0.5)
+    #expect(!earnsLess(100), "a tie")
+    #expect(!earnsLess(70), "70% of main's rate is within the margin")
+    #expect(!earnsLess(50), "exactly at the margin")
+    #expect(earnsLess(49))
+    #expect(earnsLess(0))
+    // A region without entries counts as one: no division by zero, and no hits earn nothing.
+    #expect(!WindowTarget.windowEarnsLess(windowHits: 0, windowEntries: 0, mainHits: 0, mainEntries: 0))
+    #expect(WindowTarget.windowEarnsLess(windowHits: 0, windowEntries: 0, mainHits: 5, mainEntries: 0))
+  }
 }
