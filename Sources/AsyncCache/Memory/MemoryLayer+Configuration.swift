@@ -50,10 +50,10 @@ extension MemoryLayer {
     /// still wins one time in 128 when it is popular (a defence against hash flooding), and the
     /// adaptive policy's shadow caches draw the same way. The hit ratio does not depend on the
     /// seed: over `cache.hitRatio`'s traces, five runs with random seeds (and five processes'
-    /// hash seeds) differ by a few tenths of a point on most rows and by at most 2 points on any.
-    /// Eviction order also depends on the keys' hashes, which Swift seeds per process, on the
-    /// segment count (automatic above 4,096 entries: it follows the processor count) and on the
-    /// order of concurrent accesses: for a replay that is exact from one process to the next, set
+    /// hash seeds) differ by a few tenths of a point on most rows and by at most 1.2 points on
+    /// any (two full runs). Eviction order also depends on the keys' hashes, which Swift seeds
+    /// per process, on the segment count (automatic above 4,096 entries: it follows the
+    /// processor count) and on the order of concurrent accesses: for a replay that is exact from one process to the next, set
     /// `SWIFT_DETERMINISTIC_HASHING=1`, a ``segmentCount``, and replay from one task.
     public var admissionSeed: UInt64?
 

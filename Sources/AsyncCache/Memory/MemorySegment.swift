@@ -74,10 +74,10 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline var protectedMRU: UInt32
   @usableFromInline var protectedLRU: UInt32
   /// Hits on window entries since the store last collected them (W-TinyLFU only; see
-  /// ``WindowTarget/relax()``).
-  @usableFromInline var windowHits = 0
+  /// ``WindowTarget/relax()``). 64 bits on every platform, as the span's sums they go into.
+  @usableFromInline var windowHits: Int64 = 0
   /// Hits on main-region entries (probation and protected) since the store last collected them.
-  @usableFromInline var mainHits = 0
+  @usableFromInline var mainHits: Int64 = 0
 
   @usableFromInline static var initialCapacity: Int { 4 }
   /// How many hits wait in ``pendingHits`` before their moves are made together.
@@ -902,7 +902,12 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// go, and a new referee starts from the same expert at the segment's next insert.
   @inlinable
   mutating func detachAllNodes(releasingReferee: Bool = false) -> DetachedNodes<Key, Value> {
-    if releasingReferee { admission.releaseReferee() }
+    if releasingReferee {
+      // The queued uses go to the old shadows, not to the new ones: those start empty, as the
+      // segment does.
+      admission.countPendingUses()
+      admission.releaseReferee()
+    }
     let detached = DetachedNodes<Key, Value>(nodes: nodes, controls: controls, slotCount: slotCount)
     slotCount = Self.slotCount(forCapacity: Self.initialCapacity)
     capacity = Self.capacity(forSlots: slotCount)

@@ -27,6 +27,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// How the entries that arrive already expired are logged.
   let expiredArrivals = ExpiredArrivals()
   @usableFromInline let countLimit: Int
+  /// Whether a cost limit bounds the layer (it may then hold fewer entries than its count limit).
+  @usableFromInline let isBoundedByCost: Bool
   /// The cost limit; `Int64.max` for none. Costs and their sums are `Int64` on every platform,
   /// so that a sum of costs never wraps where `Int` has 32 bits.
   @usableFromInline let costLimit: Int64
@@ -38,8 +40,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// Where evictions are reported while someone observes them.
   @usableFromInline let eventHub = EventHub<CacheEvent<Key>>()
   /// Under ``EvictionPolicy/adaptive``, the window share that every segment's ghosts vote into
-  /// (one for the layer; see ``WindowTarget``); `nil` otherwise. Locked only to count a vote,
-  /// after the segment's lock (never the other way round).
+  /// (one for the layer; see ``WindowTarget``); `nil` otherwise. Locked only to count a vote
+  /// and at the end of a span, after the segment's lock (never the other way round).
   @usableFromInline let windowTarget: Locked<WindowTarget>?
   /// ``WindowTarget/share``'s bits, published after every move so that a segment reads the
   /// share on an insert without taking ``windowTarget``'s lock.
@@ -52,10 +54,11 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// Under ``EvictionPolicy/adaptive``, the votes for a smaller window in the current span.
   @usableFromInline let spanVotesDown = Atomic<Int>(0)
   /// Under ``EvictionPolicy/adaptive``, the hits on window entries that the segments handed in
-  /// during the current span.
-  @usableFromInline let spanWindowHits = Atomic<Int>(0)
+  /// during the current span (64 bits on every platform: a span of a million new keys in a
+  /// layer that hits 99.9% of the time counts billions of hits).
+  @usableFromInline let spanWindowHits = Atomic<Int64>(0)
   /// As ``spanWindowHits``, on main-region entries.
-  @usableFromInline let spanMainHits = Atomic<Int>(0)
+  @usableFromInline let spanMainHits = Atomic<Int64>(0)
   /// Whether the policy has an admission window (W-TinyLFU, fixed or adaptive).
   let hasAdmissionWindow: Bool
   /// The entries the admission window keeps room for, for the running prefetchers (see
@@ -79,6 +82,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     logger: Followed<CacheLogger>
   ) {
     self.countLimit = countLimit
+    isBoundedByCost = cost != nil && costLimit != .max
     let costLimit = costLimit == .max ? Int64.max : Int64(costLimit)
     self.costLimit = costLimit
     self.cost = cost
@@ -285,9 +289,16 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @inlinable
   func adaptWindow(of segment: inout MemorySegment<Key, Value>, toInsertOf hash: Int) {
     guard let windowTarget else { return }
+    // The layer's size in entries: its count limit, or (bounded by cost, or unbounded) what it
+    // holds, at least 256; the ghosts of a segment bounded by cost follow what it holds.
+    let entries: Int
+    if isBoundedByCost || countLimit == .max {
+      entries = Swift.min(countLimit, Swift.max(entryCount.load(ordering: .relaxed), 256))
+      if isBoundedByCost && countLimit != .max { segment.admission.ghosts?.follow(entries: segment.count) }
+    } else {
+      entries = countLimit
+    }
     let vote = segment.windowVote(tag: MemorySegment<Key, Value>.tag(of: hash))
-    // The layer's size in entries: its count limit, or (bounded by cost alone) what it holds.
-    let entries = countLimit != .max ? countLimit : Swift.max(entryCount.load(ordering: .relaxed), 256)
     if vote != 0 {
       if vote > 0 {
         spanVotesUp.wrappingAdd(1, ordering: .relaxed)
@@ -318,7 +329,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     if share != segment.admission.appliedShare { segment.applyWindowShare(share) }
   }
 
-  /// Starts a new span: forgets the new keys, votes and hits counted so far.
+  /// Starts a new span: forgets the new keys, votes and hits counted so far. For tests (the
+  /// five stores are not one atomic step).
   @usableFromInline
   func restartSpan() {
     spanInserts.store(0, ordering: .relaxed)
@@ -330,7 +342,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
 
   /// The end of a span in a layer of about `entries` entries: relaxes the window
   /// (``WindowTarget/relax()``) if the span's votes did not ask for a larger one and the window
-  /// earned fewer hits per entry than the main region over it.
+  /// earned clearly fewer hits per entry than the main region over it
+  /// (``WindowTarget/windowEarnsLess(windowHits:windowEntries:mainHits:mainEntries:)``).
   @usableFromInline
   func endSpan(entries: Int) {
     let votesUp = spanVotesUp.exchange(0, ordering: .relaxed)

@@ -111,12 +111,17 @@ enum AdaptiveTrace {
 /// differ from run to run, so the bounds leave room for that (measured over many runs), while
 /// the sequences themselves are seeded.
 @Suite struct MemoryLayerAdaptiveTests {
-  /// A layer's count limit and segment count (`nil`: automatic).
+  /// A layer's count limit and segment count (`nil`: automatic), and a cost limit with a cost
+  /// of 1 per entry (`nil`: none).
   struct Setup: Sendable, CustomTestStringConvertible {
     var countLimit: Int
     var segmentCount: Int?
+    var costLimit: Int?
+    /// The entries the layer holds when full.
+    var capacity: Int { Swift.min(countLimit, costLimit ?? .max) }
     var testDescription: String {
-      "\(countLimit) entries, \(segmentCount.map { "\($0) segments" } ?? "automatic segments")"
+      "\(countLimit) entries\(costLimit.map { ", cost limit \($0)" } ?? ""), "
+        + (segmentCount.map { "\($0) segments" } ?? "automatic segments")
     }
 
     /// The default configuration but for its count limit: 16 automatic segments of 300 entries
@@ -151,6 +156,10 @@ enum AdaptiveTrace {
 
   static func layer(_ setup: Setup, policy: EvictionPolicy = .adaptive) throws -> MemoryLayer<Int, Int> {
     var configuration = MemoryLayer<Int, Int>.Configuration(countLimit: setup.countLimit, evictionPolicy: policy)
+    if let costLimit = setup.costLimit {
+      configuration.costLimit = costLimit
+      configuration.cost = { _ in 1 }
+    }
     configuration.segmentCount = setup.segmentCount
     return try MemoryLayer<Int, Int>(configuration: configuration, admissionSeed: 0xADA)
   }
@@ -239,10 +248,20 @@ enum AdaptiveTrace {
     try Self.checkFrequencyPhaseShrinksTheWindow(Setup.automatic)
   }
 
+  /// A layer bounded by cost whose count limit is a far safety cap: sixteen segments that hold
+  /// 300 entries each where their share of the count limit is 3,125. Spans and votes were
+  /// measured against the count limit, and the ghosts were as deep as 1% of it: every returning
+  /// key voted for a larger window, and the layer ended as LRU (found by review: 26.8% on the
+  /// frequency phase against W-TinyLFU's 44.1%). Now both follow the entries the layer holds.
+  @Test("a layer bounded by cost under a far count limit brings its window back too")
+  func costBoundLayersShrinkTheWindowToo() throws {
+    try Self.checkFrequencyPhaseShrinksTheWindow(Setup(countLimit: 50_000, segmentCount: 16, costLimit: 4_800))
+  }
+
   /// A recency phase, then a frequency phase: the window must come back toward 1% and the layer
   /// hit as W-TinyLFU does.
   static func checkFrequencyPhaseShrinksTheWindow(_ setup: Setup) throws {
-    let capacity = setup.countLimit
+    let capacity = setup.capacity
     let (settle, _) = Self.recencyPhase(capacity: capacity, settle: 20, measured: 0)
     let adaptive = try Self.layer(setup)
     let tinyLFU = try Self.layer(setup, policy: .windowTinyLFU)
@@ -307,6 +326,27 @@ enum AdaptiveTrace {
       }
       #expect(memory.invariantViolations.isEmpty)
     }
+  }
+
+  /// The votes a span weighs are the ghosts' votes at the layer's inserts: in a recency phase
+  /// they ask for a larger window, and a quiet frequency phase brings few.
+  @Test("inserts count their ghosts' votes in the span: a recency phase asks for a larger window")
+  func insertsCountTheirVotesInTheSpan() throws {
+    let setup = Setup.oneSegment
+    let capacity = setup.countLimit
+    let (settle, _) = Self.recencyPhase(capacity: capacity, settle: 20, measured: 0)
+    let memory = try Self.layer(setup)
+    // Fill the layer (about 5 capacities of accesses: each key is read 4 times) while the window
+    // starts growing, then watch less than a capacity of accesses, so that the span cannot end
+    // within them.
+    try Self.replay(settle.prefix(6 * capacity), through: memory)
+    memory.store.restartSpan()
+    try Self.replay(settle.dropFirst(6 * capacity).prefix(capacity - 1), through: memory)
+    let up = memory.store.spanVotesUp.load(ordering: .relaxed)
+    let down = memory.store.spanVotesDown.load(ordering: .relaxed)
+    #expect(up > 0, "\(up) votes up, \(down) down")
+    #expect(WindowTarget.votesAskForLargerWindow(up: up, down: down), "\(up) votes up, \(down) down")
+    #expect(memory.store.spanInserts.load(ordering: .relaxed) > 0)
   }
 
   /// The votes of a span: a clear lead for a larger window keeps the window whatever it earned;

@@ -122,7 +122,8 @@ struct FrequencySketch {
   /// at 200 entries went from 46.8–47.4% to 47.6–47.7%, `cpp` at 100 from 75.7–76.1% to
   /// 76.0–76.1%, `multi3` at 400 from 40.8–41.2% to 41.2–41.4%, and no row lost more than 0.3
   /// point. Aging still happens every ``sampleFactor`` increments per entry of the cache, so
-  /// halving the table costs at most 2.2 words per increment.
+  /// halving the table costs at most about 4 words per increment (32 words per entry, rounded up
+  /// to a power of two, every 15 increments per entry).
   @usableFromInline static var denseWordsPerEntry: Int { 32 }
   /// The words (32 KiB) up to which a dense sketch takes ``denseWordsPerEntry`` per entry.
   @usableFromInline static var denseFloorWords: Int { 4_096 }

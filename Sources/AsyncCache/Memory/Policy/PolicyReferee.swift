@@ -30,7 +30,7 @@
 ///
 /// Costs: each access is an access to every shadow (six), which a small cache can afford and a
 /// large one cannot, so only layers of at most ``maximumCapacity`` entries in one segment, bounded
-/// by their count alone, are refereed; the shadows are created when the layer is first full.
+/// by their count alone, are refereed; the shadows are created at the layer's first insert.
 /// Pure and single-threaded: owned by the segment, under its lock.
 struct PolicyReferee {
   /// The largest layer that is refereed: 4,096 entries, whose six shadows take 384 KiB.

@@ -114,7 +114,18 @@ struct WindowGhosts {
     return (exits &- ghost) & stampMask
   }
 
-  /// Follows a segment without a count limit whose entries grew to `entries`.
+  /// Follows a segment of a layer bounded by cost, which holds `entries` entries, fewer than its
+  /// share of the count limit that the ghosts were first sized for: ghosts as deep as 1% of that
+  /// share would let keys vote that came back long after they left (with a count limit of
+  /// 1,000,000 as a safety cap over a cost limit that holds 4,800 entries, every returning key
+  /// voted for a larger window, and the layer ended as LRU, 17 points below W-TinyLFU).
+  @inlinable
+  mutating func follow(entries: Int) {
+    guard Self.depth(forEntries: entries) != depth else { return }
+    resize(entries: entries)
+  }
+
+  /// Follows a segment whose entries grew (or, bounded by cost, changed) to `entries`.
   @usableFromInline
   mutating func resize(entries: Int) {
     depth = Self.depth(forEntries: entries)

@@ -16,12 +16,13 @@
 /// The ghosts' votes alone can leave a window too large: a mildly skewed hot set as large as the
 /// cache, after a recency phase grew the window, turns away and evicts keys that return only
 /// much later, so few ghosts vote either way, and the few that do roughly balance. So the layer
-/// also weighs its regions over *spans* of a capacity of new keys each: at the end of a span
+/// also weighs its regions over *spans* of a capacity of new keys each (a layer bounded by cost:
+/// as many as it holds): at the end of a span
 /// whose votes did not ask for a larger window (more votes up than down by more than twice
 /// their noise, ``votesAskForLargerWindow(up:down:)``), the window is weighed against the main
 /// region by the hits each earned per entry, and when it earned clearly less (under half of
 /// main's, ``clearlyLessShare``) the share goes halfway back to 1% (``relax()``), W-TinyLFU's
-/// default. A window that earns its hits keeps its size however the votes fall, one that the
+/// default. A window that earns its hits is never relaxed, whatever the votes, one that the
 /// votes ask for keeps growing, and the rule only ever shrinks the window, so a loop cannot
 /// grow it. (It first weighed only spans without a single
 /// vote: in a layer of more than a few thousand entries a capacity of inserts always brings
@@ -55,7 +56,7 @@ struct WindowTarget: Sendable {
   /// `mainHits`: less than ``clearlyLessShare`` of main's. A region with no entries counts as
   /// one.
   @inlinable
-  static func windowEarnsLess(windowHits: Int, windowEntries: Int, mainHits: Int, mainEntries: Int) -> Bool {
+  static func windowEarnsLess(windowHits: Int64, windowEntries: Int, mainHits: Int64, mainEntries: Int) -> Bool {
     Double(windowHits) * Double(Swift.max(mainEntries, 1))
       < clearlyLessShare * Double(mainHits) * Double(Swift.max(windowEntries, 1))
   }
@@ -82,12 +83,12 @@ struct WindowTarget: Sendable {
   @inlinable
   static func votesAskForLargerWindow(up: Int, down: Int) -> Bool {
     let lead = Double(up) - Double(down)
-    return lead > 0 && lead * lead > 4 * Double(up + down)
+    return lead > 0 && lead * lead > 4 * (Double(up) + Double(down))
   }
 
   /// Moves the share halfway back to ``minimumShare`` and forgets the trend: the end of a span
-  /// whose votes did not ask for a larger window, in which the window earned fewer hits per
-  /// entry than the main region.
+  /// whose votes did not ask for a larger window, in which the window earned clearly fewer hits
+  /// per entry than the main region.
   /// - Returns: Whether ``share`` moved.
   @inlinable
   mutating func relax() -> Bool {

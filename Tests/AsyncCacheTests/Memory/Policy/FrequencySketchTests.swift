@@ -45,8 +45,8 @@ import Testing
     #expect(FrequencySketch(maximumSize: 4_096, compact: true, dense: true).table.count == 8_192)
     let copy = FrequencySketch(maximumSize: 100, compact: true, dense: true).copy()
     #expect(copy.table.count == 4_096, "a copy keeps the dense table")
-    // A refereed layer's segment gets it, from its first sketch and as the sketch grows; a layer
-    // of the ghosts' regime does not.
+    // A refereed layer's segment gets it (its first sketch is sized for its whole count limit);
+    // a layer of the ghosts' regime does not.
     for (countLimit, segments, words) in [(100, 1, 4_096), (1_000, 1, 4_096), (5_000, 1, 8_192), (1_000, 4, 512)] {
       let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: countLimit, segmentCount: segments))
       for key in 0..<countLimit { try layer.insert(key, for: key) }

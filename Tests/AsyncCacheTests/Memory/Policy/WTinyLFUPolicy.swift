@@ -89,8 +89,12 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   var ghosts: WindowGhosts?
   /// The window's share of the capacity that the votes move.
   var target = WindowTarget()
-  /// The number of entries the votes' steps are a share of.
+  /// The number of entries the votes' steps are a share of: the entry limit, or with weights
+  /// (``followsCount``), the entries held, at least 256 and at most the entry limit.
   let entries: Int
+  /// Whether the weights bound the cache, below an entry limit of their own: the steps, the
+  /// spans and the ghosts' depth then follow the entries held, as a layer bounded by cost does.
+  let followsCount: Bool
   /// New keys since the current span began.
   var spanInserts = 0
   /// Votes for a larger and for a smaller window in the current span.
@@ -99,8 +103,9 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
   var spanWindowHits = 0
   /// Hits on main-region entries in the current span.
   var spanMainHits = 0
-  /// How many spans ended, and how many of them relaxed the window. For tests.
-  var spans = (ended: 0, relaxed: 0)
+  /// How many spans ended, how many of them relaxed the window, and how many would have but
+  /// for their votes. For tests.
+  var spans = (ended: 0, relaxed: 0, keptByVotes: 0)
 
   /// The slot of every resident key in ``nodes``.
   var slots: [Key: Int]
@@ -151,6 +156,7 @@ struct WTinyLFUPolicy<Key: Hashable, Random: RandomNumberGenerator> {
     sketch = FrequencySketch(maximumSize: sketchEntries, compact: adaptsWindow)
     ghosts = adaptsWindow ? WindowGhosts(entries: sketchEntries) : nil
     self.entries = entries
+    followsCount = maximumEntryCount != nil
     self.random = random
   }
 
@@ -595,6 +601,12 @@ extension WTinyLFUPolicy {
   /// window earned fewer hits per entry than the main region over it, the share goes halfway
   /// back to 1% (``WindowTarget/relax()``).
   mutating func adaptWindow(hash: Int) {
+    guard ghosts != nil else { return }
+    let entries = followsCount ? Swift.min(self.entries, Swift.max(count, 256)) : self.entries
+    if followsCount {
+      let held = count
+      ghosts?.follow(entries: held)
+    }
     guard let vote = ghosts?.vote(tag: UInt32(truncatingIfNeeded: hash)) else { return }
     var moved = false
     if vote != 0 {
@@ -605,12 +617,14 @@ extension WTinyLFUPolicy {
     if spanInserts >= entries {
       let regions = WindowTarget.regionEntries(share: target.share, count: count, entries: entries)
       let earnsLess = WindowTarget.windowEarnsLess(
-        windowHits: spanWindowHits, windowEntries: regions.window, mainHits: spanMainHits, mainEntries: regions.main)
+        windowHits: Int64(spanWindowHits), windowEntries: regions.window, mainHits: Int64(spanMainHits),
+        mainEntries: regions.main)
       let asksForMore = WindowTarget.votesAskForLargerWindow(up: spanVotes.up, down: spanVotes.down)
       (spanInserts, spanVotes, spanWindowHits, spanMainHits) = (0, (0, 0), 0, 0)
       let relaxed = !asksForMore && earnsLess && target.relax()
       spans.ended += 1
       if relaxed { spans.relaxed += 1 }
+      if asksForMore && earnsLess && target.share > WindowTarget.minimumShare { spans.keptByVotes += 1 }
       moved = moved || relaxed
     }
     guard moved else { return }

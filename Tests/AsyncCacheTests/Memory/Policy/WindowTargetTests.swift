@@ -168,10 +168,9 @@ import Testing
   @Test("the window earns less only when clearly below main's hits per entry, not at a near tie")
   func earningLessNeedsAClearGap() {
     // 100 window entries against 900 main ones; main earns 1 hit per entry.
-    func earnsLess(_ windowHits: Int) -> Bool {
+    func earnsLess(_ windowHits: Int64) -> Bool {
       WindowTarget.windowEarnsLess(windowHits: windowHits, windowEntries: 100, mainHits: 900, mainEntries: 900)
     }
-    #expect(WindowTarget.clearlyLessShare == 0.5)
     #expect(!earnsLess(100), "a tie")
     #expect(!earnsLess(70), "70% of main's rate is within the margin")
     #expect(!earnsLess(50), "exactly at the margin")
@@ -180,5 +179,12 @@ import Testing
     // A region without entries counts as one: no division by zero, and no hits earn nothing.
     #expect(!WindowTarget.windowEarnsLess(windowHits: 0, windowEntries: 0, mainHits: 0, mainEntries: 0))
     #expect(WindowTarget.windowEarnsLess(windowHits: 0, windowEntries: 0, mainHits: 5, mainEntries: 0))
+    // Counts of a long span beyond 32 bits (the sums are 64-bit on every platform).
+    #expect(
+      !WindowTarget.windowEarnsLess(
+        windowHits: 3_000_000_000, windowEntries: 1, mainHits: 5_000_000_000, mainEntries: 1))
+    #expect(
+      WindowTarget.windowEarnsLess(windowHits: 2_000_000_000, windowEntries: 1, mainHits: 5_000_000_000, mainEntries: 1)
+    )
   }
 }
