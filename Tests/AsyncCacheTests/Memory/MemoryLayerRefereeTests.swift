@@ -183,6 +183,34 @@ import Testing
     #expect(memory.invariantViolations.isEmpty)
   }
 
+  /// A recency phase, then a frequency phase (a hot set as large as the cache, mildly skewed,
+  /// half of the accesses one-off keys): the layer leaves the recency configuration and ends up
+  /// hitting as W-TinyLFU does. Slowly: its scores fade over 32 capacities, which keeps it still
+  /// on the LIRS suite's periodic sweeps, so at 1,000 entries it trailed W-TinyLFU by 4 to 9
+  /// points for the first 60 to 100 capacities of the phase (issue 36 is open for this; a
+  /// shorter horizon recovered twice as fast but lost 2.4 points on `backf` and 1.2 on
+  /// `zigzag`). This bounds how slow: within 1.5 points after 128 capacities.
+  @Test("after a recency phase, a frequency phase brings a refereed layer to W-TinyLFU's hits within 128 capacities")
+  func frequencyPhaseAfterRecencyIsFollowed() throws {
+    let capacity = 1_000
+    let (settle, _) = MemoryLayerAdaptiveTests.recencyPhase(capacity: capacity, settle: 20, measured: 0)
+    let adaptive = try Self.layer(countLimit: capacity, seed: 3)
+    let tinyLFU = try Self.layer(countLimit: capacity, policy: .windowTinyLFU, seed: 3)
+    for memory in [adaptive, tinyLFU] { try Self.replay(settle, through: memory) }
+    let duringRecency = try #require(Self.expert(of: adaptive))
+    #expect(duringRecency.windowShare > 0.5, "\(duringRecency.name)")
+    let frequency = AdaptiveTrace.frequency(
+      accesses: 160 * capacity, hotKeys: capacity, exponent: 0.5, coldShare: 0.5, firstKey: 1 << 40, seed: 0x5A7)
+    for memory in [adaptive, tinyLFU] { try Self.replay(frequency.prefix(128 * capacity), through: memory) }
+    let adaptiveRatio = try Self.replay(frequency.suffix(32 * capacity), through: adaptive)
+    let tinyLFURatio = try Self.replay(frequency.suffix(32 * capacity), through: tinyLFU)
+    let expert = try #require(Self.expert(of: adaptive))
+    #expect(
+      adaptiveRatio >= tinyLFURatio - 1.5,
+      "adaptive \(adaptiveRatio)% running \(expert.name), W-TinyLFU \(tinyLFURatio)%")
+    #expect(adaptive.invariantViolations.isEmpty)
+  }
+
   @Test("a switch keeps the room a prefetcher reserved in the window")
   func switchesKeepTheReservedRoom() throws {
     let capacity = 200
