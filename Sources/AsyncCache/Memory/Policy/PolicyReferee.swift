@@ -106,8 +106,8 @@ struct PolicyReferee {
   /// The expert the layer runs.
   var expert: PolicyExpert { experts[current] }
 
-  /// The shadow of the expert at `index` (a copy of its header: for reading), for tests.
-  func shadow(_ index: Int) -> ShadowCache { shadows[index] }
+  /// The expert the shadow at `index` runs, for tests.
+  func expert(ofShadow index: Int) -> PolicyExpert { shadows[index].expert }
 
   /// Records an access to the key with hash tag `tag` (the sketch already counts it) in every
   /// shadow, and at the end of a period weighs the experts.

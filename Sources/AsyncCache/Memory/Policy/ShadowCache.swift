@@ -10,12 +10,12 @@
 /// tags collide count as one, rarely (one pair in 2^32).
 ///
 /// 16 to 20 bytes per entry (a tag, two 16-bit links and a region in a 12-byte node, and two to
-/// four 16-bit slots of the index); at most 65,534 entries. Its storage is unmanaged: a shadow
-/// lives in a ``ShadowSet``, which releases it, and is reached through the set's pointer, so that
-/// an access neither counts references nor checks exclusivity, and no copy can hold list heads
-/// that disagree with the nodes. Not thread-safe: owned by a segment's referee, under the
-/// segment's lock.
-struct ShadowCache {
+/// four 16-bit slots of the index); at most 65,534 entries. Its storage is unmanaged and its own:
+/// noncopyable, a shadow releases it when it ends, and no copy can hold list heads that disagree
+/// with the nodes. It lives in a ``ShadowSet`` and is reached through the set's pointer, so that
+/// an access neither counts references nor checks exclusivity. Not thread-safe: owned by a
+/// segment's referee, under the segment's lock.
+struct ShadowCache: ~Copyable {
   /// The absent link.
   static var none: UInt16 { .max }
 
@@ -73,8 +73,7 @@ struct ShadowCache {
     random = SplitMix64(seed: seed)
   }
 
-  /// Releases the storage; the shadow must not be used after.
-  func deallocate() {
+  deinit {
     nodes.deallocate()
     index.deallocate()
   }
@@ -334,7 +333,8 @@ struct ShadowCache {
 }
 
 /// The shadows of a referee, one per expert, side by side in one allocation that the set owns
-/// and releases: copies of the referee share it, never a part of it.
+/// and ends (each shadow then releases its storage): copies of the referee share it, never a
+/// part of it.
 final class ShadowSet {
   /// The shadows, ``count`` of them.
   let shadows: UnsafeMutablePointer<ShadowCache>
@@ -352,7 +352,6 @@ final class ShadowSet {
   }
 
   deinit {
-    for index in 0..<count { shadows[index].deallocate() }
     shadows.deinitialize(count: count)
     shadows.deallocate()
   }

@@ -35,7 +35,7 @@ import Testing
     let referee = PolicyReferee(capacity: 100, seed: 1)
     #expect(referee.expert == PolicyExpert.all[PolicyExpert.initialIndex])
     #expect(referee.expert.admission == .clearlyMoreFrequent)
-    #expect(PolicyExpert.all.indices.map { referee.shadow($0).expert } == PolicyExpert.all)
+    #expect(PolicyExpert.all.indices.map { referee.expert(ofShadow: $0) } == PolicyExpert.all)
   }
 
   @Test("a loop one key longer than the cache never talks it into recency", arguments: [64, 500, 2_000])
