@@ -1,5 +1,5 @@
 // The memory layer's storage where `Int` has 32 bits, as on watchOS devices (arm64_32), which
-// cannot run here: .ci/check-32bit compiles Memory/MemorySegment.swift, its node types and Memory/Policy
+// cannot run here: .ci/check-32bit compiles Memory/MemorySegment.swift and its extensions, its node types and Memory/Policy
 // with this file as Embedded Swift for wasm32, and runs it with WasmKit.
 //
 // It drives one segment the way MemoryStore does (lookups, inserts with costs, evictions while
