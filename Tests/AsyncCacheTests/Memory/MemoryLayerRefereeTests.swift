@@ -30,6 +30,16 @@ import Testing
   }
 
   /// The expert a refereed layer runs; `nil` when it is not refereed.
+  /// Recency-biased keys: `keyCount` new keys in order, each read again `lags` new keys later.
+  static func rereads(keyCount: Int, lags: [Int]) -> [Int] {
+    var keys: [Int] = []
+    for key in 0..<keyCount {
+      keys.append(key)
+      for lag in lags where key >= lag { keys.append(key - lag) }
+    }
+    return keys
+  }
+
   static func expert<Key>(of memory: MemoryLayer<Key, Int>) -> PolicyExpert? {
     memory.store.segments.withLock(0) { segment in
       segment.admission.isRefereed ? PolicyExpert.all[segment.admission.refereeExpert] : nil
@@ -121,12 +131,7 @@ import Testing
   /// 64 entries); the referee moves the layer to recency.
   @Test("keys re-read soon after they appear: a small layer hits as LRU does", arguments: [16, 64, 512])
   func recencyBiasedTrafficHitsAsLRU(capacity: Int) throws {
-    var keys: [Int] = []
-    for key in 0..<(capacity * 300) {
-      keys.append(key)
-      if key >= 3 { keys.append(key - 3) }
-      if key >= 7 { keys.append(key - 7) }
-    }
+    let keys = Self.rereads(keyCount: capacity * 300, lags: [3, 7])
     let adaptive = try Self.layer(countLimit: capacity)
     let lru = try Self.layer(countLimit: capacity, policy: .leastRecentlyUsed)
     let tinyLFU = try Self.layer(countLimit: capacity, policy: .windowTinyLFU)
@@ -141,11 +146,7 @@ import Testing
   func regionsFollowTheExpert() throws {
     let capacity = 200
     let memory = try Self.layer(countLimit: capacity, seed: 5)
-    var keys: [Int] = []
-    for key in 0..<(capacity * 100) {
-      keys.append(key)
-      if key >= 2 { keys.append(key - 2) }
-    }
+    let keys = Self.rereads(keyCount: capacity * 100, lags: [2])
     try Self.replay(keys, through: memory)
     let expert = try #require(Self.expert(of: memory))
     #expect(expert != PolicyExpert.all[PolicyExpert.initialIndex])
@@ -164,11 +165,7 @@ import Testing
   func phasesAreFollowed() throws {
     let capacity = 300
     let memory = try Self.layer(countLimit: capacity, seed: 8)
-    var recency: [Int] = []
-    for key in 0..<(capacity * 100) {
-      recency.append(key)
-      if key >= 3 { recency.append(key - 3) }
-    }
+    let recency = Self.rereads(keyCount: capacity * 100, lags: [3])
     try Self.replay(recency, through: memory)
     let duringRecency = try #require(Self.expert(of: memory))
     #expect(duringRecency != PolicyExpert.all[PolicyExpert.initialIndex])
@@ -216,11 +213,7 @@ import Testing
     let capacity = 200
     let memory = try Self.layer(countLimit: capacity, seed: 5)
     let reservation = try #require(memory.store.reserveWindow(entries: 60))
-    var keys: [Int] = []
-    for key in 0..<(capacity * 100) {
-      keys.append(key)
-      if key >= 2 { keys.append(key - 2) }
-    }
+    let keys = Self.rereads(keyCount: capacity * 100, lags: [2])
     try Self.replay(keys, through: memory)
     let expert = try #require(Self.expert(of: memory))
     memory.store.segments.withLock(0) { segment in
