@@ -97,6 +97,49 @@ import Testing
     #expect(driver.referee.expert.windowShare < 0.5 && driver.referee.expert.admission != .always, "\(driver.choices)")
   }
 
+  /// Whether the referee runs a frequency expert: W-TinyLFU's window and an admission filter.
+  static func runsFrequency(_ referee: PolicyReferee) -> Bool {
+    referee.expert.windowShare <= 0.01 && referee.expert.admission != .always
+  }
+
+  @Test(
+    "after a recency phase, a frequency phase brings the layer to frequency within 90 capacities",
+    arguments: [256, 1_000])
+  func changesOfWorkloadAreFollowed(capacity: Int) {
+    for hashSeed: UInt64 in 0..<4 {
+      var driver = Driver(capacity: capacity, hashSeed: hashSeed)
+      driver.access(
+        AdaptiveTrace.recency(accesses: 40 * capacity, reads: 4, maximumGap: capacity, firstKey: 0, seed: 0x5A5))
+      #expect(driver.referee.expert.windowShare > 0.5, "hash seed \(hashSeed): \(driver.choices)")
+      // Took 99 to 127 capacities when a variance measured across the change hid the new lead.
+      driver.access(
+        AdaptiveTrace.frequency(
+          accesses: 90 * capacity, hotKeys: capacity, exponent: 0.5, coldShare: 0.5, firstKey: 1 << 40, seed: 0x5A7))
+      let runsFrequency = Self.runsFrequency(driver.referee)
+      #expect(runsFrequency, "hash seed \(hashSeed): \(driver.choices)")
+    }
+  }
+
+  @Test("phases that alternate about every horizon move the layer at most once per cycle")
+  func cyclesAreNotChased() {
+    // Recency and frequency take turns every 24 capacities (the horizon is 32 at 256 entries):
+    // a change of workload seen on the recent scores alone may be followed once, not back.
+    let capacity = 256
+    var driver = Driver(capacity: capacity)
+    let frequency = AdaptiveTrace.frequency(
+      accesses: 600 * capacity, hotKeys: capacity, exponent: 0.5, coldShare: 0.5, firstKey: 1 << 40, seed: 0x5A7)
+    let cycles = 25
+    for cycle in 0..<cycles {
+      let first = cycle * 24 * capacity
+      driver.access(
+        AdaptiveTrace.recency(
+          accesses: 24 * capacity, reads: 4, maximumGap: capacity, firstKey: first, seed: UInt64(first)))
+      driver.access(frequency[first..<(first + 24 * capacity)])
+    }
+    // 30 without the guards against cycles, 22 with them.
+    #expect(driver.referee.switches <= cycles, "\(driver.choices)")
+  }
+
   @Test("experts that tie leave the layer where it is")
   func tiesDoNotSwitch() {
     // Uniform reads over twice the capacity: every configuration keeps about half of them.
