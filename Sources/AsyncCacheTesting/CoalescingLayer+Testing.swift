@@ -1,7 +1,8 @@
 public import AsyncCache
 
 extension CoalescingLayer {
-  /// Returns once at least `count` requests wait for the lookup of `key` in flight.
+  /// Returns once at least `count` requests wait for the lookup of `key` in flight, or once the
+  /// calling task is cancelled.
   ///
   /// Await it to know that concurrent requests share a lookup before the test cancels one of
   /// them or lets the lookup finish, instead of yielding in a loop.

@@ -96,7 +96,8 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
     waitroom.release(limit: 1, where: { $0.operation == operation }, with: { _ in .success(()) })
   }
 
-  /// Returns once at least `count` calls of `operation` are held.
+  /// Returns once at least `count` calls of `operation` are held, or once the calling task is
+  /// cancelled.
   public nonisolated func waitForHeld(_ count: Int = 1, _ operation: Operation) async {
     await waitroom.waitUntilPending(count) { $0.operation == operation }
   }

@@ -108,7 +108,8 @@ public final class GatedFetcher<Key: Hashable & Sendable, Value: Sendable>: Asyn
 
   // MARK: Observing
 
-  /// Returns once at least `count` fetches of `key` (of any key when `nil`) are held.
+  /// Returns once at least `count` fetches of `key` (of any key when `nil`) are held, or once
+  /// the calling task is cancelled (a test's time limit ends a wait for a fetch that never starts).
   public func waitForFetches(_ count: Int = 1, for key: Key? = nil) async {
     await waitroom.waitUntilPending(count) { key == nil || $0 == key }
   }

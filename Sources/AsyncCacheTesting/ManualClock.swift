@@ -123,16 +123,18 @@ public final class ManualClock: CacheClock, Sendable {
   /// The earliest deadline of a sleeping task, if any.
   public var nextDeadline: CacheInstant? { state.withLock { $0.sleepers.values.map(\.deadline).min() } }
 
-  /// Returns once at least `count` tasks are sleeping on this clock.
+  /// Returns once at least `count` tasks are sleeping on this clock, or once the calling task
+  /// is cancelled (a test's time limit ends a wait for a sleeper that never comes).
   public func waitForSleepers(_ count: Int = 1) async {
     let id = state.withLock { $0.makeID() }
-    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-      let ready = state.withLock { state -> Bool in
-        if state.sleepers.count >= count { return true }
+    await waitForWatcher { continuation in
+      state.withLock { state in
+        guard state.sleepers.count < count else { return false }
         state.watchers[id] = Watcher(count: count, continuation: continuation)
-        return false
+        return true
       }
-      if ready { continuation.resume() }
+    } unregister: {
+      self.state.withLock { $0.watchers.removeValue(forKey: id)?.continuation }
     }
   }
 }

@@ -1,7 +1,8 @@
 public import AsyncCache
 
 extension RequestCappedLayer {
-  /// Returns once at least `count` requests wait for a slot.
+  /// Returns once at least `count` requests wait for a slot, or once the calling task is
+  /// cancelled.
   ///
   /// Await it to know that a request has queued before the test cancels it or frees a slot,
   /// instead of yielding in a loop.

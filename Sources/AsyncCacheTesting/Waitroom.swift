@@ -155,16 +155,18 @@ final class Waitroom<Key: Hashable & Sendable, Outcome: Sendable>: Sendable {
     state.withLock { state in state.cancellations.reduce(0) { $0 + (matches($1.key) ? $1.value : 0) } }
   }
 
-  /// Returns once at least `count` held operations match `matches`.
+  /// Returns once at least `count` held operations match `matches`, or once the calling task is
+  /// cancelled.
   func waitUntilPending(_ count: Int, where matches: @escaping @Sendable (Key) -> Bool) async {
     let id = state.withLock { $0.makeID() }
-    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-      let ready = state.withLock { state -> Bool in
-        if state.pendingCount(where: matches) >= count { return true }
+    await waitForWatcher { continuation in
+      state.withLock { state in
+        guard state.pendingCount(where: matches) < count else { return false }
         state.watchers[id] = Watcher(matches: matches, count: count, continuation: continuation)
-        return false
+        return true
       }
-      if ready { continuation.resume() }
+    } unregister: {
+      self.state.withLock { $0.watchers.removeValue(forKey: id)?.continuation }
     }
   }
 }

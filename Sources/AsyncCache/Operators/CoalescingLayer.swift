@@ -144,12 +144,14 @@ public final actor CoalescingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   }
 
   /// Returns once at least `count` requests wait for the lookup of `key` that new requests
-  /// would join (for tests: `AsyncCacheTesting` offers it as `waitForLookups(_:for:)`).
+  /// would join, or once the calling task is cancelled (for tests: `AsyncCacheTesting` offers
+  /// it as `waitForLookups(_:for:)`).
   package nonisolated func waitForWaiters(_ count: Int, for key: Key) async {
-    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-      if !lookups.withLock({ $0.watch(key, count: count, continuation: continuation) }) {
-        continuation.resume()
-      }
+    let id = lookups.withLock { $0.makeWatcherID() }
+    await waitForWatcher { continuation in
+      lookups.withLock { $0.watch(id: id, key: key, count: count, continuation: continuation) }
+    } unregister: {
+      self.lookups.withLock { $0.unwatch(id) }
     }
   }
 }

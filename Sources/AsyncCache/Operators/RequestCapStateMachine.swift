@@ -24,7 +24,9 @@ struct RequestCapStateMachine<Waiter> {
   // reached, so that a cancellation costs O(1); `compact()` keeps the array from growing.
   @usableFromInline var order: [UInt64] = []
   @usableFromInline var head = 0
-  @usableFromInline var watchers: [(count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
+  /// Tests waiting until `count` requests queue, by identifier.
+  @usableFromInline var watchers: [(id: UInt64, count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
+  @usableFromInline var lastWatcherID: UInt64 = 0
 
   @usableFromInline
   init(limit: Int) {
@@ -84,12 +86,24 @@ struct RequestCapStateMachine<Waiter> {
     return nil
   }
 
+  /// An identifier for a watcher.
+  mutating func makeWatcherID() -> UInt64 {
+    lastWatcherID += 1
+    return lastWatcherID
+  }
+
   /// Registers a watcher resumed once `count` requests wait; returns `false` (and does not keep
   /// it) when they already do.
-  mutating func watch(count: Int, continuation: UnsafeContinuation<Void, Never>) -> Bool {
+  mutating func watch(id: UInt64, count: Int, continuation: UnsafeContinuation<Void, Never>) -> Bool {
     guard waiting.count < count else { return false }
-    watchers.append((count, continuation))
+    watchers.append((id, count, continuation))
     return true
+  }
+
+  /// Removes the watcher `id` and returns it, unless it was resumed already.
+  mutating func unwatch(_ id: UInt64) -> UnsafeContinuation<Void, Never>? {
+    guard let index = watchers.firstIndex(where: { $0.id == id }) else { return nil }
+    return watchers.remove(at: index).continuation
   }
 
   private mutating func resumeSatisfiedWatchers() {

@@ -137,13 +137,14 @@ public final actor RequestCappedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     queue.withLock { $0.release() }?.resume()
   }
 
-  /// Returns once at least `count` requests wait for a slot (for tests: `AsyncCacheTesting`
-  /// offers it as `waitForWaitingRequests(_:)`).
+  /// Returns once at least `count` requests wait for a slot, or once the calling task is
+  /// cancelled (for tests: `AsyncCacheTesting` offers it as `waitForWaitingRequests(_:)`).
   package nonisolated func waitForWaiting(_ count: Int) async {
-    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-      if !queue.withLock({ $0.watch(count: count, continuation: continuation) }) {
-        continuation.resume()
-      }
+    let id = queue.withLock { $0.makeWatcherID() }
+    await waitForWatcher { continuation in
+      queue.withLock { $0.watch(id: id, count: count, continuation: continuation) }
+    } unregister: {
+      self.queue.withLock { $0.unwatch(id) }
     }
   }
 }

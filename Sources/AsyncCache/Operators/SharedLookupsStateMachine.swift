@@ -29,7 +29,9 @@ struct SharedLookupsStateMachine<Key: Hashable, Waiter, Work> {
   private var lookups: [UInt64: Lookup] = [:]
   private var lookupOfWaiter: [UInt64: UInt64] = [:]
   private var nextLookupID: UInt64 = 0
-  private var watchers: [(key: Key, count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
+  /// Tests waiting until `count` requests share the lookup of `key`, by identifier.
+  private var watchers: [(id: UInt64, key: Key, count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
+  private var lastWatcherID: UInt64 = 0
 
   /// The lookups in flight, detached ones included.
   var lookupCount: Int { lookups.count }
@@ -109,12 +111,26 @@ struct SharedLookupsStateMachine<Key: Hashable, Waiter, Work> {
     current.removeAll()
   }
 
+  /// An identifier for a watcher.
+  mutating func makeWatcherID() -> UInt64 {
+    lastWatcherID += 1
+    return lastWatcherID
+  }
+
   /// Registers a watcher resumed once `count` requests wait for the lookup of `key`; returns
   /// `false` (and does not keep it) when they already do.
-  mutating func watch(_ key: Key, count: Int, continuation: UnsafeContinuation<Void, Never>) -> Bool {
+  mutating func watch(
+    id: UInt64, key: Key, count: Int, continuation: UnsafeContinuation<Void, Never>
+  ) -> Bool {
     guard waiterCount(for: key) < count else { return false }
-    watchers.append((key, count, continuation))
+    watchers.append((id, key, count, continuation))
     return true
+  }
+
+  /// Removes the watcher `id` and returns it, unless it was resumed already.
+  mutating func unwatch(_ id: UInt64) -> UnsafeContinuation<Void, Never>? {
+    guard let index = watchers.firstIndex(where: { $0.id == id }) else { return nil }
+    return watchers.remove(at: index).continuation
   }
 
   private mutating func resumeSatisfiedWatchers() {
