@@ -12,10 +12,11 @@
 ///     everything), and a lenient admission that lets ties in. The layer starts with the strict
 ///     one and switches only on evidence: after its first three turnovers, when the leader's
 ///     lead over the running configuration exceeds three times its own noise, plus a margin
-///     that doubles with each recent switch. Scores fade over 32 turnovers; a change of workload
-///     is seen over 16, and then what came before it no longer counts (at 1,000 entries, a
-///     frequency phase after a recency phase is followed within 40 to 80 turnovers). See
-///     `PolicyReferee` in the sources.
+///     that doubles with each recent switch. Scores fade over 32 turnovers (and at least 8,192
+///     accesses); a change of workload is seen over half that and followed, unless the workload
+///     goes back within two such horizons (a cycle: the layer goes back too, and follows no
+///     change for eight). At 1,000 entries, a frequency phase after a recency phase is followed
+///     within 40 to 80 turnovers. See `PolicyReferee` in the sources.
 ///   - A larger layer, or one of several segments, sizes W-TinyLFU's window by the keys that
 ///     come back soon after they left (ghosts): on skewed traffic, scans and loops it keeps what
 ///     W-TinyLFU keeps; on recency-biased traffic its window grows until it keeps what LRU keeps;

@@ -10,15 +10,21 @@
 /// - Scores are the hits of each period (a quarter of the capacity in accesses, at least 16),
 ///   decayed over a horizon of 32 capacities (and at least 8,192 accesses), so a lasting change
 ///   of workload moves them and a cycle of the workload (sweeps up and down, a loop) averages out.
-/// - A change of workload is seen sooner on scores decayed over half the horizon (at least 2,048
-///   accesses): when they alone pass the test below, the layer switches and forgets what came
-///   before the change. At most one such change per horizon; none back to an expert a change
-///   left in the last 4 horizons, and no switch at all back to the last one within a horizon:
-///   that is a cycle, which the full horizon weighs. Without this, the variance of a lead whose
-///   sign flipped at the change hid the new lead: at 1,000 entries, after a recency phase, a
-///   frequency phase ran 4 to 9 points below W-TinyLFU for 60 to 100 capacities before the
-///   layer followed it; now for 40 to 80. Phases that alternate every 16 to 96 capacities score
-///   from 1.8 points less to 1.3 points more than before (more than LRU and W-TinyLFU on all).
+/// - A change of workload is seen sooner on scores decayed over half the horizon: when they
+///   alone pass the test below, the layer switches, and the change is on trial for 2 horizons,
+///   during which only those recent scores decide. If the workload goes back within the trial
+///   (the recent scores favour the expert the change left), so does the layer, and changes are
+///   off for 8 horizons: that was a phase of a cycle, which the full horizon weighs. If it
+///   lasts, the lasting scores restart from the recent ones. At most one change per horizon.
+///   Without this, the variance of a lead whose sign flipped at the change hid the new lead: at
+///   1,000 entries, after a recency phase, a frequency phase ran 4 to 9 points below W-TinyLFU
+///   for 60 to 100 capacities before the layer followed it, and now for 40 to 80 (at 200
+///   entries the mean gap over 160 capacities went from 4.6 to 2.4 points; at 64 entries or
+///   fewer, whose horizons are the 8,192-access floor, little changes). Recency and frequency
+///   phases that take turns every horizon cost about a point against a referee without changes,
+///   from 16 to 256 entries; a change that restarted the scores without a trial chased each
+///   phase one phase late there and scored 31% at 16 entries, against LRU's 49.6% and 54%
+///   without changes.
 /// - Nothing is decided until the shadows have been full for 3 capacities of accesses: the first
 ///   turnovers of a cache favour recency (a frequency sketch is still empty) in a way that does
 ///   not last, and on sweeps and loops the first pass misleads.
@@ -49,12 +55,12 @@ struct PolicyReferee {
   static var horizonCapacities: Double { 32 }
   /// The shortest horizon, in accesses.
   static var minimumHorizon: Double { 8_192 }
-  /// The horizon over which a change of workload is seen, as a share of the horizon, and the
-  /// shortest, in accesses.
+  /// The horizon over which a change of workload is seen, as a share of the horizon.
   static var recentHorizonShare: Double { 0.5 }
-  static var minimumRecentHorizon: Double { 2_048 }
-  /// How long a change of workload keeps the layer from changing back, in horizons.
-  static var changeMemory: Double { 4 }
+  /// How long a change of workload is on trial, in horizons.
+  static var trialHorizons: Double { 2 }
+  /// How long changes are off after one turned out to be a phase of a cycle, in horizons.
+  static var cycleHorizons: Double { 8 }
   /// How long the shadows must have been full before the first decision, in capacities.
   static var warmUpCapacities: Int { 3 }
   /// The noise term: standard deviations of the leader's lead over the running expert.
@@ -95,15 +101,12 @@ struct PolicyReferee {
   private var recent: Scoreboard
   /// Recent switches, decayed: each doubles the margin of the next.
   private var recentSwitches = 0.0
-  /// Changes of workload (switches on ``recent`` alone), decayed over the horizon.
-  private var recentChanges = 0.0
-  /// Per expert, whether the layer left it on a change of workload, decayed over
-  /// ``changeMemory`` horizons: a change back to it is a cycle, for ``lasting`` to weigh.
-  private var leftOnChange: [Double]
-  /// The expert the last change of workload left, and when: for a horizon after it, the layer
-  /// does not go back to it even on ``lasting``, which then holds little more than the change.
-  private var leftAtChange: Int?
-  private var changedAt: Int64 = 0
+  /// A change of workload on trial: the expert it left, and when.
+  private var trial: (left: Int, at: Int64)?
+  /// When the last change of workload was made.
+  private var changedAt: Int64?
+  /// Until when changes of workload are off, after one turned out to be a phase of a cycle.
+  private var changesResumeAt: Int64 = 0
 
   /// Hits per expert, decayed.
   var scores: [Double] { lasting.scores }
@@ -124,9 +127,8 @@ struct PolicyReferee {
     horizon = Swift.max(Self.horizonCapacities * Double(capacity), Self.minimumHorizon)
     periodHits = Array(repeating: 0, count: experts.count)
     lasting = Scoreboard(experts: experts.count, fade: Double(period) / horizon)
-    recentHorizon = Swift.max(Self.recentHorizonShare * horizon, Self.minimumRecentHorizon)
+    recentHorizon = Self.recentHorizonShare * horizon
     recent = Scoreboard(experts: experts.count, fade: Double(period) / recentHorizon)
-    leftOnChange = Array(repeating: 0, count: experts.count)
   }
 
   /// The expert the layer runs.
@@ -162,28 +164,38 @@ struct PolicyReferee {
     for index in periodHits.indices { periodHits[index] = 0 }
     let fade = Double(period) / horizon
     recentSwitches = Swift.max(0, recentSwitches * (1 - fade))
-    recentChanges = Swift.max(0, recentChanges * (1 - fade))
-    for index in leftOnChange.indices { leftOnChange[index] *= 1 - fade / Self.changeMemory }
 
     guard let filledAt, accesses &- filledAt >= Int64(Self.warmUpCapacities * capacity) else { return false }
     let margin = Self.marginShare * Double(capacity) * Self.doubling(recentSwitches) + Self.marginHits
     let prior = Double(period) * Self.priorVarianceShare
-    if let leader = lasting.leader(over: current, margin: margin, prior: prior),
-      leader != leftAtChange || accesses >= changedAt + Int64(horizon)
-    {
+    if let trial {
+      if accesses &- trial.at >= Int64(Self.trialHorizons * horizon) {
+        // The change lasted: what came before it no longer counts.
+        self.trial = nil
+        lasting = recent
+        lasting.fade = fade
+      } else if recent.leads(trial.left, over: current, margin: margin, prior: prior) {
+        // The workload went back: a cycle, which the lasting scores (kept through the trial)
+        // weigh; no change for a while.
+        self.trial = nil
+        changesResumeAt = accesses &+ Int64(Self.cycleHorizons * horizon)
+        return switchTo(trial.left)
+      } else {
+        // On trial, only the recent scores decide, and never for the expert the change left.
+        guard let leader = recent.leader(over: current, margin: margin, prior: prior), leader != trial.left
+        else { return false }
+        return switchTo(leader)
+      }
+    }
+    if let leader = lasting.leader(over: current, margin: margin, prior: prior) {
       return switchTo(leader)
     }
-    // A change of workload, unless there was one within the horizon or it returns to an expert
-    // a recent change left (a cycle): what came before it no longer counts.
-    if recentChanges < 0.5, let leader = recent.leader(over: current, margin: margin, prior: prior),
-      leftOnChange[leader] < 0.5
+    // A change of workload: at most one per horizon, and none for a while after a cycle.
+    if accesses >= changesResumeAt, changedAt.map({ accesses &- $0 >= Int64(horizon) }) ?? true,
+      let leader = recent.leader(over: current, margin: margin, prior: prior)
     {
-      leftOnChange[current] += 1
-      leftAtChange = current
+      trial = (current, accesses)
       changedAt = accesses
-      recentChanges += 1
-      lasting = recent
-      lasting.fade = fade
       return switchTo(leader)
     }
     return false
@@ -253,19 +265,25 @@ struct PolicyReferee {
       for index in scores.indices { scores[index] = scores[index] * keep + Double(hits[index]) }
     }
 
-    /// The expert that leads `current` by more than `margin` plus the noise of their lead, if
-    /// any; `prior` is the lead's variance per period assumed before it is measured.
+    /// The expert that scores most, if it leads `current` by more than `margin` plus the noise
+    /// of their lead; `prior` is the lead's variance per period assumed before it is measured.
     func leader(over current: Int, margin: Double, prior: Double) -> Int? {
       var leader = current
       for index in scores.indices where scores[index] > scores[leader] { leader = index }
-      guard leader != current else { return nil }
+      guard leader != current, leads(leader, over: current, margin: margin, prior: prior) else { return nil }
+      return leader
+    }
+
+    /// Whether `leader` leads `current` by more than `margin` plus the noise of their lead.
+    func leads(_ leader: Int, over current: Int, margin: Double, prior: Double) -> Bool {
+      guard leader != current else { return false }
       let pair = leader * experts + current
       let mean = leadSums[pair] / periods
       let variance = Swift.max(
         0,
         (leadSquares[pair] + PolicyReferee.priorPeriods * prior) / (periods + PolicyReferee.priorPeriods) - mean * mean)
       let noise = PolicyReferee.noiseDeviations * (periods * variance).squareRoot()
-      return scores[leader] - scores[current] >= margin + noise ? leader : nil
+      return scores[leader] - scores[current] >= margin + noise
     }
   }
 }
