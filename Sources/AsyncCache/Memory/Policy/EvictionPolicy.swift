@@ -14,7 +14,7 @@
 ///     lead over the running configuration exceeds three times its own noise, plus a margin
 ///     that doubles with each recent switch. Scores fade over 32 turnovers (and at least 8,192
 ///     accesses); a change of workload is seen over half that and followed, unless the workload
-///     goes back within two such horizons (a cycle: the layer goes back too, and follows no
+///     goes back within two full horizons (a cycle: the layer goes back too, and follows no
 ///     change for eight). At 1,000 entries, a frequency phase after a recency phase is followed
 ///     within 40 to 80 turnovers. See `PolicyReferee` in the sources.
 ///   - A larger layer, or one of several segments, sizes W-TinyLFU's window by the keys that

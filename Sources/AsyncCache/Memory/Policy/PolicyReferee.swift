@@ -15,7 +15,7 @@
 ///   during which only those recent scores decide. If the workload goes back within the trial
 ///   (the recent scores favour the expert the change left), so does the layer, and changes are
 ///   off for 8 horizons: that was a phase of a cycle, which the full horizon weighs. If it
-///   lasts, the lasting scores restart from the recent ones. At most one change per horizon.
+///   lasts, the lasting scores restart from the recent ones.
 ///   Without this, the variance of a lead whose sign flipped at the change hid the new lead: at
 ///   1,000 entries, after a recency phase, a frequency phase ran 4 to 9 points below W-TinyLFU
 ///   for 60 to 100 capacities before the layer followed it, and now for 40 to 80 (at 200
@@ -103,8 +103,6 @@ struct PolicyReferee {
   private var recentSwitches = 0.0
   /// A change of workload on trial: the expert it left, and when.
   private var trial: (left: Int, at: Int64)?
-  /// When the last change of workload was made.
-  private var changedAt: Int64?
   /// Until when changes of workload are off, after one turned out to be a phase of a cycle.
   private var changesResumeAt: Int64 = 0
 
@@ -169,17 +167,17 @@ struct PolicyReferee {
     let margin = Self.marginShare * Double(capacity) * Self.doubling(recentSwitches) + Self.marginHits
     let prior = Double(period) * Self.priorVarianceShare
     if let trial {
-      if accesses &- trial.at >= Int64(Self.trialHorizons * horizon) {
-        // The change lasted: what came before it no longer counts.
-        self.trial = nil
-        lasting = recent
-        lasting.fade = fade
-      } else if recent.leads(trial.left, over: current, margin: margin, prior: prior) {
+      if recent.leads(trial.left, over: current, margin: margin, prior: prior) {
         // The workload went back: a cycle, which the lasting scores (kept through the trial)
         // weigh; no change for a while.
         self.trial = nil
         changesResumeAt = accesses &+ Int64(Self.cycleHorizons * horizon)
         return switchTo(trial.left)
+      } else if accesses &- trial.at >= Int64(Self.trialHorizons * horizon) {
+        // The change lasted: what came before it no longer counts.
+        self.trial = nil
+        lasting = recent
+        lasting.fade = fade
       } else {
         // On trial, only the recent scores decide, and never for the expert the change left.
         guard let leader = recent.leader(over: current, margin: margin, prior: prior), leader != trial.left
@@ -190,12 +188,9 @@ struct PolicyReferee {
     if let leader = lasting.leader(over: current, margin: margin, prior: prior) {
       return switchTo(leader)
     }
-    // A change of workload: at most one per horizon, and none for a while after a cycle.
-    if accesses >= changesResumeAt, changedAt.map({ accesses &- $0 >= Int64(horizon) }) ?? true,
-      let leader = recent.leader(over: current, margin: margin, prior: prior)
-    {
+    // A change of workload (after a trial, or none for a while after a cycle).
+    if accesses >= changesResumeAt, let leader = recent.leader(over: current, margin: margin, prior: prior) {
       trial = (current, accesses)
-      changedAt = accesses
       return switchTo(leader)
     }
     return false

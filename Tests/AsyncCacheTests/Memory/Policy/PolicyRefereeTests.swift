@@ -140,12 +140,14 @@ import Testing
     // The horizon is 8,192 accesses up to 256 entries. A change of workload seen on the recent
     // scores alone is on trial: when the workload goes back, so does the layer, and changes are
     // off for 8 horizons. Chasing every phase one phase late made 23 switches in 12 cycles at
-    // 16 entries, and 49 in 25 at 256. (Phases longer than the horizon are followed: at 256
-    // entries, phases of 10,240 accesses take 23 switches, and took 44 before changes were seen.)
+    // 16 entries, and 49 in 25 at 256; a referee without changes makes 2. (Phases longer than
+    // the horizon are followed: at 256 entries, phases of 10,240 accesses take 23 switches here,
+    // and 21 without changes.)
     let cycles = 12
     var driver = Driver(capacity: capacity, hashSeed: 1)
     driver.access(Self.alternating(capacity: capacity, phase: phase, cycles: cycles))
-    #expect(driver.referee.switches <= cycles, "\(driver.choices)")
+    // 6 to 9 switches.
+    #expect(driver.referee.switches <= 10, "\(driver.choices)")
   }
 
   @Test("experts that tie leave the layer where it is")
