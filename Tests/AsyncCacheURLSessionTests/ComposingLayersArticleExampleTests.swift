@@ -41,7 +41,7 @@ struct ComposingLayersArticleExampleTests {
         let files = try await DiskLayer<String, Data>(directory: caches.appending(path: "photos"))
           .mappingValues(ValueTransform(decode: Picture.init(data:), encode: \.data))
           .mappingKeys { (photo: Photo) in photo.id }
-        let network = URLSessionFetcher(session: makeSession())
+        let network = URLSessionFetcher(session: makeSession(), configuration: .untimed)
           .mappingKeys { (photo: Photo) in photo.url }
           .mappingValues(Picture.init(data:))
         return (try LoadingCache(layers: [memory, files], origin: network), memory)

@@ -30,7 +30,7 @@ struct URLSessionFetcherCompositionTests {
     clock: ManualClock, events: Events, maximumAttempts: Int = 3
   ) throws -> LoadingCache<URL, Data> {
     let cache = try LoadingCache(
-      layers: [MemoryLayer<URL, Data>()], origin: URLSessionFetcher(session: makeSession()),
+      layers: [MemoryLayer<URL, Data>()], origin: URLSessionFetcher(session: makeSession(), configuration: .untimed),
       configuration: .init(
         clock: clock, retryPolicy: .urlSession(maximumAttempts: maximumAttempts, initialDelay: .seconds(1), jitter: 0)))
     events.observe(cache)
@@ -48,7 +48,7 @@ struct URLSessionFetcherCompositionTests {
       "/users/3": { _ in .status(404, body: Data("no such user".utf8)) },
     ]
     try await withLoopbackHTTPServer(routes: routes) { server in
-      let origin = URLSessionFetcher(session: makeSession())
+      let origin = URLSessionFetcher(session: makeSession(), configuration: .untimed)
         .mappingKeys { (id: UserID) in server.url("/users/\(id.rawValue)") }
         .mappingValues { data in try JSONDecoder().decode(User.self, from: data) }
       let cache = try LoadingCache(layers: [MemoryLayer<UserID, User>()], origin: origin)
@@ -73,7 +73,7 @@ struct URLSessionFetcherCompositionTests {
   func postProcessing() async throws {
     try await withLoopbackHTTPServer(routes: ["/greeting": { _ in .status(200, body: Data("hello".utf8)) }]) {
       server in
-      let origin = URLSessionFetcher(session: makeSession())
+      let origin = URLSessionFetcher(session: makeSession(), configuration: .untimed)
         .postProcessing { url, data in data + Data(" from \(url.lastPathComponent)".utf8) }
       let data = try await origin.fetch(server.url("/greeting"))
       #expect(String(decoding: data, as: UTF8.self) == "hello from greeting")
@@ -218,7 +218,8 @@ struct URLSessionFetcherCompositionTests {
     let route: LoopbackHTTPServer.Route = { _ in .partial(declaredLength: 1 << 20, sent: seededBytes(4_096)) }
     try await withLoopbackHTTPServer(routes: ["/big": route]) { server in
       let cache = try LoadingCache(
-        layers: [MemoryLayer<URL, Data>()], origin: URLSessionFetcher(session: makeSession(timeout: 300)),
+        layers: [MemoryLayer<URL, Data>()],
+        origin: URLSessionFetcher(session: makeSession(timeout: 300), configuration: .untimed),
         configuration: .init(retryPolicy: .urlSession()))
       let url = server.url("/big")
       let request = Task { try await cache.value(for: url) }

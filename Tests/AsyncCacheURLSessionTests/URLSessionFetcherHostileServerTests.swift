@@ -129,7 +129,7 @@ struct URLSessionFetcherHostileServerTests {
         pausingAfter: 64 << 10)
     }
     try await withLoopbackHTTPServer(routes: ["/huge": route]) { server in
-      let fetcher = URLSessionFetcher(session: makeSession(timeout: 300))
+      let fetcher = URLSessionFetcher(session: makeSession(timeout: 300), configuration: .untimed)
       #expect(fetcher.configuration.maximumBodySize == 64 << 20, "on by default")
       let url = server.url("/huge")
       let error = await #expect(throws: URLSessionFetcherError.self) { try await fetcher.fetch(url) }
@@ -153,7 +153,7 @@ struct URLSessionFetcherHostileServerTests {
     }
     try await withLoopbackHTTPServer(routes: ["/huge": route]) { server in
       let fetcher = URLSessionFetcher(
-        session: makeSession(timeout: 300), configuration: .init(maximumBodySize: 1 << 20))
+        session: makeSession(timeout: 300), configuration: .init(timeLimit: nil, maximumBodySize: 1 << 20))
       let url = server.url("/huge")
       let error = await #expect(throws: URLSessionFetcherError.self) { try await fetcher.fetch(url) }
       #expect(error?.code == .bodyTooLarge)
@@ -173,7 +173,8 @@ struct URLSessionFetcherHostileServerTests {
         bodySize: 16 << 20)
     }
     try await withLoopbackHTTPServer(routes: ["/huge": route]) { server in
-      let fetcher = URLSessionFetcher(session: makeSession(), configuration: .init(maximumBodySize: 256 << 10))
+      let fetcher = URLSessionFetcher(
+        session: makeSession(), configuration: .init(timeLimit: nil, maximumBodySize: 256 << 10))
       let error = await #expect(throws: URLSessionFetcherError.self) { try await fetcher.fetch(server.url("/huge")) }
       #expect(error?.code == .bodyTooLarge)
     }
@@ -189,7 +190,8 @@ struct URLSessionFetcherHostileServerTests {
       ? LoopbackHTTPServer.response(status: 200, body: body)
       : LoopbackHTTPServer.head(status: 200, fields: ["Connection": "close"], contentLength: nil) + body
     try await withLoopbackHTTPServer(routes: ["/file": { _ in .raw(bytes) }]) { server in
-      let fetcher = URLSessionFetcher(session: makeSession(), configuration: .init(maximumBodySize: 100_000))
+      let fetcher = URLSessionFetcher(
+        session: makeSession(), configuration: .init(timeLimit: nil, maximumBodySize: 100_000))
       if size <= 100_000 {
         let fetched = try await fetcher.fetch(server.url("/file"))
         #expect(fetched == body)
@@ -213,7 +215,8 @@ struct URLSessionFetcherHostileServerTests {
       },
     ]
     try await withLoopbackHTTPServer(routes: routes) { server in
-      let fetcher = URLSessionFetcher(session: makeSession(), configuration: .init(maximumBodySize: 1 << 20))
+      let fetcher = URLSessionFetcher(
+        session: makeSession(), configuration: .init(timeLimit: nil, maximumBodySize: 1 << 20))
       let decoded = try await fetcher.fetch(server.url("/small"))
       #expect(decoded == Data(count: 512 << 10))
       let error = await #expect(throws: URLSessionFetcherError.self) { try await fetcher.fetch(server.url("/large")) }
@@ -229,7 +232,8 @@ struct URLSessionFetcherHostileServerTests {
     #expect(bomb.count < 256 << 10)
     let bytes = LoopbackHTTPServer.response(status: 200, fields: ["Content-Encoding": "gzip"], body: bomb)
     try await withLoopbackHTTPServer(routes: ["/bomb": { _ in .raw(bytes) }]) { server in
-      let fetcher = URLSessionFetcher(session: makeSession(), configuration: .init(maximumBodySize: 1 << 20))
+      let fetcher = URLSessionFetcher(
+        session: makeSession(), configuration: .init(timeLimit: nil, maximumBodySize: 1 << 20))
       let url = server.url("/bomb")
       let error = await #expect(throws: URLSessionFetcherError.self) { try await fetcher.fetch(url) }
       #expect(error?.code == .bodyTooLarge && error?.url == url)
@@ -247,7 +251,7 @@ struct URLSessionFetcherHostileServerTests {
       : LoopbackHTTPServer.head(status: 503, fields: ["Connection": "close"], contentLength: nil)
     let route: LoopbackHTTPServer.Route = { _ in .flood(head: head, bodySize: Self.huge, pausingAfter: 64 << 10) }
     try await withLoopbackHTTPServer(routes: ["/busy": route]) { server in
-      let fetcher = URLSessionFetcher(session: makeSession(timeout: 300))
+      let fetcher = URLSessionFetcher(session: makeSession(timeout: 300), configuration: .untimed)
       let error = await #expect(throws: URLSessionFetcherError.self) { try await fetcher.fetch(server.url("/busy")) }
       #expect(error?.code == .unacceptableStatus, "the status, not the size, is what went wrong")
       #expect(error?.statusCode == 503)
@@ -272,7 +276,8 @@ struct URLSessionFetcherHostileServerTests {
       "/next": { _ in .status(200, body: Data("honest".utf8)) },
     ]
     try await withLoopbackHTTPServer(routes: routes) { server in
-      let fetcher = URLSessionFetcher(session: makeSession(), configuration: .init(reusesConnections: false))
+      let fetcher = URLSessionFetcher(
+        session: makeSession(), configuration: .init(timeLimit: nil, reusesConnections: false))
       let first = try await fetcher.fetch(server.url("/double"))
       #expect(first == Data("first".utf8))
       server.release("/double")
@@ -293,7 +298,7 @@ struct URLSessionFetcherHostileServerTests {
         "/next": { _ in .status(200, body: Data("honest".utf8)) },
       ]
       try await withLoopbackHTTPServer(routes: routes) { server in
-        let fetcher = URLSessionFetcher(session: makeSession())
+        let fetcher = URLSessionFetcher(session: makeSession(), configuration: .untimed)
         let first = try await fetcher.fetch(server.url("/double"))
         #expect(first == Data("first".utf8))
         server.release("/double")
@@ -324,7 +329,7 @@ struct URLSessionFetcherHostileServerTests {
     for (name, value) in fields { head += "\(name): \(value)\r\n" }
     let bytes = Data((head + "\r\nbusy").utf8)
     try await withLoopbackHTTPServer(routes: ["/busy": { _ in .raw(bytes) }]) { server in
-      let fetcher = URLSessionFetcher(session: makeSession())
+      let fetcher = URLSessionFetcher(session: makeSession(), configuration: .untimed)
       let error = await #expect(throws: URLSessionFetcherError.self) { try await fetcher.fetch(server.url("/busy")) }
       #expect(error?.statusCode == status)
       #expect(error?.retryAfter == expected)

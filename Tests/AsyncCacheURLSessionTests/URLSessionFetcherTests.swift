@@ -12,7 +12,7 @@ struct URLSessionFetcherTests {
   func body(size: Int) async throws {
     let body = seededBytes(size)
     try await withLoopbackHTTPServer(routes: ["/file": { _ in .status(200, body: body) }]) { server in
-      let fetcher = URLSessionFetcher(session: makeSession())
+      let fetcher = URLSessionFetcher(session: makeSession(), configuration: .untimed)
       let data = try await fetcher.fetch(server.url("/file"))
       #expect(data.count == size)
       #expect(data == body)
@@ -28,7 +28,7 @@ struct URLSessionFetcherTests {
     try await withLoopbackHTTPServer(routes: ["/thing": { _ in .status(status, body: body) }]) { server in
       let url = server.url("/thing")
       let error = await #expect(throws: URLSessionFetcherError.self) {
-        try await URLSessionFetcher(session: makeSession()).fetch(url)
+        try await URLSessionFetcher(session: makeSession(), configuration: .untimed).fetch(url)
       }
       #expect(error?.code == .unacceptableStatus)
       #expect(error?.statusCode == status)
@@ -51,7 +51,9 @@ struct URLSessionFetcherTests {
       "/fine": { _ in .status(200, body: Data("fine".utf8)) },
     ]
     try await withLoopbackHTTPServer(routes: routes) { server in
-      let fetcher = URLSessionFetcher(session: makeSession(), acceptableStatusCodes: [200, 404]) { url in
+      let fetcher = URLSessionFetcher(
+        session: makeSession(), acceptableStatusCodes: [200, 404], configuration: .untimed
+      ) { url in
         var request = URLRequest(url: url)
         request.setValue("secret", forHTTPHeaderField: "X-Token")
         return request
@@ -61,7 +63,7 @@ struct URLSessionFetcherTests {
       let missing = try await fetcher.fetch(server.url("/missing"))
       #expect(missing == Data("not here".utf8), "404 is acceptable here")
 
-      let strict = URLSessionFetcher(session: makeSession(), acceptableStatusCodes: [204])
+      let strict = URLSessionFetcher(session: makeSession(), acceptableStatusCodes: [204], configuration: .untimed)
       let error = await #expect(throws: URLSessionFetcherError.self) { try await strict.fetch(server.url("/fine")) }
       #expect(error?.statusCode == 200)
       #expect(error.map(URLSessionFetcher.classify) == .fatal, "the same answer would come again")
@@ -73,7 +75,7 @@ struct URLSessionFetcherTests {
     try await withLoopbackHTTPServer(routes: ["/slow": { _ in .noAnswer }]) { server in
       // A real timeout takes real time: a second of it. Not less: on Linux a timeout under a
       // second fires at once (swift-corelibs-foundation arms it with whole seconds).
-      let fetcher = URLSessionFetcher(session: makeSession(timeout: 1))
+      let fetcher = URLSessionFetcher(session: makeSession(timeout: 1), configuration: .untimed)
       let error = await #expect(throws: URLSessionFetcherError.self) { try await fetcher.fetch(server.url("/slow")) }
       #expect(error?.code == .transport)
       #expect((error?.underlying as? URLError)?.code == .timedOut)
@@ -91,7 +93,7 @@ struct URLSessionFetcherTests {
       server in
       // A timeout longer than the time limit: if cancelling did not reach the transfer, the client
       // would keep the connection open, the wait below would end at the time limit and throw.
-      let fetcher = URLSessionFetcher(session: makeSession(timeout: 300))
+      let fetcher = URLSessionFetcher(session: makeSession(timeout: 300), configuration: .untimed)
       let url = server.url("/big")
       let download = Task { try await fetcher.fetch(url) }
       try await server.waitFor(.held(path: "/big"))
@@ -110,7 +112,7 @@ struct URLSessionFetcherTests {
     try await withLoopbackHTTPServer(routes: ["/big": { _ in .partial(declaredLength: 1 << 20, sent: partial) }]) {
       server in
       let session = makeSession(timeout: 300)
-      let fetcher = URLSessionFetcher(session: session)
+      let fetcher = URLSessionFetcher(session: session, configuration: .untimed)
       let url = server.url("/big")
       let download = Task { try await fetcher.fetch(url) }
       try await server.waitFor(.held(path: "/big"))
@@ -127,7 +129,7 @@ struct URLSessionFetcherTests {
   @Test("a task cancelled before it fetches throws CancellationError and sends no request")
   func cancelledBeforeFetching() async throws {
     try await withLoopbackHTTPServer(routes: ["/file": { _ in .status(200, body: Data("x".utf8)) }]) { server in
-      let fetcher = URLSessionFetcher(session: makeSession())
+      let fetcher = URLSessionFetcher(session: makeSession(), configuration: .untimed)
       let url = server.url("/file")
       let download = Task {
         withUnsafeCurrentTask { $0?.cancel() }
@@ -143,7 +145,7 @@ struct URLSessionFetcherTests {
     try await withRefusingLoopbackPort { port in
       let url = URL(string: "http://127.0.0.1:\(port)/nobody")!
       let error = await #expect(throws: URLSessionFetcherError.self) {
-        try await URLSessionFetcher(session: makeSession()).fetch(url)
+        try await URLSessionFetcher(session: makeSession(), configuration: .untimed).fetch(url)
       }
       #expect(error?.code == .transport)
       #expect((error?.underlying as? URLError)?.code == .cannotConnectToHost)
@@ -155,7 +157,7 @@ struct URLSessionFetcherTests {
   @Test("a connection the server drops without an answer is a transport error, transient")
   func droppedConnection() async throws {
     try await withLoopbackHTTPServer(routes: ["/drop": { _ in .noAnswer }]) { server in
-      let fetcher = URLSessionFetcher(session: makeSession(timeout: 300))
+      let fetcher = URLSessionFetcher(session: makeSession(timeout: 300), configuration: .untimed)
       let url = server.url("/drop")
       let download = Task { try await fetcher.fetch(url) }
       try await server.waitFor(.held(path: "/drop"))
@@ -173,7 +175,7 @@ struct URLSessionFetcherTests {
   func unsupportedURL() async throws {
     let url = URL(string: "unsupported-scheme://example/thing")!
     let error = await #expect(throws: URLSessionFetcherError.self) {
-      try await URLSessionFetcher(session: makeSession()).fetch(url)
+      try await URLSessionFetcher(session: makeSession(), configuration: .untimed).fetch(url)
     }
     #expect(error?.code == .transport)
     #expect((error?.underlying as? URLError)?.code == .unsupportedURL)
@@ -186,7 +188,7 @@ struct URLSessionFetcherTests {
     configuration.protocolClasses = [NotHTTPURLProtocol.self]
     let url = URL(string: "not-http://example/thing")!
     let error = await #expect(throws: URLSessionFetcherError.self) {
-      try await URLSessionFetcher(session: URLSession(configuration: configuration)).fetch(url)
+      try await URLSessionFetcher(session: URLSession(configuration: configuration), configuration: .untimed).fetch(url)
     }
     #expect(error?.code == .notHTTP)
     #expect(error?.statusCode == nil && error?.url == url)

@@ -1,3 +1,4 @@
+import AsyncCacheURLSession
 import Foundation
 
 #if canImport(FoundationNetworking)
@@ -10,6 +11,17 @@ func makeSession(timeout: TimeInterval = 30) -> URLSession {
   configuration.timeoutIntervalForRequest = timeout
   configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
   return URLSession(configuration: configuration)
+}
+
+extension URLSessionFetcher.Configuration {
+  /// The defaults without the time limit, for every test that does not test it.
+  ///
+  /// The default limit is 30 s of wall time, and in a full `swift test` on two cores a test that
+  /// holds a transfer open across a few of its own steps can take longer than that: each of its
+  /// awaits waits behind the jobs of hundreds of other tests. CI saw a dropped connection and an
+  /// invalidated session reported as `timeLimitExceeded` that way. The tests of the limit inject a
+  /// `ManualClock`.
+  static let untimed = Self(timeLimit: nil)
 }
 
 /// `count` bytes that are the same on every run and unlikely to hide an off-by-one (no repeats
