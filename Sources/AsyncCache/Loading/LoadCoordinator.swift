@@ -3,7 +3,7 @@
 ///
 /// A layer that many processes share (a Redis server under each instance's memory layer) offers
 /// one through ``AsyncCacheLayer/loadCoordinator``, and a ``LoadingCache`` over that layer uses
-/// it for every load that reaches its origin:
+/// it for every load that reaches its origin, the keys of a batch origin's calls included:
 ///
 /// 1. The cache ``claim(_:supersedes:)``s the key. The coordinator grants the load to one
 ///    process, or waits for the process that holds it and returns what it stored.
@@ -40,6 +40,21 @@ public protocol LoadCoordinator<Key, Value>: Sendable {
   ///   failed; `CancellationError` when the calling task is cancelled while it waits.
   func claim(_ key: Key, supersedes: CacheInstant?) async throws -> LoadClaim<Value>
 
+  /// Claims the load of `key` as ``claim(_:supersedes:)`` does, unless another process holds
+  /// it: then returns `nil` at once instead of waiting.
+  ///
+  /// A bulk request whose keys are fetched by a batch origin claims them all with this first,
+  /// fetches those it was granted in one call, and only then waits for the others with
+  /// ``claim(_:supersedes:)``. So it never holds the loads it was granted while it waits for
+  /// another process, which may be waiting for one of them. The default implementation calls
+  /// ``claim(_:supersedes:)``, which may wait: implement this in a coordinator whose claims
+  /// wait, or two batches that each hold a key the other wants wait for each other until one
+  /// of the claims gives up.
+  ///
+  /// - Returns: The claim, or `nil` when another process holds the load of `key`.
+  /// - Throws: `CancellationError` when the calling task is cancelled.
+  func claimUnlessHeld(_ key: Key, supersedes: CacheInstant?) async throws -> LoadClaim<Value>?
+
   /// Ends the claim `token` on `key` with what the load brought.
   ///
   /// A success is stored in the coordinator's layer and announced; a failure is announced to
@@ -51,6 +66,13 @@ public protocol LoadCoordinator<Key, Value>: Sendable {
   ///   failure).
   func complete(_ key: Key, token: UInt64, with result: Result<CacheEntry<Value>, any Error>) async
     -> LeaseCompletion
+}
+
+extension LoadCoordinator {
+  /// Calls ``claim(_:supersedes:)``, which may wait for the process that holds the load.
+  public func claimUnlessHeld(_ key: Key, supersedes: CacheInstant?) async throws -> LoadClaim<Value>? {
+    try await claim(key, supersedes: supersedes)
+  }
 }
 
 /// What a ``LoadCoordinator`` answers a claim with.

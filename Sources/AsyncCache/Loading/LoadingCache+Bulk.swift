@@ -270,16 +270,6 @@ extension LoadingCache {
     }
     var missing: [BatchItem<Key>] = []
     var fallbacks: [UInt64: Fallback] = [:]
-    /// Answers the load of `item` with `error`, or with its stale value (stale-if-error).
-    func fail(_ item: BatchItem<Key>, with error: any Error, attempts: Int = 0) {
-      chain.endRead(item.token)
-      if let stale = staleValue(after: error, fallback: fallbacks[item.id], key: item.key) {
-        finish(
-          item.id, key: item.key, startedAt: startedAt, with: .success(stale), attempts: attempts, staleAfter: error)
-      } else {
-        finish(item.id, key: item.key, startedAt: startedAt, with: .failure(error), attempts: attempts)
-      }
-    }
     for lookup in lookups {
       let item = lookup.item
       fallbacks[item.id] = lookup.fallback
@@ -295,61 +285,10 @@ extension LoadingCache {
           thenRefresh: state == .stale || state == .refreshDue)
       case .failure(let error):
         // A layer failed the lookup (`.propagate`): a stale entry found above it still serves.
-        fail(item, with: error)
+        fail(item, with: error, fallback: lookup.fallback, startedAt: startedAt)
       }
     }
     guard !missing.isEmpty else { return }
-    // Each attempt asks only for the keys still wanted, after waiting for urgent work if no
-    // request waits for any of them (a batch whose requests were all demoted).
-    var attempts = 0
-    let outcome = await fetchBatch(missing, from: origin, attempts: &attempts)
-    for item in missing {
-      switch outcome {
-      case .success(let values):
-        guard let value = values[item.key] else {
-          fail(
-            item,
-            with: AsyncCacheError(code: .notFound, message: "the batch origin returned no value for key \(item.key)"),
-            attempts: attempts)
-          continue
-        }
-        let entry = CacheEntry(value, expiresAt: loadedExpiry(for: item.key, value: value))
-        // A key abandoned during the call is not stored: its read was overtaken.
-        await chain.endRead(item.token, storing: entry, into: chain.tiers.indices)
-        finish(item.id, key: item.key, startedAt: startedAt, with: .success((value, .origin)), attempts: attempts)
-      case .failure(let error):
-        fail(item, with: error, attempts: attempts)
-      }
-    }
+    await loadBatch(missing, from: origin, fallbacks: fallbacks, startedAt: startedAt)
   }
-}
-
-extension LoadingCache {
-  /// Fetches the keys of `items` still wanted from `origin`, under the retry policy. Each
-  /// attempt asks only for the keys still wanted, after waiting for urgent work if no request
-  /// waits for any of them (a batch whose requests were all demoted).
-  fileprivate func fetchBatch(
-    _ items: [BatchItem<Key>], from origin: any AsyncBatchFetcher<Key, Value>, attempts: inout Int
-  ) async -> Result<[Key: Value], any Error> {
-    var asked: [BatchItem<Key>] = []
-    do {
-      return .success(
-        try await retrying(keys: asked.map(\.key)) {
-          asked = loadTable.withLock { state in items.filter { state.isLive($0.id) } }
-          guard !asked.isEmpty else { throw CancellationError() }
-          try await waitForUrgentWork(loads: asked.map(\.id))
-          attempts += 1
-          return try await origin.fetch(asked.map(\.key))
-        })
-    } catch {
-      return .failure(error)
-    }
-  }
-}
-
-/// One load of a batch: its identifier in the in-flight table, its key, and its read token.
-struct BatchItem<Key: Hashable & Sendable>: Sendable {
-  let id: UInt64
-  let key: Key
-  let token: ReadToken<Key>
 }

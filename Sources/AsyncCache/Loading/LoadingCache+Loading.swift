@@ -351,7 +351,8 @@ extension LoadingCache {
         result = .success((entry.value, .layer(tier)))
       } else {
         result = .success(
-          try await load(key, id: id, read: token, supersedes: fallback?.entry.expiresAt, attempts: &attempts))
+          try await loadFromOrigin(
+            key, id: id, read: token, supersedes: fallback?.entry.expiresAt, attempts: &attempts))
       }
     } catch {
       // Nothing was stored: the read ends here.
@@ -366,79 +367,6 @@ extension LoadingCache {
     finish(
       id, key: key, startedAt: startedAt, with: result, attempts: attempts, servedStale: foundStale,
       staleAfter: staleAfter, thenRefresh: refreshAfterwards)
-  }
-
-  /// Loads `key`, which no layer has, from the origin and ends `read` by storing the value; with
-  /// a layer that coordinates loads (``LoadCoordinator``), claims the key first, so that one
-  /// process of those that share the layer asks the origin and the others read what it stored.
-  ///
-  /// - Parameter supersedes: The expiry of the newest entry the lookup declined (stale).
-  private func load(
-    _ key: Key, id: UInt64, read: ReadToken<Key>, supersedes: CacheInstant?, attempts: inout Int
-  ) async throws -> (Value, LoadSource) {
-    // Read once the value is in hand: a request that joins a prefetch meanwhile promotes it
-    // into the top layer.
-    func layers() -> Range<Int> { (skipsTopLayer(id) && chain.tiers.count > 1 ? 1 : 0)..<chain.tiers.count }
-    /// Loads without a lease: stored in every layer but `excluded` (the coordinator's, where a
-    /// value must be fenced against the writes made while it loaded).
-    func loadAlone(excluding excluded: Int? = nil) async throws -> (Value, LoadSource) {
-      let value = try await fetchRetrying(key, load: id, attempts: &attempts)
-      await chain.endRead(
-        read, storing: CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value)),
-        into: layers().filter { $0 != excluded })
-      return (value, .origin)
-    }
-    guard let (tier, coordinator) = coordination else { return try await loadAlone() }
-    let leaseToken: UInt64
-    switch try await coordinator.claim(key, supersedes: supersedes) {
-    case .loadedElsewhere(let entry):
-      // As if the lookup had found it in the coordinator's layer: copied into the layers above.
-      let top = layers().lowerBound
-      await chain.endRead(read, copying: entry, into: top..<max(top, tier))
-      return (entry.value, .layer(tier))
-    case .uncoordinated:
-      return try await loadAlone(excluding: tier)
-    case .granted(let token):
-      leaseToken = token
-    }
-    // Completed once: at once when the load is cancelled (its requests left), so that another
-    // process takes the load over without waiting for an origin slow to stop.
-    let completed = Locked(false)
-    @Sendable func completeOnce() -> Bool {
-      completed.withLock { done in
-        defer { done = true }
-        return !done
-      }
-    }
-    let entry: CacheEntry<Value>
-    do {
-      let value = try await withTaskCancellationHandler {
-        try await fetchRetrying(key, load: id, attempts: &attempts)
-      } onCancel: {
-        if completeOnce() {
-          Task { _ = await coordinator.complete(key, token: leaseToken, with: .failure(CancellationError())) }
-        }
-      }
-      entry = CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value))
-    } catch {
-      // The other processes get the error, or (cancelled) one of them takes the load over.
-      if completeOnce() { _ = await coordinator.complete(key, token: leaseToken, with: .failure(error)) }
-      throw error
-    }
-    // Cancelled meanwhile: the lease is given up, and no one wants the value.
-    guard completeOnce() else {
-      chain.endRead(read)
-      return (entry.value, .origin)
-    }
-    switch await coordinator.complete(key, token: leaseToken, with: .success(entry)) {
-    case .stored, .notStored:
-      // The coordinator's layer has it (or failed): the other layers take it as usual.
-      await chain.endRead(read, storing: entry, into: layers().filter { $0 != tier })
-    case .superseded:
-      // A write or removal came after the claim: the value is older than what the layers hold.
-      chain.endRead(read)
-    }
-    return (entry.value, .origin)
   }
 
   /// Removes load `id` of `key` from the table and answers its waiters; counts its requests as
@@ -540,7 +468,7 @@ extension LoadingCache {
   }
 
   /// Whether load `id` stores below the top layer only (read when it decides where to store).
-  private func skipsTopLayer(_ id: UInt64) -> Bool {
+  func skipsTopLayer(_ id: UInt64) -> Bool {
     loadTable.withLock { $0.loads[id]?.skipsTopLayer ?? false }
   }
 
@@ -574,7 +502,7 @@ extension LoadingCache {
 
   /// Asks the origin, again after transient failures, per the retry policy. Runs inside the
   /// key's one load, so all its waiters share the loop.
-  private func fetchRetrying(_ key: Key, load id: UInt64, attempts: inout Int) async throws -> Value {
+  func fetchRetrying(_ key: Key, load id: UInt64, attempts: inout Int) async throws -> Value {
     var calls = 0
     defer { attempts = calls }
     return try await retrying(keys: [key]) {

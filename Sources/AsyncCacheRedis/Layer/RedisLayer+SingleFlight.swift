@@ -9,7 +9,14 @@ public struct RedisLoadCoordinator<Key: Hashable & Sendable, Value: Sendable>: L
   /// Claims the load of `key`: a lease in Redis, or a wait for the instance that holds it.
   /// Never fails because Redis fails: the answer is `LoadClaim.uncoordinated` then.
   public func claim(_ key: Key, supersedes: CacheInstant?) async throws -> LoadClaim<Value> {
-    try await layer.claimLoad(of: key, supersedes: supersedes)
+    // Never `nil`: a claim that waits ends with an entry, a lease or no coordination.
+    try await layer.claimLoad(of: key, supersedes: supersedes, waiting: true) ?? .uncoordinated
+  }
+
+  /// Claims the load of `key` as ``claim(_:supersedes:)`` does, but returns `nil` at once when
+  /// another instance holds its lease.
+  public func claimUnlessHeld(_ key: Key, supersedes: CacheInstant?) async throws -> LoadClaim<Value>? {
+    try await layer.claimLoad(of: key, supersedes: supersedes, waiting: false)
   }
 
   /// Stores the value under the lease (a fenced fill) and announces it, or announces the failure.
@@ -264,8 +271,9 @@ extension RedisLayer {
 
   // MARK: Claiming
 
-  /// See ``RedisLoadCoordinator/claim(_:supersedes:)``.
-  nonisolated func claimLoad(of key: Key, supersedes: CacheInstant?) async throws -> LoadClaim<Value> {
+  /// See ``RedisLoadCoordinator/claim(_:supersedes:)``; when not `waiting`, returns `nil` where
+  /// that waits for another instance's lease.
+  nonisolated func claimLoad(of key: Key, supersedes: CacheInstant?, waiting: Bool) async throws -> LoadClaim<Value>? {
     guard let flight = singleFlight, let encodedKey = try? self.encodedKey(key) else { return .uncoordinated }
     // Subscribed before the first claim, so that no announcement is missed; while the
     // subscription is failing (its server down) the claim goes on without it, and the waits
@@ -332,6 +340,7 @@ extension RedisLayer {
         return .granted(token: token)
       case .array(let parts?) where parts.first == .integer(3) && parts.count == 3:
         guard let holder = Self.token(parts[1]), case .integer(let left) = parts[2] else { break }
+        guard waiting else { return nil }
         waited = true
         // The holder's announcement carries small values: no need to read them.
         let stored: [UInt8]

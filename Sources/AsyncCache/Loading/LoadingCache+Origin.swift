@@ -1,0 +1,309 @@
+// A load that no layer could answer asks the origin. With a layer that coordinates loads across
+// processes (``LoadCoordinator``), it claims its key first, and the claim decides where the value
+// goes: a single request's load and a batch's keys go through the same steps here.
+extension LoadingCache {
+  /// What a load that asked the origin may do with the value, per its claim.
+  enum Lease {
+    /// No layer coordinates loads: the value goes in every layer.
+    case unshared
+    /// The coordinator of layer `tier` could not be reached: the value goes in every layer but
+    /// that one, where it must be fenced against the writes made while it loaded.
+    case alone(tier: Int)
+    /// The coordinator of layer `tier` granted the load: completing the claim stores the value
+    /// there, and the other layers take it unless the claim was superseded.
+    case granted(OpenLeases<Key, Value>, tier: Int)
+  }
+
+  /// Ends `read` with `entry`, which the origin gave for `key`: stores it in `layers` as `lease`
+  /// allows, completing its claim first when it has one.
+  func store(
+    _ entry: CacheEntry<Value>, loadedFor key: Key, read: ReadToken<Key>, lease: Lease, into layers: Range<Int>
+  ) async {
+    switch lease {
+    case .unshared:
+      await chain.endRead(read, storing: entry, into: layers)
+    case .alone(let tier):
+      await chain.endRead(read, storing: entry, into: layers.filter { $0 != tier })
+    case .granted(let leases, let tier):
+      switch await leases.complete(key, with: .success(entry)) {
+      case .stored?, .notStored?:
+        // The coordinator's layer has it (or failed): the other layers take it as usual.
+        await chain.endRead(read, storing: entry, into: layers.filter { $0 != tier })
+      case .superseded?, nil:
+        // A write or removal came after the claim (the value is older than what the layers
+        // hold), or the load was cancelled and gave its lease up (no one wants the value).
+        chain.endRead(read)
+      }
+    }
+  }
+
+  /// Loads `key`, which no layer has, from the origin and ends `read` by storing the value; with
+  /// a layer that coordinates loads (``LoadCoordinator``), claims the key first, so that one
+  /// process of those that share the layer asks the origin and the others read what it stored.
+  ///
+  /// - Parameter supersedes: The expiry of the newest entry the lookup declined (stale).
+  func loadFromOrigin(
+    _ key: Key, id: UInt64, read: ReadToken<Key>, supersedes: CacheInstant?, attempts: inout Int
+  ) async throws -> (Value, LoadSource) {
+    // Read once the value is in hand: a request that joins a prefetch meanwhile promotes it
+    // into the top layer.
+    func layers() -> Range<Int> { (skipsTopLayer(id) && chain.tiers.count > 1 ? 1 : 0)..<chain.tiers.count }
+    let lease: Lease
+    if let (tier, coordinator) = coordination {
+      switch try await coordinator.claim(key, supersedes: supersedes) {
+      case .loadedElsewhere(let entry):
+        // As if the lookup had found it in the coordinator's layer: copied into the layers above.
+        let top = layers().lowerBound
+        await chain.endRead(read, copying: entry, into: top..<max(top, tier))
+        return (entry.value, .layer(tier))
+      case .uncoordinated:
+        lease = .alone(tier: tier)
+      case .granted(let token):
+        lease = .granted(OpenLeases(coordinator, granted: [key: token]), tier: tier)
+      }
+    } else {
+      lease = .unshared
+    }
+    let value: Value
+    do {
+      value = try await releasingLeases(lease) { try await fetchRetrying(key, load: id, attempts: &attempts) }
+    } catch {
+      // The other processes get the error, or (cancelled) one of them takes the load over.
+      if case .granted(let leases, _) = lease { await leases.complete(key, with: .failure(error)) }
+      throw error
+    }
+    await store(
+      CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value)), loadedFor: key, read: read, lease: lease,
+      into: layers())
+    return (value, .origin)
+  }
+
+  /// Runs `body` (the origin call of a load that holds `lease`); gives the lease's claims up at
+  /// once when the task is cancelled (the load's requests left), so that another process takes
+  /// the load over without waiting for an origin slow to stop.
+  private func releasingLeases<Success>(
+    _ lease: Lease, _ body: () async throws -> Success
+  ) async rethrows -> Success {
+    guard case .granted(let leases, _) = lease else { return try await body() }
+    return try await withTaskCancellationHandler(operation: body, onCancel: leases.releaseAll)
+  }
+
+  // MARK: Batches
+
+  /// Asks the batch origin for the keys of `items`, which no layer had, and answers their loads.
+  ///
+  /// With a layer that coordinates loads, each key is claimed first, as a single request's load
+  /// claims its key, but without waiting for another process: the keys granted (or left
+  /// uncoordinated) are fetched in one call at once, while the keys another process holds wait
+  /// for it, each on its own. So a batch never holds the loads it was granted while it waits,
+  /// and two batches that each hold a key the other wants do not wait for each other.
+  func loadBatch(
+    _ items: [BatchItem<Key>], from origin: any AsyncBatchFetcher<Key, Value>, fallbacks: [UInt64: Fallback],
+    startedAt: CacheInstant
+  ) async {
+    guard let (tier, coordinator) = coordination else {
+      return await fetch(items, from: origin, leases: nil, fallbacks: fallbacks, startedAt: startedAt)
+    }
+    let claims = await withTaskGroup(of: (BatchItem<Key>, Result<LoadClaim<Value>?, any Error>).self) { group in
+      for item in items {
+        group.addTask {
+          do {
+            let supersedes = fallbacks[item.id]?.entry.expiresAt
+            return (item, .success(try await coordinator.claimUnlessHeld(item.key, supersedes: supersedes)))
+          } catch {
+            return (item, .failure(error))
+          }
+        }
+      }
+      return await group.reduce(into: []) { $0.append($1) }.sorted { $0.0.id < $1.0.id }
+    }
+    var granted: [Key: UInt64] = [:]
+    var fetched: [BatchItem<Key>] = []
+    var held: [BatchItem<Key>] = []
+    for (item, claim) in claims {
+      switch claim {
+      case .success(.loadedElsewhere(let entry)?):
+        await answer(item, loadedElsewhere: entry, tier: tier, startedAt: startedAt)
+      case .success(.granted(let token)?):
+        granted[item.key] = token
+        fetched.append(item)
+      case .success(.uncoordinated?):
+        fetched.append(item)
+      case .success(nil):
+        held.append(item)
+      case .failure(let error):
+        fail(item, with: error, fallback: fallbacks[item.id], startedAt: startedAt)
+      }
+    }
+    let leases = OpenLeases(coordinator, granted: granted)
+    let toFetch = fetched
+    await withTaskGroup(of: Void.self) { group in
+      if !toFetch.isEmpty {
+        group.addTask {
+          await self.fetch(toFetch, from: origin, leases: (leases, tier), fallbacks: fallbacks, startedAt: startedAt)
+        }
+      }
+      // Each key another process holds waits for it, as a single request's load would.
+      for item in held {
+        group.addTask {
+          do {
+            let supersedes = fallbacks[item.id]?.entry.expiresAt
+            switch try await coordinator.claim(item.key, supersedes: supersedes) {
+            case .loadedElsewhere(let entry):
+              await self.answer(item, loadedElsewhere: entry, tier: tier, startedAt: startedAt)
+            case .granted(let token):
+              let lease = OpenLeases(coordinator, granted: [item.key: token])
+              await self.fetch([item], from: origin, leases: (lease, tier), fallbacks: fallbacks, startedAt: startedAt)
+            case .uncoordinated:
+              let none = OpenLeases(coordinator, granted: [:])
+              await self.fetch([item], from: origin, leases: (none, tier), fallbacks: fallbacks, startedAt: startedAt)
+            }
+          } catch {
+            self.fail(item, with: error, fallback: fallbacks[item.id], startedAt: startedAt)
+          }
+        }
+      }
+    }
+  }
+
+  /// Fetches the keys of `items` from `origin` in one call (under the retry policy), stores each
+  /// value as its claim in `leases` allows (every layer when there is no coordinator), and
+  /// answers each key's load.
+  private func fetch(
+    _ items: [BatchItem<Key>], from origin: any AsyncBatchFetcher<Key, Value>,
+    leases: (open: OpenLeases<Key, Value>, tier: Int)?, fallbacks: [UInt64: Fallback], startedAt: CacheInstant
+  ) async {
+    var attempts = 0
+    var asked: Set<Key> = []
+    let outcome: Result<[Key: Value], any Error>
+    if let leases {
+      outcome = await withTaskCancellationHandler {
+        await fetchBatch(items, from: origin, attempts: &attempts, asked: &asked)
+      } onCancel: {
+        leases.open.releaseAll()
+      }
+    } else {
+      outcome = await fetchBatch(items, from: origin, attempts: &attempts, asked: &asked)
+    }
+    for item in items {
+      // A key abandoned before the call is not asked for: its lease is given up.
+      let result: Result<Value, any Error> =
+        switch outcome {
+        case .success where !asked.contains(item.key): .failure(CancellationError())
+        case .success(let values):
+          values[item.key].map { .success($0) }
+            ?? .failure(
+              AsyncCacheError(code: .notFound, message: "the batch origin returned no value for key \(item.key)"))
+        case .failure(let error): .failure(error)
+        }
+      switch result {
+      case .success(let value):
+        let lease: Lease =
+          if let leases {
+            leases.open.holds(item.key) ? .granted(leases.open, tier: leases.tier) : .alone(tier: leases.tier)
+          } else { .unshared }
+        let entry = CacheEntry(value, expiresAt: loadedExpiry(for: item.key, value: value))
+        // A key abandoned during the call is not stored: its read was overtaken.
+        await store(entry, loadedFor: item.key, read: item.token, lease: lease, into: chain.tiers.indices)
+        finish(item.id, key: item.key, startedAt: startedAt, with: .success((value, .origin)), attempts: attempts)
+      case .failure(let error):
+        // The other processes get the error, or (cancelled) one of them takes the load over.
+        await leases?.open.complete(item.key, with: .failure(error))
+        fail(item, with: error, fallback: fallbacks[item.id], startedAt: startedAt, attempts: attempts)
+      }
+    }
+  }
+
+  /// Answers the load of `item` with `entry`, which another process stored in the coordinator's
+  /// layer `tier`: copied into the layers above, as if the lookup had found it there.
+  private func answer(
+    _ item: BatchItem<Key>, loadedElsewhere entry: CacheEntry<Value>, tier: Int, startedAt: CacheInstant
+  ) async {
+    await chain.endRead(item.token, copying: entry, into: 0..<tier)
+    finish(item.id, key: item.key, startedAt: startedAt, with: .success((entry.value, .layer(tier))), attempts: 0)
+  }
+
+  /// Ends the read of `item` and answers its load with `error`, or with the stale value of
+  /// `fallback` (stale-if-error).
+  func fail(
+    _ item: BatchItem<Key>, with error: any Error, fallback: Fallback?, startedAt: CacheInstant, attempts: Int = 0
+  ) {
+    chain.endRead(item.token)
+    if let stale = staleValue(after: error, fallback: fallback, key: item.key) {
+      finish(item.id, key: item.key, startedAt: startedAt, with: .success(stale), attempts: attempts, staleAfter: error)
+    } else {
+      finish(item.id, key: item.key, startedAt: startedAt, with: .failure(error), attempts: attempts)
+    }
+  }
+
+  /// Fetches the keys of `items` still wanted from `origin`, under the retry policy. Each
+  /// attempt asks only for the keys still wanted (left in `asked`), after waiting for urgent
+  /// work if no request waits for any of them (a batch whose requests were all demoted).
+  private func fetchBatch(
+    _ items: [BatchItem<Key>], from origin: any AsyncBatchFetcher<Key, Value>, attempts: inout Int,
+    asked: inout Set<Key>
+  ) async -> Result<[Key: Value], any Error> {
+    var wanted: [BatchItem<Key>] = []
+    do {
+      let values = try await retrying(keys: wanted.map(\.key)) {
+        wanted = loadTable.withLock { state in items.filter { state.isLive($0.id) } }
+        guard !wanted.isEmpty else { throw CancellationError() }
+        try await waitForUrgentWork(loads: wanted.map(\.id))
+        attempts += 1
+        return try await origin.fetch(wanted.map(\.key))
+      }
+      asked = Set(wanted.map(\.key))
+      return .success(values)
+    } catch {
+      return .failure(error)
+    }
+  }
+}
+
+/// The claims a load (of one key, or a batch's) was granted and has not completed yet: each is
+/// completed once, with the load's outcome, or given up with a cancellation as soon as the load
+/// is cancelled.
+final class OpenLeases<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+  private let coordinator: any LoadCoordinator<Key, Value>
+  private let open: Locked<[Key: UInt64]>
+
+  init(_ coordinator: any LoadCoordinator<Key, Value>, granted: [Key: UInt64]) {
+    self.coordinator = coordinator
+    self.open = Locked(granted)
+  }
+
+  /// Whether the claim on `key` is granted and not completed yet.
+  func holds(_ key: Key) -> Bool {
+    open.withLock { $0[key] != nil }
+  }
+
+  /// Completes the claim on `key` with `result`; `nil` when there is none left to complete
+  /// (never granted, or given up by a cancellation).
+  @discardableResult
+  func complete(_ key: Key, with result: Result<CacheEntry<Value>, any Error>) async -> LeaseCompletion? {
+    guard let token = open.withLock({ $0.removeValue(forKey: key) }) else { return nil }
+    return await coordinator.complete(key, token: token, with: result)
+  }
+
+  /// Gives up every claim not completed yet, in a task of its own (called on cancellation).
+  func releaseAll() {
+    let released = open.withLock { open in
+      defer { open = [:] }
+      return open
+    }
+    guard !released.isEmpty else { return }
+    let coordinator = coordinator
+    Task {
+      for (key, token) in released {
+        _ = await coordinator.complete(key, token: token, with: .failure(CancellationError()))
+      }
+    }
+  }
+}
+
+/// One load of a batch: its identifier in the in-flight table, its key, and its read token.
+struct BatchItem<Key: Hashable & Sendable>: Sendable {
+  let id: UInt64
+  let key: Key
+  let token: ReadToken<Key>
+}
