@@ -142,6 +142,9 @@ final class RedisSubscription: Sendable {
     var healthCheckInterval: Duration
     var backoff: RedisCircuitBreakerPolicy
     var clock: any CacheClock
+    /// Whether a load waits on the server now (see ``RedisSubscription/checkHealthSoon()``): the
+    /// health check then runs every quarter of the operation timeout.
+    var isUrgent: @Sendable () -> Bool = { false }
   }
 
   private let options: Options
@@ -156,6 +159,9 @@ final class RedisSubscription: Sendable {
   private let resynchronize: @Sendable () async -> Void
   /// Called when the subscription closes or cannot open: messages may be lost from now on.
   private let interrupted: @Sendable () -> Void
+  /// Called when the server did not answer the health check within the operation timeout,
+  /// before the subscription closes.
+  private let unresponsive: @Sendable () -> Void
   private let counters: RedisCounters
   private let onEvent: @Sendable (RedisLayerEvent) -> Void
   private let state = Locked(State())
@@ -175,6 +181,10 @@ final class RedisSubscription: Sendable {
     /// Waits begun and not ended: a timer that fires once its wait has ended marks nothing.
     var activeWaiters: Set<UInt64> = []
     var nextWaiter: UInt64 = 0
+    /// The health check's sleep, until ``RedisSubscription/checkHealthSoon()`` ends it.
+    var healthCheckSleep: CheckedContinuation<Void, Never>?
+    /// ``RedisSubscription/checkHealthSoon()`` was called while the health check was not asleep.
+    var healthCheckAsked = false
   }
 
   init(
@@ -182,7 +192,7 @@ final class RedisSubscription: Sendable {
     receiveNow: @escaping @Sendable ([UInt8], [UInt8]) -> Bool = { _, _ in false },
     deliver: @escaping @Sendable ([UInt8], RESPValue) async -> Void,
     resynchronize: @escaping @Sendable () async -> Void, interrupted: @escaping @Sendable () -> Void,
-    onEvent: @escaping @Sendable (RedisLayerEvent) -> Void
+    unresponsive: @escaping @Sendable () -> Void = {}, onEvent: @escaping @Sendable (RedisLayerEvent) -> Void
   ) {
     self.options = options
     self.counters = counters
@@ -191,7 +201,48 @@ final class RedisSubscription: Sendable {
     self.receiveNow = receiveNow
     self.resynchronize = resynchronize
     self.interrupted = interrupted
+    self.unresponsive = unresponsive
     self.onEvent = onEvent
+  }
+
+  /// Has the health check look at the server now if it is due by the urgent interval, and
+  /// every quarter of the operation timeout while ``Options/isUrgent`` holds: a load that waits
+  /// on the server calls it, so that it finds out within about one operation timeout that the
+  /// server stopped answering (frozen, or cut off without a reset).
+  func checkHealthSoon() {
+    let sleep = state.withLock { state -> CheckedContinuation<Void, Never>? in
+      guard let sleep = state.healthCheckSleep else {
+        state.healthCheckAsked = true
+        return nil
+      }
+      state.healthCheckSleep = nil
+      return sleep
+    }
+    sleep?.resume()
+  }
+
+  /// Returns when ``checkHealthSoon()`` is called (at once if it was since the last return), or
+  /// when the task is cancelled.
+  private func healthCheckRequested() async {
+    await withTaskCancellationHandler {
+      await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        let now = state.withLock { state in
+          if state.healthCheckAsked || Task.isCancelled {
+            state.healthCheckAsked = false
+            return true
+          }
+          state.healthCheckSleep = continuation
+          return false
+        }
+        if now { continuation.resume() }
+      }
+    } onCancel: {
+      let sleep = state.withLock { state in
+        defer { state.healthCheckSleep = nil }
+        return state.healthCheckSleep
+      }
+      sleep?.resume()
+    }
   }
 
   /// Starts subscribing, once.
@@ -425,20 +476,43 @@ final class RedisSubscription: Sendable {
   }
 
   /// Applies messages until the connection closes, checking it with `PING` every health-check
-  /// interval.
+  /// interval, and every quarter of the operation timeout while a load waits on the server.
   private func serve(_ connection: RedisConnection, _ messages: AsyncStream<Message>) async {
     let interval = options.healthCheckInterval
+    let urgentInterval = min(interval, options.operationTimeout / 4)
     let clock = options.clock
+    let isUrgent = options.isUrgent
     let deliver = deliver
     await withTaskGroup(of: Void.self) { group in
       group.addTask {
         for await message in messages { await deliver(message.channel, message.payload) }
       }
       group.addTask {
+        var lastCheck = clock.now
         while !Task.isCancelled {
-          do { try await clock.sleep(for: interval) } catch { return }
-          // A failed or late reply closes the connection, which ends the messages.
-          _ = try? await connection.send(RESPCommand("PING"))
+          let due = lastCheck.advanced(by: isUrgent() ? urgentInterval : interval)
+          if clock.now < due {
+            // Until the check is due, or a load begins to wait on the server (it may be due
+            // sooner then).
+            await withTaskGroup(of: Void.self) { sleep in
+              sleep.addTask { try? await clock.sleep(until: due, tolerance: nil) }
+              sleep.addTask { await self.healthCheckRequested() }
+              await sleep.next()
+              sleep.cancelAll()
+            }
+            continue
+          }
+          lastCheck = clock.now
+          do {
+            _ = try await connection.send(RESPCommand("PING"))
+          } catch let error as RedisError where error.code == .timedOut {
+            // The server stopped answering: the loads waiting on it must not wait any more.
+            self.unresponsive()
+            return
+          } catch {
+            // A failed reply closes the connection, which ends the messages.
+            return
+          }
         }
       }
       await group.next()

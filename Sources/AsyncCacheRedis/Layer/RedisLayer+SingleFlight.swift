@@ -1,4 +1,5 @@
 public import AsyncCache
+import Synchronization
 
 /// The `LoadCoordinator` of a ``RedisLayer`` configured with ``RedisSingleFlight``: what a
 /// `LoadingCache` over the layer claims its loads through (see ``RedisLayer/loadCoordinator``).
@@ -38,6 +39,32 @@ final class SingleFlightState: Sendable {
   let waits = LeaseWaits()
   /// The renewals of the leases this instance holds, and the leases' stored values.
   let renewals = Locked<[Lease: (task: Task<Void, Never>, value: [UInt8])]>([:])
+  /// The clock of the coordination's timers (lease waits, renewals): the layer's timers' clock.
+  let clock: any CacheClock
+  /// Set when Redis stopped answering the subscription's health check in time, until the
+  /// subscription is open again: claims are then uncoordinated at once, and completions do not
+  /// wait for a fill that cannot land.
+  let isUnreachable = Atomic<Bool>(false)
+  /// The completions that did not wait for Redis because it was unreachable.
+  let completionsNotAwaited = Atomic<Int>(0)
+
+  init(settings: RedisSingleFlight, channel: [UInt8], sender: [UInt8], clock: any CacheClock) {
+    self.settings = settings
+    self.channel = channel
+    self.sender = sender
+    self.clock = clock
+  }
+
+  /// Whether the server must be watched closely now: this instance waits for another's load,
+  /// or holds a lease whose fill must know whether it can land.
+  var isUrgent: Bool { waits.count > 0 || !renewals.withLock { $0.isEmpty } }
+
+  /// Redis stopped answering: the waits for other instances' loads end, to load without
+  /// coordination.
+  func markUnreachable() {
+    isUnreachable.store(true, ordering: .releasing)
+    waits.wakeAll(with: .unreachable)
+  }
   /// Other instances' loads whose value this instance took from their announcement, until the
   /// fill's invalidation (``InvalidationMessage/Change/loaded(key:token:)``) comes: that one
   /// must not drop the copy. The oldest are forgotten past ``answeredLimit``.
@@ -72,12 +99,6 @@ final class SingleFlightState: Sendable {
   /// A claim's nonce: 16 hexadecimal digits. A lease reads `<token> <nonce>`, so that a claim
   /// abandoned while its script was in flight can remove the lease it may have been granted.
   static func makeNonce() -> [UInt8] { randomHexDigits(16) }
-
-  init(settings: RedisSingleFlight, channel: [UInt8], sender: [UInt8]) {
-    self.settings = settings
-    self.channel = channel
-    self.sender = sender
-  }
 }
 
 /// The scripts of single flight and of fenced writes. A key's version (its fencing token)
@@ -275,6 +296,11 @@ extension RedisLayer {
   /// that waits for another instance's lease.
   nonisolated func claimLoad(of key: Key, supersedes: CacheInstant?, waiting: Bool) async throws -> LoadClaim<Value>? {
     guard let flight = singleFlight, let encodedKey = try? self.encodedKey(key) else { return .uncoordinated }
+    // Redis stopped answering: no claim would, until the subscription is open again.
+    if flight.isUnreachable.load(ordering: .acquiring) {
+      counters.uncoordinatedLoads.add(1, ordering: .relaxed)
+      return .uncoordinated
+    }
     // Subscribed before the first claim, so that no announcement is missed; while the
     // subscription is failing (its server down) the claim goes on without it, and the waits
     // look again once it is back. (On a server that hangs, the first claim of an instance can
@@ -342,6 +368,8 @@ extension RedisLayer {
         guard let holder = Self.token(parts[1]), case .integer(let left) = parts[2] else { break }
         guard waiting else { return nil }
         waited = true
+        // The holder's announcement may never come if Redis stops answering: watch it closely.
+        subscription?.checkHealthSoon()
         // The holder's announcement carries small values: no need to read them.
         let stored: [UInt8]
         switch try await waitForHolder(holder, of: encodedKey, leaseLeft: left, mailbox: mailbox, flight: flight) {
@@ -377,13 +405,17 @@ extension RedisLayer {
     _ holder: UInt64, of encodedKey: String, leaseLeft: Int64, mailbox: LeaseWaits.Mailbox, flight: SingleFlightState
   ) async throws -> HolderEnd {
     let limit = Duration.milliseconds(max(leaseLeft, 1)) + .milliseconds(5)
-    let deadline = ContinuousClock.now.advanced(by: limit)
+    let clock = flight.clock
+    let deadline = clock.now.advanced(by: limit)
     while true {
-      switch await mailbox.next(within: ContinuousClock.now.duration(to: deadline)) {
+      switch await mailbox.next(within: clock.now.duration(to: deadline), on: clock) {
       case .cancelled:
         throw CancellationError()
       case .lookAgain:
         return .lookAgain
+      case .unreachable:
+        // The holder's announcement cannot come: load alone rather than wait out the lease.
+        return .loadAlone
       case .announced(let announcement):
         if announcement.kind == .done, announcement.token == holder {
           // Noted before the value is copied above: the fill's invalidation keeps that copy.
@@ -428,9 +460,10 @@ extension RedisLayer {
       leaseValue, Array(String(flight.settings.leaseMilliseconds).utf8),
       Array(String(flight.settings.versionMilliseconds).utf8),
     ]
+    let clock = flight.clock
     let task = Task {
       while true {
-        do { try await Task.sleep(for: interval) } catch { return }
+        do { try await clock.sleep(until: clock.now.advanced(by: interval), tolerance: nil) } catch { return }
         let reply: RESPValue
         do {
           reply = try await self.runScript(
@@ -448,6 +481,8 @@ extension RedisLayer {
       }
     }
     flight.renewals.withLock { $0[lease] = (task, leaseValue) }
+    // Whether its fill can land depends on Redis answering: watch it closely.
+    subscription?.checkHealthSoon()
   }
 
   // MARK: Completing
@@ -460,6 +495,26 @@ extension RedisLayer {
     let lease = SingleFlightState.Lease(key: encodedKey, token: token)
     guard let held = flight.renewals.withLock({ $0.removeValue(forKey: lease) }) else { return .notStored }
     held.task.cancel()
+    if flight.isUnreachable.load(ordering: .acquiring) {
+      // Redis stopped answering: the fill or release cannot land now, and the requests of this
+      // instance do not wait for it. It lands once Redis answers again, if the lease still
+      // holds then (fenced, a fill stores nothing a write made meanwhile would lose): the
+      // other instances need not wait for the lease to run out.
+      flight.completionsNotAwaited.add(1, ordering: .relaxed)
+      let clock = flight.clock
+      let deadline = clock.now.advanced(by: flight.settings.leaseTime)
+      let step = configuration.operationTimeout
+      Task {
+        while flight.isUnreachable.load(ordering: .acquiring), clock.now < deadline {
+          do {
+            try await clock.sleep(until: min(deadline, clock.now.advanced(by: step)), tolerance: nil)
+          } catch { return }
+        }
+        guard clock.now < deadline else { return }
+        _ = await self.endLease(lease, value: held.value, with: result, flight: flight)
+      }
+      return .notStored
+    }
     // In this task, so that its requests hear as soon as the others (a task of its own would
     // be one more turn on the executor); its scripts ignore cancellation, so that a cancelled
     // load still releases its lease.

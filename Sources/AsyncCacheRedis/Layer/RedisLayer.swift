@@ -141,7 +141,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     // Announced by this library in publish mode only: the server reports changes otherwise.
     self.announcement = tracks ? nil : invalidationChannel.map { ($0, sender) }
     let flight = configuration.singleFlight.map {
-      SingleFlightState(settings: $0, channel: Array($0.channel(for: namespace).utf8), sender: sender)
+      SingleFlightState(
+        settings: $0, channel: Array($0.channel(for: namespace).utf8), sender: sender, clock: clock)
     }
     self.singleFlight = flight
     let channels = [invalidationChannel, flight?.channel].compactMap { $0 }
@@ -156,7 +157,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         channels: channels, trackingPrefix: tracks ? keyPrefix : nil, connectTimeout: configuration.connectTimeout,
         operationTimeout: configuration.operationTimeout, handshake: configuration.handshake,
         healthCheckInterval: configuration.invalidation?.healthCheckInterval ?? .seconds(10),
-        backoff: configuration.circuitBreaker, clock: clock),
+        backoff: configuration.circuitBreaker, clock: clock, isUrgent: { flight?.isUrgent ?? false }),
       counters: counters,
       endpoint: { try await backend.subscriptionEndpoint() },
       receiveNow: { channel, payload in
@@ -206,11 +207,14 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         }
       },
       resynchronize: {
+        // Redis answers again (if it had stopped): claims may be coordinated again.
+        flight?.isUnreachable.store(false, ordering: .releasing)
         // Announcements sent while the subscription was down are lost: the waits look again.
         flight?.waits.wakeAll()
         for layer in targets.withLock({ $0 }) { try? await layer.removeAll() }
       },
       interrupted: { flight?.waits.wakeAll() },
+      unresponsive: { flight?.markUnreachable() },
       onEvent: onEvent)
   }
 

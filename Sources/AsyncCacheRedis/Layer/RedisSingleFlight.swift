@@ -145,6 +145,9 @@ final class LeaseWaits: Sendable {
     /// Messages may have been lost (the subscription broke), or the wait's time is up: look
     /// again.
     case lookAgain
+    /// Redis stopped answering (the subscription's health check timed out): load without
+    /// coordination.
+    case unreachable
     /// The waiting task was cancelled.
     case cancelled
   }
@@ -170,10 +173,10 @@ final class LeaseWaits: Sendable {
       continuation?.resume(returning: signal)
     }
 
-    /// The next signal, waiting at most `limit` (real time) for one: ``Signal/lookAgain`` then.
-    func next(within limit: Duration) async -> Signal {
+    /// The next signal, waiting at most `limit` on `clock` for one: ``Signal/lookAgain`` then.
+    func next(within limit: Duration, on clock: any CacheClock) async -> Signal {
       let timer = Task {
-        try? await Task.sleep(for: limit)
+        try? await clock.sleep(until: clock.now.advanced(by: limit), tolerance: nil)
         if !Task.isCancelled { self.post(.lookAgain) }
       }
       defer { timer.cancel() }
@@ -215,10 +218,10 @@ final class LeaseWaits: Sendable {
     for mailbox in waiting { mailbox.post(.announced(announcement)) }
   }
 
-  /// Tells every wait to look again.
-  func wakeAll() {
+  /// Tells every wait to look again, or what `signal` says.
+  func wakeAll(with signal: Signal = .lookAgain) {
     let waiting = mailboxes.withLock { $0.values.flatMap(\.values) }
-    for mailbox in waiting { mailbox.post(.lookAgain) }
+    for mailbox in waiting { mailbox.post(signal) }
   }
 
   /// The keys waited for now.
