@@ -286,19 +286,20 @@ final class RedisSubscription: Sendable {
   }
 
   /// Starts subscribing (once) and waits until the subscription is open, the subscription is
-  /// stopped, `limit` has passed (real time) or the task is cancelled. Returns at once while
+  /// stopped, `limit` has passed (on the timers' clock) or the task is cancelled. Returns at once while
   /// the subscription is failing (its server is down): the caller goes on without it.
   @discardableResult
   func waitUntilSubscribed(for limit: Duration) async -> WaitOutcome {
     start()
-    let deadline = ContinuousClock.now.advanced(by: limit)
+    let clock = options.clock
+    let deadline = clock.now.advanced(by: limit)
     let id = state.withLock { state -> UInt64 in
       state.nextWaiter += 1
       state.activeWaiters.insert(state.nextWaiter)
       return state.nextWaiter
     }
     let timer = Task {
-      do { try await Task.sleep(for: limit) } catch { return }
+      do { try await clock.sleep(until: deadline, tolerance: nil) } catch { return }
       self.releaseOpenWaiter(id)
     }
     defer {
@@ -327,7 +328,7 @@ final class RedisSubscription: Sendable {
     let (subscribed, failing) = state.withLock { ($0.isSubscribed, $0.isFailing || $0.isStopped) }
     if subscribed { return .subscribed }
     if failing || Task.isCancelled { return .unavailable }
-    return ContinuousClock.now >= deadline ? .timedOut : .unavailable
+    return clock.now >= deadline ? .timedOut : .unavailable
   }
 
   /// Marks the subscription as failing and ends the waits for it.
