@@ -72,6 +72,7 @@ struct RedisFaultTests {
     #expect(try await cache.value(for: "other") == Data("origin other".utf8))
     #expect(redis.statistics.rejected >= 2)
     #expect(redis.statistics.connectionsOpened == opened)
+    try #require(chain.statistics.tiers.count == 2)
     #expect(chain.statistics.tiers[1].failures >= 1)
 
     let restarted = try await RedisServer.start(port: server.port)
