@@ -21,9 +21,9 @@ extension EventLog<RedisLayerEvent> {
   }
 }
 
-/// Waits (yielding) until `condition` holds.
+/// Waits (yielding) until `condition` holds, or until the calling task is cancelled.
 func waitUntil(_ condition: () -> Bool) async {
-  while !condition() { await Task.yield() }
+  while !condition() && !Task.isCancelled { await Task.yield() }
 }
 
 func code(of error: any Error) -> RedisError.Code? { (error as? RedisError)?.code }
