@@ -55,6 +55,7 @@ import Testing
     origin.open()  // this test is not about timing
     let cache = try LoadingCache(chain: chain, origin: origin)
     _ = try await cache.value(for: "a")
+    try #require(chain.statistics.tiers.count == 2)
     #expect(chain.statistics.tiers[1].failures == 1)
   }
 }

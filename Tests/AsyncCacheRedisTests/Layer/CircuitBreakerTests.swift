@@ -48,12 +48,13 @@ struct CircuitBreakerTests {
   }
 
   @Test("each failed probe doubles the delay up to the maximum; a success starts over")
-  func backoff() {
+  func backoff() throws {
     var breaker = CircuitBreaker(policy: policy)
     var now = start
     var delays: [Duration] = []
     for _ in 0..<5 {
-      let until = breaker.recordFailure(at: now, opensAtOnce: true, jitter: 1)!
+      let opened = breaker.recordFailure(at: now, opensAtOnce: true, jitter: 1)
+      let until = try #require(opened)
       delays.append(now.duration(to: until))
       now = until
       #expect(breaker.admit(at: now) == .probe)
@@ -61,7 +62,8 @@ struct CircuitBreakerTests {
     #expect(
       delays == [.milliseconds(100), .milliseconds(200), .milliseconds(350), .milliseconds(350), .milliseconds(350)])
     _ = breaker.recordSuccess()
-    let until = breaker.recordFailure(at: now, opensAtOnce: true, jitter: 1)!
+    let opened = breaker.recordFailure(at: now, opensAtOnce: true, jitter: 1)
+    let until = try #require(opened)
     #expect(now.duration(to: until) == .milliseconds(100))
   }
 

@@ -21,9 +21,9 @@ extension EventLog<RedisLayerEvent> {
   }
 }
 
-/// Waits (yielding) until `condition` holds.
+/// Waits (yielding) until `condition` holds, or until the calling task is cancelled.
 func waitUntil(_ condition: () -> Bool) async {
-  while !condition() { await Task.yield() }
+  while !condition() && !Task.isCancelled { await Task.yield() }
 }
 
 func code(of error: any Error) -> RedisError.Code? { (error as? RedisError)?.code }
@@ -72,6 +72,7 @@ struct RedisFaultTests {
     #expect(try await cache.value(for: "other") == Data("origin other".utf8))
     #expect(redis.statistics.rejected >= 2)
     #expect(redis.statistics.connectionsOpened == opened)
+    try #require(chain.statistics.tiers.count == 2)
     #expect(chain.statistics.tiers[1].failures >= 1)
 
     let restarted = try await RedisServer.start(port: server.port)

@@ -168,6 +168,7 @@ import Testing
       configuration: .init(onFailure: { failure in failures.withLock { $0.append(failure) } })
     )
     #expect(try await chain.value(for: "a") == 3)
+    try #require(chain.statistics.tiers.count == 3)
     let statistics = chain.statistics.tiers[1]
     #expect(statistics.failures == 1 && statistics.misses == 1)
     #expect(statistics.lastFailure?.error as? TestError == TestError("disk gone"))
@@ -212,6 +213,7 @@ import Testing
     #expect(error?.message.contains("layer 1 (redis)") == true)
     #expect(error?.message.contains("lookup") == true)
     #expect(error?.underlying as? TestError == TestError())
+    try #require(chain.statistics.tiers.count == 2)
     #expect(chain.statistics.tiers[1].failures == 1)
   }
 
@@ -223,6 +225,7 @@ import Testing
     await held.waitForHeld(1, .lookup)
     lookup.cancel()
     #expect(await lookup.result.isCancellation)
+    try #require(chain.statistics.tiers.count == 1)
     #expect(chain.statistics.tiers[0].failures == 0, "cancellation is not a layer failure")
   }
 

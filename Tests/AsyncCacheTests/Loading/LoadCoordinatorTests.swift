@@ -87,7 +87,8 @@ struct LoadCoordinatorTests {
     fixture.origin.open()
     #expect(try await fixture.cache.value(for: "k") == "origin k")
     let completions = fixture.shared.coordinator.completions
-    #expect(completions.count == 1 && completions[0].token == 7 && completions[0].value == "origin k")
+    try #require(completions.count == 1)
+    #expect(completions[0].token == 7 && completions[0].value == "origin k")
     #expect(fixture.top.value(for: "k") == "origin k")
     #expect(fixture.shared.base.value(for: "k") == nil)
     #expect(fixture.bottom.value(for: "k") == "origin k")
@@ -147,7 +148,8 @@ struct LoadCoordinatorTests {
     _ = fixture.origin.release("k", throwing: TestError("down"))
     await #expect(throws: TestError("down")) { try await request.value }
     let completions = fixture.shared.coordinator.completions
-    #expect(completions.count == 1 && (completions[0].error as? TestError) == TestError("down"))
+    try #require(completions.count == 1)
+    #expect((completions[0].error as? TestError) == TestError("down"))
   }
 
   @Test("a failure elsewhere reaches the requests, and the origin is not asked")
@@ -168,7 +170,8 @@ struct LoadCoordinatorTests {
     await #expect(throws: CancellationError.self) { try await request.value }
     await fixture.cache.waitUntilIdle()
     let completions = fixture.shared.coordinator.completions
-    #expect(completions.count == 1 && completions[0].error is CancellationError)
+    try #require(completions.count == 1)
+    #expect(completions[0].error is CancellationError)
   }
 
   @Test("a refresh claims past the stale entry it declined")
@@ -187,6 +190,8 @@ struct LoadCoordinatorTests {
     await origin.waitForFetches(1, for: "k")
     _ = origin.releaseAll()
     await cache.waitUntilIdle()
-    #expect(coordinator.claims.count == 1 && coordinator.claims[0].1 == stale.expiresAt)
+    let claims = coordinator.claims
+    try #require(claims.count == 1)
+    #expect(claims[0].1 == stale.expiresAt)
   }
 }

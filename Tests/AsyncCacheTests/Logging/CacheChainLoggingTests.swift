@@ -125,6 +125,7 @@ struct CacheChainLoggingTests {
     )
     #expect(removal.metadata["key"] == "a" && removal.metadata["error"] == "TestError(read-only)")
     #expect(removal.metadata["operation"] == "remove")
+    try #require(chain.statistics.tiers.count == 2)
     #expect(chain.statistics.tiers[1].failures == 2, "the removal's failure is counted as the layer's")
   }
 
@@ -159,6 +160,7 @@ struct CacheChainLoggingTests {
     for index in 0..<100 { #expect(try await cache.value(for: "key \(index)") == "key \(index)".count) }
     let warnings = logs.records(atLeast: .warning)
     #expect(warnings.count == 1, "one warning per outage, not one per key: \(warnings.count)")
+    try #require(chain.statistics.tiers.count == 2)
     #expect(chain.statistics.tiers[1].failures == 300, "each key's lookup, write-back and removal are counted")
 
     redis.stopFailing()

@@ -42,6 +42,7 @@ struct OperatorTests {
     #expect(error?.message.contains("bad") == true && error?.underlying is TestError)
 
     #expect(try await chain.value(for: "bad") == 7, "skipped although the policy is .propagate")
+    try #require(chain.statistics.tiers.count == 2)
     #expect(chain.statistics.tiers[0].failures >= 1)
     #expect(chain.statistics.tiers[0].lastFailure?.error is AsyncCacheError)
   }

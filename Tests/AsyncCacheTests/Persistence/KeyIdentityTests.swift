@@ -116,6 +116,7 @@ struct KeyIdentityTests {
     #expect(try await model.mismatches(in: chain, probing: keys).isEmpty)
     // Each layer alone, the disk one reopened: the same answers.
     #expect(try await model.mismatches(in: try await fixture.open(), probing: keys).isEmpty)
+    try #require(chain.tiers.count == 2)
     #expect(try await model.mismatches(in: chain.tiers[0].layer, probing: keys).isEmpty)
   }
 }
