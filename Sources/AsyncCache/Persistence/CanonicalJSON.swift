@@ -14,7 +14,8 @@ enum CanonicalJSON {
   /// every object's members in the order of their normalized names. O(n) when `text` is in NFC
   /// already; otherwise one parse of it, and a sort of each object's members.
   static func normalized(_ text: String) -> String {
-    let normalized = text.nfcNormalized
+    // Not JSON (no JSONEncoder output is): the normalized text as it is.
+    guard let normalized = normalizingStrings(text) else { return text.nfcNormalized }
     // Unchanged, it is what JSONEncoder wrote for strings in NFC: sorted as it sorts.
     guard normalized.utf8.count != text.utf8.count || !normalized.utf8.elementsEqual(text.utf8) else { return text }
     var parser = Parser(bytes: Array(normalized.utf8))
@@ -23,6 +24,61 @@ enum CanonicalJSON {
     var output: [UInt8] = []
     output.reserveCapacity(normalized.utf8.count)
     value.write(to: &output)
+    return String(decoding: output, as: UTF8.self)
+  }
+
+  /// `text` with the characters of its strings in NFC, each run between two escapes normalized
+  /// on its own: the text as `JSONEncoder` would have written the strings' NFC forms.
+  ///
+  /// Normalizing the whole text would be wrong: an escape's letter is a character of the text,
+  /// and would compose with a combining mark that follows it (`\n` and U+0303 would become `\ñ`,
+  /// which is not JSON). The characters `JSONEncoder` escapes (quote, backslash, slash, the
+  /// controls) are starters that compose with nothing, so each run normalizes as it would in
+  /// the string's value. Outside strings, JSON has only ASCII, which is in NFC: `nil` for text
+  /// with other characters there, which is not JSON.
+  private static func normalizingStrings(_ text: String) -> String? {
+    // ASCII is in NFC, and most keys are ASCII.
+    guard text.utf8.contains(where: { $0 >= 0x80 }) else { return text }
+    let bytes = Array(text.utf8)
+    var output: [UInt8] = []
+    output.reserveCapacity(bytes.count)
+    var index = 0
+    var isInString = false
+    var runStart: Int?
+    func endRun(at end: Int) {
+      guard let start = runStart else { return }
+      output += String(decoding: bytes[start..<end], as: UTF8.self).nfcNormalized.utf8
+      runStart = nil
+    }
+    while index < bytes.count {
+      let byte = bytes[index]
+      guard isInString else {
+        guard byte < 0x80 else { return nil }
+        output.append(byte)
+        isInString = byte == UInt8(ascii: "\"")
+        index += 1
+        continue
+      }
+      switch byte {
+      case UInt8(ascii: "\""):
+        endRun(at: index)
+        output.append(byte)
+        isInString = false
+        index += 1
+      case UInt8(ascii: "\\"):
+        // `\X`, or `\uXXXX`: copied as it is.
+        endRun(at: index)
+        let length = index + 1 < bytes.count && bytes[index + 1] == UInt8(ascii: "u") ? 6 : 2
+        let end = min(index + length, bytes.count)
+        output += bytes[index..<end]
+        index = end
+      default:
+        // UTF-8 continuation bytes are never a quote or a backslash.
+        if runStart == nil { runStart = index }
+        index += 1
+      }
+    }
+    endRun(at: bytes.count)
     return String(decoding: output, as: UTF8.self)
   }
 
