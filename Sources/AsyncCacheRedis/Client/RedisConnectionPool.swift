@@ -36,7 +36,11 @@ final class RedisConnectionPool: Sendable {
   private struct State {
     var connections: [RedisConnection] = []
     var isConnecting = false
-    var waiters: [CheckedContinuation<RedisConnection, any Error>] = []
+    /// The callers waiting for the connection being made, by id (a cancelled one leaves).
+    var waiters: [UInt64: CheckedContinuation<RedisConnection, any Error>] = [:]
+    var nextWaiter: UInt64 = 0
+    /// Waiters cancelled before they were queued.
+    var cancelledWaiters: Set<UInt64> = []
     /// Why the last attempt to connect failed, for callers that come to wait just after it.
     var lastConnectError: RedisError?
     var breaker: CircuitBreaker
@@ -81,9 +85,9 @@ final class RedisConnectionPool: Sendable {
       state.isShutDown = true
       defer {
         state.connections = []
-        state.waiters = []
+        state.waiters = [:]
       }
-      return (state.connections, state.waiters)
+      return (state.connections, Array(state.waiters.values))
     }
     for connection in connections { connection.close(with: error) }
     for waiter in waiters { waiter.resume(throwing: error) }
@@ -97,6 +101,8 @@ final class RedisConnectionPool: Sendable {
 
   /// Commands sent and not yet answered, on every connection.
   var commandsInFlight: Int { state.withLock { $0.connections.reduce(0) { $0 + $1.commandsInFlight } } }
+  /// The callers waiting for the connection being made.
+  var connectionWaiters: Int { state.withLock { $0.waiters.count } }
 
   // MARK: - Connections
 
@@ -152,7 +158,24 @@ final class RedisConnectionPool: Sendable {
         counters.rejected.add(1, ordering: .relaxed)
         throw error
       case .connect, .wait:
-        return (try await withCheckedThrowingContinuation { continuation in waitForConnection(continuation) }, isProbe)
+        let id = state.withLock { state in
+          state.nextWaiter += 1
+          return state.nextWaiter
+        }
+        // A cancellation that came after the wait ended leaves nothing behind.
+        defer { state.withLock { _ = $0.cancelledWaiters.remove(id) } }
+        let connection = try await withTaskCancellationHandler {
+          try await withCheckedThrowingContinuation { continuation in waitForConnection(continuation, id: id) }
+        } onCancel: {
+          // The connection is still made, for the others; this caller stops waiting at once.
+          let waiter = state.withLock { state in
+            let waiter = state.waiters.removeValue(forKey: id)
+            if waiter == nil { state.cancelledWaiters.insert(id) }
+            return waiter
+          }
+          waiter?.resume(throwing: CancellationError())
+        }
+        return (connection, isProbe)
       }
     } catch {
       if isProbe { state.withLock { $0.breaker.abandonProbe() } }
@@ -160,20 +183,23 @@ final class RedisConnectionPool: Sendable {
     }
   }
 
-  private func waitForConnection(_ continuation: CheckedContinuation<RedisConnection, any Error>) {
+  private func waitForConnection(_ continuation: CheckedContinuation<RedisConnection, any Error>, id: UInt64) {
     enum Outcome {
       case queued
+      case cancelled
       case ready(RedisConnection)
       case failed(RedisError?)
     }
     let outcome = state.withLock { state -> Outcome in
+      if state.cancelledWaiters.remove(id) != nil { return .cancelled }
       if let open = state.connections.first(where: { !$0.isClosed }) { return .ready(open) }
       guard state.isConnecting else { return .failed(state.lastConnectError) }
-      state.waiters.append(continuation)
+      state.waiters[id] = continuation
       return .queued
     }
     switch outcome {
     case .queued: break
+    case .cancelled: continuation.resume(throwing: CancellationError())
     case .ready(let connection): continuation.resume(returning: connection)
     case .failed(let error):
       continuation.resume(
@@ -206,8 +232,8 @@ final class RedisConnectionPool: Sendable {
         state.isConnecting = false
         state.lastConnectError = nil
         if !state.isShutDown { state.connections.append(connection) }
-        defer { state.waiters = [] }
-        return (state.waiters, state.isShutDown)
+        defer { state.waiters = [:] }
+        return (Array(state.waiters.values), state.isShutDown)
       }
       if isShutDown {
         let error = RedisError(code: .shutDown, message: "the Redis layer for \(server) was shut down")
@@ -223,8 +249,8 @@ final class RedisConnectionPool: Sendable {
       let waiters = state.withLock { state in
         state.isConnecting = false
         state.lastConnectError = error as? RedisError
-        defer { state.waiters = [] }
-        return state.waiters
+        defer { state.waiters = [:] }
+        return Array(state.waiters.values)
       }
       if let error = error as? RedisError, error.code != .shutDown {
         recordFailure(error, opensAtOnce: !inBackground)

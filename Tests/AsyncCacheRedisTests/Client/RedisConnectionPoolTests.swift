@@ -171,9 +171,13 @@ struct RedisConnectionPoolTests {
     }
     let cancelled = Task { try await pool.send("PING") }
     let other = Task { try await pool.send("PING") }
+    // Both wait for the one connection, whose handshake waits at the gate.
+    await waitUntil { pool.connectionWaiters == 2 }
     cancelled.cancel()
-    _ = try await server.command("LPUSH", "gate", "open")
+    // The cancelled caller ends at once, while the connection is still being made.
     await #expect(throws: CancellationError.self) { try await cancelled.value }
+    #expect(pool.connectionWaiters == 1)
+    _ = try await server.command("LPUSH", "gate", "open")
     #expect(try await other.value == .simpleString("PONG"))
     #expect(try await pool.send("PING") == .simpleString("PONG"), "the connection was not given up")
     #expect(pool.counters.connectionsOpened.load(ordering: .relaxed) == 1)
