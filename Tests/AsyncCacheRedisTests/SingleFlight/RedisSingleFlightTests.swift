@@ -7,7 +7,9 @@ import Testing
 @testable import AsyncCacheRedis
 
 /// One instance of a service in a fleet: a memory layer over a Redis layer with single flight,
-/// and a cache whose origin is gated.
+/// and a cache whose origin is gated. Its lease lasts a minute unless a test sets it: a lease
+/// that ran out while a loaded run held the test up (every task waits behind hundreds of
+/// others) would let a second instance load.
 struct FleetInstance {
   let memory: MemoryLayer<String, Data>
   let redis: RedisLayer<String, Data>
@@ -15,7 +17,7 @@ struct FleetInstance {
   let origin: GatedFetcher<String, Data>
 
   init(
-    _ name: String, server: RedisServer, namespace: String = "fleet", leaseTime: Duration = .seconds(5),
+    _ name: String, server: RedisServer, namespace: String = "fleet", leaseTime: Duration = .seconds(60),
     invalidation: Bool = false, operationTimeout: Duration = .seconds(2),
     cacheConfiguration: LoadingCache<String, Data>.Configuration = .init()
   ) throws {
@@ -25,7 +27,7 @@ struct FleetInstance {
   }
 
   init(
-    _ name: String, servers: RedisServers, namespace: String = "fleet", leaseTime: Duration = .seconds(5),
+    _ name: String, servers: RedisServers, namespace: String = "fleet", leaseTime: Duration = .seconds(60),
     invalidation: Bool = false, operationTimeout: Duration = .seconds(2),
     cacheConfiguration: LoadingCache<String, Data>.Configuration = .init()
   ) throws {
