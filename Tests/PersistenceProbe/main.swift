@@ -15,6 +15,8 @@ if let run = SQLiteProbe.commands[command] {
   status = await run(rest)
 } else if let run = RedisProbe.commands[command] {
   status = await run(rest)
+} else if let run = ProcessProbe.commands[command] {
+  status = await run(rest)
 } else {
   FileHandle.standardError.write(Data("PersistenceProbe: unknown command \(command)\n".utf8))
   status = 64

@@ -30,7 +30,9 @@ public import Foundation
 /// standard streams as it starts, so it holds nothing of another test's, and nothing but this
 /// object reaps it, so a signal never reaches a pid that was reused. The child stays in the test
 /// process's group: a Ctrl-C or a `timeout` that ends the tests ends it too. Dropping the
-/// object kills the child (`SIGKILL`) and reaps it, so none outlives its test or stays a zombie.
+/// object kills the child (`SIGKILL`) and reaps it, so none outlives its test or stays a zombie;
+/// and a test process that crashes or is killed has its children killed by its
+/// ``ChildWatchdog``, so none outlives the run.
 public final class ChildProcess: Sendable {
   /// What one of the child's standard streams is connected to.
   public enum Stream {
@@ -59,6 +61,8 @@ public final class ChildProcess: Sendable {
     /// Held by a thread that waits for the exit, so that only one waits on the pid at a time and
     /// none waits on it once it is reaped (it may then belong to another process).
     private let waiting = Mutex<Void>(())
+    /// The watchdog that kills the child if the test process ends first, told before it is reaped.
+    private let watchdog: ChildWatchdog?
   #elseif os(macOS)
     private let process: Process
   #endif
@@ -67,13 +71,27 @@ public final class ChildProcess: Sendable {
   ///
   /// - Throws: When the executable cannot be started, or where ``unavailableReason`` says why
   ///   no process can be.
-  public init(
+  public convenience init(
     _ executable: URL, arguments: [String], standardInput: Stream = .inherited,
     standardOutput: Stream = .inherited, standardError: Stream = .inherited
   ) throws {
+    try self.init(
+      executable, arguments: arguments, standardInput: standardInput, standardOutput: standardOutput,
+      standardError: standardError, watched: true)
+  }
+
+  /// Starts `executable` with `arguments`; on Linux, a `watched` child is killed by the
+  /// process's ``ChildWatchdog`` if the test process ends first (the watchdog itself is not).
+  init(
+    _ executable: URL, arguments: [String], standardInput: Stream, standardOutput: Stream, standardError: Stream,
+    watched: Bool
+  ) throws {
     #if os(Linux)
+      let watchdog = watched ? ChildWatchdog.shared : nil
       pid = try Self.spawn(
         executable.path, arguments: arguments, streams: [standardInput, standardOutput, standardError])
+      self.watchdog = watchdog
+      watchdog?.watch(pid)
     #elseif os(macOS)
       process = Process()
       process.executableURL = executable
@@ -84,6 +102,16 @@ public final class ChildProcess: Sendable {
       try process.run()
     #else
       throw CocoaError(.featureUnsupported, userInfo: [NSLocalizedDescriptionKey: Self.unavailableReason ?? ""])
+    #endif
+  }
+
+  /// Whether a child dies with the process that started it, when that one is killed without a
+  /// chance to stop it: on Linux, through the ``ChildWatchdog``.
+  public static var diesWithItsStarter: Bool {
+    #if os(Linux)
+      true
+    #else
+      false
     #endif
   }
 
@@ -146,6 +174,8 @@ public final class ChildProcess: Sendable {
     private func reap() -> Int32 {
       reaped.withLock { status in
         if let status { return status }
+        // Before the pid is free for reuse: the watchdog must not kill another process by it.
+        watchdog?.forget(pid)
         var raw: Int32 = 0
         while waitpid(pid, &raw, 0) == -1 {
           precondition(errno == EINTR, "waitpid(\(pid)) failed: \(String(cString: strerror(errno)))")

@@ -81,6 +81,33 @@ struct ChildProcessTests {
   }
 
   @Test(
+    "a child dies with the test process that started it, even one killed without a chance to clean up",
+    .enabled(if: ChildProcess.diesWithItsStarter), .timeLimit(.minutes(1)))
+  func childrenDieWithTheTestProcess() async throws {
+    // The probe starts a `sleep` whose output is the probe's; killed, the probe leaves the
+    // `sleep` the only holder of that pipe, so reading it to the end waits for it to die.
+    let probe = try Probe(["start-child"])
+    let started = try #require(probe.waitForLine(startingWith: "started "))
+    let sleep = try #require(Int32(started.dropFirst("started ".count)))
+    probe.kill()
+    let outlived = Locked(false)
+    await withTaskCancellationHandler {
+      await withCheckedContinuation { continuation in
+        // A blocking read, on a thread of its own: it ends when no process holds the pipe.
+        Thread {
+          while probe.nextLine() != nil {}
+          continuation.resume()
+        }.start()
+      }
+    } onCancel: {
+      // The time limit: the `sleep` outlived the probe. Kill it so that the read ends.
+      outlived.withLock { $0 = true }
+      _ = kill(sleep, SIGKILL)
+    }
+    #expect(!outlived.withLock { $0 }, "the sleep (pid \(sleep)) outlived the probe that started it")
+  }
+
+  @Test(
     "children started at the same moment hold only their own standard streams, and each ends when its input closes",
     .enabled(if: FileManager.default.fileExists(atPath: "/proc/self/fd")))
   func concurrentChildrenHoldNothingOfEachOther() throws {
