@@ -463,7 +463,7 @@ struct RedisSingleFlightTests {
     var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
     configuration.singleFlight = settings
     let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "fleet")
-    let origin = StubbornOrigin()
+    let origin = StubbornFetcher<String, Data> { key in Data("stubborn \(key)".utf8) }
     let a = try LoadingCache(layers: [MemoryLayer<String, Data>(), redis], origin: origin)
     let b = try FleetInstance("b", server: server, leaseTime: .seconds(300))
     let holder = Task { try await a.value(for: "k") }
@@ -479,7 +479,7 @@ struct RedisSingleFlightTests {
     #expect(b.origin.release("k") == 1)
     #expect(try await follower[0].value == Data("b k".utf8))
     // A's origin ends at last: its value is stored nowhere, and does not overwrite B's.
-    origin.releaseAll()
+    origin.finishAll()
     await a.waitUntilIdle()
     #expect(try await b.redis.value(for: "k") == Data("b k".utf8))
   }
@@ -798,33 +798,5 @@ struct SingleFlightPartsTests {
     #expect(decoded.expiresAt == 42 && decoded.version == 7 && Array(bytes[decoded.payload]) == [1, 2, 3])
     let plain = try RedisEnvelope.decode(RedisEnvelope.encode(payload: [9], expiresAt: nil))
     #expect(plain.expiresAt == nil && plain.version == nil && plain.payload == 3..<4)
-  }
-}
-
-/// An origin that ignores cancellation: it returns when released.
-final class StubbornOrigin: AsyncFetcher, Sendable {
-  private let state = Locked<(calls: Int, released: Bool, waiting: [CheckedContinuation<Void, Never>])>((0, false, []))
-
-  var callCount: Int { state.withLock { $0.calls } }
-
-  func fetch(_ key: String) async throws -> Data {
-    await withCheckedContinuation { continuation in
-      let released = state.withLock { state in
-        state.calls += 1
-        if !state.released { state.waiting.append(continuation) }
-        return state.released
-      }
-      if released { continuation.resume() }
-    }
-    return Data("stubborn \(key)".utf8)
-  }
-
-  func releaseAll() {
-    let waiting = state.withLock { state in
-      state.released = true
-      defer { state.waiting = [] }
-      return state.waiting
-    }
-    for continuation in waiting { continuation.resume() }
   }
 }

@@ -153,7 +153,7 @@ import Testing
   /// An abandoned load whose origin ignores cancellation must not store its late value over the
   /// value of the fresh load that followed, nor remove that load's record.
   @Test func anAbandonedLoadsLateValueIsNotStored() async throws {
-    let origin = StubbornFetcher()
+    let origin = StubbornFetcher<String, Int> { _ in 0 }
     let cache = try cache(origin: origin)
     let abandoned = Task { try await cache.value(for: "k") }
     await origin.waitForCalls(1)
@@ -173,7 +173,7 @@ import Testing
   }
 
   @Test func anAbandonedLoadFinishingFirstRemovesOnlyItsOwnRecord() async throws {
-    let origin = StubbornFetcher()
+    let origin = StubbornFetcher<String, Int> { _ in 0 }
     let cache = try cache(origin: origin)
     let abandoned = Task { try await cache.value(for: "k") }
     await origin.waitForCalls(1)
@@ -400,45 +400,4 @@ import Testing
 
 enum RequestContext {
   @TaskLocal static var name = "none"
-}
-
-/// An origin that ignores cancellation: each call waits until the test finishes it.
-final class StubbornFetcher: AsyncFetcher, Sendable {
-  private struct State {
-    var calls: [Int: CheckedContinuation<Int, Never>] = [:]
-    var count = 0
-    var callWatchers: [(Int, CheckedContinuation<Void, Never>)] = []
-  }
-
-  private let state = Locked(State())
-
-  func fetch(_ key: String) async throws -> Int {
-    let value = await withCheckedContinuation { (continuation: CheckedContinuation<Int, Never>) in
-      let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-        state.count += 1
-        state.calls[state.count] = continuation
-        let ready = state.callWatchers.filter { $0.0 <= state.count }.map(\.1)
-        state.callWatchers.removeAll { $0.0 <= state.count }
-        return ready
-      }
-      for watcher in ready { watcher.resume() }
-    }
-    return value
-  }
-
-  /// Returns `value` from call number `call` (1-based).
-  func finish(call: Int, with value: Int) {
-    state.withLock { $0.calls.removeValue(forKey: call) }?.resume(returning: value)
-  }
-
-  func waitForCalls(_ count: Int) async {
-    await withCheckedContinuation { continuation in
-      let now = state.withLock { state -> Bool in
-        if state.count >= count { return true }
-        state.callWatchers.append((count, continuation))
-        return false
-      }
-      if now { continuation.resume() }
-    }
-  }
 }

@@ -311,7 +311,7 @@ struct AsyncPrefetcherTests {
 
   @Test("a cancelled load stops counting at once, though its origin does not let go; run() waits for it")
   func cancelledLoadsFreeTheirSlotAtOnce() async throws {
-    let origin = StubbornFetcher()
+    let origin = StubbornFetcher<String, Int> { _ in 0 }
     let cache = try LoadingCache(layers: [try MemoryLayer<String, Int>()], origin: origin)
     let prefetcher = try AsyncPrefetcher<String, Int>(
       cache: cache, keys: Self.keys,
