@@ -278,6 +278,14 @@ final class SQLiteStore {
       replace?.reset()
       delete?.reset()
     }
+    /// The statement of `sql` with the namespace bound, looked up the first time it is needed.
+    func prepared(_ statement: inout SQLiteStatement?, _ sql: String) throws(SQLiteError) -> SQLiteStatement {
+      if let statement { return statement }
+      let prepared = try connection.statement(sql)
+      prepared.bind(namespace, at: 1)
+      statement = prepared
+      return prepared
+    }
     var inserted = (bytes: 0, count: 0)
     for (key, write) in operations {
       var key = key
@@ -296,14 +304,7 @@ final class SQLiteStore {
             do throws(SQLiteError) {
               bind(insert)
               if try insert.run() == 1 { return .success(true) }
-              let statement: SQLiteStatement
-              if let replace {
-                statement = replace
-              } else {
-                statement = try connection.statement(Self.replaceSQL)
-                statement.bind(namespace, at: 1)
-                replace = statement
-              }
+              let statement = try prepared(&replace, Self.replaceSQL)
               bind(statement)
               try statement.run()
               return .success(false)
@@ -317,14 +318,7 @@ final class SQLiteStore {
           inserted.count += 1
         }
       case .delete(let stamp):
-        let statement: SQLiteStatement
-        if let delete {
-          statement = delete
-        } else {
-          statement = try connection.statement(Self.deleteSQL)
-          statement.bind(namespace, at: 1)
-          delete = statement
-        }
+        let statement = try prepared(&delete, Self.deleteSQL)
         let result = key.withUTF8 { key -> Result<Int, SQLiteError> in
           statement.bind(borrowing: UnsafeRawBufferPointer(key), at: 2)
           statement.bind(stamp, at: 3)

@@ -1,0 +1,71 @@
+public import AsyncCache
+
+// What the layer is asked to do besides reads and writes: delete expired rows now, answer memory
+// pressure, and close.
+extension SQLiteLayer {
+  /// Deletes the namespace's expired rows now; returns how many were deleted.
+  ///
+  /// Runs on the layer's thread, in one statement.
+  ///
+  /// - Throws: `PersistenceError` when SQLite fails, for example `PersistenceError.Code.busy`.
+  @discardableResult
+  public func removeExpired() throws -> Int {
+    let now = followedClock.now.nanosecondsSince1970
+    pending.withLock { state in
+      for (key, write) in state.writes {
+        if case .upsert(let row, let stamp, _) = write, let expiresAt = row.expiresAt, expiresAt <= now {
+          state.put(.delete(stamp: stamp), for: key)
+        }
+      }
+    }
+    do {
+      let store = try openStore()
+      store.endReading()
+      let removed = try store.deleteExpired(now: now)
+      counters.expiredRemoved += removed
+      return removed
+    } catch let error as SQLiteError {
+      throw PersistenceError.sqlite(error, while: "removing expired rows")
+    }
+  }
+
+  /// Writes what is pending and closes the database, and ends the event sequences. Later
+  /// operations throw `PersistenceError.Code.closed`; calling it again does nothing. A
+  /// `LoadingCache` or `CacheChain` that holds the layer calls it from its own `close()`, once
+  /// its writes have ended.
+  ///
+  /// - Throws: the error of the final write, if it failed; the database is closed regardless.
+  ///
+  /// `async` although it does not suspend: a synchronous overload would lose, in `async` code,
+  /// to the protocol's do-nothing default.
+  public func close() async throws {
+    guard !isClosed else { return }
+    closeSignal.fire()
+    pending.withLock { $0.isClosed = true }
+    defer {
+      store?.endReading()
+      store?.connection.close()
+      store = nil
+      isClosed = true
+      // Nothing happens after this: the event sequences end once read.
+      eventHub.finishAll()
+    }
+    try writePending(background: false)
+  }
+
+  /// Waits until the calling task is cancelled, the configuration's `gracefulShutdown` signal
+  /// returns, or the layer is closed; then closes it (``close()``), writing what is pending: the
+  /// shape of swift-service-lifecycle's `Service` requirement, for a layer used without a
+  /// `LoadingCache` (whose own `run()` closes its layers).
+  ///
+  /// - Throws: What ``close()`` throws.
+  public nonisolated func run() async throws {
+    await closeSignal.wait(orUntil: configuration.gracefulShutdown)
+    try await close()
+  }
+
+  /// On `.critical` pressure, writes pending values so that their memory is released.
+  public func handleMemoryPressure(_ level: MemoryPressureLevel) {
+    if level == .critical, !isClosed { try? writePending(background: false) }
+  }
+}

@@ -1,0 +1,142 @@
+import AsyncCache
+import CSQLite
+import Foundation
+
+// Opening the database on the layer's thread: its folder created, read-only media served read-only,
+// its schema migrated, and a file SQLite reports corrupt emptied in place (after a copy), at
+// opening or later.
+extension SQLiteLayer {
+  /// The layer's store, opened again when an earlier recovery from a damaged file left it closed.
+  func openStore() throws -> SQLiteStore {
+    assert(executor.isCurrentThread, "SQLite must only be used on the layer's connection thread")
+    if let store { return store }
+    guard !isClosed else { throw closedError }
+    // An earlier recovery from a damaged file failed; try again.
+    try open()
+    guard let store else { throw closedError }
+    return store
+  }
+
+  /// Opens the database, replacing it if SQLite reports it corrupt.
+  func open() throws {
+    let directory = url.deletingLastPathComponent()
+    do {
+      try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    } catch {
+      throw PersistenceError(
+        code: .ioFailure, message: "cannot create the folder \(directory.path) for the database", underlying: error)
+    }
+    do {
+      try connect()
+    } catch let error as SQLiteError {
+      guard Self.isReadOnlyFileSystem(directory) else {
+        throw PersistenceError.sqlite(error, while: "opening \(url.path)")
+      }
+      // Read-only media: serve what the file holds, refuse writes.
+      guard FileManager.default.fileExists(atPath: url.path) else {
+        throw PersistenceError(
+          code: .readOnly, message: "cannot create \(url.path): its file system is read-only", underlying: error)
+      }
+      do {
+        store = SQLiteStore(connection: try SQLiteStore.openImmutable(path: url.path), namespace: namespace)
+      } catch let error {
+        throw PersistenceError(
+          code: .readOnly, message: "cannot open \(url.path) on its read-only file system", underlying: error)
+      }
+      pending.withLock { $0.readOnlyReason = "\(url.path) is on a read-only file system" }
+      isReadOnly = true
+      log(.warning, "the database is on a read-only file system; opened it read-only, writes are refused")
+    }
+  }
+
+  /// Whether `directory` cannot be written because its file system is read-only or access is
+  /// denied.
+  private static func isReadOnlyFileSystem(_ directory: URL) -> Bool {
+    guard access(directory.path, W_OK) != 0 else { return false }
+    return errno == EROFS || errno == EACCES || errno == EPERM
+  }
+
+  private func connect() throws {
+    assert(executor.isCurrentThread, "SQLite must only be used on the layer's connection thread")
+    let connection = try SQLiteConnection(path: url.path, busyTimeout: configuration.busyTimeout)
+    let outcome = try configureRecovering(connection)
+    guard connection.maximumLength - SQLiteRecord.headerSize >= entryLimit else {
+      connection.close()
+      throw AsyncCacheError.invalidConfiguration(
+        "SQLiteLayer: maximumEntrySize \(entryLimit) exceeds this SQLite's limit of \(connection.maximumLength) bytes")
+    }
+    store = SQLiteStore(connection: connection, namespace: namespace)
+    switch outcome {
+    case .current: break
+    case .migrated(let from) where from > 0:
+      record(.schemaMigrated(from: Int(from), to: Int(SQLiteSchema.currentVersion)))
+    case .migrated: break
+    case .reset(let found): record(.schemaReset(foundVersion: Int(found)))
+    }
+  }
+
+  /// Configures a new connection; a file that turns out damaged is emptied in place first.
+  private func configureRecovering(_ connection: SQLiteConnection) throws -> SQLiteSchema.Outcome {
+    do {
+      return try SQLiteStore.configure(connection)
+    } catch  where Self.isCorruption(error) {
+      try reset(connection, reason: error)
+      return try SQLiteStore.configure(connection)
+    }
+  }
+
+  static func isCorruption(_ error: SQLiteError) -> Bool {
+    error.primaryResultCode == SQLITE_CORRUPT || error.primaryResultCode == SQLITE_NOTADB
+  }
+
+  /// When `error` says the database is corrupt, replaces it and returns `true`.
+  func replaceIfCorrupt(_ error: SQLiteError) throws -> Bool {
+    guard Self.isCorruption(error) else { return false }
+    try replaceDatabase(reason: error)
+    return true
+  }
+
+  /// Empties the damaged database in place, after copying it aside for inspection.
+  ///
+  /// Every connection to the file, in this process (other namespaces) and in others, goes on
+  /// with the same file, now empty and sound; a file moved aside would leave them writing into
+  /// a database that nobody opens again.
+  func replaceDatabase(reason: SQLiteError) throws {
+    let connection = try openStore().connection
+    do {
+      try reset(connection, reason: reason)
+      _ = try SQLiteStore.configure(connection)
+    } catch {
+      // Leave the layer to reconnect (and try again) on its next call.
+      store?.connection.close()
+      store = nil
+      // Busy, a full disk...: say so, so that the caller can act on it.
+      if let error = error as? SQLiteError {
+        throw PersistenceError.sqlite(error, while: "resetting the damaged database \(url.path)")
+      }
+      throw PersistenceError(
+        code: .corrupted, message: "\(url.path) is damaged and could not be reset", underlying: error)
+    }
+  }
+
+  /// Copies the damaged file aside (best effort), then empties it in place on `connection`.
+  private func reset(_ connection: SQLiteConnection, reason: SQLiteError) throws {
+    // One copy per damaged file: attempts that fail (another process holds the lock, say) and
+    // are retried reuse it, instead of filling the disk with copies.
+    let manager = FileManager.default
+    if damagedCopy == nil {
+      let aside = url.deletingLastPathComponent().appendingPathComponent(
+        "\(url.lastPathComponent).corrupt-\(UUID().uuidString)")
+      var copied = false
+      for suffix in ["", "-wal"] where manager.fileExists(atPath: url.path + suffix) {
+        if (try? manager.copyItem(atPath: url.path + suffix, toPath: aside.path + suffix)) != nil { copied = true }
+      }
+      damagedCopy = copied ? aside : nil
+    }
+    try connection.resetDatabase()
+    let copy = damagedCopy
+    damagedCopy = nil
+    counters.databaseReplacements += 1
+    record(.databaseReplaced(reason: .sqlite(reason, while: "using \(url.path)"), copiedTo: copy))
+  }
+}

@@ -1,0 +1,191 @@
+public import AsyncCache
+import Foundation
+import Synchronization
+
+// Reads: the pending writes first, then the database on the layer's thread; what a read finds
+// expired or damaged is queued for deletion with a later batch.
+extension SQLiteLayer {
+  /// The entry stored for `key`, or `nil` when there is none, it expired, or its row was
+  /// damaged (then the row is deleted and counted).
+  ///
+  /// Safe from any context. A write still waiting for its transaction is answered on the
+  /// caller's thread. Otherwise the layer's thread runs one indexed `SELECT` and a checksum over
+  /// the value, and the caller decodes it. Reads queued together share one read transaction.
+  ///
+  /// - Throws: `PersistenceError` when the key cannot be encoded or SQLite fails (a corrupt
+  ///   database is replaced and reads as a miss instead); `PersistenceError.Code.closed` after
+  ///   ``close()``.
+  public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
+    let encoded = try encode(key)
+    let now = followedClock.now.nanosecondsSince1970
+    var answer = Answer.local(try pendingAnswer(for: encoded))
+    if case .local(.none) = answer { answer = try await lookUp(encoded, now: now) }
+    switch answer {
+    case .local(.write(.upsert(let row, _, _))):
+      if let expiresAt = row.expiresAt, expiresAt <= now {
+        readCounts.misses.add(1, ordering: .relaxed)
+        return nil
+      }
+      readCounts.hits.add(1, ordering: .relaxed)
+      return CacheEntry(pendingValue(row), expiresAt: row.expiresAt.map(CacheInstant.init(nanosecondsSince1970:)))
+    case .local, .stored(nil):
+      readCounts.misses.add(1, ordering: .relaxed)
+      return nil
+    case .stored(let found?):
+      let value: Value
+      do {
+        value = try valueCoder.decode(found.payload)
+      } catch {
+        await discardUndecodable(encoded, payload: found.payload, expiresAt: found.expiresAt, error: error)
+        return nil
+      }
+      readCounts.hits.add(1, ordering: .relaxed)
+      return CacheEntry(value, expiresAt: found.expiresAt.map(CacheInstant.init(nanosecondsSince1970:)))
+    }
+  }
+
+  /// The value stored for `key`, or `nil`. See ``entry(for:)``.
+  public nonisolated func value(for key: Key) async throws -> Value? {
+    try await entry(for: key)?.value
+  }
+
+  /// A row's payload, checked on the layer's thread.
+  private struct Found: Sendable {
+    var payload: Data
+    var expiresAt: Int64?
+  }
+
+  /// Where a read found its answer: in the pending writes, or in the database (`nil` for a
+  /// miss, an expired row or a damaged one).
+  private enum Answer: Sendable {
+    case local(Local)
+    case stored(Found?)
+  }
+
+  private enum Local: Sendable {
+    case write(PendingWrites.Write)
+    case cleared
+    case none
+  }
+
+  /// What the pending writes say about `encoded`.
+  ///
+  /// - Throws: `PersistenceError.Code.closed` after ``close()``.
+  private nonisolated func pendingAnswer(for encoded: String) throws -> Local {
+    try pending.withLock { state in
+      guard !state.isClosed else { throw closedError }
+      return state.writes[encoded].map(Local.write) ?? (state.clearStamp != nil ? .cleared : .none)
+    }
+  }
+
+  /// Looks `encoded` up in the database. Records the access time of a hit, and queues expired
+  /// and damaged rows for deletion with a later batch.
+  private func lookUp(_ encoded: String, now: Int64) throws -> Answer {
+    guard !isClosed else { throw closedError }
+    // Asked again on this thread: a batch taken after the caller looked, and then failed, has
+    // put its writes back, and they are newer than the database.
+    let local = try pendingAnswer(for: encoded)
+    if case .none = local {} else { return .local(local) }
+    var encoded = encoded
+    let lookup: SQLiteStore.Lookup
+    do {
+      let store = try openStore()
+      // Lookups queued together share a read transaction. It ends with a job queued before its
+      // snapshot is taken (by the first lookup), so it only serves reads requested before that
+      // snapshot: none of them can miss a write that finished before it was requested.
+      if executor.hasQueuedJobs, try store.beginReading() {
+        executor.execute { [self] in assumeIsolated { $0.store?.endReading() } }
+      }
+      do {
+        lookup = try encoded.withUTF8 { key throws(SQLiteError) in
+          try store.lookup(UnsafeRawBufferPointer(key), now: now)
+        }
+      } catch {
+        store.endReading()
+        throw error
+      }
+    } catch let error as SQLiteError {
+      if try replaceIfCorrupt(error) { return .stored(nil) }
+      throw PersistenceError.sqlite(error, while: "reading the key \(encoded.prefix(200).debugDescription)")
+    }
+    switch lookup {
+    case .miss:
+      return .stored(nil)
+    case .expired:
+      guard !isReadOnly else { return .stored(nil) }
+      expired.append(Array(encoded.utf8))
+      requestFlush()
+      return .stored(nil)
+    case .damaged(let damage, let blob):
+      discard(Array(encoded.utf8), blob: blob, key: encoded, reason: "\(damage)")
+      return .stored(nil)
+    case .hit(let payload, let expiresAt, let accessedAt):
+      if !isReadOnly, now.subtractingReportingOverflow(accessedAt).partialValue >= accessResolution {
+        touches[Array(encoded.utf8)] = pending.withLock { $0.accessTime(now: now) }
+        if touches.count >= configuration.maximumPendingTouches { requestFlush() }
+      }
+      return .stored(Found(payload: payload, expiresAt: expiresAt))
+    }
+  }
+
+  /// Records that the row read for `encoded` holds a value that does not decode, so that it is
+  /// deleted with a later batch.
+  private func discardUndecodable(_ encoded: String, payload: Data, expiresAt: Int64?, error: any Error) {
+    let keyBytes = Array(encoded.utf8)
+    let blob = SQLiteRecord.encode(key: keyBytes, expiresAt: expiresAt, payload: payload)
+    discard(keyBytes, blob: blob, key: encoded, reason: "the value does not decode: \(error)")
+  }
+
+  private func discard(_ keyBytes: [UInt8], blob: Data, key: String, reason: String) {
+    readCounts.misses.add(1, ordering: .relaxed)
+    counters.damagedEntries += 1
+    record(.rowDiscarded(key: key, reason: reason))
+    guard !isReadOnly else { return }
+    damaged.append((keyBytes, blob))
+    requestFlush()
+  }
+
+  /// The value of a pending write: the layer's own `Value`, the only type it stores there.
+  private nonisolated func pendingValue(_ row: PendingWrites.Row) -> Value {
+    row.value as! Value
+  }
+
+  /// Every key stored in this namespace that has not expired, including writes still pending.
+  /// Keys that no longer decode (say, written by an older key type) are left out, and so are keys
+  /// stored before keys were normalized that are not in NFC, which no lookup finds.
+  ///
+  /// Runs on the layer's thread. O(n) in the namespace's rows.
+  public var keys: [Key] {
+    get throws {
+      let now = followedClock.now.nanosecondsSince1970
+      let (clearStamp, writes) = pending.withLock { ($0.clearStamp, $0.writes) }
+      var encodedKeys = Set<String>()
+      if clearStamp == nil {
+        let stored: [[UInt8]]
+        do {
+          stored = try openStore().keys(now: now)
+        } catch let error as SQLiteError {
+          throw PersistenceError.sqlite(error, while: "listing keys")
+        }
+        for bytes in stored {
+          // A key stored before keys were normalized, not in NFC, is one no lookup finds.
+          let encoded = String(decoding: bytes, as: UTF8.self)
+          if encoded.isNFC { encodedKeys.insert(encoded) }
+        }
+      }
+      for (key, write) in writes {
+        switch write {
+        case .upsert(let row, _, _):
+          if let expiresAt = row.expiresAt, expiresAt <= now {
+            encodedKeys.remove(key)
+          } else {
+            encodedKeys.insert(key)
+          }
+        case .delete:
+          encodedKeys.remove(key)
+        }
+      }
+      return encodedKeys.compactMap { try? keyEncoding.decode($0) }
+    }
+  }
+}
