@@ -116,6 +116,35 @@ extension RedisLayer {
     case standalone(RedisConnectionPool)
     case cluster(RedisClusterClient)
 
+    /// The pool of the configured server, or the client of the configured cluster (whose pools
+    /// are made alike), with the configuration's limits and timing.
+    ///
+    /// - Parameters:
+    ///   - clock: The clock of the timers (the circuit breakers').
+    ///   - onEvent: Where the connections' events are reported.
+    init(
+      configuration: Configuration, clock: any CacheClock, counters: RedisCounters,
+      onEvent: @escaping @Sendable (RedisLayerEvent) -> Void
+    ) {
+      let makePool: @Sendable (RedisEndpoint) -> RedisConnectionPool = { endpoint in
+        RedisConnectionPool(
+          options: RedisConnectionPool.Options(
+            host: endpoint.host, port: endpoint.port, connectTimeout: configuration.connectTimeout,
+            operationTimeout: configuration.operationTimeout, maximumConnections: configuration.maximumConnections,
+            handshake: configuration.handshake, circuitBreaker: configuration.circuitBreaker,
+            clock: clock),
+          counters: counters, onEvent: onEvent)
+      }
+      switch configuration.servers {
+      case .standalone(let endpoint):
+        self = .standalone(makePool(endpoint))
+      case .cluster(let seeds):
+        self = .cluster(
+          RedisClusterClient(
+            seeds: seeds, counters: counters, clock: clock, onEvent: onEvent, makePool: makePool))
+      }
+    }
+
     func shutDown() {
       switch self {
       case .standalone(let pool): pool.shutDown()

@@ -103,33 +103,12 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     self.counters = counters
     let eventHub = EventHub(handler: configuration.eventHandler)
     self.eventHub = eventHub
-    let logger = followedLogger
     // Timers (the circuit breaker's, the invalidations' health checks and backoff) run on the
     // clock given to the layer, or in real time: they do not follow a cache's clock, which a
     // test may hold still. Expiry does.
     let clock = configuration.clock
-    let onEvent: @Sendable (RedisLayerEvent) -> Void = { event in
-      Self.log(event, to: logger.value, namespace: namespace)
-      eventHub.emit(event)
-    }
-    let makePool: @Sendable (RedisEndpoint) -> RedisConnectionPool = { endpoint in
-      RedisConnectionPool(
-        options: RedisConnectionPool.Options(
-          host: endpoint.host, port: endpoint.port, connectTimeout: configuration.connectTimeout,
-          operationTimeout: configuration.operationTimeout, maximumConnections: configuration.maximumConnections,
-          handshake: configuration.handshake, circuitBreaker: configuration.circuitBreaker,
-          clock: clock),
-        counters: counters, onEvent: onEvent)
-    }
-    let backend: Backend
-    switch configuration.servers {
-    case .standalone(let endpoint):
-      backend = .standalone(makePool(endpoint))
-    case .cluster(let seeds):
-      backend = .cluster(
-        RedisClusterClient(
-          seeds: seeds, counters: counters, clock: clock, onEvent: onEvent, makePool: makePool))
-    }
+    let onEvent = Self.reporter(to: followedLogger, namespace: namespace, eventHub: eventHub)
+    let backend = Backend(configuration: configuration, clock: clock, counters: counters, onEvent: onEvent)
     self.backend = backend
     let targets = Locked<[any AsyncCacheLayer<Key, Value>]>([])
     self.invalidationTargets = targets
@@ -150,8 +129,9 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       self.subscription = nil
       return
     }
-    let decode = keyEncoding.decode
-    let prefix = keyPrefix
+    let invalidations = InvalidationDelivery(
+      tracks: tracks, prefix: keyPrefix, sender: sender, decode: keyEncoding.decode, targets: targets, flight: flight,
+      counters: counters)
     self.subscription = RedisSubscription(
       options: RedisSubscription.Options(
         channels: channels, trackingPrefix: tracks ? keyPrefix : nil, connectTimeout: configuration.connectTimeout,
@@ -160,58 +140,11 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         backoff: configuration.circuitBreaker, clock: clock, isUrgent: { flight?.isUrgent ?? false }),
       counters: counters,
       endpoint: { try await backend.subscriptionEndpoint() },
-      receiveNow: { channel, payload in
-        // Load announcements wake waits at once: no hop through the ordered delivery.
-        guard let flight, channel == flight.channel else { return false }
-        if let announcement = LoadAnnouncement(payload) { flight.waits.deliver(announcement) }
-        return true
-      },
-      deliver: { channel, payload in
-        var changes: [InvalidationMessage.Change] = []
-        if tracks {
-          // `__redis__:invalidate`: the keys changed, or null for a flush of the database.
-          switch payload {
-          case .array(let keys?):
-            for case .bulkString(let stored?) in keys where stored.starts(with: prefix) {
-              guard let encodedKey = String(validating: stored[prefix.count...], as: UTF8.self) else { continue }
-              changes.append(.key(encodedKey))
-            }
-          case .bulkString(nil), .null, .array(nil):
-            changes.append(.all)
-          default:
-            return
-          }
-        } else {
-          guard case .bulkString(let bytes?) = payload, let message = InvalidationMessage(bytes),
-            message.sender != sender
-          else { return }
-          changes.append(message.change)
-        }
-        guard !changes.isEmpty else { return }
-        counters.invalidationsReceived.add(1, ordering: .relaxed)
-        let layers = targets.withLock { $0 }
-        for change in changes {
-          switch change {
-          case .loaded(let encodedKey, let token):
-            // This instance took that load's value from its announcement: its copy is the new one.
-            if flight?.takeAnswered(SingleFlightState.Lease(key: encodedKey, token: token)) == true { continue }
-            guard let key = try? decode(encodedKey) else { continue }
-            for layer in layers { try? await layer.removeValue(for: key) }
-          case .key(let encodedKey):
-            // A key this layer's encoding cannot read was not written by an instance of it.
-            guard let key = try? decode(encodedKey) else { continue }
-            for layer in layers { try? await layer.removeValue(for: key) }
-          case .all:
-            for layer in layers { try? await layer.removeAll() }
-          }
-        }
-      },
+      receiveNow: { channel, payload in flight?.receiveNow(channel, payload) ?? false },
+      deliver: invalidations.deliver,
       resynchronize: {
-        // Redis answers again (if it had stopped): claims may be coordinated again.
-        flight?.isUnreachable.store(false, ordering: .releasing)
-        // Announcements sent while the subscription was down are lost: the waits look again.
-        flight?.waits.wakeAll()
-        for layer in targets.withLock({ $0 }) { try? await layer.removeAll() }
+        flight?.resubscribed()
+        await invalidations.resynchronize()
       },
       interrupted: { flight?.waits.wakeAll() },
       unresponsive: { flight?.markUnreachable() },
@@ -287,6 +220,17 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   ///   oldest are dropped and reported by a ``RedisLayerEvent/dropped(count:)``. At least 1.
   public nonisolated func events(bufferingNewest limit: Int = 1_000) -> EventSequence<RedisLayerEvent> {
     eventHub.events(bufferingNewest: limit)
+  }
+
+  /// Where the layer's pieces (its pools, cluster client and subscription) report their events:
+  /// the logger the layer follows, and the layer's observers.
+  private static func reporter(
+    to logger: Followed<CacheLogger>, namespace: String, eventHub: EventHub<RedisLayerEvent>
+  ) -> @Sendable (RedisLayerEvent) -> Void {
+    { event in
+      log(event, to: logger.value, namespace: namespace)
+      eventHub.emit(event)
+    }
   }
 
   private static func log(

@@ -38,6 +38,23 @@ final class SingleFlightState: Sendable {
     isUnreachable.store(true, ordering: .releasing)
     waits.wakeAll(with: .unreachable)
   }
+
+  /// Takes a message on the load channel at once, on the subscription's connection thread:
+  /// load announcements wake waits with no hop through the ordered delivery. Returns whether the
+  /// message was on the load channel (it is taken then, read or not).
+  func receiveNow(_ channel: [UInt8], _ payload: [UInt8]) -> Bool {
+    guard channel == self.channel else { return false }
+    if let announcement = LoadAnnouncement(payload) { waits.deliver(announcement) }
+    return true
+  }
+
+  /// The subscription is open again after a break.
+  func resubscribed() {
+    // Redis answers again (if it had stopped): claims may be coordinated again.
+    isUnreachable.store(false, ordering: .releasing)
+    // Announcements sent while the subscription was down are lost: the waits look again.
+    waits.wakeAll()
+  }
   /// Other instances' loads whose value this instance took from their announcement, until the
   /// fill's invalidation (``InvalidationMessage/Change/loaded(key:token:)``) comes: that one
   /// must not drop the copy. The oldest are forgotten past ``answeredLimit``.
