@@ -58,6 +58,26 @@ private func snippet_AsyncCache_Layers_CacheEnvironment_1() async throws {
   _ = cache
 }
 
+// Sources/AsyncCache/Layers/WrappingCacheLayer.swift, example 1
+private func snippet_AsyncCache_Layers_WrappingCacheLayer_1() async throws {
+  actor AuditedLayer<Base: AsyncCacheLayer>: WrappingCacheLayer {
+    nonisolated let base: Base
+    init(_ base: Base) { self.base = base }
+    nonisolated var wrappedLayer: any AsyncCacheLayer { base }
+
+    func entry(for key: Base.Key) async throws -> CacheEntry<Base.Value>? {
+      print("read \(key)")
+      return try await base.entry(for: key)
+    }
+    func insert(_ entry: CacheEntry<Base.Value>, for key: Base.Key) async throws {
+      print("write \(key)")
+      try await base.insert(entry, for: key)
+    }
+    func removeValue(for key: Base.Key) async throws { try await base.removeValue(for: key) }
+    func removeAll() async throws { try await base.removeAll() }
+  }
+}
+
 // Sources/AsyncCache/Loading/AsyncBatchFetcher.swift, example 1
 private func snippet_AsyncCache_Loading_AsyncBatchFetcher_1() async throws {
   let batches = ClosureBatchFetcher(maximumBatchSize: 100) { (ids: [Int]) in

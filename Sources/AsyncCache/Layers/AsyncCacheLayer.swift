@@ -76,9 +76,10 @@ public protocol AsyncCacheLayer<Key, Value>: Actor {
   /// A ``LoadingCache`` uses the coordinator of the first of its layers that offers one for
   /// every load that reaches its origin. The default implementation offers none.
   /// ``AnyCacheLayer``, ``CoalescingLayer`` and ``RequestCappedLayer`` pass their base layer's
-  /// on: they store what they are given. Layers that change or filter what they store (the
-  /// value transforms and conditions of the operators) and a nested ``CacheChain`` offer none,
-  /// so a cache over them loads without coordination.
+  /// on: they store what they are given (``PassThroughCacheLayer``). Layers that change or
+  /// filter what they store (the value transforms and conditions of the operators, any other
+  /// ``WrappingCacheLayer``) and a nested ``CacheChain`` offer none, so a cache over them loads
+  /// without coordination.
   nonisolated var loadCoordinator: (any LoadCoordinator<Key, Value>)? { get }
 }
 

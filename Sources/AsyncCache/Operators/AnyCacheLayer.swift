@@ -21,7 +21,7 @@ extension AsyncCacheLayer {
 /// ``AsyncCacheLayer/eraseToAnyLayer()``.
 ///
 /// Each operation costs one call through the existential on top of the wrapped layer's own.
-public final actor AnyCacheLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
+public final actor AnyCacheLayer<Key: Hashable & Sendable, Value: Sendable>: PassThroughCacheLayer {
   /// The wrapped layer.
   public nonisolated let base: any AsyncCacheLayer<Key, Value>
 
@@ -54,23 +54,9 @@ public final actor AnyCacheLayer<Key: Hashable & Sendable, Value: Sendable>: Asy
     try await base.removeAll()
   }
 
-  /// Passes the level to the wrapped layer.
-  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
-    await base.handleMemoryPressure(level)
-  }
-
-  /// Passes the environment on to the wrapped layer.
-  public nonisolated func follow(_ environment: CacheEnvironment) {
-    base.follow(environment)
-  }
-
-  /// The wrapped layer's load coordinator.
-  public nonisolated var loadCoordinator: (any LoadCoordinator<Key, Value>)? { base.loadCoordinator }
-
-  /// Closes the wrapped layer.
-  public nonisolated func close() async throws {
-    try await base.close()
-  }
+  /// The wrapped layer, which memory pressure, the environment, closing and its load
+  /// coordinator are passed on to.
+  public nonisolated var passedThroughLayer: any AsyncCacheLayer<Key, Value> { base }
 }
 
 extension AsyncFetcher {

@@ -28,7 +28,7 @@ extension AsyncCacheLayer {
 
 /// A layer that shares concurrent lookups of the same key: see
 /// ``AsyncCacheLayer/coalescingLookups()``.
-public final actor CoalescingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
+public final actor CoalescingLayer<Base: AsyncCacheLayer>: PassThroughCacheLayer {
   public typealias Key = Base.Key
   public typealias Value = Base.Value
 
@@ -125,23 +125,9 @@ public final actor CoalescingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     try await base.removeAll()
   }
 
-  /// Passes the level to the base layer.
-  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
-    await base.handleMemoryPressure(level)
-  }
-
-  /// Passes the environment on to the wrapped layer.
-  public nonisolated func follow(_ environment: CacheEnvironment) {
-    base.follow(environment)
-  }
-
-  /// The wrapped layer's load coordinator.
-  public nonisolated var loadCoordinator: (any LoadCoordinator<Key, Value>)? { base.loadCoordinator }
-
-  /// Closes the wrapped layer.
-  public nonisolated func close() async throws {
-    try await base.close()
-  }
+  /// The wrapped layer, which memory pressure, the environment, closing and its load
+  /// coordinator are passed on to.
+  public nonisolated var passedThroughLayer: any AsyncCacheLayer<Key, Value> { base }
 
   /// Returns once at least `count` requests wait for the lookup of `key` that new requests
   /// would join, or once the calling task is cancelled (for tests: `AsyncCacheTesting` offers

@@ -66,7 +66,7 @@ extension AsyncCacheLayer {
 
 /// A layer in front of another that takes keys of another type: see
 /// ``AsyncCacheLayer/mappingKeys(_:)-39ac1``.
-public final actor KeyMappedLayer<Key: Hashable & Sendable, Base: AsyncCacheLayer>: AsyncCacheLayer {
+public final actor KeyMappedLayer<Key: Hashable & Sendable, Base: AsyncCacheLayer>: WrappingCacheLayer {
   public typealias Value = Base.Value
 
   /// The layer asked with the transformed keys.
@@ -120,25 +120,13 @@ public final actor KeyMappedLayer<Key: Hashable & Sendable, Base: AsyncCacheLaye
     try await base.removeAll()
   }
 
-  /// Passes the level to the base layer.
-  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
-    await base.handleMemoryPressure(level)
-  }
-
-  /// Passes the environment on to the wrapped layer.
-  public nonisolated func follow(_ environment: CacheEnvironment) {
-    base.follow(environment)
-  }
-
-  /// Closes the wrapped layer.
-  public nonisolated func close() async throws {
-    try await base.close()
-  }
+  /// The wrapped layer, which memory pressure, the environment and closing are passed on to.
+  public nonisolated var wrappedLayer: any AsyncCacheLayer { base }
 }
 
 /// A layer in front of another that converts its values: see
 /// ``AsyncCacheLayer/mappingValues(_:)``.
-public final actor ValueMappedLayer<Value: Sendable, Base: AsyncCacheLayer>: AsyncCacheLayer {
+public final actor ValueMappedLayer<Value: Sendable, Base: AsyncCacheLayer>: WrappingCacheLayer {
   public typealias Key = Base.Key
 
   /// The layer that stores the converted values.
@@ -194,24 +182,12 @@ public final actor ValueMappedLayer<Value: Sendable, Base: AsyncCacheLayer>: Asy
     try await base.removeAll()
   }
 
-  /// Passes the level to the base layer.
-  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
-    await base.handleMemoryPressure(level)
-  }
-
-  /// Passes the environment on to the wrapped layer.
-  public nonisolated func follow(_ environment: CacheEnvironment) {
-    base.follow(environment)
-  }
-
-  /// Closes the wrapped layer.
-  public nonisolated func close() async throws {
-    try await base.close()
-  }
+  /// The wrapped layer, which memory pressure, the environment and closing are passed on to.
+  public nonisolated var wrappedLayer: any AsyncCacheLayer { base }
 }
 
 /// A layer consulted only for some keys: see ``AsyncCacheLayer/onlyIf(_:)-7sup4``.
-public final actor ConditionalLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
+public final actor ConditionalLayer<Base: AsyncCacheLayer>: WrappingCacheLayer {
   public typealias Key = Base.Key
   public typealias Value = Base.Value
 
@@ -282,20 +258,8 @@ public final actor ConditionalLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     try await base.removeAll()
   }
 
-  /// Passes the level to the base layer.
-  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
-    await base.handleMemoryPressure(level)
-  }
-
-  /// Passes the environment on to the wrapped layer.
-  public nonisolated func follow(_ environment: CacheEnvironment) {
-    base.follow(environment)
-  }
-
-  /// Closes the wrapped layer.
-  public nonisolated func close() async throws {
-    try await base.close()
-  }
+  /// The wrapped layer, which memory pressure, the environment and closing are passed on to.
+  public nonisolated var wrappedLayer: any AsyncCacheLayer { base }
 }
 
 /// The error of a condition whose predicate threw `error` for `key`: `CancellationError`

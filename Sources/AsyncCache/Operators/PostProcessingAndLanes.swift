@@ -54,7 +54,7 @@ extension AsyncFetcher {
 }
 
 /// A layer whose lookups are post-processed: see ``AsyncCacheLayer/postProcessing(_:)-2kw6w``.
-public final actor PostProcessedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
+public final actor PostProcessedLayer<Base: AsyncCacheLayer>: WrappingCacheLayer {
   public typealias Key = Base.Key
   public typealias Value = Base.Value
 
@@ -102,20 +102,8 @@ public final actor PostProcessedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     try await base.removeAll()
   }
 
-  /// Passes the level to the base layer.
-  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
-    await base.handleMemoryPressure(level)
-  }
-
-  /// Passes the environment on to the wrapped layer.
-  public nonisolated func follow(_ environment: CacheEnvironment) {
-    base.follow(environment)
-  }
-
-  /// Closes the wrapped layer.
-  public nonisolated func close() async throws {
-    try await base.close()
-  }
+  /// The wrapped layer, which memory pressure, the environment and closing are passed on to.
+  public nonisolated var wrappedLayer: any AsyncCacheLayer { base }
 }
 
 /// An origin whose values are post-processed: see ``AsyncFetcher/postProcessing(_:)``.

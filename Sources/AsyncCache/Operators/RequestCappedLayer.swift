@@ -26,7 +26,7 @@ extension AsyncCacheLayer {
 
 /// A layer in front of another that lets a fixed number of requests through at a time: see
 /// ``AsyncCacheLayer/cappingRequests(at:)``.
-public final actor RequestCappedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
+public final actor RequestCappedLayer<Base: AsyncCacheLayer>: PassThroughCacheLayer {
   public typealias Key = Base.Key
   public typealias Value = Base.Value
 
@@ -87,23 +87,9 @@ public final actor RequestCappedLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     try await base.removeAll()
   }
 
-  /// Passes the level to the base layer at once: freeing memory never waits for a slot.
-  public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
-    await base.handleMemoryPressure(level)
-  }
-
-  /// Passes the environment on to the wrapped layer.
-  public nonisolated func follow(_ environment: CacheEnvironment) {
-    base.follow(environment)
-  }
-
-  /// The wrapped layer's load coordinator.
-  public nonisolated var loadCoordinator: (any LoadCoordinator<Key, Value>)? { base.loadCoordinator }
-
-  /// Closes the wrapped layer.
-  public nonisolated func close() async throws {
-    try await base.close()
-  }
+  /// The wrapped layer, which memory pressure, the environment, closing and its load
+  /// coordinator are passed on to, at once: they never wait for a slot.
+  public nonisolated var passedThroughLayer: any AsyncCacheLayer<Key, Value> { base }
 
   // MARK: Slots
 
