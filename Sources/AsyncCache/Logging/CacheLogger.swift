@@ -148,17 +148,9 @@ public struct CacheLogger: Sendable {
         file: file, function: function, line: line))
   }
 
-  /// Logs at ``CacheLogLevel/trace``; see ``log(_:_:metadata:source:file:function:line:)``.
-  ///
-  /// - Parameters:
-  ///   - message: A sentence describing the event; evaluated only when the record is built.
-  ///   - metadata: Details, by name; evaluated only when the record is built.
-  ///   - source: The component that logs; `nil` for the module of `file`.
-  ///   - file: The file that logs.
-  ///   - function: The function that logs.
-  ///   - line: The line that logs.
+  /// Logs at ``CacheLogLevel/trace``: ``log(_:_:metadata:source:file:function:line:)`` with its level.
   @inlinable
-  public func trace(
+  package func trace(
     _ message: @autoclosure () -> String,
     metadata: @autoclosure () -> [String: String] = [:],
     source: @autoclosure () -> String? = nil,
@@ -169,17 +161,9 @@ public struct CacheLogger: Sendable {
     log(.trace, message(), metadata: metadata(), source: source(), file: file, function: function, line: line)
   }
 
-  /// Logs at ``CacheLogLevel/debug``; see ``log(_:_:metadata:source:file:function:line:)``.
-  ///
-  /// - Parameters:
-  ///   - message: A sentence describing the event; evaluated only when the record is built.
-  ///   - metadata: Details, by name; evaluated only when the record is built.
-  ///   - source: The component that logs; `nil` for the module of `file`.
-  ///   - file: The file that logs.
-  ///   - function: The function that logs.
-  ///   - line: The line that logs.
+  /// Logs at ``CacheLogLevel/debug``: ``log(_:_:metadata:source:file:function:line:)`` with its level.
   @inlinable
-  public func debug(
+  package func debug(
     _ message: @autoclosure () -> String,
     metadata: @autoclosure () -> [String: String] = [:],
     source: @autoclosure () -> String? = nil,
@@ -190,17 +174,9 @@ public struct CacheLogger: Sendable {
     log(.debug, message(), metadata: metadata(), source: source(), file: file, function: function, line: line)
   }
 
-  /// Logs at ``CacheLogLevel/info``; see ``log(_:_:metadata:source:file:function:line:)``.
-  ///
-  /// - Parameters:
-  ///   - message: A sentence describing the event; evaluated only when the record is built.
-  ///   - metadata: Details, by name; evaluated only when the record is built.
-  ///   - source: The component that logs; `nil` for the module of `file`.
-  ///   - file: The file that logs.
-  ///   - function: The function that logs.
-  ///   - line: The line that logs.
+  /// Logs at ``CacheLogLevel/info``: ``log(_:_:metadata:source:file:function:line:)`` with its level.
   @inlinable
-  public func info(
+  package func info(
     _ message: @autoclosure () -> String,
     metadata: @autoclosure () -> [String: String] = [:],
     source: @autoclosure () -> String? = nil,
@@ -211,17 +187,9 @@ public struct CacheLogger: Sendable {
     log(.info, message(), metadata: metadata(), source: source(), file: file, function: function, line: line)
   }
 
-  /// Logs at ``CacheLogLevel/notice``; see ``log(_:_:metadata:source:file:function:line:)``.
-  ///
-  /// - Parameters:
-  ///   - message: A sentence describing the event; evaluated only when the record is built.
-  ///   - metadata: Details, by name; evaluated only when the record is built.
-  ///   - source: The component that logs; `nil` for the module of `file`.
-  ///   - file: The file that logs.
-  ///   - function: The function that logs.
-  ///   - line: The line that logs.
+  /// Logs at ``CacheLogLevel/notice``: ``log(_:_:metadata:source:file:function:line:)`` with its level.
   @inlinable
-  public func notice(
+  package func notice(
     _ message: @autoclosure () -> String,
     metadata: @autoclosure () -> [String: String] = [:],
     source: @autoclosure () -> String? = nil,
@@ -232,17 +200,9 @@ public struct CacheLogger: Sendable {
     log(.notice, message(), metadata: metadata(), source: source(), file: file, function: function, line: line)
   }
 
-  /// Logs at ``CacheLogLevel/warning``; see ``log(_:_:metadata:source:file:function:line:)``.
-  ///
-  /// - Parameters:
-  ///   - message: A sentence describing the event; evaluated only when the record is built.
-  ///   - metadata: Details, by name; evaluated only when the record is built.
-  ///   - source: The component that logs; `nil` for the module of `file`.
-  ///   - file: The file that logs.
-  ///   - function: The function that logs.
-  ///   - line: The line that logs.
+  /// Logs at ``CacheLogLevel/warning``: ``log(_:_:metadata:source:file:function:line:)`` with its level.
   @inlinable
-  public func warning(
+  package func warning(
     _ message: @autoclosure () -> String,
     metadata: @autoclosure () -> [String: String] = [:],
     source: @autoclosure () -> String? = nil,
@@ -253,17 +213,9 @@ public struct CacheLogger: Sendable {
     log(.warning, message(), metadata: metadata(), source: source(), file: file, function: function, line: line)
   }
 
-  /// Logs at ``CacheLogLevel/error``; see ``log(_:_:metadata:source:file:function:line:)``.
-  ///
-  /// - Parameters:
-  ///   - message: A sentence describing the event; evaluated only when the record is built.
-  ///   - metadata: Details, by name; evaluated only when the record is built.
-  ///   - source: The component that logs; `nil` for the module of `file`.
-  ///   - file: The file that logs.
-  ///   - function: The function that logs.
-  ///   - line: The line that logs.
+  /// Logs at ``CacheLogLevel/error``: ``log(_:_:metadata:source:file:function:line:)`` with its level.
   @inlinable
-  public func error(
+  package func error(
     _ message: @autoclosure () -> String,
     metadata: @autoclosure () -> [String: String] = [:],
     source: @autoclosure () -> String? = nil,
@@ -274,17 +226,9 @@ public struct CacheLogger: Sendable {
     log(.error, message(), metadata: metadata(), source: source(), file: file, function: function, line: line)
   }
 
-  /// Logs at ``CacheLogLevel/critical``; see ``log(_:_:metadata:source:file:function:line:)``.
-  ///
-  /// - Parameters:
-  ///   - message: A sentence describing the event; evaluated only when the record is built.
-  ///   - metadata: Details, by name; evaluated only when the record is built.
-  ///   - source: The component that logs; `nil` for the module of `file`.
-  ///   - file: The file that logs.
-  ///   - function: The function that logs.
-  ///   - line: The line that logs.
+  /// Logs at ``CacheLogLevel/critical``: ``log(_:_:metadata:source:file:function:line:)`` with its level.
   @inlinable
-  public func critical(
+  package func critical(
     _ message: @autoclosure () -> String,
     metadata: @autoclosure () -> [String: String] = [:],
     source: @autoclosure () -> String? = nil,
