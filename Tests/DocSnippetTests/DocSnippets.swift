@@ -45,6 +45,13 @@ private func snippet_AsyncCache_Events_EventSequence_1() async throws {
   _ = events
 }
 
+// Sources/AsyncCache/Freshness/NegativeCachingPolicy.swift, example 1
+private func snippet_AsyncCache_Freshness_NegativeCachingPolicy_1() async throws {
+  var configuration = LoadingCache<Int, User>.Configuration(timeToLive: .seconds(300))
+  configuration.negativeCaching = .notFound(timeToLive: .seconds(10))
+  _ = configuration
+}
+
 // Sources/AsyncCache/Layers/CacheEnvironment.swift, example 1
 private func snippet_AsyncCache_Layers_CacheEnvironment_1() async throws {
   let origin = ClosureFetcher<String, Data> { try await render($0) }
@@ -76,20 +83,6 @@ private func snippet_AsyncCache_Layers_WrappingCacheLayer_1() async throws {
     func removeValue(for key: Base.Key) async throws { try await base.removeValue(for: key) }
     func removeAll() async throws { try await base.removeAll() }
   }
-}
-
-// Sources/AsyncCache/Loading/AsyncBatchFetcher.swift, example 1
-private func snippet_AsyncCache_Loading_AsyncBatchFetcher_1() async throws {
-  let batches = ClosureBatchFetcher(maximumBatchSize: 100) { (ids: [Int]) in
-      try await api.users(ids).reduce(into: [:]) { $0[$1.id] = $1 }
-  }
-  _ = batches
-}
-
-// Sources/AsyncCache/Loading/AsyncFetcher.swift, example 1
-private func snippet_AsyncCache_Loading_AsyncFetcher_1() async throws {
-  let origin = ClosureFetcher { (id: Int) in try await api.user(id) }
-  _ = origin
 }
 
 // Sources/AsyncCache/Loading/LoadReport.swift, example 1
@@ -146,22 +139,6 @@ private func snippet_AsyncCache_Loading_LoadingCache_1() async throws {
   let user = try await cache.value(for: 42)   // memory, then lower layers, then the API
   _ = cache
   _ = user
-}
-
-// Sources/AsyncCache/Loading/NegativeCachingPolicy.swift, example 1
-private func snippet_AsyncCache_Loading_NegativeCachingPolicy_1() async throws {
-  var configuration = LoadingCache<Int, User>.Configuration(timeToLive: .seconds(300))
-  configuration.negativeCaching = .notFound(timeToLive: .seconds(10))
-  _ = configuration
-}
-
-// Sources/AsyncCache/Loading/RetryPolicy.swift, example 1
-private func snippet_AsyncCache_Loading_RetryPolicy_1() async throws {
-  let policy = RetryPolicy(
-      maximumAttempts: 4, initialDelay: .milliseconds(200), maximumDelay: .seconds(5),
-      classify: { error in (error as? HTTPError)?.status == 404 ? .fatal : .transient },
-      retryAfter: { error in (error as? HTTPError)?.retryAfter })
-  _ = policy
 }
 
 // Sources/AsyncCache/Logging/CacheLogHandler.swift, example 1
@@ -339,6 +316,29 @@ private func snippet_AsyncCache_Operators_Transforms_1() async throws {
   _ = kelvin
   _ = users
   _ = celsius
+}
+
+// Sources/AsyncCache/Origin/AsyncBatchFetcher.swift, example 1
+private func snippet_AsyncCache_Origin_AsyncBatchFetcher_1() async throws {
+  let batches = ClosureBatchFetcher(maximumBatchSize: 100) { (ids: [Int]) in
+      try await api.users(ids).reduce(into: [:]) { $0[$1.id] = $1 }
+  }
+  _ = batches
+}
+
+// Sources/AsyncCache/Origin/AsyncFetcher.swift, example 1
+private func snippet_AsyncCache_Origin_AsyncFetcher_1() async throws {
+  let origin = ClosureFetcher { (id: Int) in try await api.user(id) }
+  _ = origin
+}
+
+// Sources/AsyncCache/Origin/RetryPolicy.swift, example 1
+private func snippet_AsyncCache_Origin_RetryPolicy_1() async throws {
+  let policy = RetryPolicy(
+      maximumAttempts: 4, initialDelay: .milliseconds(200), maximumDelay: .seconds(5),
+      classify: { error in (error as? HTTPError)?.status == 404 ? .fatal : .transient },
+      retryAfter: { error in (error as? HTTPError)?.retryAfter })
+  _ = policy
 }
 
 // Sources/AsyncCache/Persistence/BlockingExecutor.swift, example 1

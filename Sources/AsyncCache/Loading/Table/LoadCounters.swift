@@ -1,0 +1,30 @@
+/// Counters kept with the in-flight table.
+@usableFromInline
+struct LoadCounters: Sendable {
+  @usableFromInline var loads = 0
+  @usableFromInline var coalesced = 0
+  @usableFromInline var failures = 0
+  @usableFromInline var cancelledWaiters = 0
+  @usableFromInline var cancelledLoads = 0
+  @usableFromInline var refreshes = 0
+  @usableFromInline var refreshesCoalesced = 0
+  @usableFromInline var refreshFailures = 0
+  @usableFromInline var staleServed = 0
+  @usableFromInline var staleServedOnError = 0
+  @usableFromInline var negativeHits = 0
+  /// Requests answered by a load that found the value in a layer.
+  @usableFromInline var layerAnswers = 0
+  /// Requests answered by a load that asked the origin (with its value or its error).
+  @usableFromInline var originAnswers = 0
+  /// Request hits the top memory layer counted for entries the cache would not serve.
+  @usableFromInline var declinedTopHits = 0
+  @usableFromInline var retries = 0
+  /// Requests answered with a stale value at their soft timeout.
+  @usableFromInline var softTimeouts = 0
+  /// Requests that failed at their hard timeout.
+  @usableFromInline var hardTimeouts = 0
+  @usableFromInline var loadTime = LoadTimeHistogram()
+
+  @inlinable
+  init() {}
+}
