@@ -113,35 +113,20 @@ extension LoadingCache {
     guard hasLoadTimeouts else {
       return await register(waiter, collector: collector, keys: keys, dependents: dependents)
     }
-    let timeouts = configuration.loadTimeouts
-    let clock = configuration.clock
-    let start = clock.now
-    // The deadlines are slept for once the keys joined their loads, so that they find them.
-    let (joined, join) = AsyncStream<Never>.makeStream()
-    return await withTaskGroup(of: [LoadIdentity]?.self) { group in
-      group.addTask {
-        await self.register(waiter, collector: collector, keys: keys, dependents: dependents) { join.finish() }
+    // Each key still outstanding at a deadline gets what the deadline gives.
+    let registered = try? await withinLoadTimeouts(
+      configuration.loadTimeouts,
+      soft: { timeout in
+        for key in collector.snapshot.outstanding { self.softTimeOut(waiter, key: key, after: timeout) }
+      },
+      hard: { timeout in
+        for key in collector.snapshot.outstanding { self.hardTimeOut(waiter, key: key, after: timeout) }
       }
-      group.addTask {
-        for await _ in joined {}
-        if let soft = timeouts.soft {
-          guard (try? await clock.sleep(until: start.advanced(by: soft), tolerance: nil)) != nil else { return nil }
-          for key in collector.snapshot.outstanding { self.softTimeOut(waiter, key: key, after: soft) }
-        }
-        if let hard = timeouts.hard {
-          guard (try? await clock.sleep(until: start.advanced(by: hard), tolerance: nil)) != nil else { return nil }
-          for key in collector.snapshot.outstanding { self.hardTimeOut(waiter, key: key, after: hard) }
-        }
-        return nil
-      }
-      var dependencies: [LoadIdentity] = []
-      for await registered in group {
-        guard let registered else { continue }
-        dependencies = registered
-        group.cancelAll()
-      }
-      return dependencies
+    ) { joined in
+      await self.register(waiter, collector: collector, keys: keys, dependents: dependents, joined: joined)
     }
+    // `register` never throws: `nil` only if the group could end without it, which it cannot.
+    return registered ?? []
   }
 
   /// Registers `waiter` (collecting into `collector`) with the load of each of `keys`, starting

@@ -40,55 +40,59 @@ extension LoadingCache {
     }
   }
 
-  /// What ended a wait with timeouts first.
-  enum TimedWait: Sendable {
-    case answered(Value)
-    case softDeadline
-    case hardDeadline
-  }
-
   /// Joins the load of `key` or starts one, and waits for it within `timeouts` (see
-  /// ``LoadTimeouts``): the wait and its deadlines are child tasks of the request, so the
-  /// request's cancellation reaches them all, and a deadline acts on the waiter through the
-  /// load table, as a cancellation does. The first deadline is slept for only once the request
-  /// has joined its load (deadlines are counted from the request's start all the same), so that
-  /// it always finds the waiter, whichever child task runs first.
+  /// ``LoadTimeouts`` and ``withinLoadTimeouts(_:soft:hard:_:)``).
   @usableFromInline
   nonisolated(nonsending) func load(_ key: Key, timeouts: LoadTimeouts) async throws -> Value {
     try checkOpen("value(for:)")
     let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
     guard timeouts.isEnabled else { return try await wait(escalating: key, as: waiter) }
+    return try await withinLoadTimeouts(
+      timeouts,
+      soft: { self.softTimeOut(waiter, key: key, after: $0) },
+      hard: { self.hardTimeOut(waiter, key: key, after: $0) }
+    ) { joined in
+      try await self.wait(escalating: key, as: waiter, joined: joined)
+    }
+  }
+
+  /// Runs `wait` (a request's wait for its load, or a bulk request's for its keys) with the
+  /// deadlines of `timeouts` beside it, counted from now: at the soft deadline `soft` runs, then
+  /// at the hard one `hard`, each acting on the waiter through the load table as a cancellation
+  /// does. The wait and the deadlines are child tasks of the request, so its cancellation reaches
+  /// them all. The first deadline is slept for only once `wait` has joined its loads (it calls
+  /// `joined`), so that a deadline always finds the waiter, whichever child runs first. Returns
+  /// or throws what `wait` does; the deadlines end with it.
+  func withinLoadTimeouts<Success: Sendable>(
+    _ timeouts: LoadTimeouts,
+    soft: @escaping @Sendable (Duration) -> Void,
+    hard: @escaping @Sendable (Duration) -> Void,
+    _ wait: @escaping @Sendable (_ joined: @escaping @Sendable () -> Void) async throws -> Success
+  ) async throws -> Success {
     let clock = configuration.clock
     let start = clock.now
     let (joined, join) = AsyncStream<Never>.makeStream()
-    return try await withThrowingTaskGroup(of: TimedWait.self) { group in
-      group.addTask { .answered(try await self.wait(escalating: key, as: waiter, joined: { join.finish() })) }
+    return try await withThrowingTaskGroup(of: Success?.self) { group in
+      group.addTask { try await wait { join.finish() } }
       group.addTask {
         for await _ in joined {}
-        if let soft = timeouts.soft {
-          try await clock.sleep(until: start.advanced(by: soft), tolerance: nil)
-          return .softDeadline
+        // A cancelled sleep (the wait ended, or the request was cancelled) ends the deadlines
+        // quietly: only the wait says how the request ends.
+        if let timeout = timeouts.soft {
+          guard (try? await clock.sleep(until: start.advanced(by: timeout), tolerance: nil)) != nil else { return nil }
+          soft(timeout)
         }
-        try await clock.sleep(until: start.advanced(by: timeouts.hard!), tolerance: nil)
-        return .hardDeadline
+        if let timeout = timeouts.hard {
+          guard (try? await clock.sleep(until: start.advanced(by: timeout), tolerance: nil)) != nil else { return nil }
+          hard(timeout)
+        }
+        return nil
       }
       // The wait's error (the load's, a hard timeout's, a cancellation) ends the group.
       while let outcome = try await group.next() {
-        switch outcome {
-        case .answered(let value):
-          group.cancelAll()
-          return value
-        case .softDeadline:
-          softTimeOut(waiter, key: key, after: timeouts.soft!)
-          if let hard = timeouts.hard {
-            group.addTask {
-              try await clock.sleep(until: start.advanced(by: hard), tolerance: nil)
-              return .hardDeadline
-            }
-          }
-        case .hardDeadline:
-          hardTimeOut(waiter, key: key, after: timeouts.hard!)
-        }
+        guard let value = outcome else { continue }
+        group.cancelAll()
+        return value
       }
       // Unreachable: the wait ends with a value or an error.
       throw CancellationError()
