@@ -121,10 +121,10 @@ extension LoadingCache {
       },
       hard: { timeout in
         for key in collector.snapshot.outstanding { self.hardTimeOut(waiter, key: key, after: timeout) }
-      }
-    ) { joined in
-      await self.register(waiter, collector: collector, keys: keys, dependents: dependents, joined: joined)
-    }
+      },
+      wait: { joined in
+        await self.register(waiter, collector: collector, keys: keys, dependents: dependents, joined: joined)
+      })
     // `register` never throws: `nil` only if the group could end without it, which it cannot.
     return registered ?? []
   }

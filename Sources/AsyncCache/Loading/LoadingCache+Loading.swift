@@ -41,7 +41,7 @@ extension LoadingCache {
   }
 
   /// Joins the load of `key` or starts one, and waits for it within `timeouts` (see
-  /// ``LoadTimeouts`` and ``withinLoadTimeouts(_:soft:hard:_:)``).
+  /// ``LoadTimeouts`` and ``withinLoadTimeouts(_:soft:hard:wait:)``).
   @usableFromInline
   nonisolated(nonsending) func load(_ key: Key, timeouts: LoadTimeouts) async throws -> Value {
     try checkOpen("value(for:)")
@@ -50,10 +50,8 @@ extension LoadingCache {
     return try await withinLoadTimeouts(
       timeouts,
       soft: { self.softTimeOut(waiter, key: key, after: $0) },
-      hard: { self.hardTimeOut(waiter, key: key, after: $0) }
-    ) { joined in
-      try await self.wait(escalating: key, as: waiter, joined: joined)
-    }
+      hard: { self.hardTimeOut(waiter, key: key, after: $0) },
+      wait: { joined in try await self.wait(escalating: key, as: waiter, joined: joined) })
   }
 
   /// Runs `wait` (a request's wait for its load, or a bulk request's for its keys) with the
@@ -67,7 +65,7 @@ extension LoadingCache {
     _ timeouts: LoadTimeouts,
     soft: @escaping @Sendable (Duration) -> Void,
     hard: @escaping @Sendable (Duration) -> Void,
-    _ wait: @escaping @Sendable (_ joined: @escaping @Sendable () -> Void) async throws -> Success
+    wait: @escaping @Sendable (_ joined: @escaping @Sendable () -> Void) async throws -> Success
   ) async throws -> Success {
     let clock = configuration.clock
     let start = clock.now
