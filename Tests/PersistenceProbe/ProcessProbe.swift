@@ -13,7 +13,33 @@ enum ProcessProbe {
   static let commands: [String: @Sendable ([String]) async -> Int32] = [
     "watchdog": watchdog,
     "start-child": startChild,
+    "outlive-watchdog": outliveWatchdog,
   ]
+
+  /// `outlive-watchdog`: starts a child (and so the watchdog), kills the watchdog, starts and
+  /// drops another child (its announcement goes to a watchdog that is gone), then prints
+  /// `survived`: a dead watchdog must not take the process with it.
+  @Sendable static func outliveWatchdog(_ arguments: [String]) async -> Int32 {
+    do {
+      let first = try ChildProcess(URL(fileURLWithPath: "/bin/true"), arguments: [], standardOutput: .null)
+      first.waitUntilExit()
+      guard let watchdog = ChildProcess.watchdogProcessIdentifier else {
+        FileHandle.standardError.write(Data("outlive-watchdog: no watchdog\n".utf8))
+        return 1
+      }
+      kill(watchdog, SIGKILL)
+      // Reaped by no one here (it is the watchdog's own object's): wait for its socket to close.
+      var status: Int32 = 0
+      _ = waitpid(watchdog, &status, 0)
+      let second = try ChildProcess(URL(fileURLWithPath: "/bin/true"), arguments: [], standardOutput: .null)
+      second.waitUntilExit()
+      emit("survived")
+      return 0
+    } catch {
+      FileHandle.standardError.write(Data("outlive-watchdog: \(error)\n".utf8))
+      return 1
+    }
+  }
 
   /// `watchdog`: reads `+<pid>` (a child started) and `-<pid>` (a child about to be reaped)
   /// lines from its standard input, whose writing end only the test process holds; when the

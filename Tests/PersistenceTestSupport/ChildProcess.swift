@@ -42,6 +42,8 @@ public final class ChildProcess: Sendable {
     case null
     /// A pipe; the child's end is closed in the test process once the child runs.
     case pipe(Pipe)
+    /// An open descriptor of the test process (a socket, say), which the caller closes.
+    case descriptor(Int32)
   }
 
   /// Why child processes cannot be started here, or `nil` where they can.
@@ -112,6 +114,16 @@ public final class ChildProcess: Sendable {
       true
     #else
       false
+    #endif
+  }
+
+  /// The process identifier of this process's watchdog, once a child started it (Linux); for
+  /// the tests of the watchdog itself.
+  public static var watchdogProcessIdentifier: Int32? {
+    #if os(Linux)
+      ChildWatchdog.shared?.processIdentifier
+    #else
+      nil
     #endif
   }
 
@@ -208,6 +220,8 @@ public final class ChildProcess: Sendable {
             posix_spawn_file_actions_adddup2(&actions, end.fileDescriptor, descriptor),
             "posix_spawn_file_actions_adddup2")
           if !parentEnds.contains(where: { $0 === end }) { parentEnds.append(end) }
+        case .descriptor(let open):
+          try check(posix_spawn_file_actions_adddup2(&actions, open, descriptor), "posix_spawn_file_actions_adddup2")
         }
       }
       try closeEverythingElse(&actions)
@@ -281,6 +295,7 @@ public final class ChildProcess: Sendable {
       case .inherited: nil
       case .null: FileHandle.nullDevice
       case .pipe(let pipe): pipe
+      case .descriptor(let open): FileHandle(fileDescriptor: open, closeOnDealloc: false)
       }
     }
   #else

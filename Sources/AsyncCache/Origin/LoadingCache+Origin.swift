@@ -148,7 +148,7 @@ extension LoadingCache {
         group.addTask {
           do {
             let supersedes = fallbacks[item.id]?.entry.expiresAt
-            switch try await coordinator.claim(item.key, supersedes: supersedes) {
+            switch try await self.claim(item, waitingOn: coordinator, supersedes: supersedes) {
             case .loadedElsewhere(let entry):
               await self.answer(item, loadedElsewhere: entry, tier: tier, startedAt: startedAt)
             case .granted(let token):
@@ -166,6 +166,34 @@ extension LoadingCache {
     }
   }
 
+  /// Claims `item`'s key, waiting for the process that holds it, until the claim ends or no
+  /// request wants the key any more (its load was abandoned while the batch goes on for its
+  /// other keys): then the claim is given up, as a single load's is when it is cancelled.
+  private func claim(
+    _ item: BatchItem<Key>, waitingOn coordinator: any LoadCoordinator<Key, Value>, supersedes: CacheInstant?
+  ) async throws -> LoadClaim<Value> {
+    var claim: Result<LoadClaim<Value>, any Error>?
+    await withTaskGroup(of: Result<LoadClaim<Value>, any Error>?.self) { race in
+      race.addTask {
+        do { return .success(try await coordinator.claim(item.key, supersedes: supersedes)) } catch {
+          return .failure(error)
+        }
+      }
+      race.addTask {
+        await self.loadTable.waitUntil(orCancellation: true) { !$0.isLive(item.id) }
+        return nil
+      }
+      // The first to end cancels the other; the claim's outcome is kept whichever came first
+      // (a lease granted as the load was abandoned is then given up by the fetch, which finds
+      // the key no longer wanted).
+      for await outcome in race {
+        if let outcome { claim = outcome }
+        race.cancelAll()
+      }
+    }
+    return try (claim ?? .failure(CancellationError())).get()
+  }
+
   /// Fetches the keys of `items` from `origin` in one call (under the retry policy), stores each
   /// value as its claim in `leases` allows (every layer when there is no coordinator), and
   /// answers each key's load.
@@ -178,7 +206,11 @@ extension LoadingCache {
     let outcome: Result<[Key: Value], any Error>
     if let leases {
       outcome = await withTaskCancellationHandler {
-        await fetchBatch(items, from: origin, attempts: &attempts, asked: &asked)
+        await fetchBatch(items, from: origin, attempts: &attempts, asked: &asked) { dropped in
+          // Keys no request wants any more are not asked for: their claims are given up now,
+          // not once the call for the others ends (another process may be waiting for them).
+          for item in dropped { await leases.open.complete(item.key, with: .failure(CancellationError())) }
+        }
       } onCancel: {
         leases.open.releaseAll()
       }
@@ -238,15 +270,20 @@ extension LoadingCache {
 
   /// Fetches the keys of `items` still wanted from `origin`, under the retry policy. Each
   /// attempt asks only for the keys still wanted (left in `asked`), after waiting for urgent
-  /// work if no request waits for any of them (a batch whose requests were all demoted).
+  /// work if no request waits for any of them (a batch whose requests were all demoted); the
+  /// items no longer wanted are passed to `dropping` before each attempt.
   private func fetchBatch(
     _ items: [BatchItem<Key>], from origin: any AsyncBatchFetcher<Key, Value>, attempts: inout Int,
-    asked: inout Set<Key>
+    asked: inout Set<Key>, dropping: (_ items: [BatchItem<Key>]) async -> Void = { _ in }
   ) async -> Result<[Key: Value], any Error> {
     var wanted: [BatchItem<Key>] = []
     do {
       let values = try await retrying(keys: wanted.map(\.key)) {
         wanted = loadTable.withLock { state in items.filter { state.isLive($0.id) } }
+        if wanted.count < items.count {
+          let ids = Set(wanted.map(\.id))
+          await dropping(items.filter { !ids.contains($0.id) })
+        }
         guard !wanted.isEmpty else { throw CancellationError() }
         try await waitForUrgentWork(loads: wanted.map(\.id))
         attempts += 1

@@ -15,8 +15,11 @@ final class RedisSubscription: Sendable {
     var backoff: RedisCircuitBreakerPolicy
     var clock: any CacheClock
     /// Whether a load waits on the server now (see ``RedisSubscription/checkHealthSoon()``): the
-    /// health check then runs every quarter of the operation timeout.
+    /// server is then probed every quarter of the operation timeout.
     var isUrgent: @Sendable () -> Bool = { false }
+    /// Asks the server something through the layer's own connections; `true` when it answered
+    /// within the operation timeout. `nil`: no probing.
+    var probe: (@Sendable () async -> Bool)? = nil
   }
 
   private let options: Options
@@ -31,9 +34,11 @@ final class RedisSubscription: Sendable {
   private let resynchronize: @Sendable () async -> Void
   /// Called when the subscription closes or cannot open: messages may be lost from now on.
   private let interrupted: @Sendable () -> Void
-  /// Called when the server did not answer the health check within the operation timeout,
-  /// before the subscription closes.
+  /// Called when the server did not answer the health check or a probe within the operation
+  /// timeout (before the subscription closes, for the health check).
   private let unresponsive: @Sendable () -> Void
+  /// Called when a probe was answered in time.
+  private let responsive: @Sendable () -> Void
   private let counters: RedisCounters
   private let onEvent: @Sendable (RedisLayerEvent) -> Void
   private let state = Locked(State())
@@ -64,7 +69,8 @@ final class RedisSubscription: Sendable {
     receiveNow: @escaping @Sendable ([UInt8], [UInt8]) -> Bool = { _, _ in false },
     deliver: @escaping @Sendable ([UInt8], RESPValue) async -> Void,
     resynchronize: @escaping @Sendable () async -> Void, interrupted: @escaping @Sendable () -> Void,
-    unresponsive: @escaping @Sendable () -> Void = {}, onEvent: @escaping @Sendable (RedisLayerEvent) -> Void
+    unresponsive: @escaping @Sendable () -> Void = {}, responsive: @escaping @Sendable () -> Void = {},
+    onEvent: @escaping @Sendable (RedisLayerEvent) -> Void
   ) {
     self.options = options
     self.counters = counters
@@ -74,6 +80,7 @@ final class RedisSubscription: Sendable {
     self.resynchronize = resynchronize
     self.interrupted = interrupted
     self.unresponsive = unresponsive
+    self.responsive = responsive
     self.onEvent = onEvent
   }
 
@@ -349,12 +356,19 @@ final class RedisSubscription: Sendable {
   }
 
   /// Applies messages until the connection closes, checking it with `PING` every health-check
-  /// interval, and every quarter of the operation timeout while a load waits on the server.
+  /// interval; while a load waits on the server, probes the server every quarter of the
+  /// operation timeout besides.
+  ///
+  /// The probes go through the layer's connections, not the subscription's: one answered late
+  /// (a server busy for a moment) reports the server unresponsive, and the next one answered
+  /// reports it back, while the subscription stays open and loses no message. Only the
+  /// subscription's own health check closes it.
   private func serve(_ connection: RedisConnection, _ messages: AsyncStream<Message>) async {
     let interval = options.healthCheckInterval
     let urgentInterval = min(interval, options.operationTimeout / 4)
     let clock = options.clock
     let isUrgent = options.isUrgent
+    let probe = options.probe
     let deliver = deliver
     await withTaskGroup(of: Void.self) { group in
       group.addTask {
@@ -362,8 +376,12 @@ final class RedisSubscription: Sendable {
       }
       group.addTask {
         var lastCheck = clock.now
+        var lastProbe = clock.now
         while !Task.isCancelled {
-          let due = lastCheck.advanced(by: isUrgent() ? urgentInterval : interval)
+          let probing = probe != nil && isUrgent()
+          let checkDue = lastCheck.advanced(by: interval)
+          let probeDue = lastProbe.advanced(by: urgentInterval)
+          let due = probing ? min(checkDue, probeDue) : checkDue
           if clock.now < due {
             // Until the check is due, or a load begins to wait on the server (it may be due
             // sooner then).
@@ -373,6 +391,11 @@ final class RedisSubscription: Sendable {
               await sleep.next()
               sleep.cancelAll()
             }
+            continue
+          }
+          if probing, let probe, clock.now >= probeDue {
+            lastProbe = clock.now
+            if await probe() { self.responsive() } else { self.unresponsive() }
             continue
           }
           lastCheck = clock.now

@@ -158,6 +158,23 @@ extension RedisLayer {
 
     /// Where the invalidation subscription connects: the server, or a master of the cluster
     /// (a cluster passes published messages on to every node).
+    /// Whether the server (every master of the cluster) answers a `PING` within the operation
+    /// timeout, through the layer's connections.
+    func answersPing() async -> Bool {
+      let pools: [RedisConnectionPool]
+      switch self {
+      case .standalone(let pool):
+        pools = [pool]
+      case .cluster(let cluster):
+        guard let masters = try? await cluster.masters() else { return false }
+        pools = masters
+      }
+      for pool in pools {
+        guard (try? await pool.send(RESPCommandWriter([RESPCommand("PING")]))) != nil else { return false }
+      }
+      return true
+    }
+
     func subscriptionEndpoint() async throws -> RedisEndpoint {
       switch self {
       case .standalone(let pool):

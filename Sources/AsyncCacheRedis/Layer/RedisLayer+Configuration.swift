@@ -88,9 +88,11 @@ extension RedisLayer {
     public var circuitBreaker: RedisCircuitBreakerPolicy
     /// The clock that expiry and the circuit breaker's delays are read from. Default: for expiry,
     /// the clock of the cache or chain the layer is put in (see `CacheEnvironment`), else
-    /// `WallClock`; for the circuit breaker and the invalidations' timers, `WallClock` (a cache's
-    /// clock, which a test may hold still, does not reach them). Socket time limits are real time
-    /// whatever the clock. The layer's `clock` tells the clock expiry is read from.
+    /// `WallClock`; for the circuit breaker, the subscription's health checks and probes, and
+    /// single flight's timers (lease waits, renewals, fills deferred while Redis is unreachable),
+    /// `WallClock` (a cache's clock, which a test may hold still, does not reach them). Socket
+    /// time limits are real time whatever the clock. The layer's `clock` tells the clock expiry
+    /// is read from.
     public var clock: any CacheClock {
       get { clockGiven ?? WallClock() }
       set { clockGiven = newValue }

@@ -132,12 +132,16 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     let invalidations = InvalidationDelivery(
       tracks: tracks, prefix: keyPrefix, sender: sender, decode: keyEncoding.decode, targets: targets, flight: flight,
       counters: counters)
+    // Single flight probes the server while loads wait on it (see RedisSubscription.serve).
+    var probe: (@Sendable () async -> Bool)?
+    if flight != nil { probe = { await backend.answersPing() } }
     self.subscription = RedisSubscription(
       options: RedisSubscription.Options(
         channels: channels, trackingPrefix: tracks ? keyPrefix : nil, connectTimeout: configuration.connectTimeout,
         operationTimeout: configuration.operationTimeout, handshake: configuration.handshake,
         healthCheckInterval: configuration.invalidation?.healthCheckInterval ?? .seconds(10),
-        backoff: configuration.circuitBreaker, clock: clock, isUrgent: { flight?.isUrgent ?? false }),
+        backoff: configuration.circuitBreaker, clock: clock, isUrgent: { flight?.isUrgent ?? false },
+        probe: probe),
       counters: counters,
       endpoint: { try await backend.subscriptionEndpoint() },
       receiveNow: { channel, payload in flight?.receiveNow(channel, payload) ?? false },
@@ -148,6 +152,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       },
       interrupted: { flight?.waits.wakeAll() },
       unresponsive: { flight?.markUnreachable() },
+      responsive: { flight?.isUnreachable.store(false, ordering: .releasing) },
       onEvent: onEvent)
   }
 
@@ -199,6 +204,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   private nonisolated func closeNow() {
     closeSignal.fire()
+    singleFlight?.cancelDeferred()
     subscription?.stop()
     backend.shutDown()
     // Nothing happens after this: the event sequences end once read.

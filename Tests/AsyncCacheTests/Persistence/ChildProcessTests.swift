@@ -108,6 +108,14 @@ struct ChildProcessTests {
   }
 
   @Test(
+    "a watchdog that died does not take the test process with it: children start and end as before",
+    .enabled(if: ChildProcess.diesWithItsStarter))
+  func deadWatchdogIsHarmless() throws {
+    let probe = try Probe(["outlive-watchdog"])
+    #expect(probe.waitForLine(startingWith: "survived") == "survived")
+  }
+
+  @Test(
     "children started at the same moment hold only their own standard streams, and each ends when its input closes",
     .enabled(if: FileManager.default.fileExists(atPath: "/proc/self/fd")))
   func concurrentChildrenHoldNothingOfEachOther() throws {

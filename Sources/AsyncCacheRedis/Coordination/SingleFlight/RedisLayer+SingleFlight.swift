@@ -67,6 +67,9 @@ extension RedisLayer {
     let keys = companionKeys(of: encodedKey)
     let mailbox = flight.waits.register(encodedKey)
     defer { flight.waits.unregister(encodedKey, mailbox) }
+    // While the claim runs (and waits for a holder, if it must), Redis is watched closely: a
+    // holder's announcement may never come if it stops answering.
+    subscription?.checkHealthSoon()
     let nonce = SingleFlightState.makeNonce()
     var waited = false
     // Set once Redis answered with a value this instance cannot use: the next claim passes over
@@ -121,8 +124,6 @@ extension RedisLayer {
       case .held(let holder, let left)?:
         guard waiting else { return nil }
         waited = true
-        // The holder's announcement may never come if Redis stops answering: watch it closely.
-        subscription?.checkHealthSoon()
         // The holder's announcement carries small values: no need to read them.
         let stored: [UInt8]
         switch try await waitForHolder(holder, of: encodedKey, leaseLeft: left, mailbox: mailbox, flight: flight) {
@@ -261,13 +262,14 @@ extension RedisLayer {
       let clock = flight.clock
       let deadline = clock.now.advanced(by: flight.settings.leaseTime)
       let step = configuration.operationTimeout
-      Task {
+      // Given up when the layer closes (no Redis to fill any more): the lease runs out then.
+      flight.runDeferred {
         while flight.isUnreachable.load(ordering: .acquiring), clock.now < deadline {
           do {
             try await clock.sleep(until: min(deadline, clock.now.advanced(by: step)), tolerance: nil)
           } catch { return }
         }
-        guard clock.now < deadline else { return }
+        guard clock.now < deadline, !Task.isCancelled else { return }
         _ = await self.endLease(lease, value: held.value, with: result, flight: flight)
       }
       return .notStored

@@ -28,9 +28,38 @@ final class SingleFlightState: Sendable {
     self.clock = clock
   }
 
+  /// The completions deferred while Redis was unreachable, until they end or the layer closes.
+  private let deferred = Locked<(next: UInt64, tasks: [UInt64: Task<Void, Never>], isClosed: Bool)>((0, [:], false))
+
+  /// Runs `work` (a completion Redis could not take) in a task that the layer's close cancels.
+  func runDeferred(_ work: @escaping @Sendable () async -> Void) {
+    deferred.withLock { deferred in
+      guard !deferred.isClosed else { return }
+      deferred.next += 1
+      let id = deferred.next
+      deferred.tasks[id] = Task {
+        await work()
+        _ = self.deferred.withLock { $0.tasks.removeValue(forKey: id) }
+      }
+    }
+  }
+
+  /// Cancels the deferred completions, and any deferred later: the layer is closed.
+  func cancelDeferred() {
+    let tasks = deferred.withLock { deferred in
+      deferred.isClosed = true
+      defer { deferred.tasks = [:] }
+      return Array(deferred.tasks.values)
+    }
+    for task in tasks { task.cancel() }
+  }
+
   /// Whether the server must be watched closely now: this instance waits for another's load,
   /// or holds a lease whose fill must know whether it can land.
-  var isUrgent: Bool { waits.count > 0 || !renewals.withLock { $0.isEmpty } }
+  /// While Redis is unreachable, too: the probes that find it answering again end that.
+  var isUrgent: Bool {
+    waits.count > 0 || !renewals.withLock { $0.isEmpty } || isUnreachable.load(ordering: .acquiring)
+  }
 
   /// Redis stopped answering: the waits for other instances' loads end, to load without
   /// coordination.

@@ -108,4 +108,74 @@ struct RedisFrozenServerTests {
     #expect(try await fromB[0].value == Data("a cold".utf8))
     #expect(b.origin.callCount == callsOfB, "B waited for A's load")
   }
+
+  @Test("a completion deferred while Redis was unreachable ends with the layer's close: nothing of it is left")
+  func deferredCompletionEndsWithClose() async throws {
+    let server = try await RedisServer.start()
+    let clock = ManualClock()
+    var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+    configuration.singleFlight = RedisSingleFlight(leaseTime: .seconds(5))
+    configuration.clock = clock
+    let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "deferred")
+    let coordinator = try #require(redis.loadCoordinator)
+    guard case .granted(let token) = try await coordinator.claim("k", supersedes: nil) else {
+      Issue.record("the lease of k was not granted")
+      return
+    }
+    // As after a health check that Redis did not answer in time.
+    redis.singleFlight?.markUnreachable()
+    let completion = await coordinator.complete("k", token: token, with: .success(CacheEntry(Data("v".utf8))))
+    #expect(completion == .notStored)
+    try await redis.close()
+    // Everything the layer started ends with its close: nothing sleeps on its clock any more.
+    while clock.sleeperCount > 0 && !Task.isCancelled { await Task.yield() }
+    #expect(clock.sleeperCount == 0)
+  }
+
+  @Test("a short stall while a load waits makes the instance load alone, and keeps its subscription and its memory")
+  func shortStallKeepsTheSubscription() async throws {
+    let server = try await RedisServer.start()
+    defer { server.thaw() }
+    let resubscribed = Locked(0)
+    func instance(_ name: String) throws -> (
+      MemoryLayer<String, Data>, RedisLayer<String, Data>, LoadingCache<String, Data>, GatedFetcher<String, Data>
+    ) {
+      var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+      configuration.operationTimeout = Self.operationTimeout
+      configuration.singleFlight = RedisSingleFlight(leaseTime: Self.leaseTime)
+      configuration.invalidation = RedisInvalidation()
+      configuration.eventHandler = { event in
+        if case .invalidationsResubscribed = event { resubscribed.withLock { $0 += 1 } }
+      }
+      let memory = try MemoryLayer<String, Data>()
+      let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "stall")
+      try redis.forwardInvalidations(to: [memory])
+      let origin = GatedFetcher<String, Data> { key in Data("\(name) \(key)".utf8) }
+      let cache = try LoadingCache(tiers: [.init(memory), .init(redis, failurePolicy: .skip)], origin: origin)
+      return (memory, redis, cache, origin)
+    }
+    let (_, _, cacheA, originA) = try instance("a")
+    let (memoryB, redisB, cacheB, originB) = try instance("b")
+    try memoryB.insert(Data("warm".utf8), for: "warm")
+    await eventually { () async -> Bool in redisB.isReceivingInvalidations }
+    let holder = Task { try await cacheA.value(for: "k") }
+    await originA.waitForFetches(1, for: "k")
+    let waiter = Task { try await cacheB.value(for: "k") }
+    await eventually { redisB.singleFlight?.waits.count == 1 }
+    // Redis stalls (a slow command, a fork) until B finds out, then goes on.
+    server.freeze()
+    await eventually { redisB.singleFlight?.isUnreachable.load(ordering: .acquiring) == true }
+    server.thaw()
+    // B loads alone, as it should with Redis not answering…
+    await originB.waitForFetches(1, for: "k")
+    #expect(originB.release("k") == 1)
+    #expect(try await waiter.value == Data("b k".utf8))
+    // …and sees Redis answer again through its probes, with its subscription never closed: no
+    // message was lost, so its memory layer was not emptied.
+    await eventually { redisB.singleFlight?.isUnreachable.load(ordering: .acquiring) == false }
+    #expect(resubscribed.withLock { $0 } == 0)
+    #expect(memoryB.value(for: "warm") == Data("warm".utf8))
+    #expect(originA.release("k") == 1)
+    _ = try await holder.value
+  }
 }
