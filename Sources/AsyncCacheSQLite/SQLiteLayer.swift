@@ -129,13 +129,7 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   // MARK: Internals
 
   nonisolated func encode(_ key: Key) throws -> String {
-    do {
-      return try keyEncoding.encode(key)
-    } catch let error as PersistenceError {
-      throw error
-    } catch {
-      throw PersistenceError(code: .encodingFailed, message: "cannot encode the key \(key)", underlying: error)
-    }
+    try keyEncoding.encode(key, for: "SQLiteLayer")
   }
 
   nonisolated var closedError: PersistenceError {

@@ -48,6 +48,20 @@ public struct CacheKeyEncoding<Key: Sendable>: Sendable {
   /// Decodes a string produced by ``encode``. Throws for any other string.
   public let decode: @Sendable (String) throws -> Key
 
+  /// Encodes `key` for the layer `component` names: a ``PersistenceError`` the encoding throws
+  /// passes as it is, any other error becomes ``PersistenceError/Code/encodingFailed`` naming
+  /// the component and the key.
+  package func encode(_ key: Key, for component: @autoclosure () -> String) throws -> String {
+    do {
+      return try encode(key)
+    } catch let error as PersistenceError {
+      throw error
+    } catch {
+      throw PersistenceError(
+        code: .encodingFailed, message: "\(component()) cannot encode the key \(key)", underlying: error)
+    }
+  }
+
   /// An encoding from a pair of closures: `encode` must be injective up to canonical
   /// equivalence (see "Key identity" in ``CacheKeyEncoding``), and `decode` its inverse. What `encode` returns is
   /// normalized to NFC before any layer sees it.

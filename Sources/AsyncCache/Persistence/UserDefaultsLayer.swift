@@ -297,15 +297,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   // MARK: Storage
 
   private func defaultsKey(for key: Key) throws -> String {
-    do {
-      return prefix + (try keyEncoding.encode(key))
-    } catch let error as PersistenceError {
-      throw error
-    } catch {
-      throw PersistenceError(
-        code: .encodingFailed, message: "UserDefaultsLayer(\(suiteName)) cannot encode the key \(key)",
-        underlying: error)
-    }
+    prefix + (try keyEncoding.encode(key, for: "UserDefaultsLayer(\(suiteName))"))
   }
 
   /// This layer's defaults keys in the suite (only the suite's own domain: no global, argument

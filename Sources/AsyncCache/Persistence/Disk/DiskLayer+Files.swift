@@ -490,14 +490,7 @@ extension DiskLayer {
 
   /// Encodes a key, wrapping a failure in ``PersistenceError/Code/encodingFailed``.
   nonisolated func encode(_ key: Key) throws -> String {
-    do {
-      return try keyEncoding.encode(key)
-    } catch let error as PersistenceError {
-      throw error
-    } catch {
-      throw PersistenceError(
-        code: .encodingFailed, message: "DiskLayer cannot encode the key \(key)", underlying: error)
-    }
+    try keyEncoding.encode(key, for: "DiskLayer")
   }
 
   /// The name of the file of an encoded key.
