@@ -1,6 +1,5 @@
 import AsyncCache
 import AsyncCacheTesting
-import Synchronization
 import TestSupport
 import Testing
 
@@ -21,7 +20,7 @@ final class GatedCoordinator: LoadCoordinator, Sendable {
   }
   let gated: Set<String>
   let heldElsewhere: Set<String>
-  let state = Mutex(State())
+  let state = Locked(State())
   init(gated: Set<String> = [], heldElsewhere: Set<String> = []) {
     self.gated = gated
     self.heldElsewhere = heldElsewhere
