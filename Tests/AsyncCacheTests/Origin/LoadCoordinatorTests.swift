@@ -18,7 +18,7 @@ final class ScriptedCoordinator: LoadCoordinator, Sendable {
 
   private let claimAnswer: @Sendable (String) throws -> LoadClaim<String>
   private let completionAnswer: LeaseCompletion
-  private let recorded = Mutex<(claims: [(String, CacheInstant?)], completions: [Completion])>(([], []))
+  private let recorded = Locked<(claims: [(String, CacheInstant?)], completions: [Completion])>(([], []))
 
   init(
     completion: LeaseCompletion = .stored, claim: @escaping @Sendable (String) throws -> LoadClaim<String>
