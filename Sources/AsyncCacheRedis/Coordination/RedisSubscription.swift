@@ -59,7 +59,7 @@ final class RedisSubscription: Sendable {
     var activeWaiters: Set<UInt64> = []
     var nextWaiter: UInt64 = 0
     /// The health check's sleep, until ``RedisSubscription/checkHealthSoon()`` ends it.
-    var healthCheckSleep: CheckedContinuation<Void, Never>?
+    var healthCheckSleep: UnsafeContinuation<Void, Never>?
     /// ``RedisSubscription/checkHealthSoon()`` was called while the health check was not asleep.
     var healthCheckAsked = false
   }
@@ -89,7 +89,7 @@ final class RedisSubscription: Sendable {
   /// on the server calls it, so that it finds out within about one operation timeout that the
   /// server stopped answering (frozen, or cut off without a reset).
   func checkHealthSoon() {
-    let sleep = state.withLock { state -> CheckedContinuation<Void, Never>? in
+    let sleep = state.withLock { state -> UnsafeContinuation<Void, Never>? in
       guard let sleep = state.healthCheckSleep else {
         state.healthCheckAsked = true
         return nil
@@ -103,24 +103,20 @@ final class RedisSubscription: Sendable {
   /// Returns when ``checkHealthSoon()`` is called (at once if it was since the last return), or
   /// when the task is cancelled.
   private func healthCheckRequested() async {
-    await withTaskCancellationHandler {
-      await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-        let now = state.withLock { state in
-          if state.healthCheckAsked || Task.isCancelled {
-            state.healthCheckAsked = false
-            return true
-          }
-          state.healthCheckSleep = continuation
+    await waitForWatcher { sleep in
+      state.withLock { state in
+        if state.healthCheckAsked {
+          state.healthCheckAsked = false
           return false
         }
-        if now { continuation.resume() }
+        state.healthCheckSleep = sleep
+        return true
       }
-    } onCancel: {
-      let sleep = state.withLock { state in
+    } unregister: {
+      self.state.withLock { state in
         defer { state.healthCheckSleep = nil }
         return state.healthCheckSleep
       }
-      sleep?.resume()
     }
   }
 

@@ -10,7 +10,7 @@ final class GatedCoordinator: LoadCoordinator, Sendable {
   typealias Key = String
   typealias Value = String
   struct State {
-    var gates: [String: [UInt64: CheckedContinuation<Void, Never>]] = [:]
+    var gates: [String: [UInt64: UnsafeContinuation<Void, Never>]] = [:]
     var nextWaiter: UInt64 = 0
     var open: Set<String> = []
     var completions: [(key: String, error: (any Error)?)] = []
@@ -43,17 +43,14 @@ final class GatedCoordinator: LoadCoordinator, Sendable {
       s.nextWaiter += 1
       return s.nextWaiter
     }
-    await withTaskCancellationHandler {
-      await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-        let go = state.withLock { s in
-          if s.open.contains(key) || Task.isCancelled { return true }
-          s.gates[key, default: [:]][id] = c
-          return false
-        }
-        if go { c.resume() }
+    await waitForWatcher { continuation in
+      state.withLock { s in
+        if s.open.contains(key) { return false }
+        s.gates[key, default: [:]][id] = continuation
+        return true
       }
-    } onCancel: {
-      state.withLock { $0.gates[key]?.removeValue(forKey: id) }?.resume()
+    } unregister: {
+      self.state.withLock { $0.gates[key]?.removeValue(forKey: id) }
     }
   }
   func claim(_ key: String, supersedes: CacheInstant?) async throws -> LoadClaim<String> {
@@ -89,21 +86,20 @@ final class GatedCoordinator: LoadCoordinator, Sendable {
   }
 }
 
-actor GatedCoordinatedLayer: AsyncCacheLayer {
-  let base = try! MemoryLayer<String, String>()
-  nonisolated let coordinator: GatedCoordinator
-  init(_ coordinator: GatedCoordinator) { self.coordinator = coordinator }
-  nonisolated func entry(for key: String) async throws -> CacheEntry<String>? { base.entry(for: key) }
-  nonisolated func insert(_ entry: CacheEntry<String>, for key: String) async throws {
-    try base.insert(entry, for: key)
-  }
-  nonisolated func removeValue(for key: String) async throws { base.removeValue(for: key) }
-  nonisolated func removeAll() async throws { base.removeAll() }
-  nonisolated var loadCoordinator: (any LoadCoordinator<String, String>)? { coordinator }
-}
-
 @Suite("A bulk request's keys that lose their requests, over a layer that coordinates loads", .timeLimit(.minutes(1)))
 struct LoadCoordinatorBatchAbandonmentTests {
+  /// memory (top) → a layer coordinated by `coordinator`, with a batch origin; single requests
+  /// use an origin of their own.
+  private func makeCache(
+    _ coordinator: GatedCoordinator
+  ) throws -> (LoadingCache<String, String>, GatedBatchOrigin<String, String>) {
+    let origin = GatedBatchOrigin<String, String> { _, key in "origin \(key)" }
+    let cache = try LoadingCache(
+      layers: [try MemoryLayer<String, String>(), CoordinatedLayer(coordinator)],
+      origin: ClosureFetcher { key in "single \(key)" }, batchOrigin: origin.fetcher())
+    return (cache, origin)
+  }
+
   private func waitUntil(_ condition: () -> Bool) async {
     while !condition() && !Task.isCancelled { await Task.yield() }
   }
@@ -111,11 +107,7 @@ struct LoadCoordinatorBatchAbandonmentTests {
   @Test("a key of a batch abandoned by its only request gives its granted claim up before the batch's origin call ends")
   func partiallyAbandonedBatchReleasesTheAbandonedKeysClaim() async throws {
     let coordinator = GatedCoordinator(gated: ["b"])
-    let shared = GatedCoordinatedLayer(coordinator)
-    let origin = GatedBatchOrigin<String, String> { _, key in "origin \(key)" }
-    let top = try MemoryLayer<String, String>()
-    let cache = try LoadingCache(
-      layers: [top, shared], origin: ClosureFetcher { key in "single \(key)" }, batchOrigin: origin.fetcher())
+    let (cache, origin) = try makeCache(coordinator)
     // R1 asks for a and b in one batch; R2 joins b's load.
     let r1 = Task { await cache.values(for: ["a", "b"]) }
     await cache.waitForWaiters(1, for: "b")
@@ -147,11 +139,7 @@ struct LoadCoordinatorBatchAbandonmentTests {
   @Test("a held key whose only request left stops waiting for the other instance")
   func abandonedHeldKeyStopsWaiting() async throws {
     let coordinator = GatedCoordinator(gated: ["b"], heldElsewhere: ["b"])
-    let shared = GatedCoordinatedLayer(coordinator)
-    let origin = GatedBatchOrigin<String, String> { _, key in "origin \(key)" }
-    let top = try MemoryLayer<String, String>()
-    let cache = try LoadingCache(
-      layers: [top, shared], origin: ClosureFetcher { key in "single \(key)" }, batchOrigin: origin.fetcher())
+    let (cache, origin) = try makeCache(coordinator)
     let r1 = Task { await cache.values(for: ["a", "b"]) }
     await cache.waitForWaiters(1, for: "a")
     let r2 = Task { try await cache.value(for: "a") }

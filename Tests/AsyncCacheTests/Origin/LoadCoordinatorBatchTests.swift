@@ -9,7 +9,7 @@ struct LoadCoordinatorBatchTests {
   /// memory (top) → the coordinated layer → memory (bottom), with a batch origin.
   struct Fixture {
     let top = try! MemoryLayer<String, String>()
-    let shared: CoordinatedLayer
+    let shared: CoordinatedLayer<ScriptedCoordinator>
     let bottom = try! MemoryLayer<String, String>()
     let origin = GatedBatchOrigin<String, String> { _, key in "origin \(key)" }
     let cache: LoadingCache<String, String>

@@ -49,11 +49,11 @@ final class ScriptedCoordinator: LoadCoordinator, Sendable {
 }
 
 /// A memory layer that offers a coordinator: the shared tier of a fleet, in miniature.
-actor CoordinatedLayer: AsyncCacheLayer {
+actor CoordinatedLayer<Coordinator: LoadCoordinator<String, String>>: AsyncCacheLayer {
   let base = try! MemoryLayer<String, String>()
-  nonisolated let coordinator: ScriptedCoordinator
+  nonisolated let coordinator: Coordinator
 
-  init(_ coordinator: ScriptedCoordinator) { self.coordinator = coordinator }
+  init(_ coordinator: Coordinator) { self.coordinator = coordinator }
 
   nonisolated func entry(for key: String) async throws -> CacheEntry<String>? { base.entry(for: key) }
   nonisolated func insert(_ entry: CacheEntry<String>, for key: String) async throws {
@@ -70,7 +70,7 @@ struct LoadCoordinatorTests {
   /// memory (top) → the coordinated layer → memory (bottom).
   struct Fixture {
     let top = try! MemoryLayer<String, String>()
-    let shared: CoordinatedLayer
+    let shared: CoordinatedLayer<ScriptedCoordinator>
     let bottom = try! MemoryLayer<String, String>()
     let origin = GatedFetcher<String, String> { "origin \($0)" }
     let cache: LoadingCache<String, String>
