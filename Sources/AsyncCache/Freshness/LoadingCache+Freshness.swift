@@ -41,7 +41,7 @@ extension LoadingCache {
       return value
     case .staleIfError, .expired:
       // The layer counted a request hit, but the request loads: it is a miss.
-      if countingRequest { loadTable.withLock { $0.counters.declinedTopHits += 1 } }
+      if countingRequest { loadTable.countDeclinedTopHit() }
       return nil
     }
   }
@@ -123,29 +123,18 @@ extension LoadingCache {
   /// value served when `servedStale`.
   @usableFromInline
   func refresh(_ key: Key, servedStale: Bool) {
-    loadTable.withLock { state in
-      if servedStale { state.counters.staleServed += 1 }
-      startRefresh(key, in: &state)
-    }
-  }
-
-  /// Starts a background refresh of `key` in `state` (under the load table's lock), unless a load
-  /// of it is in flight or the cache is closing.
-  func startRefresh(_ key: Key, in state: inout LoadTable<Key, Value>.Machine) {
-    if closedFlag.load(ordering: .relaxed) { return }
-    // A refresh is background work: it runs below the requests that read the stale value, and a
-    // request that joins it raises it.
-    state.startRefresh(key, priority: .utility)
+    loadTable.refresh(key, servedStale: servedStale)
   }
 
   /// A stale entry a load passed over (the one expiring last), with the index of its layer: the
   /// answer if the load fails (stale-if-error), or when a request's soft timeout passes.
-  typealias Fallback = (entry: CacheEntry<Value>, tier: Int)
+  typealias Fallback = LoadTable<Key, Value>.Stale
 
-  /// Whether `entry` for `key` may still be served at `now` instead of waiting for a load: it has
-  /// not expired past its grace (stale-if-error).
-  func isServable(_ entry: CacheEntry<Value>, for key: Key, at now: CacheInstant) -> Bool {
-    freshness.state(of: entry, at: now) { lifetime(of: key, entry.value) } != .expired
+  /// Whether `entry` may still be served at `now` instead of waiting for a load: it has not
+  /// expired past its grace (stale-if-error). Its freshness state but ``FreshnessRules/State/expired``,
+  /// told without its lifetime.
+  func isServable(_ entry: CacheEntry<Value>, at now: CacheInstant) -> Bool {
+    entry.expiresAt.map { now < $0 } ?? true
   }
 
   /// Looks `key` up for a load: the entry it may answer with, its tier and state. Without
@@ -192,19 +181,5 @@ extension LoadingCache {
     }
     logServingStale(key, error: error)
     return (fallback.entry.value, .layer(fallback.tier))
-  }
-
-  /// The error negative caching remembers for `key`, if any; counts the hit. Call under the
-  /// load table's lock.
-  @usableFromInline
-  func rememberedError(
-    for key: Key, in state: inout LoadTable<Key, Value>.Machine
-  ) -> (any Error)? {
-    guard let error = state.negatives.error(for: key, now: configuration.clock.now.nanosecondsSince1970) else {
-      return nil
-    }
-    state.counters.negativeHits += 1
-    if eventHub.isObserved { eventHub.emit(.negativeHit(key: key, error: error)) }
-    return error
   }
 }

@@ -79,6 +79,7 @@ struct NegativeEntries<Key: Hashable & Sendable>: Sendable {
   var isEmpty: Bool { entries.isEmpty }
 
   /// The error remembered for `key`, if it has not expired at `now`; forgets an expired one.
+  @usableFromInline
   mutating func error(for key: Key, now: Int64) -> (any Error)? {
     guard let entry = entries[key] else { return nil }
     guard now < entry.expiry else {

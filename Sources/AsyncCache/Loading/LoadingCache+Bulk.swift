@@ -88,17 +88,14 @@ extension LoadingCache {
       await withTaskPriorityEscalationHandler {
         dependencies = await registerWithinTimeouts(waiter, collector: collector, keys: keys, dependents: dependents)
       } onPriorityEscalated: { _, newPriority in
-        let tasks = self.loadTable.withLock { state in
-          keys.compactMap { state.escalate(waiter: waiter, key: $0, to: newPriority) }
-        }
-        for task in Set(tasks) { escalate(task, to: newPriority) }
+        self.loadTable.escalate(waiter, keys: keys, to: newPriority)
       }
     } else {
       dependencies = await registerWithinTimeouts(waiter, collector: collector, keys: keys, dependents: dependents)
     }
     let (outstanding, values, failures) = collector.snapshot
     // Failed fast: the other keys are no longer wanted by this request.
-    if !outstanding.isEmpty { withdraw(waiter, from: Array(outstanding)) }
+    if !outstanding.isEmpty { loadTable.leave(waiter, keys: outstanding) }
     return (values, failures)
   }
 
@@ -143,43 +140,16 @@ extension LoadingCache {
     await withTaskCancellationHandler {
       await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
         collector.wait(with: continuation)
-        let priority = Task.currentPriority
-        let (escalations, remembered) = loadTable.withLock {
-          state -> ([Task<Void, Never>], [(key: Key, error: any Error)]) in
-          // Decided under the lock, as for a single request: either this sees the
-          // cancellation, or `onCancel` finds the waiters registered.
-          if Task.isCancelled { return ([], []) }
-          // Errors remembered by negative caching are answered after the lock; failing fast,
-          // one of them means nothing else is asked for.
-          var remembered: [(key: Key, error: any Error)] = []
-          if !state.negatives.isEmpty {
-            for key in keys {
-              if let error = rememberedError(for: key, in: &state) { remembered.append((key, error)) }
-              if collector.failsFast, !remembered.isEmpty { return ([], remembered) }
-            }
-          }
-          var escalations: [Task<Void, Never>] = []
-          joining: for key in keys where !remembered.contains(where: { $0.key == key }) {
-            let outcome = join(
-              key, waiter: waiter, continuation: .bulk(collector), kind: .bulk, priority: priority,
-              dependents: dependents, dependencies: &dependencies, in: &state)
-            switch outcome {
-            case .waiting(let task):
-              if let task { escalations.append(task) }
-            case .failed(let error):
-              remembered.append((key, error))
-              // Failing fast, the request fails with it: nothing else is asked for.
-              if collector.failsFast { break joining }
-            }
-          }
-          return (escalations, remembered)
-        }
+        let refused = loadTable.join(
+          keys, waiter: waiter, collector: collector, negativeNow: negativeNow, dependents: dependents,
+          dependencies: &dependencies)
         joined?()
-        for (key, error) in remembered { collector.deliver(.failure(error), for: key) }
-        for task in escalations { escalate(task, to: priority) }
+        for (key, refusal) in refused {
+          collector.deliver(.failure(failure(refusal, key: key, joining: .bulk)), for: key)
+        }
       }
     } onCancel: {
-      withdraw(waiter, from: keys)
+      loadTable.leave(waiter, keys: keys)
       collector.failOutstanding(with: CancellationError())
     }
     return dependencies
@@ -188,30 +158,17 @@ extension LoadingCache {
   /// Starts one task for the loads of `started`, a batch of the loads a bulk request started:
   /// their layers, then one `origin` call for the keys still missing.
   func startBatch(
-    _ started: [LoadTable<Key, Value>.Machine.StartedLoad], origin: any AsyncBatchFetcher<Key, Value>
+    _ started: [LoadTable<Key, Value>.StartedLoad], origin: any AsyncBatchFetcher<Key, Value>
   ) -> LoadLaunch {
-    let items = started.map { BatchItem(id: $0.id, key: $0.key, token: $0.token!) }
+    let items = started.map { BatchItem(id: $0.id, key: $0.key, token: $0.token!, urgentAt: $0.urgentAt) }
     let priority = started.map(\.priority).max() ?? .medium
     // The batch's body runs as each of its loads (see LoadDependencies).
     let loads = items.map { LoadIdentity(table: ObjectIdentifier(loadTable), load: $0.id) }
     let task = Task(priority: priority) {
       await LoadDependencies.$current.withValue(.batch(loads)) { await self.runBatch(items, origin: origin) }
-      self.loadTable.withLock { $0.taskEnded(items.map(\.id)) }
+      self.loadTable.taskEnded(items.map(\.id))
     }
     return LoadLaunch(ids: items.map(\.id), task: task, priority: priority, isBatch: true)
-  }
-
-  /// Removes `waiter` from the loads of `keys`; cancels the loads (or batches) it was the last
-  /// waiter of, and marks their reads overtaken so that a late value is not stored.
-  private func withdraw(_ waiter: UInt64, from keys: [Key]) {
-    let abandoned = loadTable.withLock { state -> [Task<Void, Never>] in
-      var tasks: [Task<Void, Never>] = []
-      for key in keys {
-        if let task = leave(waiter, key: key, in: &state).abandoned?.task { tasks.append(task) }
-      }
-      return tasks
-    }
-    for task in abandoned { task.cancel() }
   }
 
   /// What the lookup of one key of a batch found, and the stale entry it passed over.
@@ -232,7 +189,7 @@ extension LoadingCache {
       for item in items {
         group.addTask {
           // A load abandoned meanwhile is not looked up, nor fetched.
-          guard self.loadTable.withLock({ $0.isLive(item.id) }) else {
+          guard self.loadTable.isLive(item.id) else {
             self.chain.endRead(item.token)
             // Out of the table: this reports its end, as cancelled.
             self.finish(item.id, key: item.key, startedAt: startedAt, with: .failure(CancellationError()), attempts: 0)

@@ -37,8 +37,8 @@ extension LoadingCache {
     }
     let work = closing.withLock { closing in
       if let closing { return closing }
-      // Set under the load table's lock, where requests join loads (see `join`).
-      loadTable.withLock { _ in closedFlag.store(true, ordering: .relaxed) }
+      // Closed under the load table's lock, where requests join loads.
+      loadTable.close()
       closeSignal.fire()
       let work = Task { await self.finishWork() }
       closing = work
@@ -62,26 +62,28 @@ extension LoadingCache {
     }
     for stop in stops { await stop() }
     // Loads abandoned by their requests are out of `loads` but may still be running their body.
-    await loadTable.waitUntil { $0.loads.isEmpty && $0.running.isEmpty }
+    await loadTable.waitUntil { $0.isIdle }
   }
 
   /// Cancels every load in flight.
   private func cancelLoads() {
-    for task in loadTable.withLock({ $0.allTasks }) { task.cancel() }
+    loadTable.cancelAll()
   }
 
   /// Whether ``close()`` was called (it may still be running). Safe from any context.
-  public var isClosed: Bool { closedFlag.load(ordering: .relaxed) }
+  public var isClosed: Bool { loadTable.closed.load(ordering: .relaxed) }
 
   /// Throws ``AsyncCacheError/Code/closed`` once ``close()`` was called.
   @usableFromInline
   func checkOpen(_ operation: @autoclosure () -> String) throws {
-    if closedFlag.load(ordering: .relaxed) { throw AsyncCacheError.closed("LoadingCache", operation: operation()) }
+    if loadTable.closed.load(ordering: .relaxed) {
+      throw AsyncCacheError.closed("LoadingCache", operation: operation())
+    }
   }
 
   /// The error of a request, bulk request or prefetch that would join a load after close.
   @usableFromInline
-  func closedError(joining kind: LoadTable<Key, Value>.Machine.JoinKind) -> AsyncCacheError {
+  func closedError(joining kind: LoadTable<Key, Value>.JoinKind) -> AsyncCacheError {
     AsyncCacheError.closed("LoadingCache", operation: kind == .prefetch ? "a prefetch" : "a request")
   }
 

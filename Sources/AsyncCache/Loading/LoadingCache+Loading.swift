@@ -31,9 +31,7 @@ extension LoadingCache {
       return try await withTaskPriorityEscalationHandler {
         try await self.wait(for: key, as: waiter, joined: joined)
       } onPriorityEscalated: { _, newPriority in
-        if let task = self.loadTable.withLock({ $0.escalate(waiter: waiter, key: key, to: newPriority) }) {
-          escalate(task, to: newPriority)
-        }
+        self.loadTable.escalate(waiter, keys: CollectionOfOne(key), to: newPriority)
       }
     } else {
       return try await wait(for: key, as: waiter, joined: joined)
@@ -102,10 +100,7 @@ extension LoadingCache {
   /// one as soon as the load finds it (``offerStale(_:for:)``).
   func softTimeOut(_ waiter: UInt64, key: Key, after timeout: Duration) {
     let now = configuration.clock.now
-    let outcome = loadTable.withLock { state in
-      state.softTimeOut(waiter: waiter, key: key, after: timeout) { isServable($0.entry, for: key, at: now) }
-    }
-    guard case .served(let continuation, let stale) = outcome else { return }
+    guard let (continuation, stale) = loadTable.softTimeOut(waiter, key: key, after: timeout, now: now) else { return }
     answerAtSoftTimeout([(continuation, timeout)], with: stale, key: key)
   }
 
@@ -123,26 +118,20 @@ extension LoadingCache {
   /// The hard timeout of `waiter` (a request for `key`, or a bulk request) passed: it fails with
   /// ``AsyncCacheError/Code/timedOut``, and leaves its load as a cancelled request would.
   func hardTimeOut(_ waiter: UInt64, key: Key, after timeout: Duration) {
-    let (continuation, abandoned) = loadTable.withLock { state in
-      let left = state.timeOut(waiter: waiter, key: key)
-      if let token = left.abandoned?.token { chain.overtake(token) }
-      return left
-    }
-    guard let continuation else { return }
+    guard let continuation = loadTable.leave(waiter, key: key, because: .timedOut).continuation else { return }
     logHardTimeout(key, after: timeout)
     if eventHub.isObserved { eventHub.emit(.hardTimeout(key: key, timeout: timeout)) }
     let error = AsyncCacheError.timedOut(key, after: timeout)
     // Delivered as the load's outcome, so that a bulk request's collector gets it too.
     continuation.resume(value: .failure(error), source: .failure(error), key: key)
-    abandoned?.task?.cancel()
   }
 
   /// Offers `stale`, an entry load `id` of `key` passed over, to the requests of the load whose
   /// soft timeout passes (or passed) before the load ends.
   func offerStale(_ stale: Fallback, for id: UInt64, key: Key) {
     let now = configuration.clock.now
-    guard isServable(stale.entry, for: key, at: now) else { return }
-    let waiting = loadTable.withLock { $0.offerStale(stale, for: id) }
+    guard isServable(stale.entry, at: now) else { return }
+    let waiting = loadTable.offerStale(stale, for: id)
     if !waiting.isEmpty { answerAtSoftTimeout(waiting, with: stale, key: key) }
   }
 
@@ -156,46 +145,28 @@ extension LoadingCache {
     defer { for target in dependencies { LoadDependencies.shared.remove(dependents, waitingFor: target) } }
     return try await withTaskCancellationHandler {
       try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, any Error>) in
-        // Decided under the lock: the cancellation flag is set before `onCancel` runs, so
-        // either this sees it and never joins, or `onCancel` finds the waiter.
-        let escalation = loadTable.withLock {
-          state -> (failure: (any Error)?, task: Task<Void, Never>?, priority: TaskPriority) in
-          // Read under the lock: an escalation after this finds the waiter registered.
-          let priority = Task.currentPriority
-          if Task.isCancelled { return (CancellationError(), nil, priority) }
-          let outcome = join(
-            key, waiter: waiter, continuation: .request(continuation), kind: .request, priority: priority,
-            dependents: dependents, dependencies: &dependencies, in: &state)
-          switch outcome {
-          case .failed(let error): return (error, nil, priority)
-          case .waiting(let task): return (nil, task, priority)
-          }
-        } first: { escalation in
-          // Outside the lock (an escalation runs the task's handlers, which may lock the table),
-          // before the table's watchers hear of the join.
-          if let task = escalation.task { escalate(task, to: escalation.priority) }
-        }
+        let refusal = loadTable.join(
+          key, waiter: waiter, as: .request(continuation), kind: .request, negativeNow: negativeNow,
+          dependents: dependents, dependencies: &dependencies)
         joined?()
-        if let failure = escalation.failure { continuation.resume(throwing: failure) }
+        if let refusal { continuation.resume(throwing: failure(refusal, key: key, joining: .request)) }
       }
     } onCancel: {
-      let (continuation, abandoned) = loadTable.withLock { leave(waiter, key: key, in: &$0) }
-      continuation?.resume(throwing: CancellationError())
-      abandoned?.task?.cancel()
+      loadTable.leave(waiter, key: key, because: .cancelled).continuation?.resume(throwing: CancellationError())
     }
   }
 
   /// Starts the tasks of `loads`, registered in the table by one change: one task per load, or,
   /// with a ``batchOrigin``, one per batch of the loads a bulk request started.
   @usableFromInline
-  func launch(_ loads: [LoadTable<Key, Value>.Machine.StartedLoad]) -> [LoadLaunch] {
+  func launch(_ loads: [LoadTable<Key, Value>.StartedLoad]) -> [LoadLaunch] {
     var launches: [LoadLaunch] = []
-    var batchable: [LoadTable<Key, Value>.Machine.StartedLoad] = []
+    var batchable: [LoadTable<Key, Value>.StartedLoad] = []
     for load in loads {
       if load.batchable, batchOrigin != nil {
         batchable.append(load)
       } else {
-        let task = startLoad(load.id, key: load.key, token: load.token!, priority: load.priority)
+        let task = startLoad(load)
         launches.append(LoadLaunch(ids: [load.id], task: task, priority: load.priority, isBatch: false))
       }
     }
@@ -209,55 +180,29 @@ extension LoadingCache {
     return launches
   }
 
-  /// What joining the load of a key came to.
+  /// The error a request refused by the load table fails with (see ``LoadTable/Refusal``);
+  /// reports a negative caching hit.
   @usableFromInline
-  enum JoinOutcome {
-    /// The request fails at once: with an error negative caching remembers, or because it
-    /// would wait for its own load (``AsyncCacheError/Code/recursiveLoad``).
-    case failed(any Error)
-    /// The request waits for a load; escalate this task (the load's) when given.
-    case waiting(escalate: Task<Void, Never>?)
+  func failure(
+    _ refusal: LoadTable<Key, Value>.Refusal, key: Key, joining kind: LoadTable<Key, Value>.JoinKind
+  ) -> any Error {
+    switch refusal {
+    case .cancelled:
+      return CancellationError()
+    case .closed:
+      return closedError(joining: kind)
+    case .remembered(let error):
+      if eventHub.isObserved { eventHub.emit(.negativeHit(key: key, error: error)) }
+      return error
+    case .recursive:
+      return AsyncCacheError.recursiveLoad(key)
+    }
   }
 
-  /// Joins `waiter` to the load of `key`, or starts one (which the load table then runs): the
-  /// one way in for a request, each key of a bulk request and a prefetch. Call under the load
-  /// table's lock.
-  ///
-  /// A key whose error negative caching remembers fails without a load. With `dependents` (the
-  /// loads whose body makes this request), the load the request now waits for is recorded in
-  /// `dependencies`, to forget once the request ends, unless it waits for one of them: then
-  /// the request fails with ``AsyncCacheError/Code/recursiveLoad``, recording nothing.
-  @inlinable
-  func join(
-    _ key: Key,
-    waiter: UInt64,
-    continuation: LoadWaiter<Key, Value>,
-    kind: LoadTable<Key, Value>.Machine.JoinKind,
-    priority: TaskPriority,
-    skipsTopLayer: Bool = false,
-    dependents: [LoadIdentity],
-    dependencies: inout [LoadIdentity],
-    in state: inout LoadTable<Key, Value>.Machine
-  ) -> JoinOutcome {
-    // Checked under the table's lock, where close() sets it: a request either joins before the
-    // close, which then waits for its load, or fails.
-    if closedFlag.load(ordering: .relaxed) { return .failed(closedError(joining: kind)) }
-    if !state.negatives.isEmpty, let error = rememberedError(for: key, in: &state) { return .failed(error) }
-    if !dependents.isEmpty {
-      switch dependOnLoad(state.joinable[key], of: key, from: dependents) {
-      case .success(let target): if let target { dependencies.append(target) }
-      case .failure(let error): return .failed(error)
-      }
-    }
-    switch state.join(
-      key, waiter: waiter, continuation: continuation, priority: priority, kind: kind, skipsTopLayer: skipsTopLayer)
-    {
-    case .joined(let task):
-      return .waiting(escalate: task)
-    case .started(let id):
-      if !dependents.isEmpty { dependencies.append(dependOnStartedLoad(id, from: dependents)) }
-      return .waiting(escalate: nil)
-    }
+  /// The time negative caching's errors are read at, when the cache remembers errors.
+  @usableFromInline
+  var negativeNow: Int64? {
+    configuration.negativeCaching == nil ? nil : configuration.clock.now.nanosecondsSince1970
   }
 
   /// Begins the chain read of a load of `key` (see ``LoadRunner/beginRead(_:)``).
@@ -266,7 +211,13 @@ extension LoadingCache {
     chain.beginRead(key)
   }
 
-  /// Starts load `id` of `key`, whose read of the chain is `token`, in a task of its own, which
+  /// Overtakes the read of an abandoned load (see ``LoadRunner/overtake(_:)``).
+  @usableFromInline
+  func overtake(_ token: ReadToken<Key>) {
+    chain.overtake(token)
+  }
+
+  /// Starts `load`, just registered with its read of the chain, in a task of its own, which
   /// tells the table when it ends.
   ///
   /// An unstructured task: it is shared, so it must not be cancelled with the request that
@@ -276,66 +227,26 @@ extension LoadingCache {
   /// The body runs as the load's (see ``LoadDependencies``), so that a request it makes for a key
   /// whose load waits for this one fails instead of waiting for ever.
   @usableFromInline
-  func startLoad(_ id: UInt64, key: Key, token: ReadToken<Key>, priority: TaskPriority) -> Task<Void, Never> {
-    let load = LoadIdentity(table: ObjectIdentifier(loadTable), load: id)
-    return Task(priority: priority) {
-      await LoadDependencies.$current.withValue(.load(load)) { await self.run(id, key: key, token: token) }
-      self.loadTable.withLock { $0.taskEnded([id]) }
+  func startLoad(_ load: LoadTable<Key, Value>.StartedLoad) -> Task<Void, Never> {
+    let identity = LoadIdentity(table: ObjectIdentifier(loadTable), load: load.id)
+    return Task(priority: load.priority) {
+      await LoadDependencies.$current.withValue(.load(identity)) { await self.run(load) }
+      self.loadTable.taskEnded([load.id])
     }
   }
 
-  /// Records that `dependents` (the loads whose body makes a request for `key`) wait for `id`,
-  /// the joinable load of `key`, if there is one, and returns it; fails with
-  /// ``AsyncCacheError/Code/recursiveLoad`` when that load waits for one of them (or is one),
-  /// recording nothing. `nil` when no load of `key` is joinable: the request starts one, which
-  /// ``dependOnStartedLoad(_:from:)`` records. Called under the load table's lock, on misses made
-  /// inside a load only.
-  @usableFromInline
-  func dependOnLoad(
-    _ id: UInt64?, of key: Key, from dependents: [LoadIdentity]
-  ) -> Result<LoadIdentity?, AsyncCacheError> {
-    guard let id else { return .success(nil) }
-    let target = LoadIdentity(table: ObjectIdentifier(loadTable), load: id)
-    guard LoadDependencies.shared.add(dependents, waitingFor: target, checkingCycles: true) else {
-      return .failure(.recursiveLoad(key))
-    }
-    return .success(target)
-  }
-
-  /// Records that `dependents` wait for load `id`, just started by their request: a new load
-  /// waits for nothing yet, so this closes no cycle.
-  @usableFromInline
-  func dependOnStartedLoad(_ id: UInt64, from dependents: [LoadIdentity]) -> LoadIdentity {
-    let target = LoadIdentity(table: ObjectIdentifier(loadTable), load: id)
-    _ = LoadDependencies.shared.add(dependents, waitingFor: target, checkingCycles: false)
-    return target
-  }
-
-  /// Removes `waiter` (a request, a key of a bulk request, or a prefetch of `key`) from its
-  /// load; returns its continuation, if it was still waiting, and the load if it was its last
-  /// waiter. The read of an abandoned load is marked overtaken here, under the table's lock, so
-  /// that its late value is not stored: no request can start the fresh load that may follow
-  /// before it is marked. Call under the load table's lock.
-  @usableFromInline
-  func leave(
-    _ waiter: UInt64, key: Key, in state: inout LoadTable<Key, Value>.Machine
-  ) -> (continuation: LoadWaiter<Key, Value>?, abandoned: LoadTable<Key, Value>.Machine.Abandoned?) {
-    let left = state.cancel(waiter: waiter, key: key)
-    if let token = left.abandoned?.token { chain.overtake(token) }
-    return left
-  }
-
-  /// The body of load `id`: the layers below, then the origin; then answers the waiters.
+  /// The body of `load`: the layers below, then the origin; then answers the waiters.
   ///
   /// With freshness rules (<doc:FreshnessAndStatistics>), a stale entry a layer returns is
   /// served at once while stale-while-revalidate allows it, and refreshed afterwards; otherwise
   /// the lookup goes on to the layers below and the origin, keeping the stale entry to serve if
   /// they fail (stale-if-error). A refresh serves nothing stale at once: it is the one that
   /// brings the fresh value.
-  private func run(_ id: UInt64, key: Key, token: ReadToken<Key>) async {
+  private func run(_ load: LoadTable<Key, Value>.StartedLoad) async {
+    let (id, key, token) = (load.id, load.key, load.token!)
     let startedAt = configuration.clock.now
     logLoadStarted(key)
-    let isRefresh = checksFreshness && loadTable.withLock { $0.isRefresh(id) }
+    let isRefresh = checksFreshness && load.isRefresh
     if eventHub.isObserved { eventHub.emit(isRefresh ? .refreshStarted(key: key) : .loadStarted(key: key)) }
     var result: Result<(Value, LoadSource), any Error>
     var refreshAfterwards = false
@@ -347,14 +258,13 @@ extension LoadingCache {
         refreshAfterwards = state == .stale || state == .refreshDue
         foundStale = state == .stale
         // A prefetch into the lower layers leaves the top layer alone.
-        let top = tier > 0 && skipsTopLayer(id) ? 1 : 0
+        let top = tier > 0 && loadTable.skipsTopLayer(load) ? 1 : 0
         let (entry, layers) = storing(entry, state: state, for: key, foundIn: tier, top: top)
         await chain.endRead(token, copying: entry, into: layers)
         result = .success((entry.value, .layer(tier)))
       } else {
         result = .success(
-          try await loadFromOrigin(
-            key, id: id, read: token, supersedes: fallback?.entry.expiresAt, attempts: &attempts))
+          try await loadFromOrigin(load, supersedes: fallback?.entry.expiresAt, attempts: &attempts))
       }
     } catch {
       // Nothing was stored: the read ends here.
@@ -405,38 +315,22 @@ extension LoadingCache {
     let duration = startedAt.duration(to: configuration.clock.now)
     let answeredFromLayer: Bool = if case .success((_, .layer)) = result { true } else { false }
     let reports = configuration.onLoadEnded
-    let (waiters, isRefresh, abandoned) = loadTable.withLock { state in
-      // An abandoned load is out of the table: its requests left, and it is not counted. It
-      // ended as cancelled, whatever it brought.
-      guard let load = state.loads[id] else {
-        if eventHub.isObserved {
-          eventHub.emit(.loadFailed(key: key, error: CancellationError(), attempts: attempts, duration: duration))
-        }
-        return ([LoadWaiter<Key, Value>](), false, true)
-      }
-      let isRefresh = load.isRefresh
-      state.counters.loadTime.record(duration)
-      // Reported before the load leaves the table, so before anyone can see it gone (the event
-      // locks are leaves).
-      if eventHub.isObserved {
+    let finished = loadTable.finish(
+      id, key: key,
+      .init(
+        failed: failed, duration: duration, servedStale: servedStale, servedStaleAfterError: staleAfter != nil,
+        answeredFromLayer: answeredFromLayer, negative: negative, thenRefresh: thenRefresh))
+    // An abandoned load is out of the table: its requests left, and it is not counted. It ended
+    // as cancelled, whatever it brought.
+    let abandoned = finished == nil
+    // Reported before the requests resume: a request that got its value finds its load reported.
+    if eventHub.isObserved {
+      if abandoned {
+        eventHub.emit(.loadFailed(key: key, error: CancellationError(), attempts: attempts, duration: duration))
+      } else {
         reportEnd(of: key, with: result, staleAfter: staleAfter, attempts: attempts, duration: duration)
       }
-      // A write during the load made it unjoinable: its error is as stale as its value, and no
-      // one asked for the key since, so nothing is refreshed.
-      let waiters = state.finish(id, failed: failed) { state in
-        if servedStale { state.counters.staleServed += 1 }
-        if staleAfter != nil { state.counters.staleServedOnError += 1 }
-        if let negative {
-          state.negatives.remember(negative.error, for: key, expiry: negative.expiry, limit: negative.limit)
-        }
-        if thenRefresh { startRefresh(key, in: &state) }
-      }
-      let requests = waiters.count { $0.isRequest }
-      if answeredFromLayer { state.counters.layerAnswers += requests } else { state.counters.originAnswers += requests }
-      return (waiters, isRefresh, false)
     }
-    // Outside the table's lock, before the requests resume: the observer may be slow, and a
-    // request that got its value finds its load reported.
     if let reports {
       let outcome: LoadReport<Key>.Outcome =
         switch (abandoned, result, staleAfter) {
@@ -445,11 +339,14 @@ extension LoadingCache {
         case (false, .success((_, let source)), nil): .loaded(from: source)
         case (false, .failure(let error), _): error is CancellationError ? .cancelled : .failed(error)
         }
-      reports(LoadReport(key: key, outcome: outcome, duration: duration, attempts: attempts, isRefresh: isRefresh))
+      reports(
+        LoadReport(
+          key: key, outcome: outcome, duration: duration, attempts: attempts, isRefresh: finished?.isRefresh ?? false))
     }
+    guard let finished else { return }
     let value = result.map { $0.0 }
     let source = result.map { $0.1 }
-    for waiter in waiters { waiter.resume(value: value, source: source, key: key) }
+    for waiter in finished.waiters { waiter.resume(value: value, source: source, key: key) }
   }
 
   /// Reports the end of a load of `key`: with a value, an error, or an error and the stale value
@@ -469,46 +366,14 @@ extension LoadingCache {
     }
   }
 
-  /// Whether load `id` stores below the top layer only (read when it decides where to store).
-  func skipsTopLayer(_ id: UInt64) -> Bool {
-    loadTable.withLock { $0.loads[id]?.skipsTopLayer ?? false }
-  }
-
-  /// Waits, if loads `ids` (one load, or a batch's) are background work, until no urgent load
-  /// is in flight or one of them is promoted.
-  ///
-  /// - Throws: `CancellationError` when the task is cancelled, or none of the loads is wanted
-  ///   any more (they were abandoned, and the task is about to be cancelled).
-  func waitForUrgentWork(loads ids: [UInt64]) async throws {
-    try await withTaskCancellationHandler {
-      try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Void, any Error>) in
-        let decision = loadTable.withLock {
-          state -> LoadTable<Key, Value>.Machine.GateDecision in
-          Task.isCancelled ? .abandoned : state.enterGate(ids, continuation: continuation)
-        }
-        switch decision {
-        case .proceed: continuation.resume()
-        case .abandoned: continuation.resume(throwing: CancellationError())
-        case .held: break
-        }
-      }
-    } onCancel: {
-      let continuation = loadTable.withLock { state -> UnsafeContinuation<Void, any Error>? in
-        guard let gate = ids.first(where: { state.loads[$0]?.gate != nil }).flatMap({ state.loads[$0]?.gate })
-        else { return nil }
-        return state.leaveGate(gate)
-      }
-      continuation?.resume(throwing: CancellationError())
-    }
-  }
-
   /// Asks the origin, again after transient failures, per the retry policy. Runs inside the
   /// key's one load, so all its waiters share the loop.
-  func fetchRetrying(_ key: Key, load id: UInt64, attempts: inout Int) async throws -> Value {
+  func fetchRetrying(_ load: LoadTable<Key, Value>.StartedLoad, attempts: inout Int) async throws -> Value {
     var calls = 0
     defer { attempts = calls }
+    let key = load.key
     return try await retrying(keys: [key]) {
-      try await waitForUrgentWork(loads: [id])
+      try await loadTable.passGate([load.id], urgentAt: load.urgentAt)
       calls += 1
       return try await origin.fetch(key)
     }
@@ -538,7 +403,7 @@ extension LoadingCache {
           throw error
         }
         logRetry(of: keys(), attempt: attempts, error: error, delay: delay)
-        loadTable.withLock { $0.counters.retries += 1 }
+        loadTable.countRetry()
         for key in keys() {
           if eventHub.isObserved { eventHub.emit(.retrying(key: key, attempt: attempts, error: error, delay: delay)) }
         }

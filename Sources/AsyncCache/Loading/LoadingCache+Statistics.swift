@@ -8,12 +8,8 @@ extension LoadingCache {
     // The snapshot's histogram gets storage of its own, allocated before the lock: were the
     // storage shared, the next load would copy it while holding the lock.
     var loadTime = LoadTimeHistogram.allocated()
-    let (counters, loadsInFlight, requestsWaiting, urgentLoads, loadsAtGate, negativeEntries) = loadTable.withLock {
-      var counters = $0.counters
-      loadTime.copyContents(of: $0.counters.loadTime)
-      counters.loadTime = loadTime
-      return (counters, $0.loads.count, $0.waiterCount, $0.urgentLoads, $0.loadsAtGate, $0.negatives.count)
-    }
+    let table = loadTable.snapshot(into: &loadTime)
+    let counters = table.counters
     // Requests the top layer answered without a load: a memory layer counts them with its hits.
     let topHits = (front?.requestHits ?? 0) + synchronousHits.load(ordering: .relaxed)
     var layers = chain.statistics.tiers.map { tier in
@@ -36,10 +32,10 @@ extension LoadingCache {
       retries: counters.retries,
       cancelledRequests: counters.cancelledWaiters,
       cancelledLoads: counters.cancelledLoads,
-      loadsInFlight: loadsInFlight,
-      requestsWaiting: requestsWaiting,
-      urgentLoadsInFlight: urgentLoads,
-      loadsWaitingForUrgentWork: loadsAtGate,
+      loadsInFlight: table.loadsInFlight,
+      requestsWaiting: table.requestsWaiting,
+      urgentLoadsInFlight: table.urgentLoads,
+      loadsWaitingForUrgentWork: table.loadsAtGate,
       refreshes: counters.refreshes,
       refreshesCoalesced: counters.refreshesCoalesced,
       refreshFailures: counters.refreshFailures,
@@ -48,7 +44,7 @@ extension LoadingCache {
       softTimeouts: counters.softTimeouts,
       hardTimeouts: counters.hardTimeouts,
       negativeHits: counters.negativeHits,
-      negativeEntries: negativeEntries,
+      negativeEntries: table.negativeEntries,
       evictions: layers.reduce(EvictionCounts()) { $0 + $1.evictions },
       layers: layers
     )

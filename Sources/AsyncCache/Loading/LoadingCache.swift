@@ -63,8 +63,6 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// index in the chain: the first that offers one (see ``LoadCoordinator``).
   let coordination: (tier: Int, coordinator: any LoadCoordinator<Key, Value>)?
   @usableFromInline let nextWaiterID = Atomic<UInt64>(0)
-  /// Whether ``close()`` was called: requests and writes then throw ``AsyncCacheError/Code/closed``.
-  @usableFromInline let closedFlag = Atomic<Bool>(false)
   /// The work of the first ``close()`` (stopping prefetchers, finishing loads), which later
   /// calls wait for too.
   let closing = Locked<Task<Void, Never>?>(nil)
@@ -335,9 +333,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   }
 
   private func detach(_ key: Key?) {
-    loadTable.withLock { state in
-      if let key { state.detach(key) } else { state.detachAll() }
-    }
+    loadTable.detach(key)
   }
 
   deinit {
@@ -363,7 +359,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
 
   /// The number of requests waiting for a load of `key`. Safe from any context. O(loads in flight).
   public func waitingRequestCount(for key: Key) -> Int {
-    loadTable.withLock { $0.waiterCount(for: key) }
+    loadTable.waiterCount(for: key)
   }
 
   /// The waits that requests made inside this cache's loads have recorded, or that requests made
@@ -384,7 +380,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// cancelled.
   package func waitForNoLoads() async {
     // Abandoned loads are out of `loads` while their body still runs and reports its end.
-    await loadTable.waitUntil(orCancellation: true) { $0.loads.isEmpty && $0.running.isEmpty }
+    await loadTable.waitUntil(orCancellation: true) { $0.isIdle }
   }
 }
 

@@ -37,17 +37,21 @@ extension LoadingCache {
     }
   }
 
-  /// Loads `key`, which no layer has, from the origin and ends `read` by storing the value; with
+  /// Loads the key of `load`, which no layer has, from the origin and ends the load's read by
+  /// storing the value; with
   /// a layer that coordinates loads (``LoadCoordinator``), claims the key first, so that one
   /// process of those that share the layer asks the origin and the others read what it stored.
   ///
   /// - Parameter supersedes: The expiry of the newest entry the lookup declined (stale).
   func loadFromOrigin(
-    _ key: Key, id: UInt64, read: ReadToken<Key>, supersedes: CacheInstant?, attempts: inout Int
+    _ load: LoadTable<Key, Value>.StartedLoad, supersedes: CacheInstant?, attempts: inout Int
   ) async throws -> (Value, LoadSource) {
+    let (key, read) = (load.key, load.token!)
     // Read once the value is in hand: a request that joins a prefetch meanwhile promotes it
     // into the top layer.
-    func layers() -> Range<Int> { (skipsTopLayer(id) && chain.tiers.count > 1 ? 1 : 0)..<chain.tiers.count }
+    func layers() -> Range<Int> {
+      (chain.tiers.count > 1 && loadTable.skipsTopLayer(load) ? 1 : 0)..<chain.tiers.count
+    }
     let lease: Lease
     if let (tier, coordinator) = coordination {
       switch try await coordinator.claim(key, supersedes: supersedes) {
@@ -66,7 +70,7 @@ extension LoadingCache {
     }
     let value: Value
     do {
-      value = try await releasingLeases(lease) { try await fetchRetrying(key, load: id, attempts: &attempts) }
+      value = try await releasingLeases(lease) { try await fetchRetrying(load, attempts: &attempts) }
     } catch {
       // The other processes get the error, or (cancelled) one of them takes the load over.
       if case .granted(let leases, _) = lease { await leases.complete(key, with: .failure(error)) }
@@ -279,13 +283,14 @@ extension LoadingCache {
     var wanted: [BatchItem<Key>] = []
     do {
       let values = try await retrying(keys: wanted.map(\.key)) {
-        wanted = loadTable.withLock { state in items.filter { state.isLive($0.id) } }
+        let live = loadTable.live(items.map(\.id))
+        wanted = items.filter { live.contains($0.id) }
         if wanted.count < items.count {
           let ids = Set(wanted.map(\.id))
           await dropping(items.filter { !ids.contains($0.id) })
         }
         guard !wanted.isEmpty else { throw CancellationError() }
-        try await waitForUrgentWork(loads: wanted.map(\.id))
+        try await loadTable.passGate(wanted.map(\.id), urgentAt: BatchItem.urgentAt(of: wanted))
         attempts += 1
         return try await origin.fetch(wanted.map(\.key))
       }
@@ -338,9 +343,23 @@ final class OpenLeases<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   }
 }
 
-/// One load of a batch: its identifier in the in-flight table, its key, and its read token.
+/// One load of a batch: its identifier in the in-flight table, its key, its read token, and
+/// whether it started urgent (see ``LoadTableStateMachine/StartedLoad/urgentAt``).
 struct BatchItem<Key: Hashable & Sendable>: Sendable {
   let id: UInt64
   let key: Key
   let token: ReadToken<Key>
+  let urgentAt: UInt64?
+
+  /// When `items` all started urgent, the latest of their starts: while no load lost its
+  /// urgency since, the last one started is urgent still, and the batch need not stop at the
+  /// gate.
+  static func urgentAt(of items: [Self]) -> UInt64? {
+    var latest: UInt64 = 0
+    for item in items {
+      guard let urgentAt = item.urgentAt else { return nil }
+      latest = Swift.max(latest, urgentAt)
+    }
+    return items.isEmpty ? nil : latest
+  }
 }

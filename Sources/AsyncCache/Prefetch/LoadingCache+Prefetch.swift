@@ -15,12 +15,12 @@ extension LoadingCache {
   /// - Returns: Whether a load of `key` was urgent and is now background work.
   @discardableResult
   public func demote(_ key: Key) -> Bool {
-    loadTable.withLock { $0.demote(key) }
+    loadTable.demote(key)
   }
 
   /// Whether a load that a request waits for is in flight. Safe from any context.
   public var hasUrgentLoads: Bool {
-    loadTable.withLock { $0.urgentLoads > 0 }
+    loadTable.hasUrgentLoads
   }
 
   /// Registers `observer`, called each time urgent loads start being in flight or stop being
@@ -75,31 +75,18 @@ extension LoadingCache {
         try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<LoadSource, any Error>) in
           // Taken now, as a request takes its own: waiters join in identifier order.
           let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
-          let joined = loadTable.withLock {
-            state -> (failure: (any Error)?, escalate: Task<Void, Never>?, priority: TaskPriority) in
-            let priority = Task.currentPriority
-            // Checked under the lock: `withdraw` sets the flag before it takes the lock, so
-            // either this sees it, or `withdraw` finds the waiter.
-            if Task.isCancelled || ticket.isWithdrawn.load(ordering: .sequentiallyConsistent) {
-              return (CancellationError(), nil, priority)
-            }
-            ticket.waiter.store(waiter, ordering: .sequentiallyConsistent)
-            // A key the origin said it does not have is not asked for again. Prefetches are not
-            // checked for recursion: a prefetcher runs beside the requests, not inside a load.
-            var dependencies: [LoadIdentity] = []
-            let outcome = join(
-              key, waiter: waiter, continuation: .prefetch(continuation), kind: .prefetch, priority: priority,
-              skipsTopLayer: skipsTopLayer, dependents: [], dependencies: &dependencies, in: &state)
-            switch outcome {
-            case .failed(let error): return (error, nil, priority)
-            case .waiting(let task): return (nil, task, priority)
-            }
-          }
-          if let failure = joined.failure {
-            continuation.resume(throwing: failure)
-          } else if let task = joined.escalate {
-            escalate(task, to: joined.priority)
-          }
+          // Published before the join: `withdraw` sets its flag, then reads this, and the join
+          // reads the flag under the lock; so either the join sees the flag, or `withdraw` finds
+          // the waiter (or finds it not joined yet, and the join sees the flag).
+          ticket.waiter.store(waiter, ordering: .sequentiallyConsistent)
+          // A key the origin said it does not have is not asked for again. Prefetches are not
+          // checked for recursion: a prefetcher runs beside the requests, not inside a load.
+          var dependencies: [LoadIdentity] = []
+          let refusal = loadTable.join(
+            key, waiter: waiter, as: .prefetch(continuation), kind: .prefetch, skipsTopLayer: skipsTopLayer,
+            negativeNow: negativeNow, dependencies: &dependencies,
+            isCancelled: { Task.isCancelled || ticket.isWithdrawn.load(ordering: .sequentiallyConsistent) })
+          if let refusal { continuation.resume(throwing: failure(refusal, key: key, joining: .prefetch)) }
         }
       } onCancel: {
         withdraw(ticket, for: key)
@@ -128,25 +115,20 @@ extension LoadingCache {
   /// Safe from any context; withdrawing twice, or after the prefetch ended, does nothing.
   func withdraw(_ ticket: PrefetchTicket, for key: Key) {
     ticket.isWithdrawn.store(true, ordering: .sequentiallyConsistent)
-    let (waiter, abandoned) = loadTable.withLock { state in
-      // Read under the lock, where the prefetch joins: 0 when it has not joined (and never will).
-      let id = ticket.waiter.load(ordering: .sequentiallyConsistent)
-      guard id != 0 else {
-        return (LoadWaiter<Key, Value>?.none, LoadTable<Key, Value>.Machine.Abandoned?.none)
-      }
-      return leave(id, key: key, in: &state)
-    }
+    // 0 when the prefetch has not published its waiter (and will see the flag when it joins).
+    let id = ticket.waiter.load(ordering: .sequentiallyConsistent)
+    guard id != 0 else { return }
+    let (waiter, abandoned) = loadTable.leave(id, key: key, because: .cancelled)
     if let abandoned { ticket.abandonedLoad.withLock { $0 = (abandoned.id, abandoned.task) } }
     waiter?.resume(throwing: CancellationError())
-    abandoned?.task?.cancel()
   }
 }
 
 /// A prefetcher's claim on the load of one key, which the prefetcher can withdraw from outside
 /// the task that waits for it.
 final class PrefetchTicket: Sendable {
-  /// The waiter identifier of the prefetch in the in-flight table, set under the table's lock
-  /// when it joins; 0 before.
+  /// The waiter identifier of the prefetch in the in-flight table, set just before it joins;
+  /// 0 before.
   let waiter = Atomic<UInt64>(0)
   /// Set before the waiter is removed, so a prefetch that has not joined yet never does.
   let isWithdrawn = Atomic<Bool>(false)

@@ -219,7 +219,7 @@ struct InsightTestFailure: Error, CustomStringConvertible {
     #expect(snapshot.count == 1)
     #expect(snapshot.total == .seconds(1))
     // Were the storage shared, the next load would copy it under the in-flight lock.
-    #expect(!cache.loadTable.withLock { $0.counters.loadTime.sharesStorage(with: snapshot) })
+    #expect(!cache.loadTable.state.withLock { $0.counters.loadTime.sharesStorage(with: snapshot) })
     var copy = snapshot
     #expect(copy.sharesStorage(with: snapshot), "a plain copy shares, so the check can fail")
     copy.record(.seconds(2))

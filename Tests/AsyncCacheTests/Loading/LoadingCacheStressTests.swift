@@ -49,7 +49,7 @@ import Testing
 
     let statistics = cache.statistics
     #expect(statistics.loadsInFlight == 0 && statistics.requestsWaiting == 0)
-    #expect(cache.loadTable.withLock { $0.isEmpty })
+    #expect(cache.loadTable.isEmpty)
     // A load whose last request was cancelled ends on its own task, after that request
     // returned: its read ends then. Every read must end (a leak hangs here until the time limit).
     await cache.chain.coordinator.waitUntil { $0.isIdle }
@@ -140,7 +140,7 @@ import Testing
         }
       }
     }
-    #expect(cache.loadTable.withLock { $0.isEmpty })
+    #expect(cache.loadTable.isEmpty)
     // Abandoned loads end on their own tasks; wait for their reads to end (see above).
     await cache.chain.coordinator.waitUntil { $0.isIdle }
     #expect(memory.invariantViolations.isEmpty)

@@ -1,24 +1,47 @@
+public import Synchronization  // Atomic, in inlinable code
+
 /// The loads in flight of a ``LoadingCache`` and the requests waiting for them: the owner of a
-/// ``LoadTableStateMachine``, which decides, while this type does what the decisions call for.
+/// ``LoadTableStateMachine``, which decides, while this type does what the decisions call for,
+/// and keeps what the machine does not: the cache's load counters, the errors negative caching
+/// remembers, and whether the cache is closed.
 ///
-/// Every change goes through ``withLock(_:)``: the change runs under the lock, and begins the
-/// chain read of each load it registered there (so that an abandonment always finds the read to
-/// overtake); once the lock is released the owner starts the loads' tasks (through its
-/// ``LoadRunner``, and attaches them), opens the gates the machine opened, tells the urgency
-/// observers that urgent work started or ended, and resumes the test watchers whose condition
-/// now holds. So no task is started, no continuation resumed and no observer called while the
-/// table is locked, and every kind of request (a request, a bulk request, a prefetch, a
-/// refresh) starts its load the same way.
+/// The cache changes the table through named operations (`LoadTable+Operations.swift`): join,
+/// leave, time out, finish, the gate, refresh, detach, and the snapshots. Each one is one
+/// critical section through ``update(_:then:)``, which begins the chain read of each load
+/// registered there (so that an abandonment always finds the read to overtake); once the lock
+/// is released, the operation does its own part (escalations, the dependency graph), then the
+/// table starts the loads' tasks (through its ``LoadRunner``, and attaches them), opens the gates
+/// the machine opened, tells the urgency observers that urgent work started or ended, and
+/// resumes the test watchers whose condition now holds. So no task is started, no continuation
+/// resumed, no event emitted and no observer or user closure called while the table is locked,
+/// and every kind of request (a request, a bulk request, a prefetch, a refresh) starts its load
+/// the same way.
 @usableFromInline
 final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline
-  typealias Machine = LoadTableStateMachine<
-    Key, LoadWaiter<Key, Value>, UnsafeContinuation<Void, any Error>, (entry: CacheEntry<Value>, tier: Int)
-  >
+  typealias Machine = LoadTableStateMachine<Key, LoadWaiter<Key, Value>, UnsafeContinuation<Void, any Error>, Stale>
+
+  /// A load registered, whose task the runner starts.
+  @usableFromInline
+  typealias StartedLoad = Machine.StartedLoad
+
+  /// Who waits for a load.
+  @usableFromInline
+  typealias JoinKind = Machine.JoinKind
+
+  /// A stale entry a load found on its way, with its layer: what requests past their soft
+  /// timeout are answered with.
+  @usableFromInline
+  typealias Stale = (entry: CacheEntry<Value>, tier: Int)
 
   @usableFromInline
   struct State: Sendable {
     @usableFromInline var machine = Machine()
+    @usableFromInline var counters = LoadCounters()
+    /// The errors remembered by negative caching.
+    @usableFromInline var negatives = NegativeEntries<Key>()
+    /// ``close()`` was called: no request joins a load any more.
+    @usableFromInline var isClosed = false
     @usableFromInline var observers = UrgencyObservers()
     @usableFromInline var watchers = StateWatchers<Machine>()
     /// Runs the loads; weak, since the runner owns the table.
@@ -29,6 +52,11 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   }
 
   @usableFromInline let state = Locked(State())
+  /// The machine's ``LoadTableStateMachine/urgencyLosses``, published after each change, so that
+  /// a load's task started urgent can pass the gate without the lock while it is unchanged.
+  @usableFromInline let urgencyLosses = Atomic<UInt64>(0)
+  /// Whether the table is closed, readable without the lock (it is set under it).
+  @usableFromInline let closed = Atomic<Bool>(false)
 
   @inlinable
   init() {}
@@ -38,20 +66,19 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     state.withLock { $0.runner = runner }
   }
 
-  /// Runs `body` on the state machine under the lock, then does what it left to do.
+  /// Runs `body` on the state under the lock, then `then` with its result, then what the change
+  /// left to do (see the type's documentation). `then` runs before the loads registered start:
+  /// a request that joined a load escalates the load's task there, so that a test watching the
+  /// table (``waitUntil(orCancellation:_:)``) sees the join only once the load runs at the
+  /// request's priority, and records what it waits for before a load it started can make a
+  /// request of its own.
   @inlinable
-  func withLock<Result>(_ body: (inout Machine) -> Result) -> Result {
-    withLock(body, first: { _ in })
-  }
-
-  /// Runs `body` on the state machine under the lock, then `first` with its result, then what
-  /// the change left to do: a request that joined a load escalates the load's task there, so
-  /// that a test watching the table (``waitUntil(orCancellation:_:)``) sees the join only once
-  /// the load runs at the request's priority.
-  @inlinable
-  func withLock<Result>(_ body: (inout Machine) -> Result, first: (Result) -> Void) -> Result {
+  func update<Result>(_ body: (inout State) -> Result, then: (Result) -> Void = { _ in }) -> Result {
     let (result, deferred) = state.withLock { state -> (Result, Deferred?) in
-      let result = body(&state.machine)
+      let result = body(&state)
+      // Published under the lock, so that it never goes back.
+      let losses = state.machine.urgencyLosses
+      if losses != urgencyLosses.load(ordering: .relaxed) { urgencyLosses.store(losses, ordering: .releasing) }
       // Most changes (a request joining a load) leave nothing to do.
       guard !state.machine.effects.isEmpty || !state.watchers.isEmpty else { return (result, nil) }
       var effects = state.machine.takeEffects()
@@ -61,7 +88,7 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       let runner = effects.startedLoads.isEmpty ? nil : state.runner
       return (result, Deferred(effects: effects, runner: runner, observers: observers, ready: ready))
     }
-    first(result)
+    then(result)
     if let deferred { perform(deferred) }
     return result
   }
@@ -138,7 +165,7 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       return (cancelled, escalations, ready)
     }
     for task in cancelled { task.cancel() }
-    for (task, priority) in escalations { escalate(task, to: priority) }
+    for (task, priority) in escalations { AsyncCache.escalate(task, to: priority) }
     for watcher in ready { watcher.resume() }
   }
 
@@ -185,10 +212,15 @@ protocol LoadRunner<Key, Value>: AnyObject, Sendable {
   /// Begins the chain read of a load of `key`, just registered. Called under the table's lock.
   func beginRead(_ key: Key) -> ReadToken<Key>
 
+  /// Marks `token`, the read of a load its last waiter left, overtaken, so that its late value
+  /// is not stored. Called under the table's lock, so that no request can start the fresh load
+  /// that may follow before it is marked.
+  func overtake(_ token: ReadToken<Key>)
+
   /// Starts a task for each of `loads` (registered by one change, in order, each with its read
   /// token), or one task for several (a batch); does not touch the table. Each task tells the
   /// table when its body ends (``LoadTableStateMachine/taskEnded(_:)``).
-  func launch(_ loads: [LoadTable<Key, Value>.Machine.StartedLoad]) -> [LoadLaunch]
+  func launch(_ loads: [LoadTable<Key, Value>.StartedLoad]) -> [LoadLaunch]
 }
 
 /// The task that runs one load, or a batch of loads.

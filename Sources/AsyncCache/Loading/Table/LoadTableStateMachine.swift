@@ -27,167 +27,30 @@
 /// stale answer so that tests can drive it with plain values.
 @usableFromInline
 struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale> {
-  @usableFromInline
-  struct Load {
-    @usableFromInline let key: Key
-    @usableFromInline var waiters: Waiters<Continuation>
-    @usableFromInline var priority: TaskPriority
-    @usableFromInline var task: Task<Void, Never>?
-    @usableFromInline var token: ReadToken<Key>?
-    /// Whether the load stores its value below the top layer only (every waiter so far is a
-    /// prefetch that asked for that).
-    @usableFromInline var skipsTopLayer: Bool
-    /// The gate the load's task waits at for urgent work to end, if it waits.
-    @usableFromInline var gate: UInt64?
-    /// The batch whose task runs this load, if one does (see ``attachBatch(_:task:)``).
-    @usableFromInline var batch: UInt64?
-    /// A background refresh of a stale entry (see ``startRefresh(_:priority:)``): it goes on
-    /// when the requests that joined it leave, and does not wait for urgent work.
-    @usableFromInline var isRefresh = false
-    /// A request left it at its soft timeout with the stale value: the load goes on when its
-    /// other waiters leave, owned by the cache.
-    @usableFromInline var isKept = false
-    /// The stale answer the load found on its way, which waiters past their soft timeout get.
-    @usableFromInline var stale: Stale?
-    /// Waiters whose soft timeout passed before the load had a stale answer to offer, with
-    /// that timeout.
-    @usableFromInline var pastSoftTimeout: [(waiter: UInt64, timeout: Duration)] = []
-
-    /// The load goes on when its waiters leave.
-    @inlinable
-    var outlivesWaiters: Bool { isRefresh || isKept }
-
-    @inlinable
-    init(key: Key, waiters: Waiters<Continuation>, priority: TaskPriority, skipsTopLayer: Bool) {
-      self.key = key
-      self.waiters = waiters
-      self.priority = priority
-      self.skipsTopLayer = skipsTopLayer
-    }
-
-    /// At least one waiter is urgent.
-    @inlinable
-    var isUrgent: Bool { waiters.urgentCount > 0 }
-
-    /// Adds a waiter in place (one dictionary access for the caller). Returns whether the load
-    /// just became urgent, and the task to escalate when the waiter's priority is higher.
-    @inlinable
-    mutating func add(
-      _ waiter: UInt64, _ continuation: Continuation, priority: TaskPriority, isUrgent: Bool, skipsTopLayer: Bool
-    ) -> (becameUrgent: Bool, escalate: Task<Void, Never>?) {
-      let becameUrgent = isUrgent && waiters.urgentCount == 0
-      waiters.append(waiter, continuation, isUrgent: isUrgent)
-      if !skipsTopLayer { self.skipsTopLayer = false }
-      guard priority > self.priority else { return (becameUrgent, nil) }
-      self.priority = priority
-      return (becameUrgent, task)
-    }
-  }
-
-  /// A load that its last waiter left.
-  @usableFromInline
-  struct Abandoned {
-    /// The load's identifier: its task may still be running (see ``running``).
-    @usableFromInline var id: UInt64
-    /// Its task, to cancel; `nil` when the owner has not attached it yet (it cancels it then).
-    @usableFromInline var task: Task<Void, Never>?
-    /// Its read, to overtake so that a late value is not stored.
-    @usableFromInline var token: ReadToken<Key>?
-
-    @inlinable
-    init(id: UInt64, task: Task<Void, Never>?, token: ReadToken<Key>?) {
-      self.id = id
-      self.task = task
-      self.token = token
-    }
-  }
-
-  @usableFromInline
-  enum JoinResult {
-    /// The request joined a load; escalate its task when given.
-    case joined(escalate: Task<Void, Never>?)
-    /// The request started load `id`, left in ``Effects/startedLoads`` for the owner to run.
-    case started(id: UInt64)
-  }
-
-  /// Who waits for a load, which decides how it is run.
-  @usableFromInline
-  enum JoinKind: Sendable {
-    /// A request for one key: urgent.
-    case request
-    /// A bulk request: urgent, and its new loads may share one batch origin call.
-    case bulk
-    /// A prefetch: background work until a request joins.
-    case prefetch
-
-    @inlinable
-    var isUrgent: Bool { self != .prefetch }
-  }
-
-  /// A load registered in the table, whose task the owner must start and then attach (see
-  /// ``attach(_:to:)`` and ``attachBatch(_:task:)``).
-  @usableFromInline
-  struct StartedLoad: Sendable {
-    @usableFromInline let id: UInt64
-    @usableFromInline let key: Key
-    /// Its read of the chain, begun by the owner in the critical section that registered it
-    /// (see ``setToken(_:for:)``), so that an abandonment always finds it.
-    @usableFromInline var token: ReadToken<Key>?
-    /// The priority to start its task at.
-    @usableFromInline let priority: TaskPriority
-    /// Started by a bulk request: it may be run with others in one batch origin call.
-    @usableFromInline let batchable: Bool
-
-    @inlinable
-    init(id: UInt64, key: Key, priority: TaskPriority, batchable: Bool) {
-      self.id = id
-      self.key = key
-      self.priority = priority
-      self.batchable = batchable
-    }
-  }
-
-  @usableFromInline var joinable: [Key: UInt64] = [:]
-  @usableFromInline var loads: [UInt64: Load] = [:]
+  @usableFromInline private(set) var joinable: [Key: UInt64] = [:]
+  @usableFromInline private(set) var loads: [UInt64: Load] = [:]
   /// Loads no longer joinable (a write detached them) but still answering their waiters.
-  @usableFromInline var detached: [Key: [UInt64]] = [:]
-  @usableFromInline var nextLoadID: UInt64 = 0
-  @usableFromInline var counters = LoadCounters()
+  @usableFromInline private(set) var detached: [Key: [UInt64]] = [:]
+  @usableFromInline private(set) var nextLoadID: UInt64 = 0
   /// The number of urgent loads (joinable or detached).
-  @usableFromInline var urgentLoads = 0
+  @usableFromInline private(set) var urgentLoads = 0
+  /// How many times a load stopped being urgent (its urgent waiters left, or were demoted): a
+  /// load started urgent whose task finds this unchanged is urgent still (see
+  /// ``StartedLoad/urgentAt``).
+  @usableFromInline private(set) var urgencyLosses: UInt64 = 0
   /// Load tasks waiting for urgent work to end, by gate: the task's continuation and the
   /// loads it runs (one, or the live loads of a batch).
-  @usableFromInline var gates: [UInt64: (continuation: Gate, loads: [UInt64])] = [:]
-  @usableFromInline var nextGateID: UInt64 = 0
+  @usableFromInline private(set) var gates: [UInt64: (continuation: Gate, loads: [UInt64])] = [:]
+  @usableFromInline private(set) var nextGateID: UInt64 = 0
   /// Loads that one task runs together (a batch origin call): the task, and how many of its
   /// loads are still in the table. The task is cancelled only when all of them are abandoned.
-  @usableFromInline var batches: [UInt64: (task: Task<Void, Never>?, live: Int)] = [:]
-  @usableFromInline var nextBatchID: UInt64 = 0
-  /// The errors remembered by negative caching.
-  @usableFromInline var negatives = NegativeEntries<Key>()
+  @usableFromInline private(set) var batches: [UInt64: (task: Task<Void, Never>?, live: Int)] = [:]
+  @usableFromInline private(set) var nextBatchID: UInt64 = 0
   /// Loads whose task body has not ended yet (registered, abandoned or not): a prefetch that
   /// abandoned a load waits for it to leave this set, so that no work outlives it.
-  @usableFromInline var running: Set<UInt64> = []
+  @usableFromInline private(set) var running: Set<UInt64> = []
   /// What the owner must do once its lock is released; see ``takeEffects()``.
-  @usableFromInline var effects = Effects()
-
-  /// What must happen after a critical section, outside the lock.
-  @usableFromInline
-  struct Effects {
-    /// Gates to open: each held task goes on, or stops with `CancellationError` when none of
-    /// its loads is wanted any more.
-    @usableFromInline var openedGates: [(gate: Gate, cancelled: Bool)] = []
-    /// ``urgentLoads`` became zero or stopped being zero: the urgency observers must be told.
-    @usableFromInline var urgencyChanged = false
-    /// Loads registered whose tasks must be started, in the order they were registered.
-    @usableFromInline var startedLoads: [StartedLoad] = []
-
-    @inlinable
-    init() {}
-
-    @inlinable
-    var isEmpty: Bool { openedGates.isEmpty && !urgencyChanged && startedLoads.isEmpty }
-  }
+  @usableFromInline private(set) var effects = Effects()
 
   /// Returns the effects left by the calls since the last take, and forgets them.
   @inlinable
@@ -203,6 +66,10 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
   /// No load and no waiter is registered.
   @inlinable
   var isEmpty: Bool { joinable.isEmpty && loads.isEmpty && detached.isEmpty }
+
+  /// No load is registered and no load's task body runs.
+  @inlinable
+  var isIdle: Bool { loads.isEmpty && running.isEmpty }
 
   /// The number of requests waiting now.
   @inlinable
@@ -222,11 +89,10 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
   ) -> JoinResult {
     let isUrgent = kind.isUrgent
     if let id = joinable[key] {
-      counters.coalesced += 1
       let (becameUrgent, escalate) = loads[id]!.add(
         waiter, continuation, priority: priority, isUrgent: isUrgent, skipsTopLayer: skipsTopLayer)
       if becameUrgent { urgencyChanged(of: id, wasUrgent: false) }
-      return .joined(escalate: escalate)
+      return .joined(id: id, escalate: escalate)
     }
     nextLoadID &+= 1
     let id = nextLoadID
@@ -234,8 +100,10 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
     waiters.append(waiter, continuation, isUrgent: isUrgent)
     loads[id] = Load(key: key, waiters: waiters, priority: priority, skipsTopLayer: skipsTopLayer)
     joinable[key] = id
-    counters.loads += 1
-    effects.startedLoads.append(StartedLoad(id: id, key: key, priority: priority, batchable: kind == .bulk))
+    effects.startedLoads.append(
+      StartedLoad(
+        id: id, key: key, priority: priority, batchable: kind == .bulk, skipsTopLayer: skipsTopLayer,
+        urgentAt: isUrgent ? urgencyLosses : nil))
     running.insert(id)
     if isUrgent { urgencyChanged(of: id, wasUrgent: false) }
     return .started(id: id)
@@ -280,50 +148,24 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
     return load.task
   }
 
-  /// Removes a cancelled waiter (a request for `key`). Returns its continuation (to resume with
-  /// `CancellationError`), if it was still waiting, and the load if it was the last waiter.
+  /// Removes `waiter` (of `key`'s load) for whatever reason: the load is abandoned only if it
+  /// was the last waiter and does not outlive its waiters. Returns the waiter's continuation, if
+  /// it was still waiting, and the abandoned load.
   @inlinable
-  mutating func cancel(waiter: UInt64, key: Key) -> (continuation: Continuation?, abandoned: Abandoned?) {
-    leave(waiter: waiter, key: key, timedOut: false)
-  }
-
-  /// Removes a waiter whose hard timeout passed, as ``cancel(waiter:key:)`` does (the load is
-  /// abandoned only if it was the last waiter), counting a timeout instead of a cancellation.
-  @inlinable
-  mutating func timeOut(waiter: UInt64, key: Key) -> (continuation: Continuation?, abandoned: Abandoned?) {
-    leave(waiter: waiter, key: key, timedOut: true)
-  }
-
-  @inlinable
-  mutating func leave(
-    waiter: UInt64, key: Key, timedOut: Bool
-  ) -> (continuation: Continuation?, abandoned: Abandoned?) {
+  mutating func leave(waiter: UInt64, key: Key) -> (continuation: Continuation?, abandoned: Abandoned?) {
     guard let id = load(of: waiter, key: key) else { return (nil, nil) }
     let wasUrgent = loads[id]!.isUrgent
     let continuation = loads[id]!.waiters.remove(waiter)
-    if timedOut { counters.hardTimeouts += 1 } else { counters.cancelledWaiters += 1 }
     if !loads[id]!.pastSoftTimeout.isEmpty { loads[id]!.pastSoftTimeout.removeAll { $0.waiter == waiter } }
     urgencyChanged(of: id, wasUrgent: wasUrgent)
     guard loads[id]!.waiters.isEmpty, !loads[id]!.outlivesWaiters else { return (continuation, nil) }
     let load = remove(id)
-    counters.cancelledLoads += 1
     // A batch's task goes on while another of its loads is wanted.
     let task = load.batch == nil ? load.task : leaveBatch(load.batch!)
     return (continuation, Abandoned(id: id, task: task, token: load.token))
   }
 
   // MARK: Soft timeouts
-
-  /// What a waiter's soft timeout came to.
-  @usableFromInline
-  enum SoftTimeout {
-    /// The waiter left with the load's stale answer; resume it with that. The load goes on.
-    case served(Continuation, Stale)
-    /// The load has no stale answer yet: the waiter gets one if the load offers it.
-    case waiting
-    /// The waiter no longer waits (it was answered, or left).
-    case gone
-  }
 
   /// The soft timeout `timeout` of `waiter` (a request for `key`) passed: it leaves with the
   /// stale answer of its load if the load has one that `isServable` accepts now, and the load
@@ -365,43 +207,34 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
     loads[id]!.isKept = true
     // Kept, it no longer waits for urgent work (as a refresh does not).
     if let gate = loads[id]!.gate { openGate(gate) }
-    counters.softTimeouts += 1
     urgencyChanged(of: id, wasUrgent: wasUrgent)
     return continuation
   }
 
-  /// Removes load `id` and returns its waiters in arrival order; calls `wasJoinable` after the
-  /// removal if the load was still joinable (no write overtook it). Does nothing if the load was
-  /// abandoned.
+  /// Removes load `id` and returns its waiters in arrival order, and what the owner needs to
+  /// know of it; `nil` if the load was abandoned (it is out of the table already).
   @inlinable
-  mutating func finish(_ id: UInt64, failed: Bool, wasJoinable: (inout Self) -> Void = { _ in }) -> [Continuation] {
-    guard let key = loads[id]?.key else { return [] }
-    if failed {
-      counters.failures += 1
-      if loads[id]!.isRefresh { counters.refreshFailures += 1 }
-    }
-    let isJoinable = joinable[key] == id
+  mutating func finish(_ id: UInt64) -> Finished? {
+    guard let key = loads[id]?.key else { return nil }
+    let wasJoinable = joinable[key] == id
     let load = remove(id)
     if let batch = load.batch { _ = leaveBatch(batch) }
-    // Told once the load is out of the table, so that it may start the key's next load.
-    if isJoinable { wasJoinable(&self) }
-    return load.waiters.continuations
+    return Finished(waiters: load.waiters.continuations, isRefresh: load.isRefresh, wasJoinable: wasJoinable)
   }
 
   // MARK: Refreshes
 
   /// Starts a background refresh of `key`, unless a load of it is joinable already (which will
-  /// bring a fresh value as well). Returns the load's identifier, left in
-  /// ``Effects/startedLoads`` for the owner to run.
+  /// bring a fresh value as well, and becomes the refresh).
   @discardableResult
-  mutating func startRefresh(_ key: Key, priority: TaskPriority) -> UInt64? {
+  @usableFromInline
+  mutating func startRefresh(_ key: Key, priority: TaskPriority) -> RefreshStart {
     if let id = joinable[key] {
-      counters.refreshesCoalesced += 1
       // The load becomes the refresh: it no longer waits for urgent work (a prefetch held at
       // the gate), and goes on when its waiters leave.
       loads[id]!.isRefresh = true
       if let gate = loads[id]!.gate { openGate(gate) }
-      return nil
+      return .coalesced
     }
     nextLoadID &+= 1
     let id = nextLoadID
@@ -409,15 +242,10 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
     load.isRefresh = true
     loads[id] = load
     joinable[key] = id
-    counters.loads += 1
-    counters.refreshes += 1
-    effects.startedLoads.append(StartedLoad(id: id, key: key, priority: priority, batchable: false))
+    effects.startedLoads.append(StartedLoad(id: id, key: key, priority: priority, batchable: false, isRefresh: true))
     running.insert(id)
-    return id
+    return .started(id: id)
   }
-
-  /// Whether load `id` is a background refresh.
-  func isRefresh(_ id: UInt64) -> Bool { loads[id]?.isRefresh ?? false }
 
   // MARK: Batches
 
@@ -447,6 +275,10 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
   /// Whether load `id` is still in the table (not finished, not abandoned).
   @usableFromInline
   func isLive(_ id: UInt64) -> Bool { loads[id] != nil }
+
+  /// Whether load `id` stores below the top layer only.
+  @usableFromInline
+  func skipsTopLayer(_ id: UInt64) -> Bool { loads[id]?.skipsTopLayer ?? false }
 
   /// The tasks that run loads: each load's own, and each batch's.
   var allTasks: [Task<Void, Never>] {
@@ -496,7 +328,6 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
   /// Makes the load of `key`, if any, unjoinable: later requests start afresh.
   @inlinable
   mutating func detach(_ key: Key) {
-    if !negatives.isEmpty { negatives.forget(key) }
     guard let id = joinable.removeValue(forKey: key) else { return }
     detached[key, default: []].append(id)
   }
@@ -504,7 +335,6 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
   /// Makes every load unjoinable.
   @inlinable
   mutating func detachAll() {
-    negatives.forgetAll()
     for key in Array(joinable.keys) { detach(key) }
   }
 
@@ -514,9 +344,82 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
     let ids = (joinable[key].map { [$0] } ?? []) + (detached[key] ?? [])
     return ids.reduce(0) { $0 + (loads[$1]?.waiters.count ?? 0) }
   }
+
+  // MARK: Urgent and background loads
+
+  /// Updates the count of urgent loads after the waiters of load `id` changed.
+  @usableFromInline
+  mutating func urgencyChanged(of id: UInt64, wasUrgent: Bool) {
+    guard let load = loads[id], load.isUrgent != wasUrgent else { return }
+    if load.isUrgent {
+      urgentLoads += 1
+      if urgentLoads == 1 { effects.urgencyChanged = true }
+      // Promoted: it (and its batch) no longer waits for other urgent work.
+      if let gate = load.gate { openGate(gate) }
+    } else {
+      urgencyLosses &+= 1
+      urgentLoadsDecreased()
+    }
+  }
+
+  @usableFromInline
+  mutating func urgentLoadsDecreased() {
+    urgentLoads -= 1
+    guard urgentLoads == 0 else { return }
+    effects.urgencyChanged = true
+    for gate in Array(gates.keys) { openGate(gate) }
+  }
+
+  /// Lets the task held at `gate` go on.
+  @usableFromInline
+  mutating func openGate(_ gate: UInt64) {
+    guard let held = gates.removeValue(forKey: gate) else { return }
+    for id in held.loads { loads[id]?.gate = nil }
+    effects.openedGates.append((held.continuation, cancelled: false))
+  }
+
+  /// Makes the waiters of every load of `key` background: the loads no longer count as urgent,
+  /// wait at the gate before they next ask the origin, and are promoted again by the next
+  /// request. Returns whether a load of `key` was urgent.
+  mutating func demote(_ key: Key) -> Bool {
+    let ids = (joinable[key].map { [$0] } ?? []) + (detached[key] ?? [])
+    var demoted = false
+    for id in ids where loads[id]?.isUrgent == true {
+      loads[id]!.waiters.demoteAll()
+      urgencyChanged(of: id, wasUrgent: true)
+      demoted = true
+    }
+    return demoted
+  }
+
+  /// The task running loads `ids` is about to ask the origin; decides whether it waits at a
+  /// gate, holding `continuation` then.
+  mutating func enterGate(_ ids: [UInt64], continuation: Gate) -> GateDecision {
+    let live = ids.filter { loads[$0] != nil }
+    guard !live.isEmpty else { return .abandoned }
+    // A refresh does not wait, nor a load kept after a soft timeout: a busy service always has
+    // urgent loads in flight, and its stale entries would never be refreshed.
+    guard urgentLoads > 0, !live.contains(where: { loads[$0]!.isUrgent || loads[$0]!.outlivesWaiters }) else {
+      return .proceed
+    }
+    nextGateID &+= 1
+    gates[nextGateID] = (continuation, live)
+    for id in live { loads[id]!.gate = nextGateID }
+    return .held(nextGateID)
+  }
+
+  /// Takes back the continuation held at the gate of loads `ids` (their task was cancelled), if
+  /// one is still held.
+  mutating func leaveGate(of ids: [UInt64]) -> Gate? {
+    guard let gate = ids.first(where: { loads[$0]?.gate != nil }).flatMap({ loads[$0]?.gate }),
+      let held = gates.removeValue(forKey: gate)
+    else { return nil }
+    for id in held.loads { loads[id]?.gate = nil }
+    return held.continuation
+  }
+
+  /// The number of loads waiting at the gate.
+  var loadsAtGate: Int { gates.values.reduce(0) { $0 + $1.loads.count } }
 }
 
 extension LoadTableStateMachine: Sendable where Continuation: Sendable, Gate: Sendable, Stale: Sendable {}
-extension LoadTableStateMachine.Load: Sendable where Continuation: Sendable, Gate: Sendable, Stale: Sendable {}
-extension LoadTableStateMachine.Effects: Sendable where Gate: Sendable {}
-extension LoadTableStateMachine.SoftTimeout: Sendable where Continuation: Sendable, Stale: Sendable {}

@@ -134,8 +134,8 @@ import Testing
         let timedOut = Int.random(in: 0..<3, using: &random) == 0
         let left =
           timedOut
-          ? machine.timeOut(waiter: waiter.waiter, key: waiter.key)
-          : machine.cancel(waiter: waiter.waiter, key: waiter.key)
+          ? machine.leave(waiter: waiter.waiter, key: waiter.key)
+          : machine.leave(waiter: waiter.waiter, key: waiter.key)
         if let continuation = left.continuation {
           if continuation != join { model.failures.append("removing join \(join) returned \(continuation)") }
           model.answer(continuation, timedOut ? "timed out" : "cancelled")
@@ -164,10 +164,9 @@ import Testing
         guard let id = machine.loads.keys.randomElement(using: &random) else { continue }
         let refresh = Bool.random(using: &random)
         let key = machine.loads[id]!.key
-        let answered = machine.finish(id, failed: Bool.random(using: &random)) { state in
-          if refresh { state.startRefresh(key, priority: .utility) }
-        }
-        for join in answered { model.answer(join, "finished") }
+        let finished = machine.finish(id)
+        if refresh, finished?.wasJoinable == true { machine.startRefresh(key, priority: .utility) }
+        for join in finished?.waiters ?? [] { model.answer(join, "finished") }
         name = "finish \(id)\(refresh ? ", then refresh" : "")"
       case 60..<72:
         guard !model.unattached.isEmpty else { continue }
@@ -194,7 +193,7 @@ import Testing
         name = "enter gate \(model.nextGate) with \(ids)"
       case 80..<84:
         guard let (gate, id) = model.heldGates.randomElement(using: &random) else { continue }
-        if let continuation = machine.leaveGate(id) {
+        if let continuation = machine.leaveGate(of: machine.gates[id]?.loads ?? []) {
           if continuation != gate { model.failures.append("leaving gate \(id) returned \(continuation), not \(gate)") }
           model.resume(continuation, "left")
         } else {
@@ -231,11 +230,11 @@ import Testing
       if Bool.random(using: &random),
         let (_, waiter) = model.waiting.first(where: { machine.load(of: $0.value.waiter, key: $0.value.key) == id })
       {
-        if let join = machine.cancel(waiter: waiter.waiter, key: waiter.key).continuation {
+        if let join = machine.leave(waiter: waiter.waiter, key: waiter.key).continuation {
           model.answer(join, "cancelled")
         }
       } else {
-        for join in machine.finish(id, failed: false) { model.answer(join, "finished") }
+        for join in machine.finish(id)?.waiters ?? [] { model.answer(join, "finished") }
       }
       guard step("draining load \(id)") else { return }
     }
