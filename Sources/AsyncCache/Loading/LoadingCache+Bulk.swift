@@ -168,7 +168,7 @@ extension LoadingCache {
       await LoadDependencies.$current.withValue(.batch(loads)) { await self.runBatch(items, origin: origin) }
       self.loadTable.taskEnded(items.map(\.id))
     }
-    return LoadLaunch(ids: items.map(\.id), task: task, priority: priority, isBatch: true)
+    return LoadLaunch(ids: items.map(\.id), task: task, isBatch: true)
   }
 
   /// What the lookup of one key of a batch found, and the stale entry it passed over.

@@ -167,7 +167,7 @@ extension LoadingCache {
         batchable.append(load)
       } else {
         let task = startLoad(load)
-        launches.append(LoadLaunch(ids: [load.id], task: task, priority: load.priority, isBatch: false))
+        launches.append(LoadLaunch(ids: [load.id], task: task, isBatch: false))
       }
     }
     if let batchOrigin, !batchable.isEmpty {

@@ -97,8 +97,8 @@ extension LoadingCache {
       }
     } catch is CancellationError where ticket.isWithdrawn.load(ordering: .sequentiallyConsistent) || Task.isCancelled {
       // See out the load this prefetch abandoned, if it did: it is cancelled and ends soon.
-      // Its task, when it was attached; otherwise (abandoned before its task was attached) the
-      // table tells when its body ends.
+      // Its task; or, for a load of a batch whose other loads go on (the batch's task is not
+      // cancelled), the table tells when the batch's body ends.
       if let (id, task) = ticket.abandonedLoad.withLock({ $0 }) {
         if let task { await task.value } else { await loadTable.waitUntil { !$0.running.contains(id) } }
       }
@@ -133,8 +133,8 @@ final class PrefetchTicket: Sendable {
   /// Set before the waiter is removed, so a prefetch that has not joined yet never does.
   let isWithdrawn = Atomic<Bool>(false)
   /// The load that withdrawing this ticket abandoned (and cancelled), if it did: its identifier,
-  /// and its task unless it was not attached yet. Its task may still run: the prefetch waits
-  /// for it.
+  /// and its task unless it was a batch's that goes on for the batch's other loads. Its task
+  /// may still run: the prefetch waits for it.
   let abandonedLoad = Locked<(id: UInt64, task: Task<Void, Never>?)?>(nil)
 }
 

@@ -151,6 +151,33 @@ func outcome<T>(_ body: () async throws -> T) async -> Result<T, any Error> {
     expectAtRest(cache)
   }
 
+  /// The waits a request made inside a load records are kept apart for each way it can go: it
+  /// starts a load (recorded before the load's task can make a request of its own), joins one,
+  /// or is refused because the load it joined waits for it.
+  @Test func requestsInsideLoadsThatStartJoinOrAreRefusedLeaveNoWaitBehind() async throws {
+    let reference = CacheReference<String, Int>()
+    let refused = Atomic<Int>(0)
+    let cache = try LoadingCache(
+      layers: [MemoryLayer<String, Int>()],
+      origin: ClosureFetcher { key in
+        guard key.hasPrefix("parent") else { return key.count }
+        async let shared = reference.cache.value(for: "shared")
+        async let own = reference.cache.value(for: "own-\(key)")
+        // The key itself joins this very load: refused, the others load.
+        let bulk = await reference.cache.values(for: ["shared", "own-\(key)", key])
+        if (bulk.failures[key] as? AsyncCacheError)?.code == .recursiveLoad { refused.add(1, ordering: .relaxed) }
+        return try await shared + own + bulk.values.count
+      })
+    reference.cache = cache
+    let values = await withTaskGroup(of: Int?.self) { group in
+      for index in 0..<40 { group.addTask { try? await cache.value(for: "parent\(index)") } }
+      return await group.reduce(into: [Int]()) { if let value = $1 { $0.append(value) } }
+    }
+    #expect(values.count == 40)
+    #expect(refused.load(ordering: .relaxed) == 40)
+    expectAtRest(cache)
+  }
+
   @Test func aBatchOriginThatAsksForOneOfItsKeysFails() async throws {
     let reference = CacheReference<String, Int>()
     let cache = try LoadingCache(

@@ -356,21 +356,11 @@ import Testing
 
   // MARK: Priority
 
-  /// Waits until the load of `key` has its task attached. The task runs (and asks the origin)
-  /// a moment before: an escalation made in between is applied when the task is attached,
-  /// which a loaded machine may do only after the test has released the origin.
-  static func waitForLoadTask(of key: String, in cache: LoadingCache<String, Int>) async {
-    await cache.loadTable.waitUntil(orCancellation: true) { machine in
-      machine.joinable[key].flatMap { machine.loads[$0]?.task } != nil
-    }
-  }
-
   @Test func aHigherPriorityRequestEscalatesTheLoad() async throws {
     let origin = GatedFetcher<String, Int> { _ in 1 }
     let cache = try cache(origin: origin)
     let low = Task(priority: .low) { try await cache.value(for: "k") }
     await origin.waitForFetches(1, for: "k")
-    await Self.waitForLoadTask(of: "k", in: cache)
     let high = Task(priority: .high) { try await cache.value(for: "k") }
     await cache.waitForWaiters(2, for: "k")
     origin.release("k")
@@ -385,7 +375,6 @@ import Testing
     let waiter = Task(priority: .low) { try await cache.value(for: "k") }
     await origin.waitForFetches(1, for: "k")
     await cache.waitForWaiters(1, for: "k")
-    await Self.waitForLoadTask(of: "k", in: cache)
     guard #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) else {
       origin.release("k")
       return

@@ -1,4 +1,4 @@
-import Synchronization  // Atomic
+public import Synchronization  // Atomic, in inlinable code
 
 // What a loading cache does to its load table, one named operation per change: each takes the
 // lock once, asks the machine, counts, and returns what the caller must do (resume a waiter,
@@ -21,10 +21,15 @@ extension LoadTable {
     case remembered(any Error)
     /// The load waits for one of the loads that make the request: waiting would never end.
     case recursive
+
+    @usableFromInline
+    var isCancellation: Bool {
+      if case .cancelled = self { true } else { false }
+    }
   }
 
-  /// Joins `waiter` to the load of `key`, or starts one (which the table then runs): the one way
-  /// in for a request and a prefetch. Returns why it did not, if it did not.
+  /// Joins `waiter` to the load of `key`, or starts one: the one way in for a request and a
+  /// prefetch. Returns why it did not, if it did not.
   ///
   /// - Parameters:
   ///   - negativeNow: The time to read negative caching's errors at; `nil` when the cache
@@ -41,6 +46,7 @@ extension LoadTable {
     negativeNow: Int64?, dependents: [LoadIdentity] = [], dependencies: inout [LoadIdentity],
     isCancelled: () -> Bool = { Task.isCancelled }
   ) -> Refusal? {
+    let provisional = dependents.isEmpty ? nil : reserveLoads(1, for: dependents)[0]
     var priority = TaskPriority.medium
     let joined = update { state -> Joined in
       // Read under the lock: an escalation after this finds the waiter registered.
@@ -48,17 +54,13 @@ extension LoadTable {
       if isCancelled() { return .refused(.cancelled) }
       return Self.join(
         key, waiter: waiter, as: continuation, kind: kind, priority: priority, skipsTopLayer: skipsTopLayer,
-        negativeNow: negativeNow, in: &state)
+        negativeNow: negativeNow, newID: provisional ?? reserveLoadID(), in: &state)
     } then: { joined in
       if case .waiting(_, _, let task?) = joined { AsyncCache.escalate(task, to: priority) }
     }
-    switch joined {
-    case .refused(let refusal):
-      return refusal
-    case .waiting(let load, let started, _):
-      guard !dependents.isEmpty else { return nil }
-      return depend(dependents, on: load, started: started, dependencies: &dependencies) ? nil : refuse(waiter, key)
-    }
+    if dependents.isEmpty, case .refused(let refusal) = joined { return refusal }
+    guard !dependents.isEmpty else { return nil }
+    return settle(joined, provisional: provisional, waiter: waiter, key: key, dependents, &dependencies)
   }
 
   /// Joins `waiter`, collecting for a bulk request, to the load of each of `keys` (distinct),
@@ -70,45 +72,47 @@ extension LoadTable {
     _ keys: [Key], waiter: UInt64, collector: BulkCollector<Key, Value>, negativeNow: Int64?,
     dependents: [LoadIdentity], dependencies: inout [LoadIdentity]
   ) -> [(key: Key, refusal: Refusal)] {
+    let provisional = dependents.isEmpty ? nil : reserveLoads(keys.count, for: dependents)
     var priority = TaskPriority.medium
-    let joined = update { state -> [(key: Key, joined: Joined)] in
+    let joined = update { state -> [Joined] in
       // As for a single request: read under the lock, and either this sees the cancellation, or
       // the request's cancellation handler finds the waiters registered.
       priority = Task.currentPriority
-      if Task.isCancelled { return [] }
-      var joined: [(key: Key, joined: Joined)] = []
+      if Task.isCancelled { return keys.map { _ in .refused(.cancelled) } }
+      var joined: [Joined] = []
+      joined.reserveCapacity(keys.count)
       // Failing fast, one remembered error means nothing else is asked for.
-      if collector.failsFast, let negativeNow, !state.negatives.isEmpty {
-        for key in keys {
-          guard let error = state.negatives.error(for: key, now: negativeNow) else { continue }
-          state.counters.negativeHits += 1
-          return [(key, .refused(.remembered(error)))]
-        }
+      if collector.failsFast, let negativeNow, !state.negatives.isEmpty,
+        let index = keys.firstIndex(where: { state.negatives.error(for: $0, now: negativeNow) != nil })
+      {
+        state.counters.negativeHits += 1
+        let error = state.negatives.error(for: keys[index], now: negativeNow)!
+        return keys.indices.map { $0 == index ? .refused(.remembered(error)) : .skipped }
       }
-      for key in keys {
-        let outcome = Self.join(
-          key, waiter: waiter, as: .bulk(collector), kind: .bulk, priority: priority, skipsTopLayer: false,
-          negativeNow: negativeNow, in: &state)
-        joined.append((key, outcome))
-        if collector.failsFast, case .refused = outcome { break }
+      for (index, key) in keys.enumerated() {
+        if collector.failsFast, case .refused? = joined.last {
+          joined.append(.skipped)
+          continue
+        }
+        joined.append(
+          Self.join(
+            key, waiter: waiter, as: .bulk(collector), kind: .bulk, priority: priority, skipsTopLayer: false,
+            negativeNow: negativeNow, newID: provisional?[index] ?? reserveLoadID(), in: &state))
       }
       return joined
     } then: { joined in
       var tasks = Set<Task<Void, Never>>()
-      for case (_, .waiting(_, _, let task?)) in joined { tasks.insert(task) }
+      for case .waiting(_, _, let task?) in joined { tasks.insert(task) }
       for task in tasks { AsyncCache.escalate(task, to: priority) }
     }
     var refused: [(key: Key, refusal: Refusal)] = []
-    for (key, outcome) in joined {
-      switch outcome {
-      case .refused(let refusal):
-        refused.append((key, refusal))
-      case .waiting(let load, let started, _):
-        if dependents.isEmpty || depend(dependents, on: load, started: started, dependencies: &dependencies) {
-          continue
-        }
-        if let refusal = refuse(waiter, key) { refused.append((key, refusal)) }
-      }
+    for (index, key) in keys.enumerated() {
+      let refusal =
+        dependents.isEmpty
+        ? joined[index].refusal
+        : settle(joined[index], provisional: provisional?[index], waiter: waiter, key: key, dependents, &dependencies)
+      // A cancelled request is answered by its cancellation handler.
+      if let refusal, !refusal.isCancellation { refused.append((key, refusal)) }
     }
     return refused
   }
@@ -119,14 +123,21 @@ extension LoadTable {
     case refused(Refusal)
     /// Waiting for `load`, which the waiter `started` or joined; escalate `task` when given.
     case waiting(load: UInt64, started: Bool, escalate: Task<Void, Never>?)
+    /// Not joined: a bulk request failing fast stopped before this key.
+    case skipped
+
+    @inlinable
+    var refusal: Refusal? {
+      if case .refused(let refusal) = self { refusal } else { nil }
+    }
   }
 
-  /// The critical section of a join: refuses a closed table and a remembered error, joins,
-  /// counts.
+  /// The critical section of a join: refuses a closed table and a remembered error, joins (as
+  /// load `newID` if it starts one), counts.
   @inlinable
   static func join(
     _ key: Key, waiter: UInt64, as continuation: Waiter, kind: JoinKind, priority: TaskPriority,
-    skipsTopLayer: Bool, negativeNow: Int64?, in state: inout State
+    skipsTopLayer: Bool, negativeNow: Int64?, newID: UInt64, in state: inout State
   ) -> Joined {
     // Checked under the lock, where close() sets it: a request either joins before the close,
     // which then waits for its load, or is refused.
@@ -136,7 +147,8 @@ extension LoadTable {
       return .refused(.remembered(error))
     }
     switch state.machine.join(
-      key, waiter: waiter, continuation: continuation, priority: priority, kind: kind, skipsTopLayer: skipsTopLayer)
+      key, waiter: waiter, continuation: continuation, priority: priority, kind: kind, skipsTopLayer: skipsTopLayer,
+      newID: newID)
     {
     case .joined(let id, let task):
       state.counters.coalesced += 1
@@ -147,25 +159,52 @@ extension LoadTable {
     }
   }
 
-  /// Records that `dependents` (the loads whose body makes a request) wait for `load`; returns
-  /// `false`, recording nothing, when `load` waits for one of them (or is one). A load the
-  /// request just `started` waits for nothing yet, so it closes no cycle. Called after the
-  /// unlock, before the loads registered start (see ``update(_:then:)``'s `then`): a load
-  /// started here cannot make a request before its dependents are recorded.
-  @usableFromInline
-  func depend(_ dependents: [LoadIdentity], on load: UInt64, started: Bool, dependencies: inout [LoadIdentity]) -> Bool
-  {
-    let target = LoadIdentity(table: ObjectIdentifier(self), load: load)
-    guard LoadDependencies.shared.add(dependents, waitingFor: target, checkingCycles: !started) else { return false }
-    dependencies.append(target)
-    return true
+  /// A new load identifier.
+  @inlinable
+  func reserveLoadID() -> UInt64 {
+    loadIDs.wrappingAdd(1, ordering: .relaxed).newValue
   }
 
-  /// Takes `waiter` out of the load of `key` it joined but must not wait for; ``Refusal/recursive``
-  /// unless the load answered it meanwhile.
+  /// Reserves `count` load identifiers for a request made inside loads (`dependents`), and
+  /// records the dependents as waiting for each, before the request joins: a load the request
+  /// starts (as one of them) can then not make a request that waits for its dependents unseen,
+  /// though its task starts before the lock is released. The others are forgotten in
+  /// ``settle(_:provisional:waiter:key:_:_:)``.
   @usableFromInline
-  func refuse(_ waiter: UInt64, _ key: Key) -> Refusal? {
-    leave(waiter, key: key, because: .refused).continuation == nil ? nil : .recursive
+  func reserveLoads(_ count: Int, for dependents: [LoadIdentity]) -> [UInt64] {
+    (0..<count).map { _ in
+      let id = reserveLoadID()
+      _ = LoadDependencies.shared.add(
+        dependents, waitingFor: LoadIdentity(table: ObjectIdentifier(self), load: id), checkingCycles: false)
+      return id
+    }
+  }
+
+  /// Settles the dependencies of a request made inside loads (`dependents`) that joined as
+  /// `joined`, with the identifier it reserved: a load it started keeps its record (in
+  /// `dependencies`, to forget once the request ends); for a load it joined, the record moves
+  /// to that load, unless that load waits for one of the dependents: the request then leaves
+  /// it and is refused as ``Refusal/recursive`` (unless the load answered it meanwhile).
+  @usableFromInline
+  func settle(
+    _ joined: Joined, provisional: UInt64?, waiter: UInt64, key: Key, _ dependents: [LoadIdentity],
+    _ dependencies: inout [LoadIdentity]
+  ) -> Refusal? {
+    let identity = { LoadIdentity(table: ObjectIdentifier(self), load: $0) }
+    if let provisional {
+      if case .waiting(provisional, true, _) = joined {
+        dependencies.append(identity(provisional))
+        return nil
+      }
+      LoadDependencies.shared.remove(dependents, waitingFor: identity(provisional))
+    }
+    guard case .waiting(let load, _, _) = joined else { return joined.refusal }
+    let target = identity(load)
+    guard LoadDependencies.shared.add(dependents, waitingFor: target, checkingCycles: true) else {
+      return leave(waiter, key: key, because: .refused).continuation == nil ? nil : .recursive
+    }
+    dependencies.append(target)
+    return nil
   }
 
   // MARK: Leaving
@@ -334,7 +373,7 @@ extension LoadTable {
         if let negative = ending.negative {
           state.negatives.remember(negative.error, for: key, expiry: negative.expiry, limit: negative.limit)
         }
-        if ending.thenRefresh { Self.startRefresh(key, in: &state) }
+        if ending.thenRefresh { startRefresh(key, in: &state) }
       }
       return finished
     }
@@ -352,16 +391,16 @@ extension LoadTable {
   func refresh(_ key: Key, servedStale: Bool) {
     update { state in
       if servedStale { state.counters.staleServed += 1 }
-      Self.startRefresh(key, in: &state)
+      startRefresh(key, in: &state)
     }
   }
 
   /// Starts a background refresh of `key` unless a load of it is joinable or the table is
   /// closed. A refresh is background work: it runs below the requests that read the stale
   /// value, and a request that joins it raises it.
-  static func startRefresh(_ key: Key, in state: inout State) {
+  func startRefresh(_ key: Key, in state: inout State) {
     guard !state.isClosed else { return }
-    switch state.machine.startRefresh(key, priority: .utility) {
+    switch state.machine.startRefresh(key, priority: .utility, newID: reserveLoadID()) {
     case .coalesced:
       state.counters.refreshesCoalesced += 1
     case .started:

@@ -55,6 +55,8 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// The machine's ``LoadTableStateMachine/urgencyLosses``, published after each change, so that
   /// a load's task started urgent can pass the gate without the lock while it is unchanged.
   @usableFromInline let urgencyLosses = Atomic<UInt64>(0)
+  /// The last load identifier handed out.
+  @usableFromInline let loadIDs = Atomic<UInt64>(0)
   /// Whether the table is closed, readable without the lock (it is set under it).
   @usableFromInline let closed = Atomic<Bool>(false)
 
@@ -67,11 +69,13 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   }
 
   /// Runs `body` on the state under the lock, then `then` with its result, then what the change
-  /// left to do (see the type's documentation). `then` runs before the loads registered start:
-  /// a request that joined a load escalates the load's task there, so that a test watching the
-  /// table (``waitUntil(orCancellation:_:)``) sees the join only once the load runs at the
-  /// request's priority, and records what it waits for before a load it started can make a
-  /// request of its own.
+  /// left to do (see the type's documentation). The loads `body` registered have their read
+  /// begun and their task started and attached in the same critical section, so a load in the
+  /// table always has its read and its task; the tasks cannot touch the table before the lock
+  /// is released. `then` runs before the watchers are told: a request that joined a load
+  /// escalates the load's task there, so that a test watching the table
+  /// (``waitUntil(orCancellation:_:)``) sees the join only once the load runs at the request's
+  /// priority.
   @inlinable
   func update<Result>(_ body: (inout State) -> Result, then: (Result) -> Void = { _ in }) -> Result {
     let (result, deferred) = state.withLock { state -> (Result, Deferred?) in
@@ -82,11 +86,10 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       // Most changes (a request joining a load) leave nothing to do.
       guard !state.machine.effects.isEmpty || !state.watchers.isEmpty else { return (result, nil) }
       var effects = state.machine.takeEffects()
-      if !effects.startedLoads.isEmpty { beginReads(of: &effects.startedLoads, in: &state) }
+      if !effects.startedLoads.isEmpty { start(&effects.startedLoads, in: &state) }
       let observers = effects.urgencyChanged ? state.observers.all : []
       let ready = state.watchers.isEmpty ? [] : state.watchers.takeSatisfied(by: state.machine)
-      let runner = effects.startedLoads.isEmpty ? nil : state.runner
-      return (result, Deferred(effects: effects, runner: runner, observers: observers, ready: ready))
+      return (result, Deferred(effects: effects, observers: observers, ready: ready))
     }
     then(result)
     if let deferred { perform(deferred) }
@@ -97,28 +100,21 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline
   struct Deferred {
     @usableFromInline var effects: Machine.Effects
-    /// Who starts the loads registered, if any were.
-    @usableFromInline var runner: (any LoadRunner<Key, Value>)?
     @usableFromInline var observers: [@Sendable () -> Void]
     @usableFromInline var ready: [UnsafeContinuation<Void, Never>]
 
     @inlinable
-    init(
-      effects: Machine.Effects, runner: (any LoadRunner<Key, Value>)?, observers: [@Sendable () -> Void],
-      ready: [UnsafeContinuation<Void, Never>]
-    ) {
+    init(effects: Machine.Effects, observers: [@Sendable () -> Void], ready: [UnsafeContinuation<Void, Never>]) {
       self.effects = effects
-      self.runner = runner
       self.observers = observers
       self.ready = ready
     }
   }
 
-  /// Starts the loads a change registered, opens the gates it opened, tells the urgency
-  /// observers and resumes the watchers whose condition now holds, in that order.
+  /// Opens the gates a change opened, tells the urgency observers and resumes the watchers
+  /// whose condition now holds, in that order.
   @usableFromInline
   func perform(_ deferred: Deferred) {
-    if let runner = deferred.runner { start(deferred.effects.startedLoads, runner: runner) }
     for (gate, cancelled) in deferred.effects.openedGates {
       if cancelled { gate.resume(throwing: CancellationError()) } else { gate.resume() }
     }
@@ -126,47 +122,24 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     for watcher in deferred.ready { watcher.resume() }
   }
 
-  /// Begins the chain read of each of `loads`, just registered, and records it in the machine.
+  /// Begins the chain read of each of `loads`, just registered, and starts their tasks through
+  /// the runner (one per load, or one per batch), and attaches them: under the lock, so that an
+  /// abandonment always finds the read to overtake and the task to cancel.
   @usableFromInline
-  func beginReads(of loads: inout [Machine.StartedLoad], in state: inout State) {
+  func start(_ loads: inout [Machine.StartedLoad], in state: inout State) {
     guard let runner = state.runner else { return }
     for index in loads.indices {
       let token = runner.beginRead(loads[index].key)
       loads[index].token = token
       state.machine.setToken(token, for: loads[index].id)
     }
-  }
-
-  /// Starts the tasks of `loads` (registered by one change) through the runner, then attaches
-  /// them. A load that left the table before its task was attached (its requests left, which
-  /// overtook its read; or it ended) gets its task cancelled, as does a batch's task whose loads
-  /// all left; the task body may still be running, which ``LoadTableStateMachine/running``
-  /// tells. A task whose loads were joined at a higher priority meanwhile is escalated. The
-  /// attachment is a change the test watchers see (a load's task is part of the table), after
-  /// the escalations.
-  @usableFromInline
-  func start(_ loads: [Machine.StartedLoad], runner: any LoadRunner<Key, Value>) {
-    let launches = runner.launch(loads)
-    let (cancelled, escalations, ready) = state.withLock { state in
-      var cancelled: [Task<Void, Never>] = []
-      var escalations: [(Task<Void, Never>, TaskPriority)] = []
-      for launch in launches {
-        if launch.isBatch {
-          let (gone, priority) = state.machine.attachBatch(launch.ids, task: launch.task)
-          if gone.count == launch.ids.count { cancelled.append(launch.task) }
-          if let priority, priority > launch.priority { escalations.append((launch.task, priority)) }
-        } else if let priority = state.machine.attach(launch.task, to: launch.ids[0]) {
-          if priority > launch.priority { escalations.append((launch.task, priority)) }
-        } else {
-          cancelled.append(launch.task)
-        }
+    for launch in runner.launch(loads) {
+      if launch.isBatch {
+        _ = state.machine.attachBatch(launch.ids, task: launch.task)
+      } else {
+        _ = state.machine.attach(launch.task, to: launch.ids[0])
       }
-      let ready = state.watchers.isEmpty ? [] : state.watchers.takeSatisfied(by: state.machine)
-      return (cancelled, escalations, ready)
     }
-    for task in cancelled { task.cancel() }
-    for (task, priority) in escalations { AsyncCache.escalate(task, to: priority) }
-    for watcher in ready { watcher.resume() }
   }
 
   /// Registers `observer`, called each time urgent loads start being in flight or stop being;
@@ -218,8 +191,9 @@ protocol LoadRunner<Key, Value>: AnyObject, Sendable {
   func overtake(_ token: ReadToken<Key>)
 
   /// Starts a task for each of `loads` (registered by one change, in order, each with its read
-  /// token), or one task for several (a batch); does not touch the table. Each task tells the
-  /// table when its body ends (``LoadTableStateMachine/taskEnded(_:)``).
+  /// token), or one task for several (a batch). Called under the table's lock: it only creates
+  /// the tasks, which touch the table once the lock is released. Each task tells the table
+  /// when its body ends (``LoadTableStateMachine/taskEnded(_:)``).
   func launch(_ loads: [LoadTable<Key, Value>.StartedLoad]) -> [LoadLaunch]
 }
 
@@ -228,16 +202,13 @@ protocol LoadRunner<Key, Value>: AnyObject, Sendable {
 struct LoadLaunch: Sendable {
   @usableFromInline let ids: [UInt64]
   @usableFromInline let task: Task<Void, Never>
-  /// The priority the task was started at.
-  @usableFromInline let priority: TaskPriority
   /// One task for several loads (a batch origin call).
   @usableFromInline let isBatch: Bool
 
   @usableFromInline
-  init(ids: [UInt64], task: Task<Void, Never>, priority: TaskPriority, isBatch: Bool) {
+  init(ids: [UInt64], task: Task<Void, Never>, isBatch: Bool) {
     self.ids = ids
     self.task = task
-    self.priority = priority
     self.isBatch = isBatch
   }
 }

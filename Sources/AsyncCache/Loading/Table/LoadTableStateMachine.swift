@@ -75,7 +75,8 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
   @inlinable
   var waiterCount: Int { loads.values.reduce(0) { $0 + $1.waiters.count } }
 
-  /// Adds a request (`isUrgent`) or a prefetch for `key`: joins its load or starts one.
+  /// Adds a request (`isUrgent`) or a prefetch for `key`: joins its load or starts one, as
+  /// `newID` when given (the owner's identifiers; otherwise the next of the machine's own).
   /// `skipsTopLayer` asks for the value to be stored below the top layer only; one waiter that
   /// does not ask for it is enough for the load to store it everywhere.
   @inlinable
@@ -85,7 +86,8 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
     continuation: Continuation,
     priority: TaskPriority,
     kind: JoinKind = .request,
-    skipsTopLayer: Bool = false
+    skipsTopLayer: Bool = false,
+    newID: UInt64? = nil
   ) -> JoinResult {
     let isUrgent = kind.isUrgent
     if let id = joinable[key] {
@@ -94,8 +96,7 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
       if becameUrgent { urgencyChanged(of: id, wasUrgent: false) }
       return .joined(id: id, escalate: escalate)
     }
-    nextLoadID &+= 1
-    let id = nextLoadID
+    let id = makeID(newID)
     var waiters = Waiters<Continuation>()
     waiters.append(waiter, continuation, isUrgent: isUrgent)
     loads[id] = Load(key: key, waiters: waiters, priority: priority, skipsTopLayer: skipsTopLayer)
@@ -107,6 +108,15 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
     running.insert(id)
     if isUrgent { urgencyChanged(of: id, wasUrgent: false) }
     return .started(id: id)
+  }
+
+  /// The identifier of a new load: `newID`, or the next of the machine's own.
+  @inlinable
+  mutating func makeID(_ newID: UInt64?) -> UInt64 {
+    let id = newID ?? nextLoadID &+ 1
+    assert(loads[id] == nil, "load identifier \(id) is in use")
+    nextLoadID = Swift.max(nextLoadID, id)
+    return id
   }
 
   /// Records the read token of load `id`, just registered (in the same critical section).
@@ -228,7 +238,7 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
   /// bring a fresh value as well, and becomes the refresh).
   @discardableResult
   @usableFromInline
-  mutating func startRefresh(_ key: Key, priority: TaskPriority) -> RefreshStart {
+  mutating func startRefresh(_ key: Key, priority: TaskPriority, newID: UInt64? = nil) -> RefreshStart {
     if let id = joinable[key] {
       // The load becomes the refresh: it no longer waits for urgent work (a prefetch held at
       // the gate), and goes on when its waiters leave.
@@ -236,8 +246,7 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
       if let gate = loads[id]!.gate { openGate(gate) }
       return .coalesced
     }
-    nextLoadID &+= 1
-    let id = nextLoadID
+    let id = makeID(newID)
     var load = Load(key: key, waiters: Waiters(), priority: priority, skipsTopLayer: false)
     load.isRefresh = true
     loads[id] = load

@@ -13,13 +13,14 @@ struct LoadTableWatcherTests {
     func overtake(_ token: ReadToken<String>) {}
 
     func launch(_ loads: [LoadTable<String, Int>.StartedLoad]) -> [LoadLaunch] {
-      loads.map { LoadLaunch(ids: [$0.id], task: Task {}, priority: $0.priority, isBatch: false) }
+      loads.map { LoadLaunch(ids: [$0.id], task: Task {}, isBatch: false) }
     }
   }
 
   /// Found in a full test run: a test waiting for a load's task hung until its time limit,
-  /// because the task is attached after the change that registered the load, under the lock
-  /// but outside ``LoadTable/update(_:then:)``, and the watchers were not told.
+  /// because the task was attached after the change that registered the load, and the watchers
+  /// were not told. The task is now attached in the change that registers the load
+  /// (``LoadTable/update(_:then:)``), which tells the watchers.
   @Test("a watcher waiting for a load's task is resumed when the task is attached", .timeLimit(.minutes(1)))
   func attachingATaskResumesWatchers() async {
     let table = LoadTable<String, Int>()
@@ -30,7 +31,7 @@ struct LoadTableWatcherTests {
     }
     // Once the watcher waits (no change can resume it before the join below)…
     while table.state.withLock({ $0.watchers.isEmpty }) { await Task.yield() }
-    // …a request starts the load: its change registers the load, whose task is attached after.
+    // …a request starts the load: its change registers the load and attaches its task.
     var dependencies: [LoadIdentity] = []
     let refusal = table.join(
       "k", waiter: 1, as: .bulk(BulkCollector(keys: ["k"], failsFast: false)), kind: .bulk, negativeNow: nil,
