@@ -1,19 +1,113 @@
 // How a read-through of the chain runs: the lookups top-down, and the copies or the loaded value
 // it stores, as one read of the chain's write coordinator.
+/// One read-through of a key of a ``CacheChain``, from its lookups to what it stores: one read
+/// of the chain's write coordinator. A write of the key while it runs overtakes it: it may still
+/// answer with what it found, but stores nothing.
+///
+/// Noncopyable, so that a read ends once: by one of its consuming methods, or, when it is
+/// dropped (nothing found, a load that failed or threw), by its deinit, which stores nothing.
+/// Where its entry goes is decided here, from the layer it was found in and whether the read
+/// skips the top layer (a prefetch into the lower layers).
+struct ChainRead<Key: Hashable & Sendable, Value: Sendable>: ~Copyable, Sendable {
+  /// An entry and the index of the layer that had it.
+  typealias Found = (entry: CacheEntry<Value>, tier: Int)
+
+  let chain: CacheChain<Key, Value>
+  let token: ReadToken<Key>
+  /// Its end was handed to a task of its own (``copyBelowTopInBackground(_:)``).
+  private var handedOver = false
+
+  /// Begins a read of `key`.
+  init(of key: Key, in chain: CacheChain<Key, Value>) {
+    self.init(resuming: chain.beginRead(key), of: chain)
+  }
+
+  /// Takes over `token`, a read of `chain` begun with ``CacheChain/beginRead(_:)`` (a load's,
+  /// begun when the load was registered, so that its abandonment could overtake it).
+  init(resuming token: ReadToken<Key>, of chain: CacheChain<Key, Value>) {
+    self.chain = chain
+    self.token = token
+  }
+
+  deinit {
+    if !handedOver { chain.endRead(token) }
+  }
+
+  /// The key read.
+  var key: Key { token.key }
+
+  /// The first unexpired entry for the key and the index of the layer that had it.
+  func locate() async throws -> Found? {
+    try await chain.locate(key)
+  }
+
+  /// The first unexpired entry that `accept` takes (see
+  /// ``CacheChain/locate(_:fallback:passedOver:accepting:)``).
+  func locate(
+    fallback: inout Found?, passedOver: (CacheEntry<Value>, Int) -> Void = { _, _ in },
+    accepting accept: (CacheEntry<Value>) -> Bool
+  ) async throws -> Found? {
+    try await chain.locate(key, fallback: &fallback, passedOver: passedOver, accepting: accept)
+  }
+
+  /// Ends the read storing nothing.
+  consuming func end() {}
+
+  /// Ends the read, which found `entry` in layer `tier` (or was handed it, as the coordinator's
+  /// layer holds it), by copying it into the layers above that one: from the top, or the layer
+  /// below it when `skippingTop`. With `everywhere` (an entry extended to a new expiry), into
+  /// every layer from there, its own included. Awaited, or in a task of its own, per
+  /// ``CacheChain/Configuration-swift.struct/backfill``; a write since the read began wins.
+  consuming func copy(
+    _ entry: CacheEntry<Value>, foundIn tier: Int, skippingTop: Bool = false, everywhere: Bool = false
+  ) async {
+    let top = chain.firstLayer(skippingTop: skippingTop)
+    let range = top..<(everywhere ? chain.tiers.count : Swift.max(top, tier))
+    guard !range.isEmpty else { return }
+    guard chain.configuration.backfill == .awaited else { return copyInBackground(entry, into: range) }
+    _ = await chain.commit(entry, for: key, to: range, token: token, operation: .backfill)
+  }
+
+  /// Ends the read by copying `entry` into every layer below the top one, in a task of its
+  /// own (a sliding expiry's extension, decided on a hit that must not wait).
+  consuming func copyBelowTopInBackground(_ entry: CacheEntry<Value>) {
+    copyInBackground(entry, into: 1..<chain.tiers.count)
+  }
+
+  private consuming func copyInBackground(_ entry: CacheEntry<Value>, into range: Range<Int>) {
+    guard !range.isEmpty else { return }
+    handedOver = true
+    let (chain, token) = (chain, token)
+    chain.runInBackground {
+      _ = await chain.commit(entry, for: token.key, to: range, token: token, operation: .backfill)
+      chain.endRead(token)
+    }
+  }
+
+  /// Ends the read, which loaded `entry` from the origin, by storing it in every layer from
+  /// the top (or the layer below it when `skippingTop`) but `excluded` (the coordinator's,
+  /// which took it when its claim completed, or which must not take it unfenced). Returns
+  /// whether it stored it: not when a write overtook the read.
+  @discardableResult
+  consuming func store(_ entry: CacheEntry<Value>, skippingTop: Bool = false, excluding excluded: Int? = nil) async
+    -> Bool
+  {
+    let layers = chain.firstLayer(skippingTop: skippingTop)..<chain.tiers.count
+    return await chain.commit(
+      entry, for: key, to: layers.filter { $0 != excluded }, token: token, operation: .insert)
+  }
+}
+
 extension CacheChain {
-  // MARK: Read-through (also used by LoadingCache)
+  // MARK: Read-through (also used by LoadingCache, through ChainRead)
 
-  // A read-through is one read of the chain's write coordinator, from `beginRead` to one of
-  // the `endRead`s: the chain owns the token from start to end, and a write of the key while
-  // it runs overtakes it (it may still answer with what it found, but stores nothing).
-
-  /// Begins a read of `key`: the lookups, then the copies or the loaded value it stores.
+  /// Begins a read of `key`, to end through a ``ChainRead``.
   nonisolated func beginRead(_ key: Key) -> ReadToken<Key> {
     coordinator.beginRead(key)
   }
 
-  /// Ends `read` without storing anything (nothing found, or the load failed).
-  nonisolated func endRead(_ read: ReadToken<Key>) {
+  /// Ends `read` (``ChainRead`` does).
+  fileprivate nonisolated func endRead(_ read: ReadToken<Key>) {
     coordinator.endRead(read)
   }
 
@@ -23,38 +117,10 @@ extension CacheChain {
     coordinator.overtake(read)
   }
 
-  /// Ends `read`, which found `entry` (or extended it), by copying it into the layers in
-  /// `range`, unless a write overtook the read: awaited, or in a task of its own, per
-  /// ``Configuration-swift.struct/backfill``. A copy overtakes no load's value, and drops the
-  /// copies of the other reads of the key in progress (see <doc:Semantics>).
-  nonisolated func endRead(_ read: ReadToken<Key>, copying entry: CacheEntry<Value>, into range: Range<Int>) async {
-    guard !range.isEmpty else { return endRead(read) }
-    guard configuration.backfill == .awaited else { return endReadInBackground(read, copying: entry, into: range) }
-    _ = await commit(entry, for: read.key, to: range, token: read, operation: .backfill)
-    endRead(read)
-  }
-
-  /// Ends `read` as ``endRead(_:copying:into:)`` does, always in a task of its own (a sliding
-  /// expiry's extension, decided on a hit that must not wait).
-  nonisolated func endReadInBackground(_ read: ReadToken<Key>, copying entry: CacheEntry<Value>, into range: Range<Int>)
-  {
-    guard !range.isEmpty else { return endRead(read) }
-    runInBackground {
-      _ = await self.commit(entry, for: read.key, to: range, token: read, operation: .backfill)
-      self.endRead(read)
-    }
-  }
-
-  /// Ends `read`, which loaded `entry` from the origin, by storing it in the layers in `range`,
-  /// unless a write overtook the read. Returns whether it stored it.
-  @discardableResult
-  nonisolated func endRead(
-    _ read: ReadToken<Key>, storing entry: CacheEntry<Value>, into range: some Collection<Int> & Sendable
-  ) async
-    -> Bool
-  {
-    defer { endRead(read) }
-    return await commit(entry, for: read.key, to: range, token: read, operation: .insert)
+  /// The first layer a read stores in: the top one, or the one below it when `skippingTop`
+  /// (unless there is none).
+  fileprivate nonisolated func firstLayer(skippingTop: Bool) -> Int {
+    skippingTop && tiers.count > 1 ? 1 : 0
   }
 
   // MARK: Building blocks (also used by LoadingCache)
@@ -106,7 +172,7 @@ extension CacheChain {
 
   /// Writes `entry` to the layers in `range` unless a write overtook `token` (or the task was
   /// cancelled while waiting for the key). Returns whether it wrote.
-  private nonisolated func commit(
+  fileprivate nonisolated func commit(
     _ entry: CacheEntry<Value>,
     for key: Key,
     to range: some Collection<Int> & Sendable,

@@ -217,19 +217,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   ///   ``LayerFailurePolicy/propagate`` fails; `CancellationError` when cancelled.
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     try checkOpen("entry(for:)")
-    let read = beginRead(key)
-    let found: (entry: CacheEntry<Value>, tier: Int)?
-    do {
-      found = try await locate(key)
-    } catch {
-      endRead(read)
-      throw error
-    }
-    guard let (entry, tier) = found else {
-      endRead(read)
-      return nil
-    }
-    await endRead(read, copying: entry, into: 0..<tier)
+    let read = ChainRead(of: key, in: self)
+    guard let (entry, tier) = try await read.locate() else { return nil }
+    await read.copy(entry, foundIn: tier)
     return entry
   }
 

@@ -80,24 +80,32 @@ extension LoadingCache {
       },
       minimumGain: lifetime.saturatingNanoseconds / 2)
     guard let target else { return }
+    guard chain.tiers.count > 1 else {
+      _ = front.moveExpiry(of: key, from: expiry, to: target)
+      return
+    }
     // Begun before the top layer moves: a write that ends after that overtakes it.
-    let read = chain.tiers.count > 1 ? chain.beginRead(key) : nil
-    let moved = front.moveExpiry(of: key, from: expiry, to: target)
-    guard let read else { return }
-    guard moved else { return chain.endRead(read) }
-    chain.endReadInBackground(read, copying: CacheEntry(value, expiresAt: extended), into: 1..<chain.tiers.count)
+    let read = ChainRead(of: key, in: chain)
+    guard front.moveExpiry(of: key, from: expiry, to: target) else { return read.end() }
+    read.copyBelowTopInBackground(CacheEntry(value, expiresAt: extended))
   }
 
-  /// The entry a load answers with, and the layers to store it in: `entry`, found in layer
-  /// `tier`, goes to the layers above it from `top`; with sliding expiry, an entry due for it is
-  /// extended to a full lifetime from now and stored in every layer from `top`.
-  func storing(
-    _ entry: CacheEntry<Value>, state: FreshnessRules.State, for key: Key, foundIn tier: Int, top: Int
-  ) -> (entry: CacheEntry<Value>, layers: Range<Int>) {
-    guard state == .extendDue, let lifetime = lifetime(of: key, entry.value) else { return (entry, top..<tier) }
+  /// Ends `read`, which found `entry` for `key` in layer `tier` in `state`, by copying it into
+  /// the layers above (the top one too unless `skippingTop`); returns the entry the load answers
+  /// with. With sliding expiry, an entry due for it is extended to a full lifetime from now and
+  /// stored in every layer, its own included.
+  func copy(
+    _ entry: CacheEntry<Value>, in state: FreshnessRules.State, foundIn tier: Int, skippingTop: Bool = false,
+    ending read: consuming ChainRead<Key, Value>
+  ) async -> CacheEntry<Value> {
+    guard state == .extendDue, let lifetime = lifetime(of: read.key, entry.value) else {
+      await read.copy(entry, foundIn: tier, skippingTop: skippingTop)
+      return entry
+    }
     let extended = CacheEntry(
       entry.value, expiresAt: freshness.expiry(now: configuration.clock.now, lifetime: lifetime))
-    return (extended, top..<chain.tiers.count)
+    await read.copy(extended, foundIn: tier, skippingTop: skippingTop, everywhere: true)
+    return extended
   }
 
   /// The fresh time left at which a refresh ahead or an extension of `value` for `key` falls
@@ -146,9 +154,7 @@ extension LoadingCache {
   func locateForLoad(
     _ key: Key, load id: UInt64, isRefresh: Bool, fallback: inout Fallback?
   ) async throws -> (entry: CacheEntry<Value>, tier: Int, state: FreshnessRules.State)? {
-    guard checksFreshness else {
-      return try await chain.locate(key).map { ($0.entry, $0.tier, .fresh) }
-    }
+    let checksFreshness = checksFreshness
     let clock = configuration.clock
     // The state of the entry taken, as decided: read again, the clock may have moved on.
     var accepted = FreshnessRules.State.fresh
@@ -156,6 +162,8 @@ extension LoadingCache {
       key, fallback: &fallback,
       passedOver: { entry, tier in offerStale((entry, tier), for: id, key: key) },
       accepting: { entry in
+        // Without freshness rules the first entry is the answer.
+        guard checksFreshness else { return true }
         let state = freshness.state(of: entry, at: clock.now) { lifetime(of: key, entry.value) }
         accepted = state
         return switch state {

@@ -190,7 +190,7 @@ extension LoadingCache {
         group.addTask {
           // A load abandoned meanwhile is not looked up, nor fetched.
           guard self.loadTable.isLive(item.id) else {
-            self.chain.endRead(item.token)
+            ChainRead(resuming: item.token, of: self.chain).end()
             // Out of the table: this reports its end, as cancelled.
             self.finish(item.id, key: item.key, startedAt: startedAt, with: .failure(CancellationError()), attempts: 0)
             return nil
@@ -219,8 +219,7 @@ extension LoadingCache {
       case .success(nil):
         missing.append(item)
       case .success(let (found, tier, state)?):
-        let (entry, layers) = storing(found, state: state, for: item.key, foundIn: tier, top: 0)
-        await chain.endRead(item.token, copying: entry, into: layers)
+        let entry = await copy(found, in: state, foundIn: tier, ending: ChainRead(resuming: item.token, of: chain))
         finish(
           item.id, key: item.key, startedAt: startedAt, with: .success((entry.value, .layer(tier))), attempts: 0,
           servedStale: state == .stale,

@@ -243,42 +243,56 @@ extension LoadingCache {
   /// they fail (stale-if-error). A refresh serves nothing stale at once: it is the one that
   /// brings the fresh value.
   private func run(_ load: LoadTable<Key, Value>.StartedLoad) async {
-    let (id, key, token) = (load.id, load.key, load.token!)
+    let (id, key) = (load.id, load.key)
     let startedAt = configuration.clock.now
     logLoadStarted(key)
     let isRefresh = checksFreshness && load.isRefresh
     if eventHub.isObserved { eventHub.emit(isRefresh ? .refreshStarted(key: key) : .loadStarted(key: key)) }
     var result: Result<(Value, LoadSource), any Error>
-    var refreshAfterwards = false
-    var foundStale = false
+    var found: FreshnessRules.State?
     var fallback: Fallback?
     var attempts = 0
     do {
-      if let (entry, tier, state) = try await locateForLoad(key, load: id, isRefresh: isRefresh, fallback: &fallback) {
-        refreshAfterwards = state == .stale || state == .refreshDue
-        foundStale = state == .stale
-        // A prefetch into the lower layers leaves the top layer alone.
-        let top = tier > 0 && loadTable.skipsTopLayer(load) ? 1 : 0
-        let (entry, layers) = storing(entry, state: state, for: key, foundIn: tier, top: top)
-        await chain.endRead(token, copying: entry, into: layers)
-        result = .success((entry.value, .layer(tier)))
-      } else {
-        result = .success(
-          try await loadFromOrigin(load, supersedes: fallback?.entry.expiresAt, attempts: &attempts))
-      }
+      result = .success(
+        try await readThrough(
+          load, read: ChainRead(resuming: load.token!, of: chain), isRefresh: isRefresh, found: &found,
+          fallback: &fallback, attempts: &attempts))
     } catch {
-      // Nothing was stored: the read ends here.
-      chain.endRead(token)
       result = .failure(error)
     }
+    let refreshAfterwards = found == .stale || found == .refreshDue
     var staleAfter: (any Error)?
     if case .failure(let error) = result, let stale = staleValue(after: error, fallback: fallback, key: key) {
       result = .success(stale)
       staleAfter = error
     }
     finish(
-      id, key: key, startedAt: startedAt, with: result, attempts: attempts, servedStale: foundStale,
+      id, key: key, startedAt: startedAt, with: result, attempts: attempts, servedStale: found == .stale,
       staleAfter: staleAfter, thenRefresh: refreshAfterwards)
+  }
+
+  /// The read-through of `load`: the layers, then the origin. `read` ends here, whatever
+  /// happens (nothing is stored when it throws).
+  ///
+  /// - Parameters:
+  ///   - found: The state of the entry a layer answered with, if one did.
+  ///   - fallback: A stale entry the lookup passed over.
+  ///   - attempts: The origin calls made.
+  private func readThrough(
+    _ load: LoadTable<Key, Value>.StartedLoad, read: consuming ChainRead<Key, Value>, isRefresh: Bool,
+    found: inout FreshnessRules.State?, fallback: inout Fallback?, attempts: inout Int
+  ) async throws -> (Value, LoadSource) {
+    guard
+      let (entry, tier, state) = try await locateForLoad(
+        load.key, load: load.id, isRefresh: isRefresh, fallback: &fallback)
+    else {
+      return try await loadFromOrigin(load, read: read, supersedes: fallback?.entry.expiresAt, attempts: &attempts)
+    }
+    found = state
+    // A prefetch into the lower layers leaves the top layer alone.
+    let skippingTop = tier > 0 && loadTable.skipsTopLayer(load)
+    let answer = await copy(entry, in: state, foundIn: tier, skippingTop: skippingTop, ending: read)
+    return (answer.value, .layer(tier))
   }
 
   /// Removes load `id` of `key` from the table and answers its waiters; counts its requests as

@@ -14,51 +14,47 @@ extension LoadingCache {
     case granted(OpenLeases<Key, Value>, tier: Int)
   }
 
-  /// Ends `read` with `entry`, which the origin gave for `key`: stores it in `layers` as `lease`
-  /// allows, completing its claim first when it has one.
+  /// Ends `read` with `entry`, which the origin gave for its key: stores it in every layer
+  /// (from the top, or the one below it when `skippingTop`) as `lease` allows, completing its
+  /// claim first when it has one.
   func store(
-    _ entry: CacheEntry<Value>, loadedFor key: Key, read: ReadToken<Key>, lease: Lease, into layers: Range<Int>
+    _ entry: CacheEntry<Value>, ending read: consuming ChainRead<Key, Value>, lease: Lease, skippingTop: Bool = false
   ) async {
     switch lease {
     case .unshared:
-      await chain.endRead(read, storing: entry, into: layers)
+      await read.store(entry, skippingTop: skippingTop)
     case .alone(let tier):
-      await chain.endRead(read, storing: entry, into: layers.filter { $0 != tier })
+      await read.store(entry, skippingTop: skippingTop, excluding: tier)
     case .granted(let leases, let tier):
-      switch await leases.complete(key, with: .success(entry)) {
+      switch await leases.complete(read.key, with: .success(entry)) {
       case .stored?, .notStored?:
         // The coordinator's layer has it (or failed): the other layers take it as usual.
-        await chain.endRead(read, storing: entry, into: layers.filter { $0 != tier })
+        await read.store(entry, skippingTop: skippingTop, excluding: tier)
       case .superseded?, nil:
         // A write or removal came after the claim (the value is older than what the layers
         // hold), or the load was cancelled and gave its lease up (no one wants the value).
-        chain.endRead(read)
+        read.end()
       }
     }
   }
 
-  /// Loads the key of `load`, which no layer has, from the origin and ends the load's read by
-  /// storing the value; with
+  /// Loads the key of `load`, which no layer has, from the origin and ends `read` (the load's)
+  /// by storing the value; with
   /// a layer that coordinates loads (``LoadCoordinator``), claims the key first, so that one
   /// process of those that share the layer asks the origin and the others read what it stored.
   ///
   /// - Parameter supersedes: The expiry of the newest entry the lookup declined (stale).
   func loadFromOrigin(
-    _ load: LoadTable<Key, Value>.StartedLoad, supersedes: CacheInstant?, attempts: inout Int
+    _ load: LoadTable<Key, Value>.StartedLoad, read: consuming ChainRead<Key, Value>, supersedes: CacheInstant?,
+    attempts: inout Int
   ) async throws -> (Value, LoadSource) {
-    let (key, read) = (load.key, load.token!)
-    // Read once the value is in hand: a request that joins a prefetch meanwhile promotes it
-    // into the top layer.
-    func layers() -> Range<Int> {
-      (chain.tiers.count > 1 && loadTable.skipsTopLayer(load) ? 1 : 0)..<chain.tiers.count
-    }
+    let key = load.key
     let lease: Lease
     if let (tier, coordinator) = coordination {
       switch try await coordinator.claim(key, supersedes: supersedes) {
       case .loadedElsewhere(let entry):
         // As if the lookup had found it in the coordinator's layer: copied into the layers above.
-        let top = layers().lowerBound
-        await chain.endRead(read, copying: entry, into: top..<max(top, tier))
+        await read.copy(entry, foundIn: tier, skippingTop: loadTable.skipsTopLayer(load))
         return (entry.value, .layer(tier))
       case .uncoordinated:
         lease = .alone(tier: tier)
@@ -76,9 +72,11 @@ extension LoadingCache {
       if case .granted(let leases, _) = lease { await leases.complete(key, with: .failure(error)) }
       throw error
     }
+    // Asked once the value is in hand: a request that joins a prefetch meanwhile promotes it
+    // into the top layer.
     await store(
-      CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value)), loadedFor: key, read: read, lease: lease,
-      into: layers())
+      CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value)), ending: read, lease: lease,
+      skippingTop: loadTable.skipsTopLayer(load))
     return (value, .origin)
   }
 
@@ -240,7 +238,7 @@ extension LoadingCache {
           } else { .unshared }
         let entry = CacheEntry(value, expiresAt: loadedExpiry(for: item.key, value: value))
         // A key abandoned during the call is not stored: its read was overtaken.
-        await store(entry, loadedFor: item.key, read: item.token, lease: lease, into: chain.tiers.indices)
+        await store(entry, ending: ChainRead(resuming: item.token, of: chain), lease: lease)
         finish(item.id, key: item.key, startedAt: startedAt, with: .success((value, .origin)), attempts: attempts)
       case .failure(let error):
         // The other processes get the error, or (cancelled) one of them takes the load over.
@@ -255,7 +253,7 @@ extension LoadingCache {
   private func answer(
     _ item: BatchItem<Key>, loadedElsewhere entry: CacheEntry<Value>, tier: Int, startedAt: CacheInstant
   ) async {
-    await chain.endRead(item.token, copying: entry, into: 0..<tier)
+    await ChainRead(resuming: item.token, of: chain).copy(entry, foundIn: tier)
     finish(item.id, key: item.key, startedAt: startedAt, with: .success((entry.value, .layer(tier))), attempts: 0)
   }
 
@@ -264,7 +262,7 @@ extension LoadingCache {
   func fail(
     _ item: BatchItem<Key>, with error: any Error, fallback: Fallback?, startedAt: CacheInstant, attempts: Int = 0
   ) {
-    chain.endRead(item.token)
+    ChainRead(resuming: item.token, of: chain).end()
     if let stale = staleValue(after: error, fallback: fallback, key: item.key) {
       finish(item.id, key: item.key, startedAt: startedAt, with: .success(stale), attempts: attempts, staleAfter: error)
     } else {
