@@ -137,18 +137,18 @@ extension LoadingCache {
     joined: (@Sendable () -> Void)? = nil
   ) async -> [LoadIdentity] {
     var dependencies: [LoadIdentity] = []
-    await withTaskCancellationHandler {
-      await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-        collector.wait(with: continuation)
-        let refused = loadTable.join(
-          keys, waiter: waiter, collector: collector, negativeNow: negativeNow, dependents: dependents,
-          dependencies: &dependencies)
-        joined?()
-        for (key, refusal) in refused {
-          collector.deliver(.failure(failure(refusal, key: key, joining: .bulk)), for: key)
-        }
+    // Never thrown: the outcome of each key, a cancellation's included, is in the collector.
+    try? await waitInTable { continuation in
+      collector.wait(with: continuation)
+      let refused = loadTable.join(
+        keys, waiter: waiter, collector: collector, negativeNow: negativeNow, dependents: dependents,
+        dependencies: &dependencies)
+      joined?()
+      for (key, refusal) in refused {
+        collector.deliver(.failure(failure(refusal, key: key, joining: .bulk)), for: key)
       }
-    } onCancel: {
+      return nil
+    } leave: {
       loadTable.leave(waiter, keys: keys)
       collector.failOutstanding(with: CancellationError())
     }

@@ -143,16 +143,32 @@ extension LoadingCache {
     let dependents = LoadDependencies.loadsOfCurrentTask
     var dependencies: [LoadIdentity] = []
     defer { for target in dependencies { LoadDependencies.shared.remove(dependents, waitingFor: target) } }
-    return try await withTaskCancellationHandler {
-      try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<Value, any Error>) in
-        let refusal = loadTable.join(
-          key, waiter: waiter, as: .request(continuation), kind: .request, negativeNow: negativeNow,
-          dependents: dependents, dependencies: &dependencies)
-        joined?()
-        if let refusal { continuation.resume(throwing: failure(refusal, key: key, joining: .request)) }
+    return try await waitInTable { continuation in
+      let refusal = loadTable.join(
+        key, waiter: waiter, as: .request(continuation), kind: .request, negativeNow: negativeNow,
+        dependents: dependents, dependencies: &dependencies)
+      joined?()
+      return refusal.map { failure($0, key: key, joining: .request) }
+    } leave: {
+      loadTable.leave(waiter, key: key, because: .cancelled).continuation?.resume(throwing: CancellationError())
+    }
+  }
+
+  /// Waits as a waiter of the load table: the one way a request, a bulk request and a prefetch
+  /// wait for their loads. `join` registers the waiter with the continuation and returns the
+  /// error to fail with at once, if it was refused (the table reads the cancellation flag under
+  /// its lock, where the waiter joins: either it sees the flag, or `leave` finds the waiter);
+  /// a cancellation runs `leave`, which answers the continuation if it still waits.
+  @inlinable
+  nonisolated(nonsending) func waitInTable<Success>(
+    join: (UnsafeContinuation<Success, any Error>) -> (any Error)?, leave: @Sendable () -> Void
+  ) async throws -> Success {
+    try await withTaskCancellationHandler {
+      try await withUnsafeThrowingContinuation { continuation in
+        if let error = join(continuation) { continuation.resume(throwing: error) }
       }
     } onCancel: {
-      loadTable.leave(waiter, key: key, because: .cancelled).continuation?.resume(throwing: CancellationError())
+      leave()
     }
   }
 

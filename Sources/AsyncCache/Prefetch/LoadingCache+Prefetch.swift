@@ -71,24 +71,22 @@ extension LoadingCache {
     if hasServableTopValue(for: key) { return .skipped }
     do { try checkOpen("a prefetch") } catch { return .failed(error) }
     do {
-      let source = try await withTaskCancellationHandler {
-        try await withUnsafeThrowingContinuation { (continuation: UnsafeContinuation<LoadSource, any Error>) in
-          // Taken now, as a request takes its own: waiters join in identifier order.
-          let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
-          // Published before the join: `withdraw` sets its flag, then reads this, and the join
-          // reads the flag under the lock; so either the join sees the flag, or `withdraw` finds
-          // the waiter (or finds it not joined yet, and the join sees the flag).
-          ticket.waiter.store(waiter, ordering: .sequentiallyConsistent)
-          // A key the origin said it does not have is not asked for again. Prefetches are not
-          // checked for recursion: a prefetcher runs beside the requests, not inside a load.
-          var dependencies: [LoadIdentity] = []
-          let refusal = loadTable.join(
-            key, waiter: waiter, as: .prefetch(continuation), kind: .prefetch, skipsTopLayer: skipsTopLayer,
-            negativeNow: negativeNow, dependencies: &dependencies,
-            isCancelled: { Task.isCancelled || ticket.isWithdrawn.load(ordering: .sequentiallyConsistent) })
-          if let refusal { continuation.resume(throwing: failure(refusal, key: key, joining: .prefetch)) }
-        }
-      } onCancel: {
+      // Taken now, as a request takes its own: waiters join in identifier order.
+      let waiter = nextWaiterID.wrappingAdd(1, ordering: .relaxed).newValue
+      // Published before the join: `withdraw` sets its flag, then reads this, and the join reads
+      // the flag under the lock; so either the join sees the flag, or `withdraw` finds the
+      // waiter (or finds it not joined yet, and the join sees the flag).
+      ticket.waiter.store(waiter, ordering: .sequentiallyConsistent)
+      let source = try await waitInTable { (continuation: UnsafeContinuation<LoadSource, any Error>) in
+        // A key the origin said it does not have is not asked for again. Prefetches are not
+        // checked for recursion: a prefetcher runs beside the requests, not inside a load.
+        var dependencies: [LoadIdentity] = []
+        let refusal = loadTable.join(
+          key, waiter: waiter, as: .prefetch(continuation), kind: .prefetch, skipsTopLayer: skipsTopLayer,
+          negativeNow: negativeNow, dependencies: &dependencies,
+          isCancelled: { Task.isCancelled || ticket.isWithdrawn.load(ordering: .sequentiallyConsistent) })
+        return refusal.map { failure($0, key: key, joining: .prefetch) }
+      } leave: {
         withdraw(ticket, for: key)
       }
       switch source {

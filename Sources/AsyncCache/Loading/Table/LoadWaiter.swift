@@ -53,7 +53,7 @@ final class BulkCollector<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     @usableFromInline var values: [Key: Value] = [:]
     @usableFromInline var failures: [Key: any Error] = [:]
     @usableFromInline var outstanding: Set<Key>
-    @usableFromInline var continuation: UnsafeContinuation<Void, Never>?
+    @usableFromInline var continuation: UnsafeContinuation<Void, any Error>?
     /// The request was resumed: later outcomes are dropped.
     @usableFromInline var isDone = false
   }
@@ -68,8 +68,9 @@ final class BulkCollector<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   }
 
   /// Stores the continuation the request waits on; resumes it at once if nothing is outstanding.
+  /// It is only ever resumed normally: the outcome is in the collector.
   @usableFromInline
-  func wait(with continuation: UnsafeContinuation<Void, Never>) {
+  func wait(with continuation: UnsafeContinuation<Void, any Error>) {
     let resume = state.withLock { state -> Bool in
       if state.outstanding.isEmpty || state.isDone {
         state.isDone = true
@@ -85,7 +86,7 @@ final class BulkCollector<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// failure when the request fails fast.
   @usableFromInline
   func deliver(_ result: Result<Value, any Error>, for key: Key) {
-    let continuation = state.withLock { state -> UnsafeContinuation<Void, Never>? in
+    let continuation = state.withLock { state -> UnsafeContinuation<Void, any Error>? in
       guard !state.isDone, state.outstanding.remove(key) != nil else { return nil }
       switch result {
       case .success(let value): state.values[key] = value
@@ -103,7 +104,7 @@ final class BulkCollector<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// Fails every outstanding key with `error` (the request was cancelled) and resumes the request.
   @usableFromInline
   func failOutstanding(with error: any Error) {
-    let continuation = state.withLock { state -> UnsafeContinuation<Void, Never>? in
+    let continuation = state.withLock { state -> UnsafeContinuation<Void, any Error>? in
       guard !state.isDone else { return nil }
       for key in state.outstanding { state.failures[key] = error }
       state.outstanding = []
