@@ -89,15 +89,17 @@ extension LoadTable {
         let error = state.negatives.error(for: keys[index], now: negativeNow)!
         return keys.indices.map { $0 == index ? .refused(.remembered(error)) : .skipped }
       }
+      var stopped = false
       for (index, key) in keys.enumerated() {
-        if collector.failsFast, case .refused? = joined.last {
+        guard !stopped else {
           joined.append(.skipped)
           continue
         }
-        joined.append(
-          Self.join(
-            key, waiter: waiter, as: .bulk(collector), kind: .bulk, priority: priority, skipsTopLayer: false,
-            negativeNow: negativeNow, newID: provisional?[index] ?? reserveLoadID(), in: &state))
+        let outcome = Self.join(
+          key, waiter: waiter, as: .bulk(collector), kind: .bulk, priority: priority, skipsTopLayer: false,
+          negativeNow: negativeNow, newID: provisional?[index] ?? reserveLoadID(), in: &state)
+        joined.append(outcome)
+        if collector.failsFast, case .refused = outcome { stopped = true }
       }
       return joined
     } then: { joined in
