@@ -62,8 +62,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   var expired: [[UInt8]] = []
   var counters = Statistics()
   nonisolated let events = Locked<[SQLiteLayerEvent]>([])
-  /// Fired when the layer closes: ends ``run()``.
-  nonisolated let closeSignal = OneShotSignal()
+  /// Whether the layer began closing; its closing ends ``run()``.
+  nonisolated let lifecycle = Lifecycle("SQLiteLayer")
   /// Delivers the layer's events to its observers and its configuration's handler.
   nonisolated let eventHub: EventHub<SQLiteLayerEvent>
 

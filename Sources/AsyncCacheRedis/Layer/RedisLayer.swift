@@ -44,8 +44,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
   /// The clock and logger the layer reads: its configuration's, or those of the cache or chain
   /// it is in.
   package nonisolated let layerEnvironment: LayerEnvironment
-  /// Fired when the layer closes: ends ``run()``.
-  private nonisolated let closeSignal = OneShotSignal()
+  /// Whether the layer began closing; its closing ends ``run()``.
+  private nonisolated let lifecycle = Lifecycle("RedisLayer")
   /// Delivers the layer's events to its observers and its configuration's handler.
   private nonisolated let eventHub: EventHub<RedisLayerEvent>
   /// How keys become stored strings.
@@ -195,12 +195,12 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
   /// swift-service-lifecycle's `Service` requirement, for a layer used without a `LoadingCache`
   /// (whose own `run()` closes its layers).
   public nonisolated func run() async throws {
-    await closeSignal.wait(orUntil: configuration.gracefulShutdown)
+    try await lifecycle.run(orUntil: configuration.gracefulShutdown)
     try await close()
   }
 
   private nonisolated func closeNow() {
-    closeSignal.fire()
+    guard lifecycle.beginClosing() else { return }
     singleFlight?.cancelDeferred()
     subscription?.stop()
     backend.shutDown()
