@@ -21,7 +21,8 @@ struct ConfigurationCheckTests {
   func messages() {
     #expect(message { try check.requirePositive("sizeLimit", 0) } == "DiskLayer sizeLimit is 0; it must be positive")
     #expect(message { try check.requirePositive("countLimit", nil as Int?) } == nil, "unset passes")
-    #expect(message { try check.requireNotNegative("costLimit", -1) } == "DiskLayer costLimit is -1; it must be 0 or more")
+    #expect(
+      message { try check.requireNotNegative("costLimit", -1) } == "DiskLayer costLimit is -1; it must be 0 or more")
     #expect(
       message { try check.requirePositive("timeToLive", Duration.zero) }
         == "DiskLayer timeToLive is \(Duration.zero.readable); it must be positive")
@@ -36,24 +37,17 @@ struct ConfigurationCheckTests {
     #expect(check.invalid("a username needs a password").message == "DiskLayer: a username needs a password")
   }
 
-  @Test(
-    "the layers' configurations word their errors through it",
-    arguments: [
-      (
-        { _ = try MemoryLayer<String, Int>(configuration: .init(countLimit: -1)) } as @Sendable () throws -> Void,
-        "MemoryLayer countLimit is -1; it must be 0 or more"
-      ),
-      (
-        { _ = try MemoryLayer<String, Int>(configuration: .init(segmentCount: 3)) },
-        "MemoryLayer segmentCount is 3; it must be a power of two in 1...256"
-      ),
-      (
-        { _ = try UserDefaultsLayer<String, Data>(suiteName: "s", configuration: .init(maximumEntrySize: 0)) },
-        "UserDefaultsLayer maximumEntrySize is 0; it must be positive"
-      ),
-    ])
-  func layers(make: @Sendable () throws -> Void, expected: String) {
-    #expect(message(make) == expected)
+  @Test("the layers' configurations word their errors through it")
+  func layers() {
+    #expect(
+      message { _ = try MemoryLayer<String, Int>(configuration: .init(countLimit: -1)) }
+        == "MemoryLayer countLimit is -1; it must be 0 or more")
+    #expect(
+      message { _ = try MemoryLayer<String, Int>(configuration: .init(segmentCount: 3)) }
+        == "MemoryLayer segmentCount is 3; it must be a power of two in 1...256")
+    #expect(
+      message { _ = try UserDefaultsLayer<String, Data>(suiteName: "s", configuration: .init(maximumEntrySize: 0)) }
+        == "UserDefaultsLayer maximumEntrySize is 0; it must be positive")
   }
 
   @Test("a disk layer's configuration is checked before its directory is touched")
