@@ -42,12 +42,7 @@ extension SQLiteLayer {
     /// writes wait on. Default: for expiry and access times, the clock of the cache or chain the
     /// layer is put in (see `CacheEnvironment`), else `WallClock`; for the retries, `WallClock`.
     /// The layer's `clock` tells the clock expiry is read from.
-    public var clock: any CacheClock {
-      get { clockGiven ?? WallClock() }
-      set { clockGiven = newValue }
-    }
-    /// The clock set on this configuration; `nil` to follow the cache's or chain's.
-    package var clockGiven: (any CacheClock)?
+    @FollowsCache public var clock: any CacheClock
 
     /// Called with every ``SQLiteLayerEvent`` the layer's ``SQLiteLayer/events(bufferingNewest:)``
     /// sequences get, those of its opening included, synchronously on the layer's connection
@@ -66,12 +61,7 @@ extension SQLiteLayer {
     /// (`notice`), a file opened read-only (`warning`). Default: the logger of the cache or chain
     /// the layer is put in (see `CacheEnvironment`), else `CacheLogger.disabled`. Errors the layer
     /// throws are not logged by it: its `CacheChain` logs them.
-    public var logger: CacheLogger {
-      get { loggerGiven ?? .disabled }
-      set { loggerGiven = newValue }
-    }
-    /// The logger set on this configuration; `nil` to follow the cache's or chain's.
-    package var loggerGiven: CacheLogger?
+    @FollowsCache public var logger: CacheLogger
 
     /// Creates a configuration.
     public init(
@@ -95,9 +85,9 @@ extension SQLiteLayer {
       self.maximumPendingBytes = maximumPendingBytes
       self.maximumPendingTouches = maximumPendingTouches
       self.accessTimeResolution = accessTimeResolution
-      self.clockGiven = clock
+      self._clock = .clock(clock)
       self.eventHandler = eventHandler
-      self.loggerGiven = logger
+      self._logger = .logger(logger)
     }
 
     /// The per-entry limit in effect.
@@ -106,28 +96,20 @@ extension SQLiteLayer {
     }
 
     func validate(sqliteMaximumLength: Int) throws {
-      func invalid(_ message: String) -> AsyncCacheError { .invalidConfiguration("SQLiteLayer: \(message)") }
-      guard sizeLimit > 0 else { throw invalid("sizeLimit must be positive, got \(sizeLimit)") }
-      if let countLimit, countLimit <= 0 { throw invalid("countLimit must be positive, got \(countLimit)") }
+      let check = ConfigurationCheck("SQLiteLayer")
+      try check.requirePositive("sizeLimit", sizeLimit)
+      try check.requirePositive("countLimit", countLimit)
       let entryLimit = effectiveMaximumEntrySize
-      guard entryLimit > 0 else { throw invalid("maximumEntrySize must be positive, got \(entryLimit)") }
+      try check.requirePositive("maximumEntrySize", entryLimit)
       let ceiling = sqliteMaximumLength - SQLiteRecord.headerSize
-      guard entryLimit <= ceiling else {
-        throw invalid("maximumEntrySize \(entryLimit) exceeds SQLite's limit of \(ceiling) bytes per value")
-      }
-      if let timeToLive, timeToLive <= .zero {
-        throw invalid("timeToLive must be positive, got \(timeToLive.readable)")
-      }
-      guard busyTimeout >= .zero else { throw invalid("busyTimeout must not be negative, got \(busyTimeout.readable)") }
-      guard maximumPendingBytes > 0 else {
-        throw invalid("maximumPendingBytes must be positive, got \(maximumPendingBytes)")
-      }
-      guard accessTimeResolution >= .zero else {
-        throw invalid("accessTimeResolution must not be negative, got \(accessTimeResolution.readable)")
-      }
-      guard maximumPendingTouches > 0 else {
-        throw invalid("maximumPendingTouches must be positive, got \(maximumPendingTouches)")
-      }
+      try check.require(
+        entryLimit <= ceiling, "maximumEntrySize", is: "\(entryLimit)",
+        mustBe: "at most SQLite's limit of \(ceiling) bytes per value")
+      try check.requirePositive("timeToLive", timeToLive)
+      try check.requireNotNegative("busyTimeout", busyTimeout)
+      try check.requirePositive("maximumPendingBytes", maximumPendingBytes)
+      try check.requireNotNegative("accessTimeResolution", accessTimeResolution)
+      try check.requirePositive("maximumPendingTouches", maximumPendingTouches)
     }
   }
 }

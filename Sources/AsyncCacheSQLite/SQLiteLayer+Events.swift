@@ -23,7 +23,7 @@ extension SQLiteLayer {
       events.append(event)
       if events.count > 100 { events.removeFirst(events.count - 100) }
     }
-    log(level ?? event.logLevel, event.description, metadata: event.logMetadata)
+    layerEnvironment.log(level ?? event.logLevel, event.description, metadata: event.logMetadata)
     eventHub.emit(event)
   }
 }

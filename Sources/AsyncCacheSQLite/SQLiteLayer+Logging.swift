@@ -1,30 +1,8 @@
 import AsyncCache
 
-// What a SQLite layer logs: every event it records, and its other recoveries. Errors it throws
-// are its chain's to log. Every record names the database file and the namespace.
-extension SQLiteLayer {
-  /// Logs `event` at its level (see ``SQLiteLayerEvent``).
-  nonisolated func log(_ event: SQLiteLayerEvent) {
-    log(event.logLevel, event.description, metadata: event.logMetadata)
-  }
-
-  /// Logs through the configuration's logger as `SQLiteLayer`, adding the database and the
-  /// namespace to `metadata`.
-  nonisolated func log(
-    _ level: CacheLogLevel,
-    _ message: @autoclosure () -> String,
-    metadata: @autoclosure () -> [String: String] = [:],
-    file: String = #fileID,
-    function: String = #function,
-    line: UInt = #line
-  ) {
-    followedLogger.value.log(
-      level, message(),
-      metadata: metadata().merging(["database": url.path, "namespace": namespace]) { mine, _ in mine },
-      source: "SQLiteLayer", file: file, function: function, line: line)
-  }
-}
-
+// What a SQLite layer logs: every event it records (`record(_:level:)`), and its other
+// recoveries. Errors it throws are its chain's to log. Every record names the database file and
+// the namespace (the layer's `LayerEnvironment` adds them).
 extension SQLiteLayerEvent {
   /// How loud the event is: data lost to corruption is an error; a recovery that drops data
   /// (a reset schema, a damaged row) or a write that will be retried is a warning; a migration or

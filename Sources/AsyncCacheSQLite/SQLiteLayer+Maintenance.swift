@@ -39,8 +39,7 @@ extension SQLiteLayer {
   /// `async` although it does not suspend: a synchronous overload would lose, in `async` code,
   /// to the protocol's do-nothing default.
   public func close() async throws {
-    guard !isClosed else { return }
-    closeSignal.fire()
+    guard lifecycle.beginClosing() else { return }
     pending.withLock { $0.isClosed = true }
     defer {
       store?.endReading()
@@ -60,7 +59,7 @@ extension SQLiteLayer {
   ///
   /// - Throws: What ``close()`` throws.
   public nonisolated func run() async throws {
-    await closeSignal.wait(orUntil: configuration.gracefulShutdown)
+    try await lifecycle.run(orUntil: configuration.gracefulShutdown)
     try await close()
   }
 

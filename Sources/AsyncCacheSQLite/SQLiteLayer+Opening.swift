@@ -45,7 +45,8 @@ extension SQLiteLayer {
       }
       pending.withLock { $0.readOnlyReason = "\(url.path) is on a read-only file system" }
       isReadOnly = true
-      log(.warning, "the database is on a read-only file system; opened it read-only, writes are refused")
+      layerEnvironment.log(
+        .warning, "the database is on a read-only file system; opened it read-only, writes are refused")
     }
   }
 

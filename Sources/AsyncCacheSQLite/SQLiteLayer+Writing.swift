@@ -62,7 +62,9 @@ extension SQLiteLayer {
     }
     if schedule { scheduleFlush() }
     if row == nil, let expiresAt {
-      record(.expiredOnArrival(key: encoded, expiresAt: expiresAt, now: now), level: expiredArrivals.nextLevel())
+      record(
+        .expiredOnArrival(key: encoded, expiresAt: expiresAt, now: now),
+        level: layerEnvironment.nextExpiredArrivalLevel())
     }
     if overBudget { try await flush() }
   }

@@ -26,7 +26,7 @@ public import Foundation
 /// - **Threads**: the layer runs on its own thread (a custom executor), so no SQLite call
 ///   ever blocks the cooperative thread pool. The database runs in WAL mode with a busy
 ///   timeout; a lock held past it is a `PersistenceError.Code.busy` error, never a hang.
-public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
+public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: EnvironmentFollowingLayer {
   /// The database file.
   public nonisolated let url: URL
   /// The namespace this layer reads and writes, in Unicode Normalization Form C (namespaces
@@ -34,10 +34,9 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   public nonisolated let namespace: String
   /// The layer's limits, timing and clock.
   public nonisolated let configuration: Configuration
-  /// The clock the layer reads: its configuration's, or the one of the cache or chain it is in.
-  package nonisolated let followedClock: FollowedClock
-  /// The logger the layer writes to: its configuration's, or the one of the cache or chain it is in.
-  package nonisolated let followedLogger: Followed<CacheLogger>
+  /// The clock and logger the layer reads: its configuration's, or those of the cache or chain
+  /// it is in.
+  package nonisolated let layerEnvironment: LayerEnvironment
   /// How keys become stored strings.
   public nonisolated let keyEncoding: CacheKeyEncoding<Key>
   /// How values become stored bytes.
@@ -63,10 +62,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
   var expired: [[UInt8]] = []
   var counters = Statistics()
   nonisolated let events = Locked<[SQLiteLayerEvent]>([])
-  /// How the entries that arrive already expired are logged.
-  nonisolated let expiredArrivals = ExpiredArrivals()
-  /// Fired when the layer closes: ends ``run()``.
-  nonisolated let closeSignal = OneShotSignal()
+  /// Whether the layer began closing; its closing ends ``run()``.
+  nonisolated let lifecycle = Lifecycle("SQLiteLayer")
   /// Delivers the layer's events to its observers and its configuration's handler.
   nonisolated let eventHub: EventHub<SQLiteLayerEvent>
 
@@ -98,10 +95,9 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     keyEncoding: CacheKeyEncoding<Key>,
     valueCoder: CacheValueCoder<Value>
   ) async throws {
-    guard !namespace.isEmpty, !namespace.utf8.contains(0) else {
-      throw AsyncCacheError.invalidConfiguration(
-        "SQLiteLayer: the namespace must be non-empty and free of NUL bytes, got \(namespace.debugDescription)")
-    }
+    try ConfigurationCheck("SQLiteLayer").require(
+      !namespace.isEmpty && !namespace.utf8.contains(0), "namespace", is: namespace.debugDescription,
+      mustBe: "non-empty and free of NUL bytes")
     // SQLite's compiled-in default for SQLITE_MAX_LENGTH; the open connection's limit is
     // checked again in `open()`.
     try configuration.validate(sqliteMaximumLength: 1_000_000_000)
@@ -109,8 +105,9 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     // One namespace, whichever way its accents are written (see CacheKeyEncoding's key identity).
     self.namespace = namespace.nfcNormalized
     self.configuration = configuration
-    self.followedClock = FollowedClock(given: configuration.clockGiven)
-    self.followedLogger = Followed(given: configuration.loggerGiven, fallback: .disabled)
+    self.layerEnvironment = LayerEnvironment(
+      clock: configuration.$clock, logger: configuration.$logger, source: "SQLiteLayer",
+      context: ["database": url.path, "namespace": namespace.nfcNormalized])
     self.keyEncoding = keyEncoding
     self.valueCoder = valueCoder
     self.entryLimit = configuration.effectiveMaximumEntrySize
@@ -150,13 +147,6 @@ extension Duration {
 }
 
 extension SQLiteLayer {
-  /// Follows the clock and the logger of the cache or chain the layer is put in, for those its
-  /// configuration does not name (see `CacheEnvironment`).
-  public nonisolated func follow(_ environment: CacheEnvironment) {
-    followedClock.follow(environment.clock)
-    followedLogger.follow(environment.logger)
-  }
-
   /// The clock expiry is read from: the configuration's, the one the layer follows (see
   /// `CacheEnvironment`), or the wall clock. Safe from any context.
   public nonisolated var clock: any CacheClock { followedClock.clock }

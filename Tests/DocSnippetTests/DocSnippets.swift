@@ -81,7 +81,6 @@ private func snippet_AsyncCache_Layers_WrappingCacheLayer_1() async throws {
       try await base.insert(entry, for: key)
     }
     func removeValue(for key: Base.Key) async throws { try await base.removeValue(for: key) }
-    func removeAll() async throws { try await base.removeAll() }
   }
 }
 

@@ -2,8 +2,9 @@
 /// type-erased layer, or a layer of your own that adds behaviour in front of one.
 ///
 /// A conforming type names the layer it wraps, and passes on to it what is not about entries:
-/// memory pressure, the cache's environment (``AsyncCacheLayer/follow(_:)``) and closing. It
-/// still implements the four entry operations, which are its reason to be:
+/// memory pressure, the cache's environment (``AsyncCacheLayer/follow(_:)``) and closing, and
+/// ``AsyncCacheLayer/removeAll()``, which empties the wrapped layer whatever the wrapper does to
+/// keys or values. It still implements the other entry operations, which are its reason to be:
 ///
 /// ```swift
 /// actor AuditedLayer<Base: AsyncCacheLayer>: WrappingCacheLayer {
@@ -20,7 +21,6 @@
 ///     try await base.insert(entry, for: key)
 ///   }
 ///   func removeValue(for key: Base.Key) async throws { try await base.removeValue(for: key) }
-///   func removeAll() async throws { try await base.removeAll() }
 /// }
 /// ```
 ///
@@ -46,10 +46,16 @@ extension WrappingCacheLayer {
   public nonisolated func close() async throws {
     try await wrappedLayer.close()
   }
+
+  /// Empties the wrapped layer.
+  public nonisolated func removeAll() async throws {
+    try await wrappedLayer.removeAll()
+  }
 }
 
 /// A wrapping layer that stores what it is given, under the same keys, in the layer it wraps:
-/// that layer's load coordinator coordinates this one's loads too, and is passed on.
+/// that layer's load coordinator coordinates this one's loads too, and is passed on, as are
+/// removals (``AsyncCacheLayer/removeValue(for:)``).
 ///
 /// Conform by naming the wrapped layer with this layer's key and value types. Only a wrapper
 /// whose entries are its wrapped layer's may: one that changes keys or values, or stores only
@@ -66,4 +72,9 @@ extension PassThroughCacheLayer {
 
   /// The wrapped layer's load coordinator.
   public nonisolated var loadCoordinator: (any LoadCoordinator<Key, Value>)? { passedThroughLayer.loadCoordinator }
+
+  /// Removes `key` from the wrapped layer.
+  public nonisolated func removeValue(for key: Key) async throws {
+    try await passedThroughLayer.removeValue(for: key)
+  }
 }

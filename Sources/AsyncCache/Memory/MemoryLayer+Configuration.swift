@@ -62,23 +62,13 @@ extension MemoryLayer {
     /// <doc:FreshnessAndStatistics>). Default: the clock of the cache or chain the layer is put in (see
     /// `CacheEnvironment`), else `WallClock`.
     /// This is the clock given here; the layer's `clock` tells the one it reads.
-    public var clock: any CacheClock {
-      get { clockGiven ?? WallClock() }
-      set { clockGiven = newValue }
-    }
-    /// The clock set on this configuration; `nil` to follow the cache's or chain's.
-    package var clockGiven: (any CacheClock)?
+    @FollowsCache public var clock: any CacheClock
 
     /// Where the layer logs the entries it refuses because they arrived already expired by its
     /// clock (a warning the first time, then debug; see ``EvictionReason/expiredOnArrival``).
     /// Default: the logger of the cache or chain the layer is put in (see ``CacheEnvironment``),
     /// else ``CacheLogger/disabled``. Hits and evictions never log.
-    public var logger: CacheLogger {
-      get { loggerGiven ?? .disabled }
-      set { loggerGiven = newValue }
-    }
-    /// The logger set on this configuration; `nil` to follow the cache's or chain's.
-    package var loggerGiven: CacheLogger?
+    @FollowsCache public var logger: CacheLogger
 
     /// Creates a configuration.
     public init(
@@ -101,30 +91,21 @@ extension MemoryLayer {
       self.segmentCount = segmentCount
       self.evictionPolicy = evictionPolicy
       self.admissionSeed = admissionSeed
-      self.clockGiven = clock
-      self.loggerGiven = logger
+      self._clock = .clock(clock)
+      self._logger = .logger(logger)
     }
 
     func validate() throws {
-      guard countLimit >= 0 else {
-        throw AsyncCacheError.invalidConfiguration("MemoryLayer countLimit is \(countLimit); it must be 0 or more")
-      }
-      guard costLimit >= 0 else {
-        throw AsyncCacheError.invalidConfiguration("MemoryLayer costLimit is \(costLimit); it must be 0 or more")
-      }
-      if let timeToLive, timeToLive <= .zero {
-        throw AsyncCacheError.invalidConfiguration(
-          "MemoryLayer timeToLive is \(timeToLive.readable); it must be positive")
-      }
-      guard (0...1).contains(warningTrimFraction) else {
-        throw AsyncCacheError.invalidConfiguration(
-          "MemoryLayer warningTrimFraction is \(warningTrimFraction); it must be in 0...1"
-        )
-      }
-      if let segmentCount, segmentCount < 1 || segmentCount > 256 || segmentCount & (segmentCount - 1) != 0 {
-        throw AsyncCacheError.invalidConfiguration(
-          "MemoryLayer segmentCount is \(segmentCount); it must be a power of two in 1...256"
-        )
+      let check = ConfigurationCheck("MemoryLayer")
+      try check.requireNotNegative("countLimit", countLimit)
+      try check.requireNotNegative("costLimit", costLimit)
+      try check.requirePositive("timeToLive", timeToLive)
+      try check.require(
+        (0...1).contains(warningTrimFraction), "warningTrimFraction", is: "\(warningTrimFraction)", mustBe: "in 0...1")
+      if let segmentCount {
+        try check.require(
+          (1...256).contains(segmentCount) && segmentCount & (segmentCount - 1) == 0, "segmentCount",
+          is: "\(segmentCount)", mustBe: "a power of two in 1...256")
       }
     }
 

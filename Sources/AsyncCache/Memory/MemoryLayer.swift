@@ -33,7 +33,7 @@
 /// more than 46 ms late); with a clock of your own, against its ``CacheClock/coarseNow``, so an
 /// entry may be returned as long past its expiry as that lags, never before. See
 /// <doc:FreshnessAndStatistics>.
-public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
+public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: EnvironmentFollowingLayer {
   @usableFromInline
   nonisolated let store: MemoryStore<Key, Value>
 
@@ -74,8 +74,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
       policy: configuration.evictionPolicy,
       allowsReferee: allowsReferee,
       seed: admissionSeed,
-      clock: FollowedClock(given: configuration.clockGiven),
-      logger: Followed(given: configuration.loggerGiven, fallback: .disabled)
+      environment: LayerEnvironment(clock: configuration.$clock, logger: configuration.$logger, source: "MemoryLayer")
     )
   }
 
@@ -209,13 +208,6 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
     store.handleMemoryPressure(level)
   }
 
-  /// Follows the clock and the logger of the cache or chain the layer is put in, for those its
-  /// configuration does not name (see ``CacheEnvironment``).
-  public nonisolated func follow(_ environment: CacheEnvironment) {
-    store.clock.follow(environment.clock)
-    store.followedLogger.follow(environment.logger)
-  }
-
   /// Empties the layer (without counting evictions) and ends its event sequences, once they
   /// have delivered what they buffered. The layer stays usable, unobserved by them. Called by
   /// the ``LoadingCache/close()`` or ``CacheChain/close()`` that holds it. Safe from any
@@ -227,6 +219,9 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Async
 
   /// The clock the layer reads: its configuration's, the one it follows, or the ``WallClock``.
   public nonisolated var clock: any CacheClock { store.clock.clock }
+
+  /// The layer's clock and logger.
+  package nonisolated var layerEnvironment: LayerEnvironment { store.environment }
 
   // MARK: Introspection
 

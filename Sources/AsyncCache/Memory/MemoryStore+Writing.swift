@@ -281,10 +281,7 @@ extension MemoryStore {
   @usableFromInline
   func refuseExpiredArrival(_ key: Key, expiresAt: CacheInstant, now: CacheInstant) {
     removeValue(for: key, countingAs: .expiredOnArrival)
-    followedLogger.value.log(
-      expiredArrivals.nextLevel(), "an entry " + ExpiredArrivals.describe(expiresAt: expiresAt, now: now),
-      metadata: ["key": CacheLogger.describe(key), "expiresAt": "\(expiresAt)", "now": "\(now)"],
-      source: "MemoryLayer")
+    environment.logExpiredArrival(key: key, expiresAt: expiresAt, now: now)
   }
 
   @usableFromInline

@@ -20,12 +20,10 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// wall clock, hits read ``publishedWallTime`` directly, without a call through the
   /// existential.
   @usableFromInline let clock: FollowedClock
+  /// The layer's clock (``clock``) and logger: given, or followed from its cache or chain.
+  let environment: LayerEnvironment
   /// ``PublishedWallTime/shared``, held so that a hit does not go through its lazy global.
   @usableFromInline let publishedWallTime = PublishedWallTime.shared
-  /// The layer's logger: given, or followed from its cache or chain.
-  let followedLogger: Followed<CacheLogger>
-  /// How the entries that arrive already expired are logged.
-  let expiredArrivals = ExpiredArrivals()
   @usableFromInline let countLimit: Int
   /// Whether a cost limit bounds the layer (it may then hold fewer entries than its count limit).
   @usableFromInline let isBoundedByCost: Bool
@@ -78,8 +76,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     policy: EvictionPolicy,
     allowsReferee: Bool = true,
     seed: UInt64,
-    clock: FollowedClock,
-    logger: Followed<CacheLogger>
+    environment: LayerEnvironment
   ) {
     self.countLimit = countLimit
     isBoundedByCost = cost != nil && costLimit != .max
@@ -88,8 +85,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     self.cost = cost
     self.timeToLive = timeToLive
     self.trimFraction = trimFraction
-    self.clock = clock
-    self.followedLogger = logger
+    self.clock = environment.clock
+    self.environment = environment
     // Rounded up without `countLimit + segmentCount - 1`, which overflows near `Int.max`.
     let countShare =
       countLimit == .max ? Int.max : countLimit / segmentCount + (countLimit % segmentCount == 0 ? 0 : 1)

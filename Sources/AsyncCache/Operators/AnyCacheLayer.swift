@@ -42,19 +42,7 @@ public final actor AnyCacheLayer<Key: Hashable & Sendable, Value: Sendable>: Pas
     try await base.insert(entry, for: key)
   }
 
-  /// Removes `key` from the wrapped layer.
-  @inlinable
-  public nonisolated func removeValue(for key: Key) async throws {
-    try await base.removeValue(for: key)
-  }
-
-  /// Empties the wrapped layer.
-  @inlinable
-  public nonisolated func removeAll() async throws {
-    try await base.removeAll()
-  }
-
-  /// The wrapped layer, which memory pressure, the environment, closing and its load
+  /// The wrapped layer, which removals, memory pressure, the environment, closing and its load
   /// coordinator are passed on to.
   public nonisolated var passedThroughLayer: any AsyncCacheLayer<Key, Value> { base }
 }

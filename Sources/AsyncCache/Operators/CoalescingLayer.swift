@@ -133,11 +133,11 @@ public final actor CoalescingLayer<Base: AsyncCacheLayer>: PassThroughCacheLayer
   /// would join, or once the calling task is cancelled (for tests: `AsyncCacheTesting` offers
   /// it as `waitForLookups(_:for:)`).
   package nonisolated func waitForWaiters(_ count: Int, for key: Key) async {
-    let id = lookups.withLock { $0.makeWatcherID() }
+    let id = lookups.withLock { $0.watchers.makeID() }
     await waitForWatcher { continuation in
       lookups.withLock { $0.watch(id: id, key: key, count: count, continuation: continuation) }
     } unregister: {
-      self.lookups.withLock { $0.unwatch(id) }
+      self.lookups.withLock { $0.watchers.unwatch(id) }
     }
   }
 }

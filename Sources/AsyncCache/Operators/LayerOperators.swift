@@ -114,13 +114,7 @@ public final actor KeyMappedLayer<Key: Hashable & Sendable, Base: AsyncCacheLaye
     try await base.removeValue(for: baseKey(key))
   }
 
-  /// Empties the base layer.
-  @inlinable
-  public nonisolated func removeAll() async throws {
-    try await base.removeAll()
-  }
-
-  /// The wrapped layer, which memory pressure, the environment and closing are passed on to.
+  /// The wrapped layer, which memory pressure, the environment, closing and emptying are passed on to.
   public nonisolated var wrappedLayer: any AsyncCacheLayer { base }
 }
 
@@ -176,13 +170,7 @@ public final actor ValueMappedLayer<Value: Sendable, Base: AsyncCacheLayer>: Wra
     try await base.removeValue(for: key)
   }
 
-  /// Empties the base layer.
-  @inlinable
-  public nonisolated func removeAll() async throws {
-    try await base.removeAll()
-  }
-
-  /// The wrapped layer, which memory pressure, the environment and closing are passed on to.
+  /// The wrapped layer, which memory pressure, the environment, closing and emptying are passed on to.
   public nonisolated var wrappedLayer: any AsyncCacheLayer { base }
 }
 
@@ -252,13 +240,7 @@ public final actor ConditionalLayer<Base: AsyncCacheLayer>: WrappingCacheLayer {
     try await base.removeValue(for: key)
   }
 
-  /// Empties the base layer, whatever the predicate.
-  @inlinable
-  public nonisolated func removeAll() async throws {
-    try await base.removeAll()
-  }
-
-  /// The wrapped layer, which memory pressure, the environment and closing are passed on to.
+  /// The wrapped layer, which memory pressure, the environment, closing and emptying are passed on to.
   public nonisolated var wrappedLayer: any AsyncCacheLayer { base }
 }
 

@@ -96,13 +96,7 @@ public final actor PostProcessedLayer<Base: AsyncCacheLayer>: WrappingCacheLayer
     try await base.removeValue(for: key)
   }
 
-  /// Empties the base layer.
-  @inlinable
-  public nonisolated func removeAll() async throws {
-    try await base.removeAll()
-  }
-
-  /// The wrapped layer, which memory pressure, the environment and closing are passed on to.
+  /// The wrapped layer, which memory pressure, the environment, closing and emptying are passed on to.
   public nonisolated var wrappedLayer: any AsyncCacheLayer { base }
 }
 

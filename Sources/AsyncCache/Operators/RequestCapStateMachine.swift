@@ -25,8 +25,7 @@ struct RequestCapStateMachine<Waiter> {
   @usableFromInline var order: [UInt64] = []
   @usableFromInline var head = 0
   /// Tests waiting until `count` requests queue, by identifier.
-  @usableFromInline var watchers: [(id: UInt64, count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
-  @usableFromInline var lastWatcherID: UInt64 = 0
+  @usableFromInline var watchers = CountWatchers<Void>()
 
   @usableFromInline
   init(limit: Int) {
@@ -86,35 +85,16 @@ struct RequestCapStateMachine<Waiter> {
     return nil
   }
 
-  /// An identifier for a watcher.
-  mutating func makeWatcherID() -> UInt64 {
-    lastWatcherID += 1
-    return lastWatcherID
-  }
-
   /// Registers a watcher resumed once `count` requests wait; returns `false` (and does not keep
   /// it) when they already do.
   mutating func watch(id: UInt64, count: Int, continuation: UnsafeContinuation<Void, Never>) -> Bool {
-    guard waiting.count < count else { return false }
-    watchers.append((id, count, continuation))
-    return true
-  }
-
-  /// Removes the watcher `id` and returns it, unless it was resumed already.
-  mutating func unwatch(_ id: UInt64) -> UnsafeContinuation<Void, Never>? {
-    guard let index = watchers.firstIndex(where: { $0.id == id }) else { return nil }
-    return watchers.remove(at: index).continuation
+    watchers.watch(id: id, (), count: count, current: waiting.count, continuation: continuation)
   }
 
   private mutating func resumeSatisfiedWatchers() {
     guard !watchers.isEmpty else { return }
     let waitingCount = waiting.count
-    // Resuming under the lock is fine: it only enqueues the watching task.
-    watchers.removeAll { watcher in
-      guard waitingCount >= watcher.count else { return false }
-      watcher.continuation.resume()
-      return true
-    }
+    watchers.resumeSatisfied { _ in waitingCount }
   }
 
   /// Drops the ids of requests that left: all of them when the queue is empty, else the ones

@@ -126,11 +126,11 @@ public final actor RequestCappedLayer<Base: AsyncCacheLayer>: PassThroughCacheLa
   /// Returns once at least `count` requests wait for a slot, or once the calling task is
   /// cancelled (for tests: `AsyncCacheTesting` offers it as `waitForWaitingRequests(_:)`).
   package nonisolated func waitForWaiting(_ count: Int) async {
-    let id = queue.withLock { $0.makeWatcherID() }
+    let id = queue.withLock { $0.watchers.makeID() }
     await waitForWatcher { continuation in
       queue.withLock { $0.watch(id: id, count: count, continuation: continuation) }
     } unregister: {
-      self.queue.withLock { $0.unwatch(id) }
+      self.queue.withLock { $0.watchers.unwatch(id) }
     }
   }
 }

@@ -30,8 +30,7 @@ struct SharedLookupsStateMachine<Key: Hashable, Waiter, Work> {
   private var lookupOfWaiter: [UInt64: UInt64] = [:]
   private var nextLookupID: UInt64 = 0
   /// Tests waiting until `count` requests share the lookup of `key`, by identifier.
-  private var watchers: [(id: UInt64, key: Key, count: Int, continuation: UnsafeContinuation<Void, Never>)] = []
-  private var lastWatcherID: UInt64 = 0
+  var watchers = CountWatchers<Key>()
 
   /// The lookups in flight, detached ones included.
   var lookupCount: Int { lookups.count }
@@ -111,38 +110,18 @@ struct SharedLookupsStateMachine<Key: Hashable, Waiter, Work> {
     current.removeAll()
   }
 
-  /// An identifier for a watcher.
-  mutating func makeWatcherID() -> UInt64 {
-    lastWatcherID += 1
-    return lastWatcherID
-  }
-
   /// Registers a watcher resumed once `count` requests wait for the lookup of `key`; returns
   /// `false` (and does not keep it) when they already do.
   mutating func watch(
     id: UInt64, key: Key, count: Int, continuation: UnsafeContinuation<Void, Never>
   ) -> Bool {
-    guard waiterCount(for: key) < count else { return false }
-    watchers.append((id, key, count, continuation))
-    return true
-  }
-
-  /// Removes the watcher `id` and returns it, unless it was resumed already.
-  mutating func unwatch(_ id: UInt64) -> UnsafeContinuation<Void, Never>? {
-    guard let index = watchers.firstIndex(where: { $0.id == id }) else { return nil }
-    return watchers.remove(at: index).continuation
+    watchers.watch(id: id, key, count: count, current: waiterCount(for: key), continuation: continuation)
   }
 
   private mutating func resumeSatisfiedWatchers() {
     guard !watchers.isEmpty else { return }
-    // Resuming under the lock is fine: it only enqueues the watching task.
-    let counts = Dictionary(
-      watchers.map { ($0.key, waiterCount(for: $0.key)) }, uniquingKeysWith: { first, _ in first })
-    watchers.removeAll { watcher in
-      guard counts[watcher.key, default: 0] >= watcher.count else { return false }
-      watcher.continuation.resume()
-      return true
-    }
+    let machine = self
+    watchers.resumeSatisfied { machine.waiterCount(for: $0) }
   }
 }
 

@@ -22,24 +22,14 @@ extension UserDefaultsLayer {
     /// put in (see ``CacheEnvironment``), else `WallClock`: stored expiries are wall-clock instants,
     /// meaningful across launches.
     /// This is the clock given here; the layer's `clock` tells the one it reads.
-    public var clock: any CacheClock {
-      get { clockGiven ?? WallClock() }
-      set { clockGiven = newValue }
-    }
-    /// The clock set on this configuration; `nil` to follow the cache's or chain's.
-    package var clockGiven: (any CacheClock)?
+    @FollowsCache public var clock: any CacheClock
 
     /// Where the layer logs what it recovers from (see <doc:CacheLogging>): damaged, foreign or
     /// undecodable stored values removed (``CacheLogLevel/warning``), and a suite that could not be
     /// written after such a removal (``CacheLogLevel/warning``). Default: the logger of the cache
     /// or chain the layer is put in (see ``CacheEnvironment``), else `CacheLogger.disabled`. Errors
     /// the layer throws are not logged by it: its ``CacheChain`` logs them.
-    public var logger: CacheLogger {
-      get { loggerGiven ?? .disabled }
-      set { loggerGiven = newValue }
-    }
-    /// The logger set on this configuration; `nil` to follow the cache's or chain's.
-    package var loggerGiven: CacheLogger?
+    @FollowsCache public var logger: CacheLogger
 
     /// Creates a configuration.
     public init(
@@ -52,27 +42,20 @@ extension UserDefaultsLayer {
       self.namespace = namespace
       self.maximumEntrySize = maximumEntrySize
       self.timeToLive = timeToLive
-      self.clockGiven = clock
-      self.loggerGiven = logger
+      self._clock = .clock(clock)
+      self._logger = .logger(logger)
     }
 
     func validate() throws {
+      let check = ConfigurationCheck("UserDefaultsLayer")
       // Bytes, not characters: `contains(".")` misses a "." that a combining mark joins into one
       // character, and the stored prefix would then reach into another namespace.
       let bytes = namespace.nfcNormalized.utf8
-      guard !bytes.isEmpty, !bytes.contains(UInt8(ascii: ".")), !bytes.contains(0) else {
-        throw AsyncCacheError.invalidConfiguration(
-          "UserDefaultsLayer namespace is \(namespace.debugDescription); it must be non-empty and contain no "
-            + "\".\" or NUL")
-      }
-      guard maximumEntrySize > 0 else {
-        throw AsyncCacheError.invalidConfiguration(
-          "UserDefaultsLayer maximumEntrySize is \(maximumEntrySize); it must be positive")
-      }
-      if let timeToLive, timeToLive <= .zero {
-        throw AsyncCacheError.invalidConfiguration(
-          "UserDefaultsLayer timeToLive is \(timeToLive.readable); it must be positive")
-      }
+      try check.require(
+        !bytes.isEmpty && !bytes.contains(UInt8(ascii: ".")) && !bytes.contains(0), "namespace",
+        is: namespace.debugDescription, mustBe: "non-empty and contain no \".\" or NUL")
+      try check.requirePositive("maximumEntrySize", maximumEntrySize)
+      try check.requirePositive("timeToLive", timeToLive)
     }
   }
 }

@@ -33,18 +33,15 @@ public import Foundation
 /// ``Configuration-swift.struct/timeToLive`` after it was inserted, read from the injected
 /// ``Configuration-swift.struct/clock``. Expired entries are misses, removed when found or by
 /// ``removeExpired()``.
-public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
+public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>: EnvironmentFollowingLayer {
   /// The name of the `UserDefaults` suite the layer stores its entries in.
   public nonisolated let suiteName: String
 
   /// The configuration the layer was created with.
   public nonisolated let configuration: Configuration
-  /// The clock the layer reads: its configuration's, or the one of the cache or chain it is in.
-  package nonisolated let followedClock: FollowedClock
-  /// The logger the layer writes to: its configuration's, or the one of the cache or chain it is in.
-  package nonisolated let followedLogger: Followed<CacheLogger>
-  /// How the entries that arrive already expired are logged.
-  private nonisolated let expiredArrivals = ExpiredArrivals()
+  /// The clock and logger the layer reads: its configuration's, or those of the cache or chain
+  /// it is in.
+  package nonisolated let layerEnvironment: LayerEnvironment
 
   private nonisolated let keyEncoding: CacheKeyEncoding<Key>
   private nonisolated let valueCoder: CacheValueCoder<Value>
@@ -90,8 +87,9 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
     }
     self.suiteName = suiteName
     self.configuration = configuration
-    self.followedClock = FollowedClock(given: configuration.clockGiven)
-    self.followedLogger = Followed(given: configuration.loggerGiven, fallback: .disabled)
+    self.layerEnvironment = LayerEnvironment(
+      clock: configuration.$clock, logger: configuration.$logger, source: "UserDefaultsLayer",
+      context: ["suite": suiteName, "namespace": configuration.namespace])
     self.keyEncoding = keyEncoding
     self.valueCoder = valueCoder
     // One namespace, whichever way its accents are written (see CacheKeyEncoding's key identity).
@@ -187,7 +185,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
     let capped = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) })
     if let expiresAt = capped.expiresAt, expiresAt <= now {
       try removeStored(defaultsKey)
-      reportExpiredArrival(key: encodedKey(of: defaultsKey), expiresAt: expiresAt, now: now)
+      layerEnvironment.logExpiredArrival(key: encodedKey(of: defaultsKey), expiresAt: expiresAt, now: now)
       return
     }
     let encodedKey = encodedKey(of: defaultsKey)
@@ -330,7 +328,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
     do {
       try persist()
     } catch {
-      log(
+      layerEnvironment.log(
         .warning, "could not write the suite after removing a stored value; the removal may not last",
         metadata: ["key": CacheLogger.describe(encodedKey(of: defaultsKey)), "error": "\(error)"])
     }
@@ -338,24 +336,9 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
 
   /// `.warning`: a stored value that a lookup or ``removeExpired()`` cannot use was removed.
   private func logDiscarded(_ defaultsKey: String, reason: @autoclosure () -> String) {
-    log(
+    layerEnvironment.log(
       .warning, "a stored value was removed; a miss",
       metadata: ["key": CacheLogger.describe(encodedKey(of: defaultsKey)), "reason": reason()])
-  }
-
-  /// Logs through the configuration's logger as `UserDefaultsLayer`, adding the suite and
-  /// namespace to `metadata`.
-  private nonisolated func log(
-    _ level: CacheLogLevel,
-    _ message: @autoclosure () -> String,
-    metadata: @autoclosure () -> [String: String],
-    function: String = #function,
-    line: UInt = #line
-  ) {
-    followedLogger.value.log(
-      level, message(),
-      metadata: metadata().merging(["suite": suiteName, "namespace": configuration.namespace]) { mine, _ in mine },
-      source: "UserDefaultsLayer", function: function, line: line)
   }
 
   /// Writes the suite to disk where the platform does not on its own.
@@ -479,22 +462,7 @@ enum UserDefaultsRecord {
 }
 
 extension UserDefaultsLayer {
-  /// Follows the clock and the logger of the cache or chain the layer is put in, for those its
-  /// configuration does not name (see ``CacheEnvironment``).
-  public nonisolated func follow(_ environment: CacheEnvironment) {
-    followedClock.follow(environment.clock)
-    followedLogger.follow(environment.logger)
-  }
-
   /// The clock expiry is read from: the configuration's, the one the layer follows (see
   /// ``CacheEnvironment``), or the wall clock. Safe from any context.
   public nonisolated var clock: any CacheClock { followedClock.clock }
-
-  /// Logs an entry that arrived already expired by the layer's clock: a warning the first time,
-  /// then at debug (see ``ExpiredArrivals``).
-  private nonisolated func reportExpiredArrival(key: some StringProtocol, expiresAt: CacheInstant, now: CacheInstant) {
-    log(
-      expiredArrivals.nextLevel(), "an entry " + ExpiredArrivals.describe(expiresAt: expiresAt, now: now),
-      metadata: ["key": CacheLogger.describe(key), "expiresAt": "\(expiresAt)", "now": "\(now)"])
-  }
 }

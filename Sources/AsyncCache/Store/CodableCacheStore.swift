@@ -37,8 +37,7 @@ public final class CodableCacheStore: Sendable {
   private let duplicateError: @Sendable (String) -> any Error
   private let gracefulShutdown: (@Sendable () async throws -> Void)?
   private let writes = KeyedSerialization<String>()
-  private let closing = Locked<Task<Void, any Error>?>(nil)
-  private let closeSignal = OneShotSignal()
+  private let lifecycle = Lifecycle("CodableCacheStore")
 
   /// Creates a store over `chain`.
   ///
@@ -156,21 +155,14 @@ public final class CodableCacheStore: Sendable {
   /// Closes the store's layers (``CacheChain/close()``); later calls throw
   /// ``AsyncCacheError/Code/closed``. Calling it again waits for the first call.
   public func shutdown() async throws {
-    let work = closing.withLock { closing in
-      if let closing { return closing }
-      closeSignal.fire()
-      let work = Task { try await self.chain.close() }
-      closing = work
-      return work
-    }
-    try await work.value
+    try await lifecycle.close { try await self.chain.close() }
   }
 
   /// Waits until the calling task is cancelled, the `gracefulShutdown` signal the store was
   /// created with returns, or ``shutdown()`` is called; then shuts the store down: the shape of
   /// swift-service-lifecycle's `Service` requirement, which `PersistDriver` refines.
   public func run() async throws {
-    await closeSignal.wait(orUntil: gracefulShutdown)
+    try await lifecycle.run(orUntil: gracefulShutdown)
     try await shutdown()
   }
 

@@ -93,12 +93,7 @@ extension RedisLayer {
     /// `WallClock` (a cache's clock, which a test may hold still, does not reach them). Socket
     /// time limits are real time whatever the clock. The layer's `clock` tells the clock expiry
     /// is read from.
-    public var clock: any CacheClock {
-      get { clockGiven ?? WallClock() }
-      set { clockGiven = newValue }
-    }
-    /// The clock set on this configuration; `nil` to follow the cache's or chain's.
-    package var clockGiven: (any CacheClock)?
+    @FollowsCache public var clock: any CacheClock
     /// Called with every ``RedisLayerEvent`` the layer's ``RedisLayer/events(bufferingNewest:)``
     /// sequences get, synchronously, possibly on a connection's thread: keep it short. Default
     /// `nil`.
@@ -114,12 +109,7 @@ extension RedisLayer {
     /// connection made (`info`). Default: the logger of the cache or chain the layer is put in (see
     /// `CacheEnvironment`), else `CacheLogger.disabled`. Errors the layer throws are not logged by
     /// it: its `CacheChain` logs them.
-    public var logger: CacheLogger {
-      get { loggerGiven ?? .disabled }
-      set { loggerGiven = newValue }
-    }
-    /// The logger set on this configuration; `nil` to follow the cache's or chain's.
-    package var loggerGiven: CacheLogger?
+    @FollowsCache public var logger: CacheLogger
 
     /// Creates a configuration for one server at `endpoint`; see ``init(cluster:)`` for a
     /// Redis Cluster.
@@ -154,9 +144,9 @@ extension RedisLayer {
       self.invalidation = invalidation
       self.singleFlight = singleFlight
       self.circuitBreaker = circuitBreaker
-      self.clockGiven = clock
+      self._clock = .clock(clock)
       self.eventHandler = eventHandler
-      self.loggerGiven = logger
+      self._logger = .logger(logger)
     }
 
     /// Creates a configuration for the Redis Cluster that `seeds` belong to, with the other
@@ -175,7 +165,8 @@ extension RedisLayer {
     }
 
     func validate() throws {
-      func invalid(_ message: String) -> AsyncCacheError { .invalidConfiguration("RedisLayer: \(message)") }
+      let check = ConfigurationCheck("RedisLayer")
+      func invalid(_ sentence: String) -> AsyncCacheError { check.invalid(sentence) }
       if case .cluster(let seeds) = servers {
         guard !seeds.isEmpty else { throw invalid("a cluster needs at least one seed endpoint") }
         guard database == 0 else {
@@ -189,29 +180,24 @@ extension RedisLayer {
         }
       }
       if username != nil && password == nil { throw invalid("a username needs a password") }
-      guard database >= 0 else { throw invalid("database must not be negative, got \(database)") }
-      if let clientName, clientName.isEmpty || clientName.contains(where: { $0 == " " || $0.isNewline }) {
-        throw invalid(
-          "clientName must be non-empty and free of spaces and newlines, got \(clientName.debugDescription)")
+      try check.requireNotNegative("database", database)
+      if let clientName {
+        try check.require(
+          !clientName.isEmpty && !clientName.contains(where: { $0 == " " || $0.isNewline }), "clientName",
+          is: clientName.debugDescription, mustBe: "non-empty and free of spaces and newlines")
       }
-      guard maximumConnections > 0 else {
-        throw invalid("maximumConnections must be positive, got \(maximumConnections)")
-      }
+      try check.requirePositive("maximumConnections", maximumConnections)
       // A day at most: a cache that waits longer has stopped being one, and deadlines stay
       // far from overflowing the monotonic clock.
-      guard connectTimeout > .zero, connectTimeout <= .seconds(86_400) else {
-        throw invalid("connectTimeout must be in (0, 1 day], got \(connectTimeout.readable)")
+      for (name, timeout) in [("connectTimeout", connectTimeout), ("operationTimeout", operationTimeout)] {
+        try check.require(
+          timeout > .zero && timeout <= .seconds(86_400), name, is: timeout.readable, mustBe: "in (0, 1 day]")
       }
-      guard operationTimeout > .zero, operationTimeout <= .seconds(86_400) else {
-        throw invalid("operationTimeout must be in (0, 1 day], got \(operationTimeout.readable)")
-      }
-      guard (1...(512 << 20) - RedisEnvelope.maximumHeaderSize).contains(maximumValueSize) else {
-        throw invalid(
-          "maximumValueSize must be in 1...\((512 << 20) - RedisEnvelope.maximumHeaderSize), got \(maximumValueSize)")
-      }
-      if let timeToLive, timeToLive <= .zero {
-        throw invalid("timeToLive must be positive, got \(timeToLive.readable)")
-      }
+      let largestValue = (512 << 20) - RedisEnvelope.maximumHeaderSize
+      try check.require(
+        (1...largestValue).contains(maximumValueSize), "maximumValueSize", is: "\(maximumValueSize)",
+        mustBe: "in 1...\(largestValue)")
+      try check.requirePositive("timeToLive", timeToLive)
       if let invalidation {
         if let channel = invalidation.channel, channel.isEmpty { throw invalid("invalidation.channel is empty") }
         if invalidation.mode == .serverAssisted, case .cluster = servers {
@@ -219,16 +205,13 @@ extension RedisLayer {
             "invalidation.mode serverAssisted needs one server: each node of a cluster tracks its own keys; use publish"
           )
         }
-        guard invalidation.healthCheckInterval > .zero else {
-          throw invalid(
-            "invalidation.healthCheckInterval must be positive, got \(invalidation.healthCheckInterval.readable)")
-        }
+        try check.requirePositive("invalidation.healthCheckInterval", invalidation.healthCheckInterval)
       }
       if let singleFlight {
         if let channel = singleFlight.channel, channel.isEmpty { throw invalid("singleFlight.channel is empty") }
-        guard singleFlight.leaseTime >= .milliseconds(30), singleFlight.leaseTime <= .seconds(86_400) else {
-          throw invalid("singleFlight.leaseTime must be in [30ms, 1 day], got \(singleFlight.leaseTime.readable)")
-        }
+        try check.require(
+          singleFlight.leaseTime >= .milliseconds(30) && singleFlight.leaseTime <= .seconds(86_400),
+          "singleFlight.leaseTime", is: singleFlight.leaseTime.readable, mustBe: "in [30ms, 1 day]")
         if let invalidation, invalidation.mode == .publish,
           invalidation.channel(for: "") == singleFlight.channel(for: "")
         {
@@ -243,9 +226,7 @@ extension RedisLayer {
           throw invalid("invalidation.channel \(channel.debugDescription) is named like a load channel")
         }
       }
-      guard circuitBreaker.failureThreshold > 0 else {
-        throw invalid("circuitBreaker.failureThreshold must be positive, got \(circuitBreaker.failureThreshold)")
-      }
+      try check.requirePositive("circuitBreaker.failureThreshold", circuitBreaker.failureThreshold)
       guard circuitBreaker.initialDelay > .zero, circuitBreaker.maximumDelay >= circuitBreaker.initialDelay else {
         throw invalid(
           "circuitBreaker needs 0 < initialDelay <= maximumDelay, got \(circuitBreaker.initialDelay.readable) "

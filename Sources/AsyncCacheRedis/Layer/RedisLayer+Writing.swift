@@ -57,7 +57,9 @@ extension RedisLayer {
     let now = followedClock.now
     let expiresAt = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) }).expiresAt
     if let expiresAt, expiresAt <= now {
-      report(.expiredOnArrival(key: encodedKey, expiresAt: expiresAt, now: now), level: expiredArrivals.nextLevel())
+      report(
+        .expiredOnArrival(key: encodedKey, expiresAt: expiresAt, now: now),
+        level: layerEnvironment.nextExpiredArrivalLevel())
       return nil
     }
     let payload: Data

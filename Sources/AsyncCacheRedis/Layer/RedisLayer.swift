@@ -36,19 +36,16 @@ public import Foundation
 ///
 /// The layer connects lazily: creating it does not touch the network, so a service starts
 /// while Redis is down. Call ``ping()`` to check the server at startup.
-public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
+public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: EnvironmentFollowingLayer {
   /// The namespace this layer's keys live under, in Unicode Normalization Form C.
   public nonisolated let namespace: String
   /// The server, limits and timing.
   public nonisolated let configuration: Configuration
-  /// The clock the layer reads: its configuration's, or the one of the cache or chain it is in.
-  package nonisolated let followedClock: FollowedClock
-  /// The logger the layer writes to: its configuration's, or the one of the cache or chain it is in.
-  package nonisolated let followedLogger: Followed<CacheLogger>
-  /// How the entries that arrive already expired are logged.
-  nonisolated let expiredArrivals = ExpiredArrivals()
-  /// Fired when the layer closes: ends ``run()``.
-  private nonisolated let closeSignal = OneShotSignal()
+  /// The clock and logger the layer reads: its configuration's, or those of the cache or chain
+  /// it is in.
+  package nonisolated let layerEnvironment: LayerEnvironment
+  /// Whether the layer began closing; its closing ends ``run()``.
+  private nonisolated let lifecycle = Lifecycle("RedisLayer")
   /// Delivers the layer's events to its observers and its configuration's handler.
   private nonisolated let eventHub: EventHub<RedisLayerEvent>
   /// How keys become stored strings.
@@ -87,15 +84,15 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     keyEncoding: CacheKeyEncoding<Key>,
     valueCoder: CacheValueCoder<Value>
   ) throws {
-    guard !namespace.isEmpty else {
-      throw AsyncCacheError.invalidConfiguration("RedisLayer: the namespace must not be empty")
-    }
+    try ConfigurationCheck("RedisLayer").require(!namespace.isEmpty, "namespace", is: "\"\"", mustBe: "non-empty")
     try configuration.validate()
     let namespace = namespace.nfcNormalized
     self.namespace = namespace
     self.configuration = configuration
-    self.followedClock = FollowedClock(given: configuration.clockGiven)
-    self.followedLogger = Followed(given: configuration.loggerGiven, fallback: .disabled)
+    let environment = LayerEnvironment(
+      clock: configuration.$clock, logger: configuration.$logger, source: "RedisLayer",
+      context: ["namespace": namespace])
+    self.layerEnvironment = environment
     self.keyEncoding = keyEncoding
     self.valueCoder = valueCoder
     self.keyPrefix = Self.keyPrefix(of: namespace)
@@ -107,7 +104,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     // clock given to the layer, or in real time: they do not follow a cache's clock, which a
     // test may hold still. Expiry does.
     let clock = configuration.clock
-    let onEvent = Self.reporter(to: followedLogger, namespace: namespace, eventHub: eventHub)
+    let onEvent = Self.reporter(to: environment, eventHub: eventHub)
     let backend = Backend(configuration: configuration, clock: clock, counters: counters, onEvent: onEvent)
     self.backend = backend
     let targets = Locked<[any AsyncCacheLayer<Key, Value>]>([])
@@ -198,12 +195,12 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// swift-service-lifecycle's `Service` requirement, for a layer used without a `LoadingCache`
   /// (whose own `run()` closes its layers).
   public nonisolated func run() async throws {
-    await closeSignal.wait(orUntil: configuration.gracefulShutdown)
+    try await lifecycle.run(orUntil: configuration.gracefulShutdown)
     try await close()
   }
 
   private nonisolated func closeNow() {
-    closeSignal.fire()
+    guard lifecycle.beginClosing() else { return }
     singleFlight?.cancelDeferred()
     subscription?.stop()
     backend.shutDown()
@@ -214,7 +211,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   // MARK: Events
 
   nonisolated func report(_ event: RedisLayerEvent, level: CacheLogLevel? = nil) {
-    Self.log(event, to: followedLogger.value, namespace: namespace, level: level)
+    Self.log(event, to: layerEnvironment, level: level)
     eventHub.emit(event)
   }
 
@@ -231,16 +228,16 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Where the layer's pieces (its pools, cluster client and subscription) report their events:
   /// the logger the layer follows, and the layer's observers.
   private static func reporter(
-    to logger: Followed<CacheLogger>, namespace: String, eventHub: EventHub<RedisLayerEvent>
+    to environment: LayerEnvironment, eventHub: EventHub<RedisLayerEvent>
   ) -> @Sendable (RedisLayerEvent) -> Void {
     { event in
-      log(event, to: logger.value, namespace: namespace)
+      log(event, to: environment)
       eventHub.emit(event)
     }
   }
 
   private static func log(
-    _ event: RedisLayerEvent, to logger: CacheLogger, namespace: String, level: CacheLogLevel? = nil
+    _ event: RedisLayerEvent, to environment: LayerEnvironment, level: CacheLogLevel? = nil
   ) {
     let level: CacheLogLevel =
       if let level { level } else {
@@ -252,7 +249,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncC
         case .dropped, .expiredOnArrival: .warning
         }
       }
-    logger.log(level, event.description, metadata: ["namespace": namespace], source: "RedisLayer")
+    environment.log(level, event.description)
   }
 }
 
@@ -280,13 +277,6 @@ extension RedisLayer where Key: CacheKeyEncodable, Value: Codable {
 }
 
 extension RedisLayer {
-  /// Follows the clock and the logger of the cache or chain the layer is put in, for those its
-  /// configuration does not name (see `CacheEnvironment`).
-  public nonisolated func follow(_ environment: CacheEnvironment) {
-    followedClock.follow(environment.clock)
-    followedLogger.follow(environment.logger)
-  }
-
   /// The clock expiry is read from: the configuration's, the one the layer follows (see
   /// `CacheEnvironment`), or the wall clock. Safe from any context.
   public nonisolated var clock: any CacheClock { followedClock.clock }

@@ -164,7 +164,7 @@ struct SharedLookupsStateMachineTests {
   func watcherResumedByJoin() async {
     var machine = Machine()
     join(&machine, "a", 1)
-    let id = machine.makeWatcherID()
+    let id = machine.watchers.makeID()
     var countsSeen: [Int] = []
     var stillWatching = false
     await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
@@ -174,14 +174,14 @@ struct SharedLookupsStateMachineTests {
       join(&machine, "a", 3)
       countsSeen.append(machine.waiterCount(for: "a"))
       // Not satisfied yet: still there to remove. Put it back.
-      if let early = machine.unwatch(id) {
+      if let early = machine.watchers.unwatch(id) {
         countsSeen.append(-1)
         let keptAgain = machine.watch(id: id, key: "a", count: 3, continuation: early)
         #expect(keptAgain)
       }
       join(&machine, "a", 4)
       // Resumed by that join: nothing left to remove.
-      if let late = machine.unwatch(id) {
+      if let late = machine.watchers.unwatch(id) {
         stillWatching = true
         late.resume()
       }
@@ -195,31 +195,31 @@ struct SharedLookupsStateMachineTests {
     var machine = Machine()
     join(&machine, "a", 1)
     join(&machine, "a", 2)
-    let id = machine.makeWatcherID()
+    let id = machine.watchers.makeID()
     var kept = true
     await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
       kept = machine.watch(id: id, key: "a", count: 2, continuation: continuation)
       if kept {
-        machine.unwatch(id)?.resume()
+        machine.watchers.unwatch(id)?.resume()
       } else {
         continuation.resume()
       }
     }
     #expect(!kept)
-    #expect(machine.unwatch(id) == nil)
+    #expect(machine.watchers.unwatch(id) == nil)
   }
 
   @Test("watchers get distinct identifiers, and removing one leaves the others")
   func unwatch() async {
     var machine = Machine()
-    let first = machine.makeWatcherID()
-    let second = machine.makeWatcherID()
+    let first = machine.watchers.makeID()
+    let second = machine.watchers.makeID()
     #expect(first != second)
     var removed: [UInt64] = []
     await withUnsafeContinuation { (one: UnsafeContinuation<Void, Never>) in
       let kept = machine.watch(id: first, key: "a", count: 1, continuation: one)
       #expect(kept)
-      if let watcher = machine.unwatch(first) {
+      if let watcher = machine.watchers.unwatch(first) {
         removed.append(first)
         watcher.resume()
       }
@@ -228,7 +228,7 @@ struct SharedLookupsStateMachineTests {
       let kept = machine.watch(id: second, key: "b", count: 1, continuation: two)
       #expect(kept)
       join(&machine, "a", 1)  // not b's key: b's watcher stays
-      if let watcher = machine.unwatch(second) {
+      if let watcher = machine.watchers.unwatch(second) {
         removed.append(second)
         watcher.resume()
       }

@@ -32,12 +32,7 @@ extension DiskLayer {
     /// across restarts. Least-recently-used order across restarts comes from the files'
     /// modification times, which are always real time.
     /// This is the clock given here; the layer's `clock` tells the one it reads.
-    public var clock: any CacheClock {
-      get { clockGiven ?? WallClock() }
-      set { clockGiven = newValue }
-    }
-    /// The clock set on this configuration; `nil` to follow the cache's or chain's.
-    package var clockGiven: (any CacheClock)?
+    @FollowsCache public var clock: any CacheClock
 
     /// Where the layer logs what it recovers from (see <doc:CacheLogging>): damaged files deleted
     /// (``CacheLogLevel/warning``), a deleted directory recreated (``CacheLogLevel/warning``),
@@ -45,12 +40,7 @@ extension DiskLayer {
     /// the cache or chain the layer is put in (see ``CacheEnvironment``), else
     /// `CacheLogger.disabled`. Errors the layer throws are not logged by it: its ``CacheChain``
     /// logs them.
-    public var logger: CacheLogger {
-      get { loggerGiven ?? .disabled }
-      set { loggerGiven = newValue }
-    }
-    /// The logger set on this configuration; `nil` to follow the cache's or chain's.
-    package var loggerGiven: CacheLogger?
+    @FollowsCache public var logger: CacheLogger
 
     /// Creates a configuration.
     public init(
@@ -65,28 +55,23 @@ extension DiskLayer {
       self.countLimit = countLimit
       self.maximumEntrySize = maximumEntrySize
       self.timeToLive = timeToLive
-      self.clockGiven = clock
-      self.loggerGiven = logger
+      self._clock = .clock(clock)
+      self._logger = .logger(logger)
     }
 
     /// The per-entry limit in effect.
     var resolvedMaxEntrySize: Int { maximumEntrySize ?? Swift.min(sizeLimit, 64 << 20) }
 
     func validate() throws {
-      guard sizeLimit > 0 else {
-        throw AsyncCacheError.invalidConfiguration("DiskLayer sizeLimit is \(sizeLimit); it must be 1 or more")
+      let check = ConfigurationCheck("DiskLayer")
+      try check.requirePositive("sizeLimit", sizeLimit)
+      try check.requirePositive("countLimit", countLimit)
+      if let maximumEntrySize {
+        try check.require(
+          (1...sizeLimit).contains(maximumEntrySize), "maximumEntrySize", is: "\(maximumEntrySize)",
+          mustBe: "in 1...sizeLimit (\(sizeLimit))")
       }
-      if let countLimit, countLimit < 1 {
-        throw AsyncCacheError.invalidConfiguration("DiskLayer countLimit is \(countLimit); it must be 1 or more")
-      }
-      if let maximumEntrySize, !(1...sizeLimit).contains(maximumEntrySize) {
-        throw AsyncCacheError.invalidConfiguration(
-          "DiskLayer maximumEntrySize is \(maximumEntrySize); it must be in 1...sizeLimit (\(sizeLimit))")
-      }
-      if let timeToLive, timeToLive <= .zero {
-        throw AsyncCacheError.invalidConfiguration(
-          "DiskLayer timeToLive is \(timeToLive.readable); it must be positive")
-      }
+      try check.requirePositive("timeToLive", timeToLive)
     }
   }
 }

@@ -46,7 +46,7 @@ extension DiskLayer {
     // Only a clock given to the layer judges expiry at opening: a layer that follows its cache's
     // clock has not been put in the cache yet, and the wall clock may call expired what that
     // clock (a test's manual clock, say) does not. Lookups and eviction drop expired files then.
-    let now = configuration.clockGiven != nil ? followedClock.now.nanosecondsSince1970 : .min
+    let now = configuration.$clock != nil ? followedClock.now.nanosecondsSince1970 : .min
     var found: [DiskIndex.Record] = []
     var sweptTemporaryFiles = 0
     var expired = 0
@@ -69,14 +69,14 @@ extension DiskLayer {
         damagedEntries += 1
         logDamagedFile(name, key: nil, reason: "\(damage)", removed: removed)
       case .unreadable:
-        log(
+        layerEnvironment.log(
           .warning, "an entry file cannot be read; it is left in place and not used",
           metadata: ["file": name])
         continue
       }
     }
     if sweptTemporaryFiles > 0 {
-      log(
+      layerEnvironment.log(
         .info, "removed \(sweptTemporaryFiles) temporary files left by interrupted writes",
         metadata: ["count": "\(sweptTemporaryFiles)"])
     }
@@ -93,11 +93,11 @@ extension DiskLayer {
       overLimit += 1
     }
     if overLimit > 0 {
-      log(
+      layerEnvironment.log(
         .info, "evicted \(overLimit) entries over the configured limits when opening",
         metadata: ["count": "\(overLimit)"])
     }
-    log(
+    layerEnvironment.log(
       .debug, "opened with \(index.count) entries",
       metadata: ["count": "\(index.count)", "bytes": "\(index.totalBytes)", "expiredRemoved": "\(expired)"])
   }
@@ -192,7 +192,7 @@ extension DiskLayer {
         index.insert(
           DiskIndex.Record(
             name: record.name, key: other, size: count, expiresAt: header.expiresAt, touchedAt: record.touchedAt))
-        log(
+        layerEnvironment.log(
           .notice, "an entry file holds another key with the same file name; a miss for this key",
           metadata: [
             "file": record.name.hexString, "key": CacheLogger.describe(key), "other": CacheLogger.describe(other),
@@ -374,7 +374,7 @@ extension DiskLayer {
       let lost = index.count
       index.removeAll()
       try fileSystem.createDirectory(directoryPath)
-      log(
+      layerEnvironment.log(
         .warning, "the directory was deleted; recreated it, and its \(lost) entries are gone",
         metadata: ["count": "\(lost)"])
       return try fileSystem.createExclusively(path)

@@ -48,18 +48,15 @@ public import Foundation
 ///
 /// Removals and evictions are not flushed to the storage device (except by ``removeValue(for:)``
 /// and ``removeAll()``): after a power loss, not a process crash, an evicted entry may reappear.
-public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCacheLayer {
+public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: EnvironmentFollowingLayer {
   /// The directory that holds the entry files.
   public nonisolated let directory: URL
 
   /// The configuration the layer was created with.
   public nonisolated let configuration: Configuration
-  /// The clock the layer reads: its configuration's, or the one of the cache or chain it is in.
-  package nonisolated let followedClock: FollowedClock
-  /// The logger the layer writes to: its configuration's, or the one of the cache or chain it is in.
-  package nonisolated let followedLogger: Followed<CacheLogger>
-  /// How the entries that arrive already expired are logged.
-  private nonisolated let expiredArrivals = ExpiredArrivals()
+  /// The clock and logger the layer reads: its configuration's, or those of the cache or chain
+  /// it is in.
+  package nonisolated let layerEnvironment: LayerEnvironment
 
   nonisolated let keyEncoding: CacheKeyEncoding<Key>
   nonisolated let valueCoder: CacheValueCoder<Value>
@@ -127,8 +124,8 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
     while path.count > 1, path.hasSuffix("/") { path.removeLast() }
     self.directory = directory
     self.configuration = configuration
-    self.followedClock = FollowedClock(given: configuration.clockGiven)
-    self.followedLogger = Followed(given: configuration.loggerGiven, fallback: .disabled)
+    self.layerEnvironment = LayerEnvironment(
+      clock: configuration.$clock, logger: configuration.$logger, source: "DiskLayer", context: ["directory": path])
     self.keyEncoding = keyEncoding
     self.valueCoder = valueCoder
     self.fileSystem = fileSystem
@@ -206,7 +203,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
     let entry = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) })
     if let expiresAt = entry.expiresAt, expiresAt <= now {
       try removeEntry(named: name, key: encodedKey)
-      reportExpiredArrival(key: encodedKey, expiresAt: expiresAt, now: now)
+      layerEnvironment.logExpiredArrival(key: encodedKey, expiresAt: expiresAt, now: now)
       return
     }
     let payload: Data
@@ -356,22 +353,7 @@ extension DiskLayer {
 }
 
 extension DiskLayer {
-  /// Follows the clock and the logger of the cache or chain the layer is put in, for those its
-  /// configuration does not name (see ``CacheEnvironment``).
-  public nonisolated func follow(_ environment: CacheEnvironment) {
-    followedClock.follow(environment.clock)
-    followedLogger.follow(environment.logger)
-  }
-
   /// The clock expiry is read from: the configuration's, the one the layer follows (see
   /// ``CacheEnvironment``), or the wall clock. Safe from any context.
   public nonisolated var clock: any CacheClock { followedClock.clock }
-
-  /// Logs an entry that arrived already expired by the layer's clock: a warning the first time,
-  /// then at debug (see ``ExpiredArrivals``).
-  private nonisolated func reportExpiredArrival(key: some StringProtocol, expiresAt: CacheInstant, now: CacheInstant) {
-    log(
-      expiredArrivals.nextLevel(), "an entry " + ExpiredArrivals.describe(expiresAt: expiresAt, now: now),
-      metadata: ["key": CacheLogger.describe(key), "expiresAt": "\(expiresAt)", "now": "\(now)"])
-  }
 }
