@@ -59,12 +59,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     /// Where the chain logs layer failures and memory-pressure changes (see <doc:CacheLogging>),
     /// handed on to its layers created without a logger (see ``CacheEnvironment``). Default:
     /// the logger of the cache or chain the chain is put in, else ``CacheLogger/disabled``.
-    public var logger: CacheLogger {
-      get { loggerGiven ?? .disabled }
-      set { loggerGiven = newValue }
-    }
-    /// The logger set on this configuration; `nil` to follow the cache's or chain's.
-    package var loggerGiven: CacheLogger?
+    @FollowsCache public var logger: CacheLogger
     /// The clock handed to the chain's layers created without one (see ``CacheEnvironment``).
     /// Default `nil`: the clock of the cache or chain the chain is put in, if any.
     public var clock: (any CacheClock)?
@@ -83,7 +78,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     ) {
       self.backfill = backfill
       self.onFailure = onFailure
-      self.loggerGiven = logger
+      self._logger = .logger(logger)
       self.clock = clock
       self.gracefulShutdown = gracefulShutdown
     }
@@ -109,16 +104,11 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Delivers the chain's own events (layer failures) to its observers and to `onFailure`.
   nonisolated let eventHub: EventHub<CacheEvent<Key>>
   nonisolated let counters: Locked<[TierStatistics]>
-  /// Whether ``close()`` was called: operations then throw ``AsyncCacheError/Code/closed``.
-  private nonisolated let isClosed = Atomic<Bool>(false)
-  /// The work of the first ``close()``, which later calls wait for.
-  private nonisolated let closing = Locked<Task<Void, any Error>?>(nil)
-  /// Fired when ``close()`` begins: ends ``run()``.
-  private nonisolated let closeSignal = OneShotSignal()
-  /// Whether ``run()`` runs.
-  private nonisolated let running = Locked(false)
+  /// Closing (closing the layers, which later calls wait for too) and running; once closed,
+  /// operations throw ``AsyncCacheError/Code/closed``.
+  private nonisolated let lifecycle = Lifecycle("CacheChain", refusingSecondRunOf: "chain")
   /// Whether ``run()`` runs. For tests.
-  package nonisolated var isRunning: Bool { running.withLock { $0 } }
+  package nonisolated var isRunning: Bool { lifecycle.isRunning }
   private nonisolated let backgroundWork = Locked<(next: UInt64, tasks: [UInt64: Task<Void, Never>])>((0, [:]))
 
   /// Creates a chain of tiers, top first.
@@ -130,7 +120,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     }
     self.tiers = tiers
     self.configuration = configuration
-    self.followedLogger = Followed(given: configuration.loggerGiven, fallback: .disabled)
+    self.followedLogger = Followed(given: configuration.$logger, fallback: .disabled)
     self.followedClock = Followed(given: configuration.clock, fallback: WallClock())
     var handler: (@Sendable (CacheEvent<Key>) -> Void)?
     if let onFailure = configuration.onFailure {
@@ -300,15 +290,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` for the first layer that failed to close,
   ///   whatever its failure policy (what it could not finish is lost, so the caller must hear).
   public nonisolated func close() async throws {
-    let work = closing.withLock { closing in
-      if let closing { return closing }
-      isClosed.store(true, ordering: .relaxed)
-      closeSignal.fire()
-      let work = Task { try await self.closeLayers() }
-      closing = work
-      return work
-    }
-    try await work.value
+    try await lifecycle.close { try await self.closeLayers() }
   }
 
   /// Follows the platform's memory pressure (``followSystemMemoryPressure()``) until the calling
@@ -320,12 +302,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// - Throws: ``AsyncCacheError/Code/invalidState`` when the chain runs already; what
   ///   ``close()`` throws.
   public nonisolated func run() async throws {
-    try running.withLock { running in
-      guard !running else { throw AsyncCacheError.invalidState("CacheChain.run(): the chain runs already") }
-      running = true
-    }
-    defer { running.withLock { $0 = false } }
-    await closeSignal.wait(orUntil: configuration.gracefulShutdown) { await self.followSystemMemoryPressure() }
+    try await lifecycle.run(orUntil: configuration.gracefulShutdown) { await self.followSystemMemoryPressure() }
     try await close()
   }
 
@@ -351,7 +328,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   /// Throws ``AsyncCacheError/Code/closed`` once ``close()`` was called.
   private nonisolated func checkOpen(_ operation: @autoclosure () -> String) throws {
-    if isClosed.load(ordering: .relaxed) { throw AsyncCacheError.closed("CacheChain", operation: operation()) }
+    if lifecycle.isClosed { throw AsyncCacheError.closed("CacheChain", operation: operation()) }
   }
 
   // MARK: Introspection

@@ -26,32 +26,28 @@ extension LoadingCache {
   ///   origin asked, or a `Task` either starts (which inherits their task-local values) — which
   ///   `close()` would wait for: close from outside, or from `Task.detached`.
   public func close() async throws {
-    // A load of this cache that closes it, or a load that one of this cache's loads waits for
-    // (its origin asked another cache, whose origin closes this one), would wait for itself.
-    let current = LoadDependencies.loadsOfCurrentTask
-    if !current.isEmpty, LoadDependencies.shared.isAnyLoad(of: ObjectIdentifier(loadTable), waitingFor: current) {
-      throw AsyncCacheError.invalidState(
-        "LoadingCache.close() was called from a load that the cache's own loads wait for (its origin, another "
-          + "cache's origin that it asked, or a task either started, which inherits their task-local values), "
-          + "which close() would wait for; close the cache from outside its loads, or from Task.detached")
-    }
-    let work = closing.withLock { closing in
-      if let closing { return closing }
-      // Closed under the load table's lock, where requests join loads.
-      loadTable.close()
-      closeSignal.fire()
-      let work = Task { await self.finishWork() }
-      closing = work
-      return work
-    }
     // Cancelling the caller cancels the loads; the work itself runs to its end either way.
-    await withTaskCancellationHandler {
-      await work.value
-    } onCancel: {
-      self.cancelLoads()
-    }
+    try await lifecycle.close(
+      checking: checkNotClosingFromItsOwnLoad,
+      // Closed under the load table's lock, where requests join loads.
+      atFirst: { loadTable.close() },
+      onCancel: { self.cancelLoads() },
+      { await self.finishWork() })
     defer { eventHub.finishAll() }
     try await chain.close()
+  }
+
+  /// Throws when the caller is a load of this cache, or a load that one of this cache's loads
+  /// waits for (its origin asked another cache, whose origin closes this one): it would wait
+  /// for itself.
+  private func checkNotClosingFromItsOwnLoad() throws {
+    let current = LoadDependencies.loadsOfCurrentTask
+    guard !current.isEmpty, LoadDependencies.shared.isAnyLoad(of: ObjectIdentifier(loadTable), waitingFor: current)
+    else { return }
+    throw AsyncCacheError.invalidState(
+      "LoadingCache.close() was called from a load that the cache's own loads wait for (its origin, another "
+        + "cache's origin that it asked, or a task either started, which inherits their task-local values), "
+        + "which close() would wait for; close the cache from outside its loads, or from Task.detached")
   }
 
   /// Stops the prefetchers and waits for the loads in flight.

@@ -68,12 +68,8 @@ extension LoadingCache {
     /// expires, and shared by the freshness rules; see <doc:FreshnessAndStatistics>).
     /// Refresh-ahead and sliding-expiry points are compared in integer nanoseconds, exact under
     /// `ManualClock`.
-    public var clock: any CacheClock {
-      get { clockGiven ?? WallClock() }
-      set { clockGiven = newValue }
-    }
-    /// The clock set on this configuration; `nil` for the chain's, or the wall clock.
-    package var clockGiven: (any CacheClock)?
+    /// Its projection (`$clock`) is the clock set here; `nil` for the chain's, or the wall clock.
+    @FollowsCache public var clock: any CacheClock
     /// When the origin is asked again after it fails. Default ``RetryPolicy/never``.
     public var retryPolicy: RetryPolicy
     /// How long a request waits for a slow load before it gets a stale value (soft) or an error
@@ -85,12 +81,9 @@ extension LoadingCache {
     ///
     /// The cache hands the logger it is given to its chain and layers: those created without a
     /// logger of their own follow it (see ``CacheEnvironment``), as do the cache's prefetchers.
-    public var logger: CacheLogger {
-      get { loggerGiven ?? .disabled }
-      set { loggerGiven = newValue }
-    }
-    /// The logger set on this configuration; `nil` for none, not handed to the layers.
-    package var loggerGiven: CacheLogger?
+    /// Its projection (`$logger`) is the logger set here; `nil` for none, not handed to the
+    /// layers.
+    @FollowsCache public var logger: CacheLogger
     /// Called once with every load that ends (see ``LoadReport``): its key, outcome, source,
     /// duration and attempts. Unlike ``LoadingCache/events(bufferingNewest:)``, it loses nothing
     /// and costs hits nothing: the observer a metrics reporter needs. Called synchronously, on
@@ -135,10 +128,10 @@ extension LoadingCache {
       self.timeToLiveJitter = timeToLiveJitter
       self.timeToLiveForValue = timeToLiveForValue
       self.negativeCaching = negativeCaching
-      self.clockGiven = clock
+      self._clock = .clock(clock)
       self.retryPolicy = retryPolicy
       self.loadTimeouts = loadTimeouts
-      self.loggerGiven = logger
+      self._logger = .logger(logger)
       self.onLoadEnded = onLoadEnded
       self.gracefulShutdown = gracefulShutdown
       self.followsMemoryPressureWhileRunning = followsMemoryPressureWhileRunning
@@ -146,35 +139,25 @@ extension LoadingCache {
 
     /// Throws ``AsyncCacheError/Code/invalidConfiguration`` naming the first value out of range.
     func validate() throws {
-      if let timeToLive, timeToLive <= .zero {
-        throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache timeToLive is \(timeToLive.readable); it must be positive")
-      }
-      guard staleWhileRevalidate >= .zero else {
-        throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache staleWhileRevalidate is \(staleWhileRevalidate.readable); it must be zero or more")
-      }
-      guard staleIfError >= .zero else {
-        throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache staleIfError is \(staleIfError.readable); it must be zero or more")
-      }
-      if let refreshAhead, !(refreshAhead > 0 && refreshAhead < 1) {
-        throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache refreshAhead is \(refreshAhead); it must be in 0<..<1")
+      let check = ConfigurationCheck("LoadingCache")
+      try check.requirePositive("timeToLive", timeToLive)
+      try check.requireNotNegative("staleWhileRevalidate", staleWhileRevalidate)
+      try check.requireNotNegative("staleIfError", staleIfError)
+      if let refreshAhead {
+        try check.require(
+          refreshAhead > 0 && refreshAhead < 1, "refreshAhead", is: "\(refreshAhead)", mustBe: "in 0<..<1")
       }
       if slidingExpiration, refreshAhead != nil {
-        throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache slidingExpiration and refreshAhead cannot be combined: an entry read late in its life "
-            + "is either extended or refreshed")
+        throw check.invalid(
+          "slidingExpiration and refreshAhead cannot be combined: an entry read late in its life is either "
+            + "extended or refreshed")
       }
       if slidingExpiration, timeToLive == nil, timeToLiveForValue == nil {
-        throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache slidingExpiration needs a timeToLive or a timeToLiveForValue to extend entries by")
+        throw check.invalid("slidingExpiration needs a timeToLive or a timeToLiveForValue to extend entries by")
       }
-      guard timeToLiveJitter >= 0, timeToLiveJitter < 1 else {
-        throw AsyncCacheError.invalidConfiguration(
-          "LoadingCache timeToLiveJitter is \(timeToLiveJitter); it must be in 0..<1")
-      }
+      try check.require(
+        timeToLiveJitter >= 0 && timeToLiveJitter < 1, "timeToLiveJitter", is: "\(timeToLiveJitter)",
+        mustBe: "in 0..<1")
       try negativeCaching?.validate()
       try loadTimeouts.validate(in: "LoadingCache loadTimeouts:")
     }

@@ -28,16 +28,11 @@ extension LoadingCache {
   /// - Throws: ``AsyncCacheError/Code/invalidState`` when the cache runs already;
   ///   ``AsyncCacheError/Code/closed`` when it was closed; what ``close()`` throws.
   public func run() async throws {
-    try running.withLock { running in
-      try checkOpen("run()")
-      guard !running else { throw AsyncCacheError.invalidState("LoadingCache.run(): the cache runs already") }
-      running = true
-    }
-    defer { running.withLock { $0 = false } }
     // Ends on the graceful shutdown signal, on close, or on cancellation.
     var work: (@Sendable () async -> Void)?
     if configuration.followsMemoryPressureWhileRunning { work = { await self.followSystemMemoryPressure() } }
-    await closeSignal.wait(orUntil: configuration.gracefulShutdown, meanwhile: work)
+    try await lifecycle.run(
+      checking: { try checkOpen("run()") }, orUntil: configuration.gracefulShutdown, meanwhile: work)
     try await close()
   }
 }

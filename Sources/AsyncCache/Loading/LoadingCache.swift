@@ -63,13 +63,9 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// index in the chain: the first that offers one (see ``LoadCoordinator``).
   let coordination: (tier: Int, coordinator: any LoadCoordinator<Key, Value>)?
   @usableFromInline let nextWaiterID = Atomic<UInt64>(0)
-  /// The work of the first ``close()`` (stopping prefetchers, finishing loads), which later
-  /// calls wait for too.
-  let closing = Locked<Task<Void, Never>?>(nil)
-  /// Fired when ``close()`` begins: ends ``run()``.
-  let closeSignal = OneShotSignal()
-  /// Whether ``run()`` runs.
-  let running = Locked(false)
+  /// Closing (stopping prefetchers, finishing loads, which later calls wait for too) and
+  /// running.
+  let lifecycle = Lifecycle("LoadingCache", refusingSecondRunOf: "cache")
   /// How to stop each running prefetcher of this cache, for ``close()``.
   let prefetchers = Locked<[UInt64: @Sendable () async -> Void]>([:])
   /// Hits of a top layer that is not a ``MemoryLayer`` (a memory layer counts its own).
@@ -121,8 +117,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     // One clock for the cache and its layers: a chain given a clock lends it to a cache given
     // none.
     var configuration = configuration
-    if configuration.clockGiven == nil, let chainClock = chain.followedClock.handedOn {
-      configuration.clockGiven = chainClock
+    if configuration.$clock == nil, let chainClock = chain.followedClock.handedOn {
+      configuration.$clock = chainClock
     }
     try configuration.validate()
     self.freshness = FreshnessRules(
@@ -169,7 +165,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     self.synchronousFront = chain.synchronousFront
     loadTable.setRunner(self)
     // The cache's clock, the wall clock included: layers that follow one follow the cache's.
-    chain.follow(CacheEnvironment(clock: configuration.clock, logger: configuration.loggerGiven))
+    chain.follow(CacheEnvironment(clock: configuration.clock, logger: configuration.$logger))
   }
 
   /// Creates a loading cache over `layers`, top first, whose failures are propagated.
