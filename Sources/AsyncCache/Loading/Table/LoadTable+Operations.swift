@@ -139,7 +139,7 @@ extension LoadTable {
   @inlinable
   static func join(
     _ key: Key, waiter: UInt64, as continuation: Waiter, kind: JoinKind, priority: TaskPriority,
-    skipsTopLayer: Bool, negativeNow: Int64?, newID: UInt64, in state: inout State
+    skipsTopLayer: Bool, negativeNow: Int64?, newID: @autoclosure () -> UInt64, in state: inout State
   ) -> Joined {
     // Checked under the lock, where close() sets it: a request either joins before the close,
     // which then waits for its load, or is refused.
@@ -150,7 +150,7 @@ extension LoadTable {
     }
     switch state.machine.join(
       key, waiter: waiter, continuation: continuation, priority: priority, kind: kind, skipsTopLayer: skipsTopLayer,
-      newID: newID)
+      newID: newID())
     {
     case .joined(let id, let task):
       state.counters.coalesced += 1

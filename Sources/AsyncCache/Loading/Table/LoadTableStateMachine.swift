@@ -76,7 +76,8 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
   var waiterCount: Int { loads.values.reduce(0) { $0 + $1.waiters.count } }
 
   /// Adds a request (`isUrgent`) or a prefetch for `key`: joins its load or starts one, as
-  /// `newID` when given (the owner's identifiers; otherwise the next of the machine's own).
+  /// `newID` when given (the owner's identifiers, asked for only when a load starts;
+  /// otherwise the next of the machine's own).
   /// `skipsTopLayer` asks for the value to be stored below the top layer only; one waiter that
   /// does not ask for it is enough for the load to store it everywhere.
   @inlinable
@@ -87,7 +88,7 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
     priority: TaskPriority,
     kind: JoinKind = .request,
     skipsTopLayer: Bool = false,
-    newID: UInt64? = nil
+    newID: @autoclosure () -> UInt64? = nil
   ) -> JoinResult {
     let isUrgent = kind.isUrgent
     if let id = joinable[key] {
@@ -96,7 +97,7 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
       if becameUrgent { urgencyChanged(of: id, wasUrgent: false) }
       return .joined(id: id, escalate: escalate)
     }
-    let id = makeID(newID)
+    let id = makeID(newID())
     var waiters = Waiters<Continuation>()
     waiters.append(waiter, continuation, isUrgent: isUrgent)
     loads[id] = Load(key: key, waiters: waiters, priority: priority, skipsTopLayer: skipsTopLayer)
