@@ -127,7 +127,8 @@ final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// abandonment always finds the read to overtake and the task to cancel.
   @usableFromInline
   func start(_ loads: inout [Machine.StartedLoad], in state: inout State) {
-    guard let runner = state.runner else { return }
+    // The runner owns the table: while a request can reach the table, it is there.
+    guard let runner = state.runner else { return assertionFailure("a load was registered without a runner") }
     for index in loads.indices {
       let token = runner.beginRead(loads[index].key)
       loads[index].token = token
