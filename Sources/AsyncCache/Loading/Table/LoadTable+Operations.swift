@@ -2,8 +2,8 @@ public import Synchronization  // Atomic, in inlinable code
 
 // What a loading cache does to its load table, one named operation per change: each takes the
 // lock once, asks the machine, counts, and returns what the caller must do (resume a waiter,
-// emit an event); escalations, the dependency graph and the tasks to start or cancel are
-// handled after the unlock, here.
+// emit an event); escalations, the dependency graph and the tasks to cancel are handled after
+// the unlock, here.
 extension LoadTable {
   @usableFromInline typealias Waiter = LoadWaiter<Key, Value>
 

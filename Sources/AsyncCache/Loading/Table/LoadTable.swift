@@ -8,14 +8,15 @@ public import Synchronization  // Atomic, in inlinable code
 /// The cache changes the table through named operations (`LoadTable+Operations.swift`): join,
 /// leave, time out, finish, the gate, refresh, detach, and the snapshots. Each one is one
 /// critical section through ``update(_:then:)``, which begins the chain read of each load
-/// registered there (so that an abandonment always finds the read to overtake); once the lock
-/// is released, the operation does its own part (escalations, the dependency graph), then the
-/// table starts the loads' tasks (through its ``LoadRunner``, and attaches them), opens the gates
-/// the machine opened, tells the urgency observers that urgent work started or ended, and
-/// resumes the test watchers whose condition now holds. So no task is started, no continuation
-/// resumed, no event emitted and no observer or user closure called while the table is locked,
-/// and every kind of request (a request, a bulk request, a prefetch, a refresh) starts its load
-/// the same way.
+/// registered there and creates and attaches its task (through its ``LoadRunner``), so that an
+/// abandonment always finds the read to overtake and the task to cancel. Once the lock is
+/// released, the operation does its own part (escalations, the dependency graph, cancelling an
+/// abandoned load's task), then the table opens the gates the machine opened, tells the urgency
+/// observers that urgent work started or ended, and resumes the test watchers whose condition
+/// now holds. So no continuation is resumed, no event emitted and no observer or user closure
+/// called while the table is locked (a task created there cannot touch the table before the
+/// lock is released), and every kind of request (a request, a bulk request, a prefetch, a
+/// refresh) starts its load the same way.
 @usableFromInline
 final class LoadTable<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @usableFromInline
