@@ -175,6 +175,30 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     [(eventHub, 0)] + memoryLayers.map { (hub: $0.layer.eventHub, layer: $0.tier) }
   }
 
+  /// What a ``LoadingCache`` built over the chain takes from it, once, when it is created: the
+  /// layers its hits are answered by, the clock the chain hands on, and its memory layers and
+  /// event hubs (fixed with the chain's tiers).
+  struct Wiring: Sendable {
+    /// The chain's ``CacheChain/front``.
+    let front: MemoryLayer<Key, Value>?
+    /// The chain's ``CacheChain/synchronousFront``.
+    let synchronousFront: SynchronousLookupFunction<Key, Value>?
+    /// The clock the chain hands on, if it was given one or follows one.
+    let clock: (any CacheClock)?
+    /// The chain's ``CacheChain/memoryLayers``.
+    let memoryLayers: [(layer: MemoryLayer<Key, Value>, tier: Int)]
+    /// The chain's ``CacheChain/eventHubs``.
+    let eventHubs: [(hub: EventHub<CacheEvent<Key>>, layer: Int)]
+  }
+
+  /// What a loading cache built over the chain takes from it (see ``Wiring``).
+  nonisolated var wiring: Wiring {
+    let memoryLayers = memoryLayers
+    return Wiring(
+      front: front, synchronousFront: synchronousFront, clock: followedClock.handedOn, memoryLayers: memoryLayers,
+      eventHubs: [(eventHub, 0)] + memoryLayers.map { (hub: $0.layer.eventHub, layer: $0.tier) })
+  }
+
   /// The ``MemoryLayer``s of the chain, nested chains' included, each with the index of the
   /// tier that holds it.
   nonisolated var memoryLayers: [(layer: MemoryLayer<Key, Value>, tier: Int)] {

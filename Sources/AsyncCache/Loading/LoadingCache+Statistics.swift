@@ -16,7 +16,7 @@ extension LoadingCache {
       LayerStatistics(
         name: tier.name, hits: tier.hits, misses: tier.misses, failures: tier.failures, evictions: EvictionCounts())
     }
-    for (memory, tier) in chain.memoryLayers {
+    for (memory, tier) in wiring.memoryLayers {
       layers[tier].evictions = layers[tier].evictions + memory.statistics.evictions
     }
     // The top layer counted hits of entries the cache would not serve; those requests loaded.

@@ -53,7 +53,11 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// The cache's configuration.
   public let configuration: Configuration
 
-  /// The memory layer that answers hits synchronously, if the chain has one on top.
+  /// What the cache takes from its chain, once: the layers that answer its hits, its memory
+  /// layers and event hubs.
+  let wiring: CacheChain<Key, Value>.Wiring
+  /// The memory layer that answers hits synchronously, if the chain has one on top (the
+  /// wiring's, stored apart for the hit path).
   @usableFromInline let front: MemoryLayer<Key, Value>?
   /// The top layer, when it is not a ``MemoryLayer`` but can answer without suspending.
   @usableFromInline let synchronousFront: SynchronousLookupFunction<Key, Value>?
@@ -117,7 +121,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     // One clock for the cache and its layers: a chain given a clock lends it to a cache given
     // none.
     var configuration = configuration
-    if configuration.$clock == nil, let chainClock = chain.followedClock.handedOn {
+    let wiring = chain.wiring
+    if configuration.$clock == nil, let chainClock = wiring.clock {
       configuration.$clock = chainClock
     }
     try configuration.validate()
@@ -146,7 +151,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       }
     // A memory layer that cuts every entry's life shorter than the grace would hold only stale
     // entries (the stale instant is read back as expiry minus grace).
-    if freshness.grace > 0, let layerLifetime = chain.front?.configuration.timeToLive,
+    if freshness.grace > 0, let layerLifetime = wiring.front?.configuration.timeToLive,
       layerLifetime.saturatingNanoseconds <= freshness.grace
     {
       throw AsyncCacheError.invalidConfiguration(
@@ -161,8 +166,9 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     self.origin = origin
     self.batchOrigin = batchOrigin
     self.configuration = configuration
-    self.front = chain.front
-    self.synchronousFront = chain.synchronousFront
+    self.wiring = wiring
+    self.front = wiring.front
+    self.synchronousFront = wiring.synchronousFront
     loadTable.setRunner(self)
     // The cache's clock, the wall clock included: layers that follow one follow the cache's.
     chain.follow(CacheEnvironment(clock: configuration.clock, logger: configuration.$logger))
@@ -350,7 +356,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// the cache beyond that. The sequence ends when the cache is deinitialized, after the events
   /// already buffered.
   public func events(bufferingNewest limit: Int = 1_000) -> CacheEvents<Key> {
-    CacheEvents(capacity: limit, observing: [(hub: eventHub, layer: 0)] + chain.eventHubs)
+    CacheEvents(capacity: limit, observing: [(hub: eventHub, layer: 0)] + wiring.eventHubs)
   }
 
   /// The number of requests waiting for a load of `key`. Safe from any context. O(loads in flight).
