@@ -60,7 +60,7 @@ struct LoadingCacheRunTests {
       layers: [try MemoryLayer<String, Int>()], origin: ClosureFetcher { _ in 1 },
       configuration: .init(followsMemoryPressureWhileRunning: true))
     let service = Task { try await cache.run() }
-    while !cache.lifecycle.isRunning { await Task.yield() }
+    while !cache.lifecycle.isRunning, !Task.isCancelled { await Task.yield() }
     try await cache.close()
     try await service.value
   }
@@ -98,7 +98,7 @@ struct LoadingCacheRunTests {
       layers: [try MemoryLayer<String, Int>()], origin: ClosureFetcher { _ in 1 },
       configuration: .init(followsMemoryPressureWhileRunning: false))
     let service = Task { try await cache.run() }
-    while !cache.lifecycle.isRunning { await Task.yield() }
+    while !cache.lifecycle.isRunning, !Task.isCancelled { await Task.yield() }
     let second = await #expect(throws: AsyncCacheError.self) { try await cache.run() }
     #expect(second?.code == .invalidState)
     service.cancel()
