@@ -76,6 +76,8 @@ let package = Package(
         "AsyncCache", "AsyncCacheSQLite", "AsyncCacheTesting", "CSQLite", "PersistenceTestSupport",
         "PersistenceProbe", "TestSupport",
       ],
+      // Databases written by earlier versions, which newer ones must read.
+      resources: [.copy("Fixtures")],
       swiftSettings: strict
     ),
     .testTarget(

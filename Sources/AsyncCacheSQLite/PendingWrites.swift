@@ -27,6 +27,10 @@ struct PendingWrites: Sendable {
     let value: any Sendable
     /// The encoded value.
     let payload: Data
+    /// The entry's metadata, for readers of the pending write.
+    let metadata: EntryMetadata
+    /// Its stored form (empty for none).
+    let encodedMetadata: [UInt8]
     /// The checksum of the row (`SQLiteRecord.checksum`), computed by the inserting caller.
     let checksum: UInt64
     /// The bytes the row counts against the size limit.
@@ -34,16 +38,21 @@ struct PendingWrites: Sendable {
     /// Expiry, nanoseconds since 1970.
     let expiresAt: Int64?
 
-    init(value: any Sendable, payload: Data, checksum: UInt64, size: Int, expiresAt: Int64?) {
+    init(
+      value: any Sendable, payload: Data, metadata: EntryMetadata, encodedMetadata: [UInt8], checksum: UInt64,
+      size: Int, expiresAt: Int64?
+    ) {
       self.value = value
       self.payload = payload
+      self.metadata = metadata
+      self.encodedMetadata = encodedMetadata
       self.checksum = checksum
       self.size = size
       self.expiresAt = expiresAt
     }
 
-    /// The length of the row's value column: header and encoded value.
-    var count: Int { SQLiteRecord.headerSize + payload.count }
+    /// The length of the row's value column: header, metadata and encoded value.
+    var count: Int { SQLiteRecord.headerSize + encodedMetadata.count + payload.count }
   }
 
   enum Write: Sendable {

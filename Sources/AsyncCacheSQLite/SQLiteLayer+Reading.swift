@@ -27,7 +27,9 @@ extension SQLiteLayer {
         return nil
       }
       readCounts.hits.add(1, ordering: .relaxed)
-      return CacheEntry(pendingValue(row), expiresAt: row.expiresAt.map(CacheInstant.init(nanosecondsSince1970:)))
+      return CacheEntry(
+        pendingValue(row), expiresAt: row.expiresAt.map(CacheInstant.init(nanosecondsSince1970:)),
+        metadata: row.metadata)
     case .local, .stored(nil):
       readCounts.misses.add(1, ordering: .relaxed)
       return nil
@@ -36,11 +38,12 @@ extension SQLiteLayer {
       do {
         value = try valueCoder.decode(found.payload)
       } catch {
-        await discardUndecodable(encoded, payload: found.payload, expiresAt: found.expiresAt, error: error)
+        await discardUndecodable(encoded, found, error: error)
         return nil
       }
       readCounts.hits.add(1, ordering: .relaxed)
-      return CacheEntry(value, expiresAt: found.expiresAt.map(CacheInstant.init(nanosecondsSince1970:)))
+      return CacheEntry(
+        value, expiresAt: found.expiresAt.map(CacheInstant.init(nanosecondsSince1970:)), metadata: found.metadata)
     }
   }
 
@@ -52,6 +55,7 @@ extension SQLiteLayer {
   /// A row's payload, checked on the layer's thread.
   private struct Found: Sendable {
     var payload: Data
+    var metadata: EntryMetadata
     var expiresAt: Int64?
   }
 
@@ -119,20 +123,23 @@ extension SQLiteLayer {
     case .damaged(let damage, let blob):
       discard(Array(encoded.utf8), blob: blob, key: encoded, reason: "\(damage)")
       return .stored(nil)
-    case .hit(let payload, let expiresAt, let accessedAt):
+    case .hit(let payload, let metadata, let expiresAt, let accessedAt):
       if !isReadOnly, now.subtractingReportingOverflow(accessedAt).partialValue >= accessResolution {
         touches[Array(encoded.utf8)] = pending.withLock { $0.accessTime(now: now) }
         if touches.count >= configuration.maximumPendingTouches { requestFlush() }
       }
-      return .stored(Found(payload: payload, expiresAt: expiresAt))
+      return .stored(Found(payload: payload, metadata: metadata, expiresAt: expiresAt))
     }
   }
 
   /// Records that the row read for `encoded` holds a value that does not decode, so that it is
   /// deleted with a later batch.
-  private func discardUndecodable(_ encoded: String, payload: Data, expiresAt: Int64?, error: any Error) {
+  private func discardUndecodable(_ encoded: String, _ found: Found, error: any Error) {
     let keyBytes = Array(encoded.utf8)
-    let blob = SQLiteRecord.encode(key: keyBytes, expiresAt: expiresAt, payload: payload)
+    // The metadata read back; it was stored, so it encodes.
+    let metadata = (try? found.metadata.encoded()) ?? []
+    let blob = SQLiteRecord.encode(
+      key: keyBytes, expiresAt: found.expiresAt, metadata: metadata, payload: found.payload)
     discard(keyBytes, blob: blob, key: encoded, reason: "the value does not decode: \(error)")
   }
 

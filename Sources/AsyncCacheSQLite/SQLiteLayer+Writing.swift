@@ -12,10 +12,13 @@ extension SQLiteLayer {
   /// runs on the caller's thread (encoding and a checksum) and suspends only when more than
   /// ``Configuration-swift.struct/maximumPendingBytes`` wait to be written.
   ///
+  /// The entry's ``EntryMetadata`` is stored with its value and read back with it.
+  ///
   /// - Throws: `PersistenceError.Code.valueTooLarge` (naming the key and sizes) when the
-  ///   encoded value is over ``Configuration-swift.struct/maximumEntrySize`` or the size limit;
-  ///   `PersistenceError.Code.encodingFailed` when the key or value does not encode. Nothing
-  ///   is written then. When writes wait on a database that keeps failing, the error of the
+  ///   encoded value and its metadata are over ``Configuration-swift.struct/maximumEntrySize``
+  ///   or the size limit; `PersistenceError.Code.encodingFailed` when the key or value does not
+  ///   encode, or the metadata is over one of ``EntryMetadata``'s limits (the underlying
+  ///   `EntryMetadataError` names which). Nothing is written then. When writes wait on a database that keeps failing, the error of the
   ///   failed write (for example `PersistenceError.Code.noSpace`).
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     var encoded = try encode(key)
@@ -25,9 +28,17 @@ extension SQLiteLayer {
     } catch {
       throw PersistenceError.unencodableValue(key: encoded, layer: "SQLiteLayer", underlying: error)
     }
-    let size = encoded.utf8.count + SQLiteRecord.headerSize + payload.count
-    guard payload.count <= entryLimit else {
-      throw PersistenceError.valueTooLarge(key: encoded, size: payload.count, limit: entryLimit, layer: "SQLiteLayer")
+    let metadata: [UInt8]
+    do {
+      metadata = try entry.metadata.encoded()
+    } catch {
+      throw PersistenceError.unstorableMetadata(key: encoded, layer: "SQLiteLayer", error)
+    }
+    let size = encoded.utf8.count + SQLiteRecord.headerSize + metadata.count + payload.count
+    // The metadata counts with the value: both go in the row's value column.
+    guard payload.count + metadata.count <= entryLimit else {
+      throw PersistenceError.valueTooLarge(
+        key: encoded, size: payload.count + metadata.count, limit: entryLimit, layer: "SQLiteLayer")
     }
     guard size <= configuration.sizeLimit else {
       throw PersistenceError.entryOverSizeLimit(
@@ -42,11 +53,16 @@ extension SQLiteLayer {
     } else {
       let expiry = expiresAt?.nanosecondsSince1970
       let digest = encoded.withUTF8 { key in
-        payload.withUnsafeBytes {
-          SQLiteRecord.checksum(key: UnsafeRawBufferPointer(key), expiresAt: expiry, payload: $0)
+        metadata.withUnsafeBytes { metadataBytes in
+          payload.withUnsafeBytes {
+            SQLiteRecord.checksum(
+              key: UnsafeRawBufferPointer(key), expiresAt: expiry, metadata: metadataBytes, payload: $0)
+          }
         }
       }
-      row = PendingWrites.Row(value: entry.value, payload: payload, checksum: digest, size: size, expiresAt: expiry)
+      row = PendingWrites.Row(
+        value: entry.value, payload: payload, metadata: entry.metadata, encodedMetadata: metadata, checksum: digest,
+        size: size, expiresAt: expiry)
     }
     let nanoseconds = now.nanosecondsSince1970
     let (schedule, overBudget) = try pending.withLock { state in

@@ -58,7 +58,7 @@ final class SQLiteStore {
 
   enum Lookup {
     case miss
-    case hit(payload: Data, expiresAt: Int64?, accessedAt: Int64)
+    case hit(payload: Data, metadata: EntryMetadata, expiresAt: Int64?, accessedAt: Int64)
     case expired
     case damaged(SQLiteRecord.Damage, blob: Data)
   }
@@ -83,9 +83,11 @@ final class SQLiteStore {
     let expiresAt = statement.optionalInt64(1)
     if let expiresAt, expiresAt <= now { return .expired }
     let blob = statement.blob(0)
-    switch SQLiteRecord.payload(of: blob, key: key, expiresAt: expiresAt) {
-    case .success(let payload):
-      return .hit(payload: Data(payload), expiresAt: expiresAt, accessedAt: statement.int64(2))
+    switch SQLiteRecord.contents(of: blob, key: key, expiresAt: expiresAt) {
+    case .success(let contents):
+      return .hit(
+        payload: Data(contents.payload), metadata: contents.metadata, expiresAt: expiresAt,
+        accessedAt: statement.int64(2))
     case .failure(let error): return .damaged(error.damage, blob: Data(blob))
     }
   }
@@ -346,9 +348,10 @@ final class SQLiteStore {
       }
     }
     let buffer = UnsafeMutableRawBufferPointer(rebasing: recordBuffer[..<count])
-    SQLiteRecord.writeHeader(into: buffer, count: row.payload.count, digest: row.checksum)
-    row.payload.withUnsafeBytes {
-      UnsafeMutableRawBufferPointer(rebasing: buffer[SQLiteRecord.headerSize...]).copyMemory(from: $0)
+    row.encodedMetadata.withUnsafeBytes { metadata in
+      row.payload.withUnsafeBytes { payload in
+        SQLiteRecord.write(into: buffer, metadata: metadata, payload: payload, digest: row.checksum)
+      }
     }
     return body(UnsafeRawBufferPointer(buffer))
   }

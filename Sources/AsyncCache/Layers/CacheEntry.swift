@@ -1,8 +1,9 @@
-/// A cached value together with the instant it expires.
+/// A cached value together with the instant it expires and what its origin said about it.
 ///
 /// Layers exchange entries rather than bare values, so that when a hit in a lower layer
-/// back-fills the layers above it, the copy keeps the original expiry: a value that expires
-/// on disk in five minutes never lives forever in memory.
+/// back-fills the layers above it, the copy keeps the original expiry and metadata: a value that
+/// expires on disk in five minutes never lives forever in memory, and an entity tag stored with
+/// it in SQLite comes back with it.
 public struct CacheEntry<Value: Sendable>: Sendable {
   /// The cached value.
   public var value: Value
@@ -12,7 +13,11 @@ public struct CacheEntry<Value: Sendable>: Sendable {
   /// An entry is expired at and after this instant; layers never return an expired entry.
   public var expiresAt: CacheInstant?
 
-  /// Creates an entry.
+  /// The entry's validators, tags and production time; empty (the default) when its origin gave
+  /// none. See ``EntryMetadata``.
+  public var metadata: EntryMetadata
+
+  /// Creates an entry without metadata.
   ///
   /// - Parameters:
   ///   - value: The value to cache.
@@ -21,6 +26,20 @@ public struct CacheEntry<Value: Sendable>: Sendable {
   public init(_ value: Value, expiresAt: CacheInstant? = nil) {
     self.value = value
     self.expiresAt = expiresAt
+    self.metadata = EntryMetadata()
+  }
+
+  /// Creates an entry with metadata.
+  ///
+  /// - Parameters:
+  ///   - value: The value to cache.
+  ///   - expiresAt: When the entry expires; `nil` for never.
+  ///   - metadata: Its validators, tags and production time.
+  @inlinable
+  public init(_ value: Value, expiresAt: CacheInstant?, metadata: EntryMetadata) {
+    self.value = value
+    self.expiresAt = expiresAt
+    self.metadata = metadata
   }
 
   /// Whether the entry has expired at `instant`.

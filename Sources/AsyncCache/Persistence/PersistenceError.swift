@@ -117,6 +117,18 @@ extension PersistenceError {
       underlying: underlying)
   }
 
+  /// The error for an entry whose metadata `layer` refused (over a limit of ``EntryMetadata``);
+  /// `underlying` names which.
+  package static func unstorableMetadata(key: String, layer: String, _ underlying: EntryMetadataError)
+    -> PersistenceError
+  {
+    PersistenceError(
+      code: .encodingFailed,
+      message:
+        "\(layer) cannot store the metadata of the entry for key \(key.prefix(200).debugDescription): \(underlying)",
+      underlying: underlying)
+  }
+
   /// The error for a value refused because its encoded bytes alone exceed `limit`, the layer's
   /// per-entry limit (or the one `limitName` names).
   package static func valueTooLarge(
