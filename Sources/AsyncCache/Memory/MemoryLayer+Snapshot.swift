@@ -60,7 +60,9 @@ extension MemoryLayer where Key: Codable, Value: Codable {
       let now = clock.now
       let entries = Self.leastRecentFirst(store.entriesInEvictionOrder(unexpiredAt: now.nanosecondsSince1970))
       let records = entries.map {
-        SnapshotRecord(key: $0.key, value: $0.entry.value, expiry: $0.entry.expiresAt?.nanosecondsSince1970 ?? .max)
+        SnapshotRecord(
+          key: $0.key, value: $0.entry.value, expiry: $0.entry.expiresAt?.nanosecondsSince1970 ?? .max,
+          metadata: $0.entry.metadata)
       }
       let payload: Data
       do {
@@ -74,7 +76,9 @@ extension MemoryLayer where Key: Codable, Value: Codable {
           underlying: error)
       }
       try SnapshotFile.writeSnapshot(
-        payload: payload, entryCount: records.count, writtenAt: now, to: url, beforeRename: beforeRename)
+        payload: payload, entryCount: records.count,
+        version: records.contains { !$0.metadata.isEmpty } ? 2 : 1, writtenAt: now, to: url,
+        beforeRename: beforeRename)
       return records.count
     }
   }
@@ -148,7 +152,8 @@ extension MemoryLayer where Key: Codable, Value: Codable {
       let entries = try live.map { record in
         let expiresAt = record.expiry == .max ? nil : CacheInstant(nanosecondsSince1970: record.expiry)
         return (
-          record.key, CacheEntry(record.value, expiresAt: expiresAt), try store.cost(of: record.value, for: record.key)
+          record.key, CacheEntry(record.value, expiresAt: expiresAt, metadata: record.metadata),
+          try store.cost(of: record.value, for: record.key)
         )
       }
       let (restored, leftOut, expiredMeanwhile) = store.restore(entries)
@@ -191,11 +196,14 @@ struct SnapshotRecord<Key: Codable & Sendable, Value: Codable & Sendable>: Codab
   var value: Value
   /// Nanoseconds since 1970; `Int64.max` for never.
   var expiry: Int64
+  /// Written as a fourth element only when not empty (format 2).
+  var metadata: EntryMetadata
 
-  init(key: Key, value: Value, expiry: Int64) {
+  init(key: Key, value: Value, expiry: Int64, metadata: EntryMetadata = EntryMetadata()) {
     self.key = key
     self.value = value
     self.expiry = expiry
+    self.metadata = metadata
   }
 
   init(from decoder: any Decoder) throws {
@@ -203,6 +211,19 @@ struct SnapshotRecord<Key: Codable & Sendable, Value: Codable & Sendable>: Codab
     key = try container.decode(Key.self)
     value = try container.decode(Value.self)
     expiry = try container.decode(Int64.self)
+    metadata = EntryMetadata()
+    if !container.isAtEnd {
+      let stored = try container.decode(Data.self)
+      let decoded = stored.withUnsafeBytes { bytes in
+        Result { () throws(EntryMetadataError) in try EntryMetadata(decoding: bytes) }
+      }
+      switch decoded {
+      case .success(let metadata): self.metadata = metadata
+      case .failure(let error):
+        throw DecodingError.dataCorruptedError(
+          in: container, debugDescription: "a snapshot entry's metadata does not decode: \(error)")
+      }
+    }
     guard container.isAtEnd else {
       throw DecodingError.dataCorruptedError(in: container, debugDescription: "a snapshot entry has extra fields")
     }
@@ -213,5 +234,6 @@ struct SnapshotRecord<Key: Codable & Sendable, Value: Codable & Sendable>: Codab
     try container.encode(key)
     try container.encode(value)
     try container.encode(expiry)
+    if !metadata.isEmpty { try container.encode(Data(try metadata.encoded())) }
   }
 }

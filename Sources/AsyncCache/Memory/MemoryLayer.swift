@@ -84,7 +84,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
 
   // MARK: Reading
 
-  /// Returns the unexpired entry for `key`, marking it most recently used.
+  /// Returns the unexpired entry for `key`, with its metadata, marking it most recently used.
   ///
   /// Safe from any context. Never suspends. O(1) expected.
   @inlinable
@@ -160,10 +160,13 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   ///
   /// The entry expires at the earlier of `entry.expiresAt` and ``Configuration-swift.struct/timeToLive``
   /// from now. An already expired entry is not stored (and removes the previous one).
-  /// Safe from any context. Never suspends. O(1) amortized, plus the evictions.
+  /// Safe from any context. Never suspends. O(1) amortized, plus the evictions. The entry's
+  /// ``EntryMetadata`` is kept with it (``entry(for:)`` returns it); an entry without metadata
+  /// costs nothing for it.
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative
-  ///   cost; the layer is unchanged then.
+  ///   cost; ``EntryMetadataError`` when the metadata is over one of its limits. The layer is
+  ///   unchanged then.
   @inlinable
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
     try store.insert(entry, for: key)

@@ -9,8 +9,10 @@ struct MemoryNode<Key, Value> {
   @usableFromInline var value: Value
   /// Expiry in nanoseconds since 1970; `Int64.max` for never.
   @usableFromInline var expiry: Int64
-  /// The cost in the low 61 bits (``costMask``) and the ``SegmentRegion`` in the two above
-  /// (from ``regionShift``), so that W-TinyLFU costs no memory per entry over LRU.
+  /// The cost in the low 61 bits (``costMask``), the ``SegmentRegion`` in the two above (from
+  /// ``regionShift``), so that W-TinyLFU costs no memory per entry over LRU, and in the top bit
+  /// whether the segment keeps ``EntryMetadata`` for the node (``hasMetadata``), so that an
+  /// entry without any costs nothing for it.
   @usableFromInline var costAndRegion: UInt64
   /// The neighbour closer to the most recently used end of its list, or ``MemorySegment/none``.
   @usableFromInline var newer: UInt32
@@ -21,6 +23,8 @@ struct MemoryNode<Key, Value> {
   @usableFromInline static var costMask: UInt64 { (1 << 61) - 1 }
   /// The lowest bit of ``costAndRegion`` that holds the region.
   @usableFromInline static var regionShift: UInt64 { 61 }
+  /// The bit of ``costAndRegion`` that says whether the node has metadata.
+  @usableFromInline static var metadataBit: UInt64 { 1 << 63 }
 
   /// The largest cost an entry may have: 2^61 - 1, or `Int.max` where that is smaller (32-bit
   /// platforms).
@@ -48,10 +52,20 @@ struct MemoryNode<Key, Value> {
   @inlinable
   var region: SegmentRegion {
     @inline(__always) get {
-      SegmentRegion(rawValue: UInt8(truncatingIfNeeded: costAndRegion >> Self.regionShift)) ?? .window
+      SegmentRegion(rawValue: UInt8(truncatingIfNeeded: costAndRegion >> Self.regionShift) & 3) ?? .window
     }
     @inline(__always) set {
-      costAndRegion = costAndRegion & Self.costMask | UInt64(newValue.rawValue) << Self.regionShift
+      costAndRegion =
+        costAndRegion & (Self.costMask | Self.metadataBit) | UInt64(newValue.rawValue) << Self.regionShift
+    }
+  }
+
+  /// Whether the segment's ``MemorySegment/metadata`` holds the node's ``EntryMetadata``.
+  @inlinable
+  var hasMetadata: Bool {
+    @inline(__always) get { costAndRegion & Self.metadataBit != 0 }
+    @inline(__always) set {
+      costAndRegion = newValue ? costAndRegion | Self.metadataBit : costAndRegion & ~Self.metadataBit
     }
   }
 }

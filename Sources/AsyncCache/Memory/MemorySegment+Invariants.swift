@@ -72,7 +72,7 @@ extension MemorySegment {
       sizes[region] = size
     }
     if seen.count != count { problems.append("the lists hold \(seen.count) nodes, the segment \(count)") }
-    for slot in liveSlots where nodes[slot].costAndRegion >> Node.regionShift > 2 {
+    for slot in liveSlots where (nodes[slot].costAndRegion >> Node.regionShift) & 3 > 2 {
       problems.append("node \(slot) has cost and region bits \(nodes[slot].costAndRegion)")
     }
     let window = sizes[.window] ?? (0, Int64(0))
@@ -94,6 +94,13 @@ extension MemorySegment {
     var cost: Int64 = 0
     for slot in liveSlots { cost += nodes[slot].cost }
     if cost != totalCost { problems.append("totalCost \(totalCost) but nodes sum to \(cost)") }
+    let flagged = liveSlots.filter { nodes[$0].hasMetadata }
+    if flagged.count != metadata.count {
+      problems.append("\(flagged.count) nodes have metadata, the metadata table holds \(metadata.count)")
+    }
+    for slot in flagged where metadata[nodes[slot].key]?.isEmpty != false {
+      problems.append("node \(slot) has metadata, the table none")
+    }
     return problems
   }
 }

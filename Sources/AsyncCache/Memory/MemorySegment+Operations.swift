@@ -29,6 +29,7 @@ extension MemorySegment {
     unlink(slot)
     releaseSlot(slot)
     let removed = (nodes + slot).move()
+    if removed.hasMetadata { metadata.removeValue(forKey: removed.key) }
     totalCost &-= removed.cost
     account(removed.region, cost: removed.cost, sign: -1)
     count &-= 1
@@ -64,7 +65,9 @@ extension MemorySegment {
       admission.countPendingUses()
       admission.releaseReferee()
     }
-    let detached = DetachedNodes<Key, Value>(nodes: nodes, controls: controls, slotCount: slotCount)
+    let detached = DetachedNodes<Key, Value>(
+      nodes: nodes, controls: controls, slotCount: slotCount, metadata: metadata)
+    metadata = [:]
     slotCount = Self.slotCount(forCapacity: Self.initialCapacity)
     capacity = Self.capacity(forSlots: slotCount)
     nodes = .allocate(capacity: slotCount)

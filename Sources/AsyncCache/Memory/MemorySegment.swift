@@ -78,6 +78,9 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline var windowHits: Int64 = 0
   /// Hits on main-region entries (probation and protected) since the store last collected them.
   @usableFromInline var mainHits: Int64 = 0
+  /// The metadata of the nodes that have any (``MemoryNode/hasMetadata``), by key. Empty, and
+  /// never read, in a layer whose entries carry none.
+  @usableFromInline var metadata: [Key: EntryMetadata] = [:]
 
   @usableFromInline static var initialCapacity: Int { 4 }
   /// How many hits wait in ``pendingHits`` before their moves are made together.

@@ -37,10 +37,12 @@ extension MemoryStore {
       segments.withLock(index) { segment in
         var entries: [(key: Key, entry: CacheEntry<Value>)] = []
         entries.reserveCapacity(segment.count)
+        let metadata = segment.metadata
         segment.forEachInEvictionOrder { node in
           guard node.expiry > now else { return }
           let expiresAt = node.expiry == .max ? nil : CacheInstant(nanosecondsSince1970: node.expiry)
-          entries.append((node.key, CacheEntry(node.value, expiresAt: expiresAt)))
+          let entryMetadata = node.hasMetadata ? metadata[node.key] ?? EntryMetadata() : EntryMetadata()
+          entries.append((node.key, CacheEntry(node.value, expiresAt: expiresAt, metadata: entryMetadata)))
         }
         return entries
       }

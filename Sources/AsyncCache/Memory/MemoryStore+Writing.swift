@@ -145,6 +145,7 @@ extension MemoryStore {
   ///   cost; the cache is unchanged then.
   @inlinable
   func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
+    if !entry.metadata.isEmpty { try entry.metadata.validate() }
     insert(entry, for: key, cost: try cost(of: entry.value, for: key))
   }
 
@@ -185,9 +186,21 @@ extension MemoryStore {
         segment.totalCost &+= entryCost &- oldCost
         self.entryCost.wrappingAdd(entryCost &- oldCost, ordering: .relaxed)
         segment.recordRewrite(slot, hash: hash, oldCost: oldCost)
+        if !entry.metadata.isEmpty {
+          segment.nodes[slot].hasMetadata = true
+          segment.metadata[key] = entry.metadata
+        } else if segment.nodes[slot].hasMetadata {
+          segment.nodes[slot].hasMetadata = false
+          segment.metadata.removeValue(forKey: key)
+        }
         written = slot
       } else {
-        written = segment.append(Node(key: key, value: entry.value, expiry: expiry, cost: entryCost), hash: hash)
+        var node = Node(key: key, value: entry.value, expiry: expiry, cost: entryCost)
+        if !entry.metadata.isEmpty {
+          node.hasMetadata = true
+          segment.metadata[key] = entry.metadata
+        }
+        written = segment.append(node, hash: hash)
         self.entryCount.wrappingAdd(1, ordering: .relaxed)
         self.entryCost.wrappingAdd(entryCost, ordering: .relaxed)
         if windowTarget != nil { adaptWindow(of: &segment, toInsertOf: hash) }

@@ -152,8 +152,13 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// Never suspends; costs one hash, one uncontended lock and O(1) expected work.
   @inlinable
   func entry(for key: Key) -> CacheEntry<Value>? {
-    lookup(key) { node in
-      CacheEntry(node.value, expiresAt: node.expiry == .max ? nil : CacheInstant(nanosecondsSince1970: node.expiry))
+    lookupSlot(key) { segment, slot, _ in
+      let node = segment.nodes[slot]
+      let expiresAt = node.expiry == .max ? nil : CacheInstant(nanosecondsSince1970: node.expiry)
+      guard node.hasMetadata, let metadata = segment.metadata[key] else {
+        return CacheEntry(node.value, expiresAt: expiresAt)
+      }
+      return CacheEntry(node.value, expiresAt: expiresAt, metadata: metadata)
     }
   }
 
@@ -203,6 +208,16 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   func lookup<Found: Sendable>(
     _ key: Key, countingRequest: Bool = false, _ extract: (borrowing Node, Int64) -> Found
   ) -> Found? {
+    lookupSlot(key, countingRequest: countingRequest) { segment, slot, now in extract(segment.nodes[slot], now) }
+  }
+
+  /// Finds `key`; on a hit marks it most recently used and returns `extract` of its segment
+  /// (locked), its slot and the time its expiry was checked against, as the lookup above does.
+  @inlinable
+  @inline(__always)
+  func lookupSlot<Found: Sendable>(
+    _ key: Key, countingRequest: Bool = false, _ extract: (borrowing MemorySegment<Key, Value>, Int, Int64) -> Found
+  ) -> Found? {
     let hash = key.hashValue
     let index = segmentIndex(for: hash)
     segments.prefetchBucket(of: hash, in: index)
@@ -225,7 +240,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       }
       segment.recordHit(slot, hash: hash)
       if countingRequest { segment.requestHits &+= 1 }
-      return .hit(extract(segment.nodes[slot], now))
+      return .hit(extract(segment, slot, now))
     }
     switch result {
     case .hit(let found):

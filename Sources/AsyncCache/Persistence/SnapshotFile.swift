@@ -29,11 +29,13 @@ import Foundation
 ///
 /// The payload of version 1 is a binary property list: an array of `[key, value, expiry]`
 /// arrays, least recently used first, the expiry in nanoseconds since 1970 (`Int64.max` for
-/// never). A file is written to a temporary sibling, flushed, renamed over the old snapshot and
+/// never). Version 2 (written when an entry has ``EntryMetadata``) adds a fourth element to
+/// the arrays of entries that have metadata: its stored form, as data. Both are read. A file is written to a temporary sibling, flushed, renamed over the old snapshot and
 /// the directory flushed, so a crash leaves either the old snapshot or the new one, whole.
 enum SnapshotFile {
   static let magic: [UInt8] = [0x89, 0x41, 0x43, 0x53, 0x4E, 0x41, 0x50, 0x0A]
-  static let formatVersion: UInt32 = 1
+  /// The newest version this library reads; it writes 1 unless an entry has metadata.
+  static let formatVersion: UInt32 = 2
   static let headerSize = 56
   /// How old a temporary file of an interrupted write must be before a later write removes it:
   /// old enough that no write still in progress (in another process) owns it.
@@ -191,6 +193,7 @@ enum SnapshotFile {
   static func writeSnapshot(
     payload: Data,
     entryCount: Int,
+    version: UInt32,
     writtenAt: CacheInstant,
     to url: URL,
     beforeRename: (@Sendable () throws -> Void)? = nil
@@ -203,7 +206,7 @@ enum SnapshotFile {
 
     let header = bytes(
       of: Header(
-        formatVersion: formatVersion,
+        formatVersion: version,
         writtenAt: writtenAt.nanosecondsSince1970,
         entryCount: UInt64(entryCount),
         payloadLength: UInt64(payload.count),

@@ -11,6 +11,7 @@ import Testing
       var value: Int
       var cost: Int
       var expiry: CacheInstant?
+      var metadata = EntryMetadata()
     }
 
     let countLimit: Int
@@ -33,7 +34,7 @@ import Testing
       items[key] = nil
     }
 
-    mutating func get(_ key: Int, now: CacheInstant) -> Int? {
+    mutating func get(_ key: Int, now: CacheInstant) -> Item? {
       guard let item = items[key] else { return nil }
       if let expiry = item.expiry, expiry <= now {
         drop(key)
@@ -41,10 +42,13 @@ import Testing
         return nil
       }
       touch(key)
-      return item.value
+      return item
     }
 
-    mutating func insert(_ value: Int, cost: Int, expiry: CacheInstant?, for key: Int, now: CacheInstant) {
+    mutating func insert(
+      _ value: Int, cost: Int, expiry: CacheInstant?, metadata: EntryMetadata = EntryMetadata(), for key: Int,
+      now: CacheInstant
+    ) {
       if let expiry, expiry <= now {
         drop(key)
         evictions[.expiredOnArrival] += 1
@@ -55,7 +59,7 @@ import Testing
         evictions[countLimit == 0 ? .countLimit : .oversized] += 1
         return
       }
-      items[key] = Item(value: value, cost: cost, expiry: expiry)
+      items[key] = Item(value: value, cost: cost, expiry: expiry, metadata: metadata)
       touch(key)
       while order.count > 1 {
         let reason: EvictionReason
@@ -117,16 +121,24 @@ import Testing
         let run = comparingEvery == 1 ? 1 : Int.random(in: 1...40, using: &random)
         for lookup in 0..<run {
           let key = lookup == 0 ? key : Int.random(in: 0..<60, using: &random)
+          // Entries, so that each hit also reads the metadata kept beside some nodes.
           let expected = model.get(key, now: clock.now)
-          #expect(memory.value(for: key) == expected, "step \(step): get \(key)")
+          let entry = memory.entry(for: key)
+          #expect(entry?.value == expected?.value, "step \(step): get \(key)")
+          #expect(entry?.metadata == expected?.metadata, "step \(step): the metadata of \(key)")
         }
       case 40..<80:
         let cost = Int.random(in: 0...60, using: &random)
         let value = step * 1000 + cost
         let ttl: Duration? = Bool.random(using: &random) ? .seconds(Int.random(in: 0...30, using: &random)) : nil
         let expiry = ttl.map { clock.now.advanced(by: $0) }
-        model.insert(value, cost: cost, expiry: expiry, for: key, now: clock.now)
-        try memory.insert(CacheEntry(value, expiresAt: expiry), for: key)
+        // Half the entries carry metadata, so that replacing one with or without it, evicting
+        // and expiring it all keep the nodes' flags and the metadata table in step (checked by
+        // the invariants).
+        let metadata =
+          Bool.random(using: &random) ? EntryMetadata(entityTag: "\(value)", tags: ["k\(key)"]) : EntryMetadata()
+        model.insert(value, cost: cost, expiry: expiry, metadata: metadata, for: key, now: clock.now)
+        try memory.insert(CacheEntry(value, expiresAt: expiry, metadata: metadata), for: key)
       case 80..<90:
         model.drop(key)
         memory.removeValue(for: key)
@@ -159,12 +171,14 @@ import Testing
       let key = Int.random(in: 0..<300, using: &random)
       switch Int.random(in: 0..<10, using: &random) {
       case 0..<5:
-        if let value = memory.value(for: key) {
-          #expect(latest[key] == value, "step \(step): a read returned a value that is not the latest")
+        if let entry = memory.entry(for: key) {
+          #expect(latest[key] == entry.value, "step \(step): a read returned a value that is not the latest")
+          #expect(entry.metadata.isEmpty || entry.metadata.entityTag == "\(entry.value)", "step \(step)")
         }
       case 5..<9:
         let value = step * 100 + Int.random(in: 0..<100, using: &random)
-        try memory.insert(value, for: key)
+        let metadata = value % 2 == 0 ? EntryMetadata(entityTag: "\(value)") : EntryMetadata()
+        try memory.insert(CacheEntry(value, expiresAt: nil, metadata: metadata), for: key)
         latest[key] = value
         #expect(memory.value(for: key) == value, "an entry is never evicted by its own insert")
       default:

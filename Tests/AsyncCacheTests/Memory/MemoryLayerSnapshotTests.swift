@@ -427,7 +427,7 @@ struct MemoryLayerSnapshotTests {
       case .flippedHeaderBit: bytes[24] ^= 0x01  // the entry count
       case .wrongMagic: bytes[1] = UInt8(ascii: "X")
       case .newerVersion:
-        bytes[8] = 2
+        bytes[8] = UInt8(SnapshotFile.formatVersion + 1)
         let checksum = XXH64.hash(bytes[0..<48])
         withUnsafeBytes(of: checksum.littleEndian) { bytes.replaceSubrange(48..<56, with: $0) }
       case .countMismatch:

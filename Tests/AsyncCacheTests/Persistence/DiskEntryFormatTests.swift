@@ -9,7 +9,10 @@ struct DiskEntryFormatTests {
     let key: [UInt8] = Array("key".utf8)
     let payload: [UInt8] = [1, 2, 3]
     var bytes = key.withUnsafeBytes { key in
-      payload.withUnsafeBytes { DiskEntryFormat.header(key: key, payload: $0, expiresAt: .max) }
+      payload.withUnsafeBytes {
+        DiskEntryFormat.header(
+          key: key, metadata: UnsafeRawBufferPointer(start: nil, count: 0), payload: $0, expiresAt: .max)
+      }
     }
     withUnsafeBytes(of: keyLength.littleEndian) { bytes.replaceSubrange(8..<12, with: $0) }
     withUnsafeBytes(of: payloadLength.littleEndian) { bytes.replaceSubrange(24..<32, with: $0) }

@@ -44,12 +44,14 @@ enum DiskDamage: String, CaseIterable, Sendable, CustomTestStringConvertible {
   /// Recomputes the checksum after a change to the header.
   private static func resum(_ file: inout Data) {
     let keyLength = Int(file[8]) | Int(file[9]) << 8
+    let metadataEnd = 40 + keyLength + (Int(file[12]) | Int(file[13]) << 8)
     let bytes = [UInt8](file)
     let sum = bytes.withUnsafeBytes { raw in
       DiskEntryFormat.checksum(
         fields: UnsafeRawBufferPointer(rebasing: raw[..<DiskEntryFormat.checksumOffset]),
         key: UnsafeRawBufferPointer(rebasing: raw[40..<(40 + keyLength)]),
-        payload: UnsafeRawBufferPointer(rebasing: raw[(40 + keyLength)...]))
+        metadata: UnsafeRawBufferPointer(rebasing: raw[(40 + keyLength)..<metadataEnd]),
+        payload: UnsafeRawBufferPointer(rebasing: raw[metadataEnd...]))
     }
     for index in 0..<8 { file[32 + index] = UInt8(truncatingIfNeeded: sum >> (8 * UInt64(index))) }
   }

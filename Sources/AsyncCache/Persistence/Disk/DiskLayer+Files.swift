@@ -171,8 +171,10 @@ extension DiskLayer {
     }
     let file = UnsafeRawBufferPointer(rebasing: buffer[..<count])
     let header: DiskEntryFormat.Header
+    let metadata: EntryMetadata
     do {
       header = try DiskEntryFormat.verify(file)
+      metadata = try DiskEntryFormat.metadata(of: file, header: header)
     } catch {
       buffer.deallocate()
       discardDamaged(slot, reason: "\(error)")
@@ -215,7 +217,7 @@ extension DiskLayer {
       return nil
     }
     // The value's bytes stay where they were read: the `Data` takes over the allocation.
-    let payloadOffset = DiskEntryFormat.headerSize + header.keyLength
+    let payloadOffset = header.payloadOffset
     let payload = Data(
       bytesNoCopy: buffer.baseAddress! + payloadOffset, count: header.payloadLength,
       deallocator: .custom { pointer, _ in (pointer - payloadOffset).deallocate() })
@@ -235,7 +237,7 @@ extension DiskLayer {
     }
     hits += 1
     let expiresAt = header.expiresAt == DiskEntryFormat.neverExpires ? nil : header.expiresAt
-    return CacheEntry(value, expiresAt: expiresAt.map(CacheInstant.init(nanosecondsSince1970:)))
+    return CacheEntry(value, expiresAt: expiresAt.map(CacheInstant.init(nanosecondsSince1970:)), metadata: metadata)
   }
 
   /// Reads a whole file into a new allocation, which the caller deallocates; returns it and the
@@ -317,7 +319,9 @@ extension DiskLayer {
   }
 
   /// Writes an entry atomically: a temporary file, `fsync`, `rename`, `fsync` of the directory.
-  func writeEntry(named name: SHA256.Digest, key: inout String, payload: Data, expiresAt: Int64) throws {
+  func writeEntry(
+    named name: SHA256.Digest, key: inout String, metadata: [UInt8], payload: Data, expiresAt: Int64
+  ) throws {
     let finalPath = path(of: name)
     let temporaryPath = finalPath + ".tmp-" + Self.randomSuffix()
     let descriptor: Int32
@@ -332,15 +336,19 @@ extension DiskLayer {
       if isOpen { try? fileSystem.close(descriptor) }
       if temporaryExists { try? fileSystem.removeFile(temporaryPath) }
     }
-    let size = DiskEntryFormat.headerSize + key.utf8.count + payload.count
+    let size = DiskEntryFormat.headerSize + key.utf8.count + metadata.count + payload.count
     do {
       try key.withUTF8 { keyBuffer in
         let keyBytes = UnsafeRawBufferPointer(keyBuffer)
-        try payload.withUnsafeBytes { payloadBytes in
-          let header = DiskEntryFormat.header(key: keyBytes, payload: payloadBytes, expiresAt: expiresAt)
-          try header.withUnsafeBytes { try writeAll(descriptor, $0) }
-          try writeAll(descriptor, keyBytes)
-          try writeAll(descriptor, payloadBytes)
+        try metadata.withUnsafeBytes { metadataBytes in
+          try payload.withUnsafeBytes { payloadBytes in
+            let header = DiskEntryFormat.header(
+              key: keyBytes, metadata: metadataBytes, payload: payloadBytes, expiresAt: expiresAt)
+            try header.withUnsafeBytes { try writeAll(descriptor, $0) }
+            try writeAll(descriptor, keyBytes)
+            try writeAll(descriptor, metadataBytes)
+            try writeAll(descriptor, payloadBytes)
+          }
         }
       }
       try fileSystem.synchronize(descriptor)

@@ -212,19 +212,26 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: Environ
     } catch {
       throw PersistenceError.unencodableValue(key: encodedKey, layer: "DiskLayer", underlying: error)
     }
+    let metadata: [UInt8]
+    do {
+      metadata = try entry.metadata.encoded()
+    } catch {
+      throw PersistenceError.unstorableMetadata(key: encodedKey, layer: "DiskLayer", error)
+    }
     guard encodedKey.utf8.count <= Self.longestKey else {
       throw PersistenceError.valueTooLarge(
         key: encodedKey, size: encodedKey.utf8.count, limit: Self.longestKey, layer: "DiskLayer",
         limitName: "longest key")
     }
-    let size = DiskEntryFormat.headerSize + encodedKey.utf8.count + payload.count
-    guard payload.count <= maximumEntrySize, size <= configuration.sizeLimit else {
+    let size = DiskEntryFormat.headerSize + encodedKey.utf8.count + metadata.count + payload.count
+    // The metadata counts with the value: both are the entry's bytes.
+    guard payload.count + metadata.count <= maximumEntrySize, size <= configuration.sizeLimit else {
       evictions[.oversized] += 1
       // The caller meant to replace the previous value; a stale one must not outlive that.
       try? removeEntry(named: name, key: encodedKey)
-      if payload.count > maximumEntrySize {
+      if payload.count + metadata.count > maximumEntrySize {
         throw PersistenceError.valueTooLarge(
-          key: encodedKey, size: payload.count, limit: maximumEntrySize, layer: "DiskLayer")
+          key: encodedKey, size: payload.count + metadata.count, limit: maximumEntrySize, layer: "DiskLayer")
       }
       throw PersistenceError.entryOverSizeLimit(
         key: encodedKey, size: size, limit: configuration.sizeLimit, layer: "DiskLayer")
@@ -232,7 +239,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: Environ
     do {
       try makeRoom(for: size, replacing: name)
       try writeEntry(
-        named: name, key: &encodedKey, payload: payload,
+        named: name, key: &encodedKey, metadata: metadata, payload: payload,
         expiresAt: entry.expiresAt?.nanosecondsSince1970 ?? DiskEntryFormat.neverExpires)
     } catch {
       failedWrites += 1
