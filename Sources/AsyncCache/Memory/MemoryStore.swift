@@ -153,12 +153,13 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   @inlinable
   func entry(for key: Key) -> CacheEntry<Value>? {
     lookupSlot(key) { segment, slot, _ in
-      let node = segment.nodes[slot]
-      let expiresAt = node.expiry == .max ? nil : CacheInstant(nanosecondsSince1970: node.expiry)
-      guard node.hasMetadata, let metadata = segment.metadata[key] else {
-        return CacheEntry(node.value, expiresAt: expiresAt)
+      // Field by field: a copy of the whole node would retain its key too.
+      let expiry = segment.nodes[slot].expiry
+      let expiresAt = expiry == .max ? nil : CacheInstant(nanosecondsSince1970: expiry)
+      guard segment.nodes[slot].hasMetadata, let metadata = segment.metadata[key] else {
+        return CacheEntry(segment.nodes[slot].value, expiresAt: expiresAt)
       }
-      return CacheEntry(node.value, expiresAt: expiresAt, metadata: metadata)
+      return CacheEntry(segment.nodes[slot].value, expiresAt: expiresAt, metadata: metadata)
     }
   }
 
