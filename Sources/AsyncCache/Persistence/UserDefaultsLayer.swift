@@ -136,7 +136,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
       counters.misses += 1
       return nil
     }
-    guard let (expiry, payload) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey) else {
+    guard let (expiry, metadata, payload) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey) else {
       discard(defaultsKey, countingAs: \.damagedEntries)
       logDiscarded(defaultsKey, reason: "damaged, foreign, or of another format version")
       return nil
@@ -154,7 +154,8 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
       return nil
     }
     counters.hits += 1
-    return CacheEntry(value, expiresAt: expiry == .max ? nil : CacheInstant(nanosecondsSince1970: expiry))
+    return CacheEntry(
+      value, expiresAt: expiry == .max ? nil : CacheInstant(nanosecondsSince1970: expiry), metadata: metadata)
   }
 
   /// Returns the unexpired value for `key`, or `nil`, like ``entry(for:)``.
@@ -200,7 +201,16 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
           + "\(String(encodedKey.prefix(200)).debugDescription); the previous entry was removed",
         underlying: error)
     }
-    let size = payload.count
+    let metadata: [UInt8]
+    do {
+      metadata = try capped.metadata.encoded()
+    } catch {
+      try? removeStored(defaultsKey)
+      throw PersistenceError.unstorableMetadata(
+        key: String(encodedKey), layer: "UserDefaultsLayer(\(suiteName))", error)
+    }
+    // The metadata counts with the value: both are the entry's bytes.
+    let size = payload.count + metadata.count
     guard size <= configuration.maximumEntrySize else {
       try? removeStored(defaultsKey)
       throw PersistenceError.valueTooLarge(
@@ -209,7 +219,8 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
     }
     let expiry = capped.expiresAt?.nanosecondsSince1970 ?? .max
     defaults.set(
-      UserDefaultsRecord.make(payload: payload, expiry: expiry, defaultsKey: defaultsKey), forKey: defaultsKey)
+      UserDefaultsRecord.make(payload: payload, metadata: metadata, expiry: expiry, defaultsKey: defaultsKey),
+      forKey: defaultsKey)
     try persist()
   }
 
@@ -255,7 +266,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
     let now = followedClock.now.nanosecondsSince1970
     var removed = 0
     for (defaultsKey, object) in ownedEntries() {
-      if let (expiry, _) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey) {
+      if let (expiry, _, _) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey) {
         guard expiry <= now else { continue }
         counters.expired += 1
       } else {
@@ -280,7 +291,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   public var keys: [Key] {
     let now = followedClock.now.nanosecondsSince1970
     return ownedEntries().compactMap { defaultsKey, object in
-      guard let (expiry, _) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey), expiry > now else {
+      guard let (expiry, _, _) = UserDefaultsRecord.parse(object, defaultsKey: defaultsKey), expiry > now else {
         return nil
       }
       // A key stored before keys were normalized, not in NFC, is one no lookup finds.
@@ -408,50 +419,75 @@ extension UserDefaultsLayer {
   }
 }
 
-/// The bytes a ``UserDefaultsLayer`` stores for an entry: a 24-byte header, then the encoded
-/// value. Integers are little-endian.
+/// The bytes a ``UserDefaultsLayer`` stores for an entry: a 24-byte header, the entry's
+/// metadata if it has any, then the encoded value. Integers are little-endian.
 ///
 /// | Offset | Size | Field |
 /// |---|---|---|
 /// | 0 | 4 | magic `ACUD` |
-/// | 4 | 1 | format version (`1`) |
-/// | 5 | 3 | zero |
+/// | 4 | 1 | format version: `1` without metadata, `2` with |
+/// | 5 | 1 | zero |
+/// | 6 | 2 | version 2: the metadata's length (1 or more); version 1: zero |
 /// | 8 | 8 | expiry, nanoseconds since 1970 (`Int64.max` for never) |
-/// | 16 | 8 | XXH64 of bytes 0..<16 then of the value, seeded with the XXH64 of the defaults key |
+/// | 16 | 8 | XXH64 of bytes 0..<16, then of the metadata (version 2), then of the value, each seeded with the last digest, the first with the XXH64 of the defaults key |
+/// | 24 | | version 2: the metadata (`EntryMetadata`'s stored form); then the value |
 ///
-/// Seeding with the defaults key means a value copied to another key does not verify.
+/// An entry without metadata is written as version 1, byte for byte what libraries before
+/// metadata wrote and read; both versions are read. Seeding with the defaults key means a value
+/// copied to another key does not verify.
 enum UserDefaultsRecord {
   static let magic: [UInt8] = [0x41, 0x43, 0x55, 0x44]
   static let formatVersion: UInt8 = 1
+  static let metadataFormatVersion: UInt8 = 2
   static let headerSize = 24
 
-  static func make(payload: Data, expiry: Int64, defaultsKey: String) -> Data {
-    var bytes = magic + [formatVersion, 0, 0, 0]
+  /// The record of `payload` and `metadata` (empty for none; at most 65,535 bytes, which
+  /// ``EntryMetadata``'s limits keep it far below).
+  static func make(payload: Data, metadata: [UInt8], expiry: Int64, defaultsKey: String) -> Data {
+    let length = UInt16(metadata.count)
+    var bytes =
+      magic + [
+        metadata.isEmpty ? formatVersion : metadataFormatVersion, 0, UInt8(truncatingIfNeeded: length),
+        UInt8(truncatingIfNeeded: length >> 8),
+      ]
     withUnsafeBytes(of: expiry.littleEndian) { bytes.append(contentsOf: $0) }
-    let checksum = self.checksum(header: bytes, payload: payload, defaultsKey: defaultsKey)
+    let checksum = self.checksum(header: bytes, metadata: metadata, payload: payload, defaultsKey: defaultsKey)
     withUnsafeBytes(of: checksum.littleEndian) { bytes.append(contentsOf: $0) }
     var record = Data(bytes)
+    record.append(contentsOf: metadata)
     record.append(payload)
     return record
   }
 
-  /// The expiry and value bytes of a stored object, or `nil` when it is not an intact record of
-  /// this format for `defaultsKey`.
-  static func parse(_ object: Any, defaultsKey: String) -> (expiry: Int64, payload: Data)? {
+  /// The expiry, metadata and value bytes of a stored object, or `nil` when it is not an intact
+  /// record of a known format for `defaultsKey` (metadata that does not decode included).
+  static func parse(_ object: Any, defaultsKey: String) -> (expiry: Int64, metadata: EntryMetadata, payload: Data)? {
     guard let data = object as? Data, data.count >= headerSize else { return nil }
     let bytes = [UInt8](data.prefix(headerSize))
-    guard Array(bytes[0..<8]) == magic + [formatVersion, 0, 0, 0] else { return nil }
-    let payload = data.dropFirst(headerSize)
-    guard load(bytes, at: 16) == checksum(header: bytes[0..<16], payload: payload, defaultsKey: defaultsKey) else {
-      return nil
+    let metadataLength = Int(bytes[6]) | Int(bytes[7]) << 8
+    guard Array(bytes[0..<4]) == magic, bytes[5] == 0,
+      bytes[4] == formatVersion && metadataLength == 0 || bytes[4] == metadataFormatVersion && metadataLength > 0,
+      data.count >= headerSize + metadataLength
+    else { return nil }
+    let body = data.dropFirst(headerSize)
+    let metadataBytes = [UInt8](body.prefix(metadataLength))
+    let payload = body.dropFirst(metadataLength)
+    let expected = checksum(header: bytes[0..<16], metadata: metadataBytes, payload: payload, defaultsKey: defaultsKey)
+    guard load(bytes, at: 16) == expected else { return nil }
+    let decoded = metadataBytes.withUnsafeBytes { metadata in
+      Result { () throws(EntryMetadataError) in try EntryMetadata(decoding: metadata) }
     }
-    return (Int64(bitPattern: load(bytes, at: 8)), Data(payload))
+    guard case .success(let metadata) = decoded else { return nil }
+    return (Int64(bitPattern: load(bytes, at: 8)), metadata, Data(payload))
   }
 
-  private static func checksum(header: some Collection<UInt8>, payload: Data, defaultsKey: String) -> UInt64 {
+  private static func checksum(
+    header: some Collection<UInt8>, metadata: [UInt8], payload: Data, defaultsKey: String
+  ) -> UInt64 {
     let seed = XXH64.hash(Array(defaultsKey.utf8))
     let headerDigest = XXH64.hash(Array(header), seed: seed)
-    return payload.withUnsafeBytes { XXH64.hash($0, seed: headerDigest) }
+    let metadataDigest = metadata.isEmpty ? headerDigest : XXH64.hash(metadata, seed: headerDigest)
+    return payload.withUnsafeBytes { XXH64.hash($0, seed: metadataDigest) }
   }
 
   private static func load(_ bytes: [UInt8], at offset: Int) -> UInt64 {

@@ -18,7 +18,8 @@ extension RedisLayer {
     let reply = try await run(writer, named: "GET", key: encodedKey)[0]
     guard let stored = try storedValue(from: reply, key: encodedKey, command: "GET") else { return nil }
     do {
-      let entry = CacheEntry(try valueCoder.decode(stored.payload), expiresAt: stored.expiresAt)
+      let entry = CacheEntry(
+        try valueCoder.decode(stored.payload), expiresAt: stored.expiresAt, metadata: stored.metadata)
       countHits(1)
       return entry
     } catch {
@@ -49,7 +50,8 @@ extension RedisLayer {
     for index in keys.indices {
       guard let value = stored[index] else { continue }
       do {
-        found[keys[index]] = CacheEntry(try valueCoder.decode(value.payload), expiresAt: value.expiresAt)
+        found[keys[index]] = CacheEntry(
+          try valueCoder.decode(value.payload), expiresAt: value.expiresAt, metadata: value.metadata)
         hits += 1
       } catch {
         discardUndecodable(encodedKeys[index], error: error)
@@ -63,6 +65,7 @@ extension RedisLayer {
   @usableFromInline
   struct StoredValue: Sendable {
     @usableFromInline var expiresAt: CacheInstant?
+    @usableFromInline var metadata: EntryMetadata
     @usableFromInline var payload: Data
   }
 
@@ -154,13 +157,14 @@ extension RedisLayer {
       throw unexpected(reply, to: command)
     }
     do {
-      let (expiry, _, payload) = try RedisEnvelope.decode(bytes)
+      let (expiry, _, metadata, payload) = try RedisEnvelope.decode(bytes)
       let expiresAt = expiry.map(CacheInstant.init(nanosecondsSince1970:))
       if let expiresAt, expiresAt <= followedClock.now {
         counters.misses.add(1, ordering: .relaxed)
         return nil
       }
-      return StoredValue(expiresAt: expiresAt, payload: bytes.withUnsafeBufferPointer { Data($0[payload]) })
+      return StoredValue(
+        expiresAt: expiresAt, metadata: metadata, payload: bytes.withUnsafeBufferPointer { Data($0[payload]) })
     } catch {
       counters.misses.add(1, ordering: .relaxed)
       counters.discardedValues.add(1, ordering: .relaxed)

@@ -68,12 +68,20 @@ extension RedisLayer {
     } catch {
       throw PersistenceError.unencodableValue(key: encodedKey, layer: "RedisLayer", underlying: error)
     }
-    guard payload.count <= configuration.maximumValueSize else {
-      throw PersistenceError.valueTooLarge(
-        key: encodedKey, size: payload.count, limit: configuration.maximumValueSize, layer: "RedisLayer",
-        limitName: "per-value limit (maximumValueSize)")
+    let metadata: [UInt8]
+    do {
+      metadata = try entry.metadata.encoded()
+    } catch {
+      throw PersistenceError.unstorableMetadata(key: encodedKey, layer: "RedisLayer", error)
     }
-    let stored = RedisEnvelope.encode(payload: payload, expiresAt: expiresAt?.nanosecondsSince1970, version: version)
+    // The metadata counts with the value: both are the entry's bytes.
+    guard payload.count + metadata.count <= configuration.maximumValueSize else {
+      throw PersistenceError.valueTooLarge(
+        key: encodedKey, size: payload.count + metadata.count, limit: configuration.maximumValueSize,
+        layer: "RedisLayer", limitName: "per-value limit (maximumValueSize)")
+    }
+    let stored = RedisEnvelope.encode(
+      payload: payload, expiresAt: expiresAt?.nanosecondsSince1970, version: version, metadata: metadata)
     var milliseconds: String?
     if let expiresAt {
       // Whole milliseconds, rounded up: Redis never drops the key before the entry expires.

@@ -56,6 +56,34 @@ struct RedisLayerTests {
     #expect(statistics.connectionsOpened == 1)
   }
 
+  @Test("metadata is stored with the value and read back by GET, MGET and another instance's announcement")
+  func metadata() async throws {
+    let server = try await RedisServer.start()
+    let writer = try makeLayer(server)
+    let reader = try makeLayer(server)
+    let metadata = EntryMetadata(
+      entityTag: #""v3""#, lastModified: CacheInstant(secondsSince1970: 1_700_000_000), tags: ["tenant:7"])
+    let expiry = CacheInstant(secondsSince1970: 4_102_444_800)
+    try await writer.insert(CacheEntry(Data("page".utf8), expiresAt: expiry, metadata: metadata), for: "tagged")
+    try await writer.insert(Data("plain".utf8), for: "plain")
+    #expect(
+      try await reader.entry(for: "tagged") == CacheEntry(Data("page".utf8), expiresAt: expiry, metadata: metadata))
+    let many = try await reader.entries(for: ["tagged", "plain"])
+    #expect(many["tagged"]?.metadata == metadata)
+    #expect(many["plain"] == CacheEntry(Data("plain".utf8)))
+    // A `D` announcement carries the stored bytes; a waiting instance reads them as GET's reply.
+    let stored = try #require(bytes(try await server.command("GET", "test:tagged")))
+    let announced = try #require(try reader.storedValue(from: .bulkString(stored), key: "tagged", command: "SUBSCRIBE"))
+    #expect(announced.metadata == metadata && announced.payload == Data("page".utf8))
+    // Metadata over a limit is refused before anything is sent.
+    await #expect(throws: PersistenceError.self) {
+      try await writer.insert(
+        CacheEntry(Data(), expiresAt: nil, metadata: EntryMetadata(tags: Set((0...64).map { "\($0)" }))), for: "crowded"
+      )
+    }
+    #expect(try await server.command("EXISTS", "test:crowded") == .integer(0))
+  }
+
   @Test("Codable values go through the coder")
   func codable() async throws {
     struct User: Codable, Equatable, Sendable {

@@ -106,6 +106,40 @@ struct UserDefaultsLayerTests {
     #endif
   }
 
+  @Test("metadata round-trips; an entry without it is stored in record format 1, with it in format 2")
+  func metadata() async throws {
+    let suite = TestSuite()
+    defer { suite.remove() }
+    let metadata = EntryMetadata(entityTag: #""v9""#, producedAt: CacheInstant(secondsSince1970: 5), tags: ["a", "b"])
+    let first = try UserDefaultsLayer<String, String>(suiteName: suite.name, valueCoder: .utf8)
+    try await first.insert(CacheEntry("tagged", expiresAt: nil, metadata: metadata), for: "t")
+    try await first.insert(CacheEntry("plain"), for: "p")
+    let second = try UserDefaultsLayer<String, String>(suiteName: suite.name, valueCoder: .utf8)
+    #expect(try await second.entry(for: "t") == CacheEntry("tagged", expiresAt: nil, metadata: metadata))
+    #expect(try await second.entry(for: "p") == CacheEntry("plain"))
+    let plain = try #require(suite.defaults.object(forKey: "asynccache.default.p") as? Data)
+    let tagged = try #require(suite.defaults.object(forKey: "asynccache.default.t") as? Data)
+    try #require(plain.count >= 8 && tagged.count >= 8)
+    #expect(Array(plain.prefix(8)) == Array("ACUD".utf8) + [1, 0, 0, 0])
+    #expect(Array(tagged.prefix(6)) == Array("ACUD".utf8) + [2, 0] && tagged[6] > 0)
+
+    // Metadata over a limit is refused, and the previous entry goes (the caller meant to replace it).
+    await #expect(throws: PersistenceError.self) {
+      try await second.insert(CacheEntry("x", expiresAt: nil, metadata: EntryMetadata(tags: [""])), for: "t")
+    }
+    #expect(try await second.entry(for: "t") == nil)
+
+    // A record whose metadata does not decode is damage, even with its checksum intact.
+    var damaged = [UInt8](tagged)
+    damaged[24] = 99
+    let reordered = UserDefaultsRecord.make(
+      payload: Data("tagged".utf8), metadata: Array(damaged[24..<(24 + Int(tagged[6]))]), expiry: .max,
+      defaultsKey: "asynccache.default.t")
+    suite.defaults.set(reordered, forKey: "asynccache.default.t")
+    #expect(try await second.entry(for: "t") == nil)
+    #expect(await second.statistics.damagedEntries == 1)
+  }
+
   // MARK: Expiry
 
   @Test("an expired entry is a miss that is removed and counted")
@@ -236,7 +270,7 @@ struct UserDefaultsLayerTests {
     case .movedFromAnotherKey: replacement = try #require(defaults.data(forKey: "asynccache.default.b"))
     case .undecodableValue:
       let payload = Data("not json".utf8)
-      replacement = UserDefaultsRecord.make(payload: payload, expiry: .max, defaultsKey: "asynccache.default.a")
+      replacement = UserDefaultsRecord.make(payload: payload, metadata: [], expiry: .max, defaultsKey: "asynccache.default.a")
     }
     defaults.set(replacement, forKey: "asynccache.default.a")
     #expect(await layer.keys.count == (damage == .undecodableValue ? 2 : 1))
@@ -286,7 +320,7 @@ struct UserDefaultsLayerTests {
     defer { suite.remove() }
     let layer = try UserDefaultsLayer<String, Unencodable>(suiteName: suite.name)
     suite.defaults.set(
-      UserDefaultsRecord.make(payload: Data("{}".utf8), expiry: .max, defaultsKey: "asynccache.default.k"),
+      UserDefaultsRecord.make(payload: Data("{}".utf8), metadata: [], expiry: .max, defaultsKey: "asynccache.default.k"),
       forKey: "asynccache.default.k")
     #expect(try await layer.value(for: "k") != nil)
 
@@ -345,7 +379,7 @@ struct UserDefaultsLayerTests {
     try await layer.insert("gone soon", for: 4, timeToLive: .seconds(1))
     let defaults = suite.defaults
     defaults.set(
-      UserDefaultsRecord.make(payload: Data("x".utf8), expiry: .max, defaultsKey: "asynccache.default.seven"),
+      UserDefaultsRecord.make(payload: Data("x".utf8), metadata: [], expiry: .max, defaultsKey: "asynccache.default.seven"),
       forKey: "asynccache.default.seven")
     defaults.set("unrelated", forKey: "5")
     clock.advance(by: .seconds(1))

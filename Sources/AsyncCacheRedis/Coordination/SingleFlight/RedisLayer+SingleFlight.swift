@@ -114,7 +114,7 @@ extension RedisLayer {
         }
         countHits(1)
         if waited { counters.loadsAwaited.add(1, ordering: .relaxed) }
-        return .loadedElsewhere(CacheEntry(value, expiresAt: stored.expiresAt))
+        return .loadedElsewhere(CacheEntry(value, expiresAt: stored.expiresAt, metadata: stored.metadata))
       case .granted(let token)?:
         counters.leasesGranted.add(1, ordering: .relaxed)
         startRenewing(
@@ -138,7 +138,7 @@ extension RedisLayer {
         else { continue }
         countHits(1)
         counters.loadsAwaited.add(1, ordering: .relaxed)
-        return .loadedElsewhere(CacheEntry(value, expiresAt: found.expiresAt))
+        return .loadedElsewhere(CacheEntry(value, expiresAt: found.expiresAt, metadata: found.metadata))
       case .abandoned?, nil:
         // `abandoned` answers a claim no one waits for any more: not this one.
         break

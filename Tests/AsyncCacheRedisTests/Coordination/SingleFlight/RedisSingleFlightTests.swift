@@ -798,5 +798,26 @@ struct SingleFlightPartsTests {
     #expect(decoded.expiresAt == 42 && decoded.version == 7 && Array(bytes[decoded.payload]) == [1, 2, 3])
     let plain = try RedisEnvelope.decode(RedisEnvelope.encode(payload: [9], expiresAt: nil))
     #expect(plain.expiresAt == nil && plain.version == nil && plain.payload == 3..<4)
+    #expect(plain.metadata.isEmpty)
+  }
+
+  @Test("an envelope carries metadata after the version; without metadata its bytes are as before")
+  func envelopeMetadata() throws {
+    #expect(RedisEnvelope.encode(payload: [9], expiresAt: nil) == [0xAC, 1, 0, 9])
+    let metadata = EntryMetadata(entityTag: "e", tags: ["t"])
+    let stored = try metadata.encoded()
+    let bytes = RedisEnvelope.encode(payload: [1, 2], expiresAt: 42, version: 7, metadata: stored)
+    let decoded = try RedisEnvelope.decode(bytes)
+    #expect(decoded.expiresAt == 42 && decoded.version == 7 && decoded.metadata == metadata)
+    #expect(Array(bytes[decoded.payload]) == [1, 2])
+    // The single-flight scripts read the expiry at bytes 3-10 and the version after it.
+    #expect(bytes[2] == 7 && Array(bytes[3..<11]) == [0, 0, 0, 0, 0, 0, 0, 42])
+    // Cut inside the metadata, or with metadata that does not decode: malformed, never misread.
+    for end in 19..<(bytes.count - 2) {
+      #expect(throws: RedisEnvelope.Malformed.self) { try RedisEnvelope.decode(Array(bytes[..<end])) }
+    }
+    var damaged = bytes
+    damaged[21] = 99  // The metadata's format version.
+    #expect(throws: RedisEnvelope.Malformed.self) { try RedisEnvelope.decode(damaged) }
   }
 }
