@@ -86,7 +86,9 @@ enum RedisEnvelope {
     let loadVersion = flags & hasVersion != 0 ? try field("a version") : nil
     var metadata = EntryMetadata()
     if flags & hasMetadata != 0 {
-      guard bytes.count >= index + 2 else { throw Malformed("\(bytes.count) bytes, shorter than the metadata's length") }
+      guard bytes.count >= index + 2 else {
+        throw Malformed("\(bytes.count) bytes, shorter than the metadata's length")
+      }
       let length = Int(bytes[index]) << 8 | Int(bytes[index + 1])
       index += 2
       guard length > 0, bytes.count >= index + length else {

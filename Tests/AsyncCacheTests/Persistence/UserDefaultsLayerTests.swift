@@ -270,7 +270,8 @@ struct UserDefaultsLayerTests {
     case .movedFromAnotherKey: replacement = try #require(defaults.data(forKey: "asynccache.default.b"))
     case .undecodableValue:
       let payload = Data("not json".utf8)
-      replacement = UserDefaultsRecord.make(payload: payload, metadata: [], expiry: .max, defaultsKey: "asynccache.default.a")
+      replacement = UserDefaultsRecord.make(
+        payload: payload, metadata: [], expiry: .max, defaultsKey: "asynccache.default.a")
     }
     defaults.set(replacement, forKey: "asynccache.default.a")
     #expect(await layer.keys.count == (damage == .undecodableValue ? 2 : 1))
@@ -320,7 +321,8 @@ struct UserDefaultsLayerTests {
     defer { suite.remove() }
     let layer = try UserDefaultsLayer<String, Unencodable>(suiteName: suite.name)
     suite.defaults.set(
-      UserDefaultsRecord.make(payload: Data("{}".utf8), metadata: [], expiry: .max, defaultsKey: "asynccache.default.k"),
+      UserDefaultsRecord.make(
+        payload: Data("{}".utf8), metadata: [], expiry: .max, defaultsKey: "asynccache.default.k"),
       forKey: "asynccache.default.k")
     #expect(try await layer.value(for: "k") != nil)
 
@@ -379,7 +381,8 @@ struct UserDefaultsLayerTests {
     try await layer.insert("gone soon", for: 4, timeToLive: .seconds(1))
     let defaults = suite.defaults
     defaults.set(
-      UserDefaultsRecord.make(payload: Data("x".utf8), metadata: [], expiry: .max, defaultsKey: "asynccache.default.seven"),
+      UserDefaultsRecord.make(
+        payload: Data("x".utf8), metadata: [], expiry: .max, defaultsKey: "asynccache.default.seven"),
       forKey: "asynccache.default.seven")
     defaults.set("unrelated", forKey: "5")
     clock.advance(by: .seconds(1))
