@@ -86,8 +86,8 @@ extension LoadingCache {
     }
     // Begun before the top layer moves: a write that ends after that overtakes it.
     let read = ChainRead(of: key, in: chain)
-    guard front.moveExpiry(of: key, from: expiry, to: target) else { return read.end() }
-    read.copyBelowTopInBackground(CacheEntry(value, expiresAt: extended))
+    guard let metadata = front.moveExpiry(of: key, from: expiry, to: target) else { return read.end() }
+    read.copyBelowTopInBackground(CacheEntry(value, expiresAt: extended, metadata: metadata))
   }
 
   /// Ends `read`, which found `entry` for `key` in layer `tier` in `state`, by copying it into
@@ -103,7 +103,8 @@ extension LoadingCache {
       return entry
     }
     let extended = CacheEntry(
-      entry.value, expiresAt: freshness.expiry(now: configuration.clock.now, lifetime: lifetime))
+      entry.value, expiresAt: freshness.expiry(now: configuration.clock.now, lifetime: lifetime),
+      metadata: entry.metadata)
     await read.copy(extended, foundIn: tier, skippingTop: skippingTop, everywhere: true)
     return extended
   }

@@ -124,9 +124,9 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   }
 
   /// Moves the expiry of the entry for `key` from `expiry` to `target` (nanoseconds since 1970)
-  /// if it still expires at `expiry` (no write replaced it); returns whether it moved. Does not
-  /// change recency or statistics.
-  nonisolated func moveExpiry(of key: Key, from expiry: Int64, to target: Int64) -> Bool {
+  /// if it still expires at `expiry` (no write replaced it); returns the entry's metadata when it
+  /// moved, `nil` when it did not. Does not change recency or statistics.
+  nonisolated func moveExpiry(of key: Key, from expiry: Int64, to target: Int64) -> EntryMetadata? {
     store.extendExpiry(of: key, from: expiry, to: target)
   }
 

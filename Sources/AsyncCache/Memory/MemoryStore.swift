@@ -269,16 +269,16 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
 
   /// Moves the expiry of the entry for `key` from `oldExpiry` to `newExpiry` (nanoseconds since
   /// 1970; see ``cappedExpiry(_:now:)``), if the entry is still there and still expires at
-  /// `oldExpiry` (no write replaced it). Returns whether it moved. Does not change recency or
-  /// statistics.
-  func extendExpiry(of key: Key, from oldExpiry: Int64, to expiry: Int64) -> Bool {
+  /// `oldExpiry` (no write replaced it). Returns the entry's metadata when it moved (empty
+  /// when it has none), `nil` when it did not. Does not change recency or statistics.
+  func extendExpiry(of key: Key, from oldExpiry: Int64, to expiry: Int64) -> EntryMetadata? {
     let hash = key.hashValue
     return segments.withLock(segmentIndex(for: hash)) { segment in
       guard let slot = segment.find(key, hash: hash), segment.nodes[slot].expiry == oldExpiry else {
-        return false
+        return nil
       }
       segment.nodes[slot].expiry = expiry
-      return true
+      return segment.nodes[slot].hasMetadata ? segment.metadata[key] ?? EntryMetadata() : EntryMetadata()
     }
   }
 

@@ -152,16 +152,16 @@ public final actor ValueMappedLayer<Value: Sendable, Base: AsyncCacheLayer>: Wra
         try await transform.decode(stored.value)
       }
     }
-    return CacheEntry(value, expiresAt: stored.expiresAt)
+    return CacheEntry(value, expiresAt: stored.expiresAt, metadata: stored.metadata)
   }
 
-  /// Encodes the value and stores it in the base layer with the same expiry.
+  /// Encodes the value and stores it in the base layer with the same expiry and metadata.
   @inlinable
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     let stored = try await transforming("encoding a value for \(Base.self) for key \(describeKey(key))") {
       try await transform.encode(entry.value)
     }
-    try await base.insert(CacheEntry(stored, expiresAt: entry.expiresAt), for: key)
+    try await base.insert(CacheEntry(stored, expiresAt: entry.expiresAt, metadata: entry.metadata), for: key)
   }
 
   /// Removes `key` from the base layer.

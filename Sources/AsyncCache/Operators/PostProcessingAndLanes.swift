@@ -74,14 +74,14 @@ public final actor PostProcessedLayer<Base: AsyncCacheLayer>: WrappingCacheLayer
     self.synchronousLookup = synchronousLookup
   }
 
-  /// The base layer's entry, its value post-processed, its expiry kept.
+  /// The base layer's entry, its value post-processed, its expiry and metadata kept.
   @inlinable
   public nonisolated func entry(for key: Key) async throws -> CacheEntry<Value>? {
     guard let entry = try await base.entry(for: key) else { return nil }
     let value = try await transforming("post-processing the value of \(Base.self) for key \(describeKey(key))") {
       try await transform((key, entry.value))
     }
-    return CacheEntry(value, expiresAt: entry.expiresAt)
+    return CacheEntry(value, expiresAt: entry.expiresAt, metadata: entry.metadata)
   }
 
   /// Stores `entry` in the base layer unchanged.

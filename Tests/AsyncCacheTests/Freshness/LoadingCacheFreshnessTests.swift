@@ -654,6 +654,27 @@ import Testing
     #expect(disk.storedEntries["k"] == extended)
   }
 
+  @Test func extensionsKeepTheEntrysMetadataInEveryLayer() async throws {
+    let metadata = EntryMetadata(entityTag: #""v1""#, tags: ["t"])
+    let disk = FakeLayer<String, Int>(clock: clock)
+    disk.seed(CacheEntry(7, expiresAt: clock.now.advanced(by: .seconds(4)), metadata: metadata), for: "k")
+    let cache = try cache(origin: UnimplementedFetcher<String, Int>(), below: [disk]) {
+      $0.timeToLive = .seconds(10)
+      $0.slidingExpiration = true
+    }
+    // A load that finds the entry due below extends it everywhere, metadata kept.
+    #expect(try await cache.value(for: "k") == 7)
+    #expect(memory.entry(for: "k")?.metadata == metadata)
+    #expect(disk.storedEntries["k"]?.metadata == metadata)
+    // A hit that extends the top entry copies it below in the background, metadata kept.
+    clock.advance(by: .seconds(6))
+    #expect(try await cache.value(for: "k") == 7)
+    await cache.chain.coordinator.waitUntil { $0.isIdle }
+    let extended = CacheEntry(7, expiresAt: clock.now.advanced(by: .seconds(10)), metadata: metadata)
+    #expect(memory.entry(for: "k") == extended)
+    #expect(disk.storedEntries["k"] == extended)
+  }
+
   @Test func anExtensionLosesToAWriteAndNeverOutlivesTheTopLayersOwnLimit() async throws {
     let capped = try MemoryLayer<String, Int>(configuration: .init(timeToLive: .seconds(6), clock: clock))
     let cache = try LoadingCache(
@@ -664,7 +685,7 @@ import Testing
     #expect(written == clock.now.advanced(by: .seconds(6)), "the layer's own limit")
     // A write replaced the entry the read saw: that read's extension does nothing.
     try await cache.insert(2, for: "k")
-    #expect(!capped.store.extendExpiry(of: "k", from: written.nanosecondsSince1970 - 1, to: .max))
+    #expect(capped.store.extendExpiry(of: "k", from: written.nanosecondsSince1970 - 1, to: .max) == nil)
     #expect(capped.entry(for: "k")?.expiresAt == written)
     // Due at once (4 s left of a 10 s lifetime), but the layer keeps entries 6 s: an extension
     // needs to gain half a lifetime, so reads extend it once per 5 s, not on every hit.

@@ -233,4 +233,16 @@ struct OperatorTests {
     await composed.handleMemoryPressure(.critical)
     #expect(base.calls == [.memoryPressure(.critical)])
   }
+
+  @Test("value mapping and post-processing keep an entry's metadata both ways")
+  func operatorsKeepMetadata() async throws {
+    let metadata = EntryMetadata(entityTag: "e", tags: ["t"])
+    let data = FakeLayer<String, Data>()
+    let text = data.mappingValues(.string())
+    try await text.insert(CacheEntry("hello", expiresAt: nil, metadata: metadata), for: "k")
+    #expect(data.storedEntries["k"]?.metadata == metadata)
+    #expect(try await text.entry(for: "k")?.metadata == metadata)
+    let shouting = text.postProcessing { _, value in value.uppercased() }
+    #expect(try await shouting.entry(for: "k") == CacheEntry("HELLO", expiresAt: nil, metadata: metadata))
+  }
 }
