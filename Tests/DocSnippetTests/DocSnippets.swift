@@ -65,6 +65,15 @@ private func snippet_AsyncCache_Layers_CacheEnvironment_1() async throws {
   _ = cache
 }
 
+// Sources/AsyncCache/Layers/EntryMetadata.swift, example 1
+private func snippet_AsyncCache_Layers_EntryMetadata_1() async throws {
+  let entry = CacheEntry(
+    Data("page".utf8),
+    expiresAt: WallClock().now.advanced(by: .seconds(300)),
+    metadata: EntryMetadata(entityTag: #""v42""#, tags: ["tenant:7", "catalogue"]))
+  _ = entry
+}
+
 // Sources/AsyncCache/Layers/WrappingCacheLayer.swift, example 1
 private func snippet_AsyncCache_Layers_WrappingCacheLayer_1() async throws {
   actor AuditedLayer<Base: AsyncCacheLayer>: WrappingCacheLayer {
@@ -328,6 +337,25 @@ private func snippet_AsyncCache_Origin_AsyncBatchFetcher_1() async throws {
 // Sources/AsyncCache/Origin/AsyncFetcher.swift, example 1
 private func snippet_AsyncCache_Origin_AsyncFetcher_1() async throws {
   let origin = ClosureFetcher { (id: Int) in try await api.user(id) }
+  _ = origin
+}
+
+// Sources/AsyncCache/Origin/EntryFetcher.swift, example 1
+private func snippet_AsyncCache_Origin_EntryFetcher_1() async throws {
+  struct Pages: EntryFetcher {
+    func fetchEntry(_ key: URL, current: CacheEntry<Data>?) async throws -> FetchedEntry<Data> {
+      // Ask the server whether the page changed, with the entity tag the cache holds.
+      if current?.metadata.entityTag == #""v1""# { return .notModified() }
+      return .value(try await download(key), metadata: EntryMetadata(entityTag: #""v1""#, tags: ["pages"]))
+    }
+  }
+}
+
+// Sources/AsyncCache/Origin/EntryFetcher.swift, example 2
+private func snippet_AsyncCache_Origin_EntryFetcher_2() async throws {
+  let origin = ClosureEntryFetcher<URL, Data> { url, current in
+    current == nil ? .value(try await download(url)) : .notModified()
+  }
   _ = origin
 }
 

@@ -64,6 +64,10 @@ public enum LoadSource: Hashable, Sendable {
   case layer(Int)
   /// The origin.
   case origin
+  /// The origin, which said that the entry the cache held did not change (an ``EntryFetcher``
+  /// answered ``FetchedEntry/notModified(metadata:timeToLive:)``): the value is the one held,
+  /// kept for a new lifetime. Counted in ``LoadingCache/Statistics/revalidations``.
+  case revalidated
 }
 
 extension CacheEvent: CustomStringConvertible {
@@ -96,6 +100,7 @@ extension LoadSource: CustomStringConvertible {
     switch self {
     case .layer(let index): "layer \(index)"
     case .origin: "origin"
+    case .revalidated: "origin (not modified)"
     }
   }
 }

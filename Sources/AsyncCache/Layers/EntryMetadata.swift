@@ -8,8 +8,8 @@
 ///
 /// ```swift
 /// let entry = CacheEntry(
-///   page,
-///   expiresAt: clock.now.advanced(by: .seconds(300)),
+///   Data("page".utf8),
+///   expiresAt: WallClock().now.advanced(by: .seconds(300)),
 ///   metadata: EntryMetadata(entityTag: #""v42""#, tags: ["tenant:7", "catalogue"]))
 /// ```
 ///

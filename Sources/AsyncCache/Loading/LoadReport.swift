@@ -74,10 +74,12 @@ public struct LoadReport<Key: Hashable & Sendable>: Sendable {
 }
 
 extension LoadSource {
-  /// A short name for the source, for a metric's label: `origin`, or `layer1`, `layer2`, …
+  /// A short name for the source, for a metric's label: `origin`, `revalidated`, or `layer1`,
+  /// `layer2`, …
   public var name: String {
     switch self {
     case .origin: "origin"
+    case .revalidated: "revalidated"
     case .layer(let index): "layer\(index)"
     }
   }

@@ -302,7 +302,7 @@ extension LoadingCache {
       let (entry, tier, state) = try await locateForLoad(
         load.key, load: load.id, isRefresh: isRefresh, fallback: &fallback)
     else {
-      return try await loadFromOrigin(load, read: read, supersedes: fallback?.entry.expiresAt, attempts: &attempts)
+      return try await loadFromOrigin(load, read: read, replacing: fallback?.entry, attempts: &attempts)
     }
     found = state
     // A prefetch into the lower layers leaves the top layer alone.
@@ -344,12 +344,13 @@ extension LoadingCache {
     }
     let duration = startedAt.duration(to: configuration.clock.now)
     let answeredFromLayer: Bool = if case .success((_, .layer)) = result { true } else { false }
+    let revalidated: Bool = if case .success((_, .revalidated)) = result, staleAfter == nil { true } else { false }
     let reports = configuration.onLoadEnded
     let finished = loadTable.finish(
       id, key: key,
       .init(
         failed: failed, duration: duration, servedStale: servedStale, servedStaleAfterError: staleAfter != nil,
-        answeredFromLayer: answeredFromLayer, negative: negative, thenRefresh: thenRefresh))
+        answeredFromLayer: answeredFromLayer, revalidated: revalidated, negative: negative, thenRefresh: thenRefresh))
     // An abandoned load is out of the table: its requests left, and it is not counted. It ended
     // as cancelled, whatever it brought.
     let abandoned = finished == nil
@@ -396,16 +397,20 @@ extension LoadingCache {
     }
   }
 
-  /// Asks the origin, again after transient failures, per the retry policy. Runs inside the
-  /// key's one load, so all its waiters share the loop.
-  func fetchRetrying(_ load: LoadTable<Key, Value>.StartedLoad, attempts: inout Int) async throws -> Value {
+  /// Asks the origin, again after transient failures, per the retry policy; an
+  /// ``EntryFetcher`` with `current`, the entry the load replaces. Runs inside the key's one
+  /// load, so all its waiters share the loop.
+  func fetchRetrying(
+    _ load: LoadTable<Key, Value>.StartedLoad, current: CacheEntry<Value>?, attempts: inout Int
+  ) async throws -> FetchedEntry<Value> {
     var calls = 0
     defer { attempts = calls }
     let key = load.key
     return try await retrying(keys: [key]) {
       try await loadTable.passGate([load.id], urgentAt: load.urgentAt)
       calls += 1
-      return try await origin.fetch(key)
+      if let entryOrigin { return try await entryOrigin.fetchEntry(key, current: current) }
+      return .value(try await origin.fetch(key))
     }
   }
 
@@ -450,10 +455,12 @@ extension LoadingCache {
     return freshness.expiry(now: configuration.clock.now, lifetime: lifetime)
   }
 
-  /// The expiry of `value`, loaded for `key` now: its lifetime per the configuration, shortened
-  /// by jitter, then the grace.
-  func loadedExpiry(for key: Key, value: Value) -> CacheInstant? {
-    guard var lifetime = lifetime(of: key, value) else { return nil }
+  /// The expiry of `value`, loaded for `key` now: its lifetime per the configuration (no longer
+  /// than `origin`'s, when the origin gave one), shortened by jitter, then the grace.
+  func loadedExpiry(for key: Key, value: Value, origin: Duration? = nil) -> CacheInstant? {
+    let configured = lifetime(of: key, value)
+    guard var lifetime = configured.map({ lifetime in origin.map { Swift.min($0, lifetime) } ?? lifetime }) ?? origin
+    else { return nil }
     let jitter = configuration.timeToLiveJitter
     if jitter > 0 { lifetime = lifetime * (1 - jitter * configuration.randomUnit()) }
     return freshness.expiry(now: configuration.clock.now, lifetime: lifetime)

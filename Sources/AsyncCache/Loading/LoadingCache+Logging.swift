@@ -88,6 +88,7 @@ extension LoadingCache {
   private func describe(_ source: LoadSource) -> String {
     switch source {
     case .origin: "origin"
+    case .revalidated: "origin (not modified)"
     case .layer(let tier): chain.tiers[tier].name
     }
   }

@@ -39,6 +39,7 @@ extension LoadingCache {
       refreshes: counters.refreshes,
       refreshesCoalesced: counters.refreshesCoalesced,
       refreshFailures: counters.refreshFailures,
+      revalidations: counters.revalidations,
       staleServed: counters.staleServed,
       staleServedOnError: counters.staleServedOnError,
       softTimeouts: counters.softTimeouts,
@@ -98,6 +99,11 @@ extension LoadingCache {
     public var refreshesCoalesced: Int
     /// Refreshes that failed; each is also counted in ``loadFailures``.
     public var refreshFailures: Int
+    /// Loads (refreshes included) that ended with the origin saying the entry the cache held
+    /// did not change (an ``EntryFetcher``'s ``FetchedEntry/notModified(metadata:timeToLive:)``):
+    /// the entry was kept for a new lifetime without its value being sent again. Each is also
+    /// counted in ``loads``, and its requests as misses (the origin answered them).
+    public var revalidations: Int
     /// Stale values served at once (stale-while-revalidate): each request the top layer answered
     /// with one, and each load that found one below it.
     public var staleServed: Int

@@ -47,6 +47,9 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   public let chain: CacheChain<Key, Value>
   /// Where values come from when no layer has them.
   public let origin: any AsyncFetcher<Key, Value>
+  /// ``origin``, when it answers with entries (an ``EntryFetcher``): it is asked with the entry
+  /// a load replaces, and may keep it (a revalidation).
+  let entryOrigin: (any EntryFetcher<Key, Value>)?
   /// Where the bulk requests' missing values come from, in one call per batch; `nil` to ask
   /// ``origin`` once per key.
   public let batchOrigin: (any AsyncBatchFetcher<Key, Value>)?
@@ -164,6 +167,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
         chain.tiers[tier].layer.loadCoordinator.map { (tier, $0) }
       }.first
     self.origin = origin
+    self.entryOrigin = origin as? any EntryFetcher<Key, Value>
     self.batchOrigin = batchOrigin
     self.configuration = configuration
     self.wiring = wiring

@@ -43,15 +43,19 @@ extension LoadingCache {
   /// a layer that coordinates loads (``LoadCoordinator``), claims the key first, so that one
   /// process of those that share the layer asks the origin and the others read what it stored.
   ///
-  /// - Parameter supersedes: The expiry of the newest entry the lookup declined (stale).
+  /// An ``EntryFetcher`` origin is given `current`; when it answers that the entry did not
+  /// change, the load stores `current` again, for a new lifetime (a revalidation).
+  ///
+  /// - Parameter current: The newest entry the lookup declined (stale, or due for a refresh).
   func loadFromOrigin(
-    _ load: LoadTable<Key, Value>.StartedLoad, read: consuming ChainRead<Key, Value>, supersedes: CacheInstant?,
+    _ load: LoadTable<Key, Value>.StartedLoad, read: consuming ChainRead<Key, Value>,
+    replacing current: CacheEntry<Value>?,
     attempts: inout Int
   ) async throws -> (Value, LoadSource) {
     let key = load.key
     let lease: Lease
     if let (tier, coordinator) = coordination {
-      switch try await coordinator.claim(key, supersedes: supersedes) {
+      switch try await coordinator.claim(key, supersedes: current?.expiresAt) {
       case .loadedElsewhere(let entry):
         // As if the lookup had found it in the coordinator's layer: copied into the layers above.
         await read.copy(entry, foundIn: tier, skippingTop: loadTable.skipsTopLayer(load))
@@ -64,9 +68,13 @@ extension LoadingCache {
     } else {
       lease = .unshared
     }
-    let value: Value
+    let entry: CacheEntry<Value>
+    let source: LoadSource
     do {
-      value = try await releasingLeases(lease) { try await fetchRetrying(load, attempts: &attempts) }
+      let fetched = try await releasingLeases(lease) {
+        try await fetchRetrying(load, current: current, attempts: &attempts)
+      }
+      (entry, source) = try self.entry(fetched, for: key, replacing: current)
     } catch {
       // The other processes get the error, or (cancelled) one of them takes the load over.
       if case .granted(let leases, _) = lease { await leases.complete(key, with: .failure(error)) }
@@ -74,10 +82,36 @@ extension LoadingCache {
     }
     // Asked once the value is in hand: a request that joins a prefetch meanwhile promotes it
     // into the top layer.
-    await store(
-      CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value)), ending: read, lease: lease,
-      skippingTop: loadTable.skipsTopLayer(load))
-    return (value, .origin)
+    await store(entry, ending: read, lease: lease, skippingTop: loadTable.skipsTopLayer(load))
+    return (entry.value, source)
+  }
+
+  /// The entry to store for what the origin answered for `key`, and where its value came from:
+  /// the origin's value, or (``FetchedEntry/notModified(metadata:timeToLive:)``) `current`'s,
+  /// revalidated, with a new lifetime and the origin's metadata if it gave any.
+  ///
+  /// - Throws: ``AsyncCacheError/Code/invalidState`` when the origin answered `notModified`
+  ///   without a `current` entry; ``EntryMetadataError`` when its metadata is over a limit.
+  func entry(
+    _ fetched: FetchedEntry<Value>, for key: Key, replacing current: CacheEntry<Value>?
+  ) throws -> (CacheEntry<Value>, LoadSource) {
+    switch fetched {
+    case .value(let value, let metadata, let timeToLive):
+      try metadata.validate()
+      return (
+        CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value, origin: timeToLive), metadata: metadata),
+        .origin
+      )
+    case .notModified(let metadata, let timeToLive):
+      guard let current else { throw FetchedEntry<Value>.notModifiedWithoutEntry(key) }
+      let kept = metadata ?? current.metadata
+      try kept.validate()
+      return (
+        CacheEntry(
+          current.value, expiresAt: loadedExpiry(for: key, value: current.value, origin: timeToLive), metadata: kept),
+        .revalidated
+      )
+    }
   }
 
   /// Runs `body` (the origin call of a load that holds `lease`); gives the lease's claims up at

@@ -90,7 +90,7 @@ extension LoadingCache {
         withdraw(ticket, for: key)
       }
       switch source {
-      case .origin: return .loaded
+      case .origin, .revalidated: return .loaded
       case .layer(let tier): return tier == 0 || skipsTopLayer ? .skipped : .loaded
       }
     } catch is CancellationError where ticket.isWithdrawn.load(ordering: .sequentiallyConsistent) || Task.isCancelled {

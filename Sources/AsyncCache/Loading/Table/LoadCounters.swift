@@ -9,6 +9,8 @@ struct LoadCounters: Sendable {
   @usableFromInline var refreshes = 0
   @usableFromInline var refreshesCoalesced = 0
   @usableFromInline var refreshFailures = 0
+  /// Loads that ended with the origin saying the entry held did not change.
+  @usableFromInline var revalidations = 0
   @usableFromInline var staleServed = 0
   @usableFromInline var staleServedOnError = 0
   @usableFromInline var negativeHits = 0

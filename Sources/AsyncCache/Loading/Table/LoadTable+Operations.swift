@@ -342,6 +342,8 @@ extension LoadTable {
     var servedStaleAfterError = false
     /// It found its value in a layer (not the origin).
     var answeredFromLayer = false
+    /// The origin said the entry held did not change (``LoadSource/revalidated``).
+    var revalidated = false
     /// The error negative caching remembers for the key, until `expiry`, at most `limit` errors.
     var negative: (error: any Error, expiry: Int64, limit: Int)?
     /// Start a background refresh of the key once the load is out of the table, in the same
@@ -362,6 +364,7 @@ extension LoadTable {
         state.counters.failures += 1
         if finished.isRefresh { state.counters.refreshFailures += 1 }
       }
+      if ending.revalidated { state.counters.revalidations += 1 }
       let requests = finished.waiters.count { $0.isRequest }
       if ending.answeredFromLayer {
         state.counters.layerAnswers += requests

@@ -91,6 +91,35 @@ struct RedisSingleFlightTests {
     for instance in fleet { #expect(instance.memory.value(for: "cold") == Data("i0 cold".utf8)) }
   }
 
+  @Test("an origin's metadata reaches the instances that waited, through the holder's announcement")
+  func metadataReachesTheWaitingInstances() async throws {
+    let server = try await RedisServer.start()
+    let metadata = EntryMetadata(entityTag: #""v7""#, tags: ["tenant:7"])
+    let gates = (0..<2).map { _ in GatedFetcher<String, Data> { Data("value of \($0)".utf8) } }
+    let fleet = try gates.map { gate in
+      var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+      configuration.singleFlight = RedisSingleFlight(leaseTime: .seconds(60))
+      let memory = try MemoryLayer<String, Data>()
+      let redis = try RedisLayer(configuration: configuration, namespace: "fleet")
+      let origin = ClosureEntryFetcher<String, Data> { key, _ in
+        .value(try await gate.fetch(key), metadata: metadata)
+      }
+      let cache = try LoadingCache(tiers: [.init(memory), .init(redis, failurePolicy: .skip)], origin: origin)
+      return (memory: memory, redis: redis, cache: cache)
+    }
+    let holder = Task { try await fleet[0].cache.value(for: "k") }
+    await gates[0].waitForFetches(1, for: "k")
+    let waiter = Task { try await fleet[1].cache.value(for: "k") }
+    await eventually { fleet[1].redis.singleFlight?.waits.count == 1 }
+    #expect(gates[0].release("k") == 1)
+    #expect(try await holder.value == Data("value of k".utf8))
+    #expect(try await waiter.value == Data("value of k".utf8))
+    #expect(gates[1].callCount == 0, "the waiting instance did not ask its origin")
+    #expect(fleet[1].redis.statistics.loadsAwaited == 1)
+    for instance in fleet { #expect(instance.memory.entry(for: "k")?.metadata == metadata) }
+    #expect(try await fleet[1].redis.entry(for: "k")?.metadata == metadata)
+  }
+
   @Test("without single flight, the same fleet asks the origin once per instance")
   func withoutSingleFlightOncePerInstance() async throws {
     let server = try await RedisServer.start()
