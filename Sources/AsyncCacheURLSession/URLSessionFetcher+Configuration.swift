@@ -43,8 +43,14 @@ extension URLSessionFetcher {
     /// costs a new connection (and TLS handshake) per fetch, and the session's delegate is not
     /// consulted. Use it for servers you do not trust.
     public var reusesConnections: Bool
-    /// The clock ``timeLimit`` is measured on. Default `WallClock`; tests inject a `ManualClock`.
+    /// The clock ``timeLimit`` is measured on, and a response's age reckoned on. Default
+    /// `WallClock`; tests inject a `ManualClock`.
     public var clock: any CacheClock
+    /// Whether a response's own freshness (`Cache-Control: max-age`, `s-maxage`, `Expires`,
+    /// less its age) is its entry's lifetime, bounded by the cache's: see
+    /// ``URLSessionFetcher/fetchEntry(_:current:)``. Default
+    /// ``URLSessionFetcher/ResponseFreshness/ignored``: the cache's lifetime for every entry.
+    public var responseFreshness: ResponseFreshness
 
     /// Creates a configuration.
     ///
@@ -53,16 +59,20 @@ extension URLSessionFetcher {
     ///   - maximumBodySize: The largest response body accepted, in bytes. Default 64 MiB.
     ///   - reusesConnections: Whether fetches share the session's connections. Default `true`.
     ///   - clock: The clock the time limit is measured on. Default `WallClock`.
+    ///   - responseFreshness: Whether a response's freshness is its entry's lifetime. Default
+    ///     ``URLSessionFetcher/ResponseFreshness/ignored``.
     public init(
       timeLimit: Duration? = .seconds(30),
       maximumBodySize: Int = 64 << 20,
       reusesConnections: Bool = true,
-      clock: any CacheClock = WallClock()
+      clock: any CacheClock = WallClock(),
+      responseFreshness: ResponseFreshness = .ignored
     ) {
       self.timeLimit = timeLimit
       self.maximumBodySize = maximumBodySize
       self.reusesConnections = reusesConnections
       self.clock = clock
+      self.responseFreshness = responseFreshness
     }
   }
 }

@@ -70,7 +70,7 @@ public struct URLSessionFetcher: AsyncFetcher {
   public let acceptableStatusCodes: Set<Int>
   /// The limits on every fetch: time, body size, connection reuse.
   public let configuration: Configuration
-  private let makeRequest: @Sendable (URL) -> URLRequest
+  let makeRequest: @Sendable (URL) -> URLRequest
 
   /// Creates a fetcher.
   ///
@@ -115,18 +115,29 @@ public struct URLSessionFetcher: AsyncFetcher {
   ///   ``URLSessionFetcherError/Code/bodyTooLarge``.
   public func fetch(_ url: URL) async throws -> Data {
     try Task.checkCancellation()
-    let request = makeRequest(url)
-    guard let timeLimit = configuration.timeLimit else { return try await transfer(request, url: url) }
-    return try await transfer(request, url: url, within: timeLimit)
+    return try await run(makeRequest(url), url: url, accepting: acceptableStatusCodes).body
+  }
+
+  /// Runs the transfer of `request`, within the time limit if there is one; `accepting` are the
+  /// statuses that are answers, not errors.
+  func run(
+    _ request: URLRequest, url: URL, accepting statuses: Set<Int>
+  ) async throws -> (body: Data, response: HTTPURLResponse) {
+    guard let timeLimit = configuration.timeLimit else {
+      return try await transfer(request, url: url, accepting: statuses)
+    }
+    return try await transfer(request, url: url, accepting: statuses, within: timeLimit)
   }
 
   /// Runs the transfer of `request` against the time limit on the configuration's clock: the
   /// first to finish wins, and the other is cancelled. Returns or throws only once the transfer
   /// has ended, so a transfer past its time limit is stopped, not left running.
-  private func transfer(_ request: URLRequest, url: URL, within timeLimit: Duration) async throws -> Data {
+  private func transfer(
+    _ request: URLRequest, url: URL, accepting statuses: Set<Int>, within timeLimit: Duration
+  ) async throws -> (body: Data, response: HTTPURLResponse) {
     guard timeLimit > .zero else { throw timeLimitExceeded(timeLimit, request: request, url: url) }
     enum Outcome: Sendable {
-      case transferred(Result<Data, any Error>)
+      case transferred(Result<(body: Data, response: HTTPURLResponse), any Error>)
       case timeLimitReached
       case sleepCancelled
     }
@@ -135,7 +146,7 @@ public struct URLSessionFetcher: AsyncFetcher {
     let first = await withTaskGroup(of: Outcome.self) { group in
       group.addTask {
         do {
-          return .transferred(.success(try await transfer(request, url: url)))
+          return .transferred(.success(try await transfer(request, url: url, accepting: statuses)))
         } catch {
           return .transferred(.failure(error))
         }
@@ -166,9 +177,10 @@ public struct URLSessionFetcher: AsyncFetcher {
 
   /// Runs the transfer of `request`, stopped early by a ``TransferMonitor`` when its body is too
   /// large or its status is an error whose excerpt has arrived, and checks what it got.
-  private func transfer(_ request: URLRequest, url: URL) async throws -> Data {
-    let monitor = TransferMonitor(
-      maximumBodySize: configuration.maximumBodySize, acceptableStatusCodes: acceptableStatusCodes)
+  private func transfer(
+    _ request: URLRequest, url: URL, accepting statuses: Set<Int>
+  ) async throws -> (body: Data, response: HTTPURLResponse) {
+    let monitor = TransferMonitor(maximumBodySize: configuration.maximumBodySize, acceptableStatusCodes: statuses)
     let session = configuration.reusesConnections ? session : URLSession(configuration: session.configuration)
     // Invalidating a session of the fetch's own closes its connections once the transfer is over.
     defer { if !configuration.reusesConnections { session.finishTasksAndInvalidate() } }
@@ -186,7 +198,7 @@ public struct URLSessionFetcher: AsyncFetcher {
         message: "\(Self.describe(request.httpMethod, url)) answered with a response that is not HTTP",
         url: url, body: data)
     }
-    guard acceptableStatusCodes.contains(http.statusCode) else {
+    guard statuses.contains(http.statusCode) else {
       throw unacceptableStatus(TransferMonitor.ResponseHead(http), body: data, request: request, url: url)
     }
     // The monitor's cancellation may come too late to stop the session (a compressed body is
@@ -197,7 +209,7 @@ public struct URLSessionFetcher: AsyncFetcher {
     guard data.count <= Swift.max(configuration.maximumBodySize, 0) else {
       throw bodyTooLarge(http.statusCode, declared: nil, received: data.count, request: request, url: url)
     }
-    return data
+    return (data, http)
   }
 
   /// The error for a transfer the monitor stopped.

@@ -1,0 +1,193 @@
+public import AsyncCache
+public import Foundation
+
+#if canImport(FoundationNetworking)
+  import FoundationNetworking
+#endif
+
+extension URLSessionFetcher: EntryFetcher {
+  /// Downloads `url`, or — given the entry the cache holds, with validators — asks the server
+  /// whether it changed: a conditional `GET` (RFC 9110, section 13.1) that a `304 Not Modified`
+  /// answers without a body.
+  ///
+  /// - The request carries `If-None-Match` with `current`'s ``EntryMetadata/entityTag`` and
+  ///   `If-Modified-Since` with its ``EntryMetadata/lastModified``, unless the request builder
+  ///   set them itself.
+  /// - A `304` to such a request is ``FetchedEntry/notModified(metadata:timeToLive:)``: the cache
+  ///   keeps the entry it holds, with the validators the `304` sends, if any, in place of its
+  ///   own (RFC 9111, section 4.3.4).
+  /// - A response with an acceptable status is ``FetchedEntry/value(_:metadata:timeToLive:)``,
+  ///   its `ETag` and `Last-Modified` the entry's validators.
+  /// - With ``Configuration-swift.struct/responseFreshness`` set, the response's own freshness is
+  ///   the entry's lifetime (bounded by the cache's): `s-maxage` (a shared cache only), else
+  ///   `max-age`, else `Expires` less `Date`, less the response's age (`Age`, or how long ago its
+  ///   `Date` was, whichever is more), reckoned on the configuration's clock.
+  ///
+  /// A session with its own `URLCache` may answer a conditional request from that cache: give
+  /// the fetcher one without (`URLSessionConfiguration.ephemeral` with
+  /// `requestCachePolicy = .reloadIgnoringLocalCacheData`), so that the cache's layers are the
+  /// only cache.
+  ///
+  /// - Throws: What ``fetch(_:)`` throws.
+  public func fetchEntry(_ url: URL, current: CacheEntry<Data>?) async throws -> FetchedEntry<Data> {
+    try Task.checkCancellation()
+    var request = makeRequest(url)
+    var isConditional = false
+    if let current {
+      if let entityTag = current.metadata.entityTag, request.value(forHTTPHeaderField: "If-None-Match") == nil {
+        request.setValue(entityTag, forHTTPHeaderField: "If-None-Match")
+        isConditional = true
+      }
+      if let lastModified = current.metadata.lastModified,
+        request.value(forHTTPHeaderField: "If-Modified-Since") == nil
+      {
+        request.setValue(HTTPCaching.imfFixdate(lastModified), forHTTPHeaderField: "If-Modified-Since")
+        isConditional = true
+      }
+    }
+    let statuses = isConditional ? acceptableStatusCodes.union([304]) : acceptableStatusCodes
+    let (body, response) = try await run(request, url: url, accepting: statuses)
+    let caching = HTTPCaching(response, freshness: configuration.responseFreshness, now: configuration.clock.now)
+    if isConditional, response.statusCode == 304, let current {
+      var metadata = current.metadata
+      if let entityTag = caching.entityTag { metadata.entityTag = entityTag }
+      if let lastModified = caching.lastModified { metadata.lastModified = lastModified }
+      return .notModified(metadata: metadata, timeToLive: caching.lifetime)
+    }
+    return .value(
+      body, metadata: EntryMetadata(entityTag: caching.entityTag, lastModified: caching.lastModified),
+      timeToLive: caching.lifetime)
+  }
+}
+
+extension URLSessionFetcher {
+  /// Whether a response's own freshness (`Cache-Control`, `Expires`) sets the lifetime of its
+  /// entry, and read as which kind of cache (RFC 9111).
+  public enum ResponseFreshness: Sendable, Hashable {
+    /// The cache's own lifetime for every entry, whatever the response says. The default.
+    case ignored
+    /// As a private cache (one user's, in an app): `max-age`, else `Expires`.
+    case privateCache
+    /// As a shared cache (a service's, for many users): `s-maxage`, else `max-age`, else
+    /// `Expires`.
+    case sharedCache
+  }
+}
+
+/// What a response says about caching it: its validators and the freshness it has left.
+struct HTTPCaching: Equatable {
+  /// `ETag`, as the server sent it (quotes and any `W/` included).
+  var entityTag: String?
+  /// `Last-Modified`, in whole seconds.
+  var lastModified: CacheInstant?
+  /// The freshness lifetime left: the response's lifetime less its age, zero once spent; `nil`
+  /// when it states none, or freshness is ``URLSessionFetcher/ResponseFreshness/ignored``.
+  var lifetime: Duration?
+
+  init(_ response: HTTPURLResponse, freshness: URLSessionFetcher.ResponseFreshness, now: CacheInstant) {
+    self.init(field: { response.value(forHTTPHeaderField: $0) }, freshness: freshness, now: now)
+  }
+
+  /// Reads the header fields `field` gives by name.
+  init(field: (String) -> String?, freshness: URLSessionFetcher.ResponseFreshness, now: CacheInstant) {
+    let nowSeconds = now.nanosecondsSince1970 / 1_000_000_000
+    func instant(_ name: String) -> CacheInstant? {
+      field(name).flatMap { RetryAfter.secondsSince1970(httpDate: $0.trimmingSpaces, now: nowSeconds) }
+        .map { CacheInstant(secondsSince1970: $0) }
+    }
+    entityTag = field("ETag").map(\.trimmingSpaces).flatMap { $0.isEmpty ? nil : $0 }
+    lastModified = instant("Last-Modified")
+    guard freshness != .ignored else { return }
+    let date = instant("Date")
+    let directives = Self.directives(field("Cache-Control") ?? "")
+    let freshnessLifetime: Int64?
+    if freshness == .sharedCache, let sharedMaximumAge = directives["s-maxage"] {
+      freshnessLifetime = Self.seconds(sharedMaximumAge)
+    } else if let maximumAge = directives["max-age"] {
+      freshnessLifetime = Self.seconds(maximumAge)
+    } else if let expires = field("Expires") {
+      // An Expires that is not a date (say, "0") means already expired (RFC 9111, 5.3).
+      let expiresAt = RetryAfter.secondsSince1970(httpDate: expires.trimmingSpaces, now: nowSeconds)
+      freshnessLifetime =
+        expiresAt.map { Swift.max($0 - (date.map { $0.nanosecondsSince1970 / 1_000_000_000 } ?? nowSeconds), 0) } ?? 0
+    } else {
+      freshnessLifetime = nil
+    }
+    guard let freshnessLifetime else { return }
+    // The age: the `Age` the caches on the way counted, or how long ago the server dated the
+    // response, whichever is more (RFC 9111, 4.2.3).
+    let ageField = field("Age").flatMap { Int64($0.trimmingSpaces) }.map { Swift.max($0, 0) } ?? 0
+    let apparentAge = date.map { Swift.max(nowSeconds - $0.nanosecondsSince1970 / 1_000_000_000, 0) } ?? 0
+    lifetime = .seconds(Swift.max(freshnessLifetime - Swift.max(ageField, apparentAge), 0))
+  }
+
+  /// The directives of a `Cache-Control` value, by lowercased name; a directive without a value
+  /// maps to the empty string, a quoted value is unquoted. A directive given twice keeps its
+  /// smaller value (the safer one for a lifetime).
+  static func directives(_ value: String) -> [String: String] {
+    var directives: [String: String] = [:]
+    for item in value.split(separator: ",") {
+      let parts = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+      let name = parts[0].trimmingSpaces.lowercased()
+      guard !name.isEmpty else { continue }
+      var argument = parts.count > 1 ? parts[1].trimmingSpaces : ""
+      if argument.count >= 2, argument.hasPrefix("\""), argument.hasSuffix("\"") {
+        argument = String(argument.dropFirst().dropLast())
+      }
+      if let existing = directives[name], let old = Int64(existing), let new = Int64(argument), old <= new {
+        continue
+      }
+      directives[name] = argument
+    }
+    return directives
+  }
+
+  /// A delta-seconds value: digits only, capped at a hundred years; anything else counts as 0
+  /// (a lifetime that cannot be read is no lifetime).
+  static func seconds(_ value: String) -> Int64 {
+    guard !value.isEmpty, value.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
+      return 0
+    }
+    let century: Int64 = 100 * 366 * 86_400
+    return Int64(value).map { Swift.min($0, century) } ?? century
+  }
+
+  /// `instant` as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), to the second (rounded down).
+  static func imfFixdate(_ instant: CacheInstant) -> String {
+    let seconds = instant.nanosecondsSince1970 / 1_000_000_000
+    let (days, time) = seconds.quotientAndRemainder(dividingBy: 86_400)
+    let (day, secondOfDay) = time < 0 ? (days - 1, time + 86_400) : (days, time)
+    let (year, month, dayOfMonth) = civil(daysSince1970: day)
+    let weekday = ((day % 7) + 7 + 4) % 7  // 1970-01-01 was a Thursday
+    let names = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+    let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+    func two(_ value: Int64) -> String { value < 10 ? "0\(value)" : "\(value)" }
+    let clock = "\(two(secondOfDay / 3_600)):\(two(secondOfDay / 60 % 60)):\(two(secondOfDay % 60))"
+    let paddedYear = String(repeating: "0", count: Swift.max(0, 4 - "\(year)".count)) + "\(year)"
+    return "\(names[Int(weekday)]), \(two(dayOfMonth)) \(months[Int(month) - 1]) \(paddedYear) \(clock) GMT"
+  }
+
+  /// The date of the day `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
+  static func civil(daysSince1970 days: Int64) -> (year: Int64, month: Int64, day: Int64) {
+    let shifted = days + 719_468
+    let era = (shifted >= 0 ? shifted : shifted - 146_096) / 146_097
+    let dayOfEra = shifted - era * 146_097
+    let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+    let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+    let monthIndex = (5 * dayOfYear + 2) / 153
+    let day = dayOfYear - (153 * monthIndex + 2) / 5 + 1
+    let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
+    return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
+  }
+}
+
+extension StringProtocol {
+  /// The text without leading and trailing spaces and tabs (HTTP's optional whitespace).
+  fileprivate var trimmingSpaces: String {
+    let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
+    guard let first = firstIndex(where: { !isSpace($0) }), let last = lastIndex(where: { !isSpace($0) }) else {
+      return ""
+    }
+    return String(self[first...last])
+  }
+}

@@ -1,0 +1,191 @@
+import AsyncCache
+import AsyncCacheTesting
+import Foundation
+import Synchronization
+import Testing
+
+@testable import AsyncCacheURLSession
+
+#if canImport(FoundationNetworking)
+  import FoundationNetworking
+#endif
+
+/// A resource on the loopback server with an entity tag and a last-modified date, answering
+/// conditional requests with 304, and counting the requests and the body bytes it sent.
+final class VersionedResource: Sendable {
+  struct Seen: Sendable {
+    var ifNoneMatch: String?
+    var ifModifiedSince: String?
+  }
+
+  private let state = Locked<(version: Int, seen: [Seen], bodyBytes: Int)>((1, [], 0))
+  let size: Int
+  let extraFields: [(String, String)]
+
+  init(size: Int, extraFields: [(String, String)] = []) {
+    self.size = size
+    self.extraFields = extraFields
+  }
+
+  func change() { state.withLock { $0.version += 1 } }
+  var seen: [Seen] { state.withLock { $0.seen } }
+  var bodyBytes: Int { state.withLock { $0.bodyBytes } }
+
+  static let lastModified = "Tue, 15 Nov 1994 12:45:26 GMT"
+
+  var route: LoopbackHTTPServer.Route {
+    { [self] request in
+      state.withLock { state in
+        let tag = "\"v\(state.version)\""
+        state.seen.append(
+          Seen(ifNoneMatch: request.headers["if-none-match"], ifModifiedSince: request.headers["if-modified-since"]))
+        let fields = [("ETag", tag), ("Last-Modified", Self.lastModified)] + extraFields
+        if request.headers["if-none-match"] == tag { return .raw(response(status: 304, fields: fields)) }
+        state.bodyBytes += size
+        return .raw(response(status: 200, fields: fields, body: seededBytes(size, seed: UInt64(state.version))))
+      }
+    }
+  }
+}
+
+/// The bytes of a response with `fields`, in order, and `body` (its `Content-Length` added).
+func response(status: Int, fields: [(String, String)], body: Data = Data()) -> Data {
+  let reason = status == 304 ? "Not Modified" : "OK"
+  var text = "HTTP/1.1 \(status) \(reason)\r\n"
+  for (name, value) in fields { text += "\(name): \(value)\r\n" }
+  // A 304 has no body, and says nothing of one.
+  if status != 304 { text += "Content-Length: \(body.count)\r\n" }
+  return Data((text + "\r\n").utf8) + body
+}
+
+@Suite("URLSessionFetcher: validators, 304 and response freshness", .timeLimit(.minutes(1)))
+struct URLSessionFetcherRevalidationTests {
+  @Test("a 200's ETag and Last-Modified become the entry's validators; a conditional request gets a 304")
+  func conditionalRequest() async throws {
+    let resource = VersionedResource(size: 10)
+    try await withLoopbackHTTPServer(routes: ["/r": resource.route]) { server in
+      let fetcher = URLSessionFetcher(session: makeSession(), configuration: .untimed)
+      let url = server.url("/r")
+      guard case .value(let body, let metadata, let lifetime) = try await fetcher.fetchEntry(url, current: nil) else {
+        Issue.record("a first fetch is a value")
+        return
+      }
+      #expect(body.count == 10 && lifetime == nil)
+      #expect(metadata.entityTag == #""v1""#)
+      #expect(metadata.lastModified == CacheInstant(secondsSince1970: 784_903_526))
+      let current = CacheEntry(body, expiresAt: nil, metadata: metadata)
+      guard case .notModified(let kept, nil) = try await fetcher.fetchEntry(url, current: current) else {
+        Issue.record("an unchanged resource is not modified")
+        return
+      }
+      #expect(kept == metadata)
+      #expect(resource.seen.last?.ifNoneMatch == #""v1""#)
+      #expect(resource.seen.last?.ifModifiedSince == VersionedResource.lastModified)
+      #expect(resource.bodyBytes == 10, "the 304 sent no body")
+      resource.change()
+      guard case .value(_, let newer, _) = try await fetcher.fetchEntry(url, current: current) else {
+        Issue.record("a changed resource is a value")
+        return
+      }
+      #expect(newer.entityTag == #""v2""#)
+      // `fetch(_:)` asks unconditionally.
+      #expect(try await fetcher.fetch(url).count == 10)
+      #expect(resource.seen.last?.ifNoneMatch == nil)
+    }
+  }
+
+  @Test("a 304 to a request that was not conditional is an unacceptable status, as before")
+  func unconditional304() async throws {
+    try await withLoopbackHTTPServer(routes: ["/r": { _ in .status(304) }]) { server in
+      let fetcher = URLSessionFetcher(session: makeSession(), configuration: .untimed)
+      let error = await #expect(throws: URLSessionFetcherError.self) {
+        try await fetcher.fetchEntry(server.url("/r"), current: CacheEntry(Data()))
+      }
+      #expect(error?.code == .unacceptableStatus && error?.statusCode == 304)
+    }
+  }
+
+  @Test("a refresh of an unchanged 1 MB resource moves under 1% of its bytes, and the cache counts a revalidation")
+  func cacheRevalidates() async throws {
+    let resource = VersionedResource(size: 1 << 20)
+    try await withLoopbackHTTPServer(routes: ["/big": resource.route]) { server in
+      let clock = ManualClock()
+      let cache = try LoadingCache(
+        layers: [MemoryLayer<URL, Data>(configuration: .init(clock: clock))],
+        origin: URLSessionFetcher(session: makeSession(), configuration: .untimed),
+        configuration: .init(timeToLive: .seconds(60), staleWhileRevalidate: .seconds(60), clock: clock))
+      let url = server.url("/big")
+      let first = try await cache.value(for: url)
+      #expect(first.count == 1 << 20)
+      clock.advance(by: .seconds(61))
+      #expect(try await cache.value(for: url) == first)
+      await cache.waitUntilIdle()
+      #expect(resource.seen.count == 2)
+      #expect(resource.bodyBytes == 1 << 20, "the refresh brought no body")
+      #expect(cache.statistics.revalidations == 1)
+      #expect(cache.cachedValue(for: url) == first)
+    }
+  }
+
+  @Test(
+    "a response's freshness sets the entry's lifetime, as a private or a shared cache reads it",
+    arguments: [
+      (URLSessionFetcher.ResponseFreshness.privateCache, 100), (.sharedCache, 40), (.ignored, 3_600),
+    ])
+  func responseFreshness(freshness: URLSessionFetcher.ResponseFreshness, lifetime: Int) async throws {
+    let resource = VersionedResource(
+      size: 3, extraFields: [("Cache-Control", "public, max-age=120, s-maxage=\"60\""), ("Age", "20")])
+    try await withLoopbackHTTPServer(routes: ["/r": resource.route]) { server in
+      let clock = ManualClock()
+      let memory = try MemoryLayer<URL, Data>(configuration: .init(clock: clock))
+      let cache = try LoadingCache(
+        layers: [memory],
+        origin: URLSessionFetcher(
+          session: makeSession(), configuration: .init(timeLimit: nil, clock: clock, responseFreshness: freshness)),
+        configuration: .init(timeToLive: .seconds(3_600), clock: clock))
+      _ = try await cache.value(for: server.url("/r"))
+      #expect(memory.entry(for: server.url("/r"))?.expiresAt == clock.now.advanced(by: .seconds(lifetime)))
+    }
+  }
+
+  @Test("Cache-Control, Age, Date and Expires are read as RFC 9111 says")
+  func freshnessArithmetic() {
+    let now = CacheInstant(secondsSince1970: 1_000_000)
+    func lifetime(
+      _ fields: [String: String], _ freshness: URLSessionFetcher.ResponseFreshness = .privateCache
+    ) -> Duration? {
+      let lowercased = Dictionary(uniqueKeysWithValues: fields.map { ($0.key.lowercased(), $0.value) })
+      return HTTPCaching(field: { lowercased[$0.lowercased()] }, freshness: freshness, now: now).lifetime
+    }
+    let date = HTTPCaching.imfFixdate(now.advanced(by: .seconds(-30)))
+    #expect(lifetime(["Cache-Control": "max-age=100"]) == .seconds(100))
+    #expect(lifetime(["Cache-Control": "MAX-AGE=100, max-age=50"]) == .seconds(50), "the smaller of two")
+    #expect(lifetime(["Cache-Control": "max-age=100", "Date": date]) == .seconds(70), "dated 30 s ago")
+    #expect(lifetime(["Cache-Control": "max-age=100", "Date": date, "Age": "45"]) == .seconds(55), "Age is more")
+    #expect(lifetime(["Cache-Control": "max-age=10", "Age": "45"]) == .zero, "spent")
+    #expect(lifetime(["Cache-Control": "max-age=ten"]) == .zero, "unreadable: no freshness")
+    #expect(lifetime(["Cache-Control": "s-maxage=5, max-age=100"]) == .seconds(100), "a private cache")
+    #expect(lifetime(["Cache-Control": "s-maxage=5, max-age=100"], .sharedCache) == .seconds(5))
+    let expires = HTTPCaching.imfFixdate(now.advanced(by: .seconds(600)))
+    #expect(lifetime(["Expires": expires]) == .seconds(600))
+    #expect(lifetime(["Expires": expires, "Date": date]) == .seconds(600), "from the Date, less the age")
+    #expect(lifetime(["Expires": "0"]) == .zero, "an Expires that is no date has expired")
+    #expect(lifetime(["Expires": expires, "Cache-Control": "max-age=5"]) == .seconds(5), "max-age wins")
+    #expect(lifetime(["Cache-Control": "no-transform"]) == nil, "no freshness stated")
+    #expect(lifetime(["Cache-Control": "max-age=100"], .ignored) == nil)
+    #expect(lifetime(["Cache-Control": "max-age=99999999999999999999"]) == .seconds(100 * 366 * 86_400))
+  }
+
+  @Test("IMF-fixdates are written as HTTP-date readers read them, across centuries and leap days")
+  func imfFixdates() throws {
+    #expect(HTTPCaching.imfFixdate(CacheInstant(secondsSince1970: 784_111_777)) == "Sun, 06 Nov 1994 08:49:37 GMT")
+    #expect(HTTPCaching.imfFixdate(CacheInstant(secondsSince1970: 0)) == "Thu, 01 Jan 1970 00:00:00 GMT")
+    #expect(HTTPCaching.imfFixdate(CacheInstant(secondsSince1970: 951_782_400)) == "Tue, 29 Feb 2000 00:00:00 GMT")
+    var generator = SystemRandomNumberGenerator()
+    for _ in 0..<2_000 {
+      let seconds = Int64.random(in: -2_000_000_000...8_000_000_000, using: &generator)
+      let text = HTTPCaching.imfFixdate(CacheInstant(secondsSince1970: seconds))
+      #expect(RetryAfter.secondsSince1970(httpDate: text, now: 0) == seconds, "\(text)")
+    }
+  }
+}
