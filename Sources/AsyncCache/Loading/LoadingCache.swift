@@ -313,6 +313,25 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     try await writing(key) { try await chain.insert(entry, for: key) }
   }
 
+  /// Stores `value` with `metadata` (its validators and tags) for `key` in every layer; it wins
+  /// over a load of `key` in flight.
+  ///
+  /// - Parameters:
+  ///   - value: The value to store.
+  ///   - key: Its key.
+  ///   - timeToLive: How long the value lives; ``Configuration-swift.struct/timeToLive`` when `nil`.
+  ///   - metadata: What the value's origin said about it (see ``EntryMetadata``).
+  /// - Throws: ``EntryMetadataError`` when the metadata is over one of its limits (nothing is
+  ///   stored then); ``AsyncCacheError/Code/layerFailure`` (see
+  ///   ``CacheChain/insert(_:for:)-(CacheEntry<Value>,_)``).
+  public nonisolated(nonsending) func insert(
+    _ value: Value, for key: Key, timeToLive: Duration? = nil, metadata: EntryMetadata
+  ) async throws {
+    try metadata.validate()
+    let entry = CacheEntry(value, expiresAt: insertedExpiry(timeToLive: timeToLive), metadata: metadata)
+    try await writing(key) { try await chain.insert(entry, for: key) }
+  }
+
   /// Removes `key` from every layer; a load of `key` in flight will not store its value.
   ///
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` (see ``CacheChain/removeValue(for:)``).

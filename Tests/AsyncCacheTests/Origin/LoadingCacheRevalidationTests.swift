@@ -203,4 +203,18 @@ struct LoadingCacheRevalidationTests {
     await #expect(throws: EntryMetadataError.emptyTag) { try await cache.value(for: "k") }
     #expect(memory.entry(for: "k") == nil && below.storedEntries["k"] == nil)
   }
+
+  @Test("a write with metadata stores it in every layer; metadata over a limit stores nothing")
+  func writeWithMetadata() async throws {
+    let cache = try cache(ClosureFetcher<String, Int> { _ in 0 }) { $0.timeToLive = .seconds(60) }
+    let metadata = EntryMetadata(entityTag: "e", tags: ["t"])
+    try await cache.insert(5, for: "k", metadata: metadata)
+    let expected = CacheEntry(5, expiresAt: clock.now.advanced(by: .seconds(60)), metadata: metadata)
+    #expect(memory.entry(for: "k") == expected)
+    #expect(below.storedEntries["k"] == expected)
+    await #expect(throws: EntryMetadataError.emptyTag) {
+      try await cache.insert(6, for: "k", metadata: EntryMetadata(tags: [""]))
+    }
+    #expect(memory.entry(for: "k") == expected)
+  }
 }
