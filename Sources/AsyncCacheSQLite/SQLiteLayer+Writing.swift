@@ -12,14 +12,15 @@ extension SQLiteLayer {
   /// runs on the caller's thread (encoding and a checksum) and suspends only when more than
   /// ``Configuration-swift.struct/maximumPendingBytes`` wait to be written.
   ///
-  /// The entry's ``EntryMetadata`` is stored with its value and read back with it.
+  /// The entry's metadata (`EntryMetadata`) is stored with its value and read back with it.
   ///
   /// - Throws: `PersistenceError.Code.valueTooLarge` (naming the key and sizes) when the
   ///   encoded value and its metadata are over ``Configuration-swift.struct/maximumEntrySize``
   ///   or the size limit; `PersistenceError.Code.encodingFailed` when the key or value does not
-  ///   encode, or the metadata is over one of ``EntryMetadata``'s limits (the underlying
-  ///   `EntryMetadataError` names which). Nothing is written then. When writes wait on a database that keeps failing, the error of the
-  ///   failed write (for example `PersistenceError.Code.noSpace`).
+  ///   encode, or the metadata is over one of `EntryMetadata`'s limits (the underlying
+  ///   `EntryMetadataError` names which). Nothing is written then. When writes wait on a
+  ///   database that keeps failing, the error of the failed write (for example
+  ///   `PersistenceError.Code.noSpace`).
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     var encoded = try encode(key)
     let payload: Data

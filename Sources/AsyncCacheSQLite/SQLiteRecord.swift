@@ -30,7 +30,7 @@ enum SQLiteRecord {
   /// The version of a row with metadata.
   static let metadataFormatVersion: UInt8 = 2
   static let headerSize = 24
-  /// The longest metadata a row holds (its length field has 16 bits); ``EntryMetadata``'s own
+  /// The longest metadata a row holds (its length field has 16 bits); `EntryMetadata`'s own
   /// limits keep it far below.
   static let maximumMetadataLength = Int(UInt16.max)
 
@@ -41,6 +41,8 @@ enum SQLiteRecord {
     case unknownVersion(UInt8)
     case lengthMismatch
     case checksumMismatch
+    /// A reserved byte is not zero, or the metadata length disagrees with the version.
+    case inconsistentHeader
     case undecodableMetadata(EntryMetadataError)
   }
 
@@ -105,12 +107,14 @@ enum SQLiteRecord {
     }
     let version = blob[4]
     let metadataLength = Int(UInt16(littleEndian: blob.loadUnaligned(fromByteOffset: 6, as: UInt16.self)))
-    switch version {
-    case formatVersion where metadataLength == 0, metadataFormatVersion where metadataLength > 0: break
-    default: return .failure(DamageError(.unknownVersion(version)))
+    guard version == formatVersion || version == metadataFormatVersion else {
+      return .failure(DamageError(.unknownVersion(version)))
+    }
+    guard blob[5] == 0, (version == formatVersion) == (metadataLength == 0) else {
+      return .failure(DamageError(.inconsistentHeader))
     }
     let length = UInt64(littleEndian: blob.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
-    guard blob[5] == 0, headerSize + metadataLength <= blob.count,
+    guard headerSize + metadataLength <= blob.count,
       length == UInt64(blob.count - headerSize - metadataLength)
     else { return .failure(DamageError(.lengthMismatch)) }
     let stored = UInt64(littleEndian: blob.loadUnaligned(fromByteOffset: 16, as: UInt64.self))

@@ -10,13 +10,13 @@ extension URLSessionFetcher: EntryFetcher {
   /// whether it changed: a conditional `GET` (RFC 9110, section 13.1) that a `304 Not Modified`
   /// answers without a body.
   ///
-  /// - The request carries `If-None-Match` with `current`'s ``EntryMetadata/entityTag`` and
-  ///   `If-Modified-Since` with its ``EntryMetadata/lastModified``, unless the request builder
+  /// - The request carries `If-None-Match` with `current`'s `EntryMetadata/entityTag` and
+  ///   `If-Modified-Since` with its `EntryMetadata/lastModified`, unless the request builder
   ///   set them itself.
-  /// - A `304` to such a request is ``FetchedEntry/notModified(metadata:timeToLive:)``: the cache
+  /// - A `304` to such a request is `FetchedEntry/notModified(metadata:timeToLive:)`: the cache
   ///   keeps the entry it holds, with the validators the `304` sends, if any, in place of its
   ///   own (RFC 9111, section 4.3.4).
-  /// - A response with an acceptable status is ``FetchedEntry/value(_:metadata:timeToLive:)``,
+  /// - A response with an acceptable status is `FetchedEntry/value(_:metadata:timeToLive:)`,
   ///   its `ETag` and `Last-Modified` the entry's validators.
   /// - With ``Configuration-swift.struct/responseFreshness`` set, the response's own freshness is
   ///   the entry's lifetime (bounded by the cache's): `s-maxage` (a shared cache only), else

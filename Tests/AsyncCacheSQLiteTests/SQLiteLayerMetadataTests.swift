@@ -127,6 +127,32 @@ struct SQLiteLayerMetadataTests {
     try await layer.close()
   }
 
+  @Test("a format-1 row with a metadata length is damage, reported as an inconsistent header")
+  func inconsistentHeader() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    do {
+      let layer = try await SQLiteLayer<String, String>(url: url)
+      try await layer.insert(CacheEntry("v"), for: "k")
+      try await layer.close()
+    }
+    let raw = try RawDatabase(url)
+    var blob = try #require(try raw.blob(key: "k"))
+    try #require(blob.count > 24)
+    blob[6] = 1
+    try raw.setBlob(blob, key: "k")
+    let layer = try await SQLiteLayer<String, String>(url: url)
+    #expect(try await layer.entry(for: "k") == nil)
+    #expect(await layer.statistics.damagedEntries == 1)
+    let reasons = await layer.recentEvents.compactMap { event -> String? in
+      guard case .rowDiscarded("k", let reason) = event else { return nil }
+      return reason
+    }
+    #expect(reasons == ["inconsistentHeader"])
+    try await layer.close()
+  }
+
   /// `blob` (a format-2 row of a key that never expires) with its checksum recomputed.
   static func rechecksummed(_ blob: Data, key: String) -> Data {
     var blob = blob

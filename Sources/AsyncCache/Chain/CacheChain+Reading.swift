@@ -86,15 +86,20 @@ struct ChainRead<Key: Hashable & Sendable, Value: Sendable>: ~Copyable, Sendable
 
   /// Ends the read, which loaded `entry` from the origin, by storing it in every layer from
   /// the top (or the layer below it when `skippingTop`) but `excluded` (the coordinator's,
-  /// which took it when its claim completed, or which must not take it unfenced). Returns
-  /// whether it stored it: not when a write overtook the read.
+  /// which took it when its claim completed, or which must not take it unfenced). With
+  /// `revalidating` (the expiry of the entry the origin said did not change: `entry` has its
+  /// value), a layer that still holds that entry is given `entry`'s expiry and metadata in
+  /// place (``AsyncCacheLayer/revalidate(_:for:replacing:)``); the others store `entry` whole.
+  /// Returns whether it stored it: not when a write overtook the read.
   @discardableResult
-  consuming func store(_ entry: CacheEntry<Value>, skippingTop: Bool = false, excluding excluded: Int? = nil) async
-    -> Bool
-  {
+  consuming func store(
+    _ entry: CacheEntry<Value>, skippingTop: Bool = false, excluding excluded: Int? = nil,
+    revalidating revalidated: CacheInstant?? = nil
+  ) async -> Bool {
     let layers = chain.firstLayer(skippingTop: skippingTop)..<chain.tiers.count
     return await chain.commit(
-      entry, for: key, to: layers.filter { $0 != excluded }, token: token, operation: .insert)
+      entry, for: key, to: layers.filter { $0 != excluded }, token: token, operation: .insert,
+      revalidating: revalidated)
   }
 }
 
@@ -177,7 +182,8 @@ extension CacheChain {
     for key: Key,
     to range: some Collection<Int> & Sendable,
     token: ReadToken<Key>,
-    operation: LayerFailure.Operation
+    operation: LayerFailure.Operation,
+    revalidating revalidated: CacheInstant?? = nil
   ) async -> Bool {
     // A back-fill copies what a layer holds: it makes no read's value older, so it overtakes none
     // (a load that starts meanwhile still stores its newer value, after it).
@@ -186,7 +192,7 @@ extension CacheChain {
     }
     defer { coordinator.releaseWrite(ticket) }
     // A commit never fails the read it writes back: its failures are recorded, not thrown.
-    _ = await write(entry, for: key, to: range, operation: operation, propagating: false)
+    _ = await write(entry, for: key, to: range, operation: operation, propagating: false, revalidating: revalidated)
     return true
   }
 }

@@ -374,17 +374,21 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Writes `entry` to the layers in `range`, top-down. A layer that fails is recorded and the
   /// key is removed from it, so it cannot serve an older value later. If its failures propagate
   /// (and `propagating` is set) the key is removed from every layer instead, and the error to
-  /// throw is returned.
+  /// throw is returned. With `revalidating` (the expiry of an entry revalidated, whose value
+  /// `entry` has), a layer that still holds that entry changes it in place instead.
   nonisolated func write(
     _ entry: CacheEntry<Value>,
     for key: Key,
     to range: some Collection<Int> & Sendable,
     operation: LayerFailure.Operation,
-    propagating: Bool
+    propagating: Bool,
+    revalidating revalidated: CacheInstant?? = nil
   ) async -> (any Error)? {
     for index in range {
       do {
-        try await tiers[index].layer.insert(entry, for: key)
+        let layer = tiers[index].layer
+        if let revalidated, try await layer.revalidate(entry, for: key, replacing: revalidated) { continue }
+        try await layer.insert(entry, for: key)
       } catch {
         let disposition = Self.disposition(of: error, policy: tiers[index].failurePolicy)
         let thrown = propagating && disposition != .skip

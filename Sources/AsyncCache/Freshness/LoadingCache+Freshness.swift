@@ -86,8 +86,10 @@ extension LoadingCache {
     }
     // Begun before the top layer moves: a write that ends after that overtakes it.
     let read = ChainRead(of: key, in: chain)
-    guard let metadata = front.moveExpiry(of: key, from: expiry, to: target) else { return read.end() }
-    read.copyBelowTopInBackground(CacheEntry(value, expiresAt: extended, metadata: metadata))
+    // What the top layer holds, read with its move: a write with the same expiry since the hit
+    // (value and metadata of another version) is copied as it is, never mixed with the value read.
+    guard let moved = front.moveExpiry(of: key, from: expiry, to: target) else { return read.end() }
+    read.copyBelowTopInBackground(CacheEntry(moved.value, expiresAt: extended, metadata: moved.metadata))
   }
 
   /// Ends `read`, which found `entry` for `key` in layer `tier` in `state`, by copying it into

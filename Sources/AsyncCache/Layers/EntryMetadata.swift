@@ -26,8 +26,9 @@ public struct EntryMetadata: Hashable, Sendable, CustomStringConvertible {
   /// say.
   public var lastModified: CacheInstant?
 
-  /// When the origin produced this value (the load that fetched it finished); `nil` when
-  /// unknown, as for an entry written before metadata existed.
+  /// When the origin produced this value, as whoever made the entry says (an origin's
+  /// ``EntryFetcher``, a write with metadata); `nil` when unknown, as for an entry written
+  /// before metadata existed.
   public var producedAt: CacheInstant?
 
   /// The tags the entry is filed under: names a group of entries can be invalidated by,
@@ -154,7 +155,9 @@ public enum EntryMetadataError: Error, Equatable, Sendable, CustomStringConverti
 ///    8   last-modified: nanoseconds since 1970, little-endian
 ///    8   produced-at: nanoseconds since 1970, little-endian
 /// 1+...  tags: count (1 to 64), then each as its length (1 to 255) and its UTF-8, in
-///        ascending order of their bytes (so that equal metadata has equal bytes)
+///        ascending order of their bytes (so that the same strings give the same bytes,
+///        whatever order the set iterates in; two spellings Swift's `==` takes as equal, as
+///        canonically equivalent Unicode is, stay two)
 /// ```
 ///
 /// The layers' own checksums cover these bytes; this format only needs to be unambiguous and

@@ -77,4 +77,11 @@ extension PassThroughCacheLayer {
   public nonisolated func removeValue(for key: Key) async throws {
     try await passedThroughLayer.removeValue(for: key)
   }
+
+  /// Revalidates `key` in the layer passed through.
+  public nonisolated func revalidate(
+    _ entry: CacheEntry<Value>, for key: Key, replacing expiresAt: CacheInstant?
+  ) async throws -> Bool {
+    try await passedThroughLayer.revalidate(entry, for: key, replacing: expiresAt)
+  }
 }

@@ -123,10 +123,27 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
     return target.subtractingReportingOverflow(expiry).partialValue >= minimumGain ? target : nil
   }
 
+  /// Gives the entry for `key`, if it is the one that expires at `expiresAt`, `entry`'s expiry
+  /// (capped by ``Configuration-swift.struct/timeToLive``) and metadata, keeping the value it
+  /// holds: see ``AsyncCacheLayer/revalidate(_:for:replacing:)``. Safe from any context. Never
+  /// suspends (`async` only so that it, not the protocol's default, answers calls on the
+  /// concrete type from `async` code). O(1).
+  ///
+  /// - Throws: ``EntryMetadataError`` when the metadata is over one of its limits.
+  public nonisolated func revalidate(
+    _ entry: CacheEntry<Value>, for key: Key, replacing expiresAt: CacheInstant?
+  ) async throws -> Bool {
+    if !entry.metadata.isEmpty { try entry.metadata.validate() }
+    return store.revalidate(
+      key, from: expiresAt?.nanosecondsSince1970 ?? .max, to: entry.expiresAt?.nanosecondsSince1970 ?? .max,
+      metadata: entry.metadata)
+  }
+
   /// Moves the expiry of the entry for `key` from `expiry` to `target` (nanoseconds since 1970)
-  /// if it still expires at `expiry` (no write replaced it); returns the entry's metadata when it
-  /// moved, `nil` when it did not. Does not change recency or statistics.
-  nonisolated func moveExpiry(of key: Key, from expiry: Int64, to target: Int64) -> EntryMetadata? {
+  /// if it still expires at `expiry` (no write replaced it); returns the entry it moved (value,
+  /// new expiry and metadata, read together), `nil` when it did not. Does not change recency or
+  /// statistics.
+  nonisolated func moveExpiry(of key: Key, from expiry: Int64, to target: Int64) -> CacheEntry<Value>? {
     store.extendExpiry(of: key, from: expiry, to: target)
   }
 
@@ -162,7 +179,8 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   /// from now. An already expired entry is not stored (and removes the previous one).
   /// Safe from any context. Never suspends. O(1) amortized, plus the evictions. The entry's
   /// ``EntryMetadata`` is kept with it (``entry(for:)`` returns it); an entry without metadata
-  /// costs nothing for it.
+  /// costs nothing for it. Metadata is not part of an entry's cost: the cost function sees the
+  /// value alone (metadata is at most about 20 KB per entry, usually tens of bytes).
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative
   ///   cost; ``EntryMetadataError`` when the metadata is over one of its limits. The layer is

@@ -269,16 +269,46 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
 
   /// Moves the expiry of the entry for `key` from `oldExpiry` to `newExpiry` (nanoseconds since
   /// 1970; see ``cappedExpiry(_:now:)``), if the entry is still there and still expires at
-  /// `oldExpiry` (no write replaced it). Returns the entry's metadata when it moved (empty
-  /// when it has none), `nil` when it did not. Does not change recency or statistics.
-  func extendExpiry(of key: Key, from oldExpiry: Int64, to expiry: Int64) -> EntryMetadata? {
+  /// `oldExpiry` (no write replaced it). Returns the entry it extended, read under the same
+  /// lock (its value and metadata belong together), with its new expiry; `nil` when it did not.
+  /// Does not change recency or statistics.
+  func extendExpiry(of key: Key, from oldExpiry: Int64, to expiry: Int64) -> CacheEntry<Value>? {
     let hash = key.hashValue
     return segments.withLock(segmentIndex(for: hash)) { segment in
       guard let slot = segment.find(key, hash: hash), segment.nodes[slot].expiry == oldExpiry else {
         return nil
       }
       segment.nodes[slot].expiry = expiry
-      return segment.nodes[slot].hasMetadata ? segment.metadata[key] ?? EntryMetadata() : EntryMetadata()
+      let metadata = segment.nodes[slot].hasMetadata ? segment.metadata[key] ?? EntryMetadata() : EntryMetadata()
+      return CacheEntry(
+        segment.nodes[slot].value, expiresAt: expiry == .max ? nil : CacheInstant(nanosecondsSince1970: expiry),
+        metadata: metadata)
+    }
+  }
+
+  /// Gives the entry for `key`, if it still expires at `oldExpiry` (nanoseconds since 1970,
+  /// `Int64.max` for never), the expiry `expiry` (capped by the store's time-to-live from now)
+  /// and `metadata`, keeping its value. Returns whether it did: not when the entry is gone or
+  /// was replaced, nor when the new expiry has passed already. Does not change recency or
+  /// statistics.
+  func revalidate(_ key: Key, from oldExpiry: Int64, to expiry: Int64, metadata: EntryMetadata) -> Bool {
+    let now = clock.now.nanosecondsSince1970
+    let target = cappedExpiry(expiry, now: now)
+    guard target > now else { return false }
+    let hash = key.hashValue
+    return segments.withLock(segmentIndex(for: hash)) { segment in
+      guard let slot = segment.find(key, hash: hash), segment.nodes[slot].expiry == oldExpiry else {
+        return false
+      }
+      segment.nodes[slot].expiry = target
+      if !metadata.isEmpty {
+        segment.nodes[slot].hasMetadata = true
+        segment.metadata[key] = metadata
+      } else if segment.nodes[slot].hasMetadata {
+        segment.nodes[slot].hasMetadata = false
+        segment.metadata.removeValue(forKey: key)
+      }
+      return true
     }
   }
 

@@ -17,19 +17,25 @@ extension LoadingCache {
   /// Ends `read` with `entry`, which the origin gave for its key: stores it in every layer
   /// (from the top, or the one below it when `skippingTop`) as `lease` allows, completing its
   /// claim first when it has one.
+  ///
+  /// - Parameter revalidated: The expiry of the entry the origin said did not change (`entry`
+  ///   keeps its value): the layers that hold it change it in place.
   func store(
-    _ entry: CacheEntry<Value>, ending read: consuming ChainRead<Key, Value>, lease: Lease, skippingTop: Bool = false
+    _ entry: CacheEntry<Value>, ending read: consuming ChainRead<Key, Value>, lease: Lease, skippingTop: Bool = false,
+    revalidating revalidated: CacheInstant?? = nil
   ) async {
     switch lease {
     case .unshared:
-      await read.store(entry, skippingTop: skippingTop)
+      await read.store(entry, skippingTop: skippingTop, revalidating: revalidated)
     case .alone(let tier):
-      await read.store(entry, skippingTop: skippingTop, excluding: tier)
+      await read.store(entry, skippingTop: skippingTop, excluding: tier, revalidating: revalidated)
     case .granted(let leases, let tier):
+      // The coordinator's layer takes the whole entry, fenced: its fill is how the other
+      // processes learn of it.
       switch await leases.complete(read.key, with: .success(entry)) {
       case .stored?, .notStored?:
         // The coordinator's layer has it (or failed): the other layers take it as usual.
-        await read.store(entry, skippingTop: skippingTop, excluding: tier)
+        await read.store(entry, skippingTop: skippingTop, excluding: tier, revalidating: revalidated)
       case .superseded?, nil:
         // A write or removal came after the claim (the value is older than what the layers
         // hold), or the load was cancelled and gave its lease up (no one wants the value).
@@ -82,7 +88,9 @@ extension LoadingCache {
     }
     // Asked once the value is in hand: a request that joins a prefetch meanwhile promotes it
     // into the top layer.
-    await store(entry, ending: read, lease: lease, skippingTop: loadTable.skipsTopLayer(load))
+    await store(
+      entry, ending: read, lease: lease, skippingTop: loadTable.skipsTopLayer(load),
+      revalidating: source == .revalidated ? .some(current?.expiresAt) : nil)
     return (entry.value, source)
   }
 

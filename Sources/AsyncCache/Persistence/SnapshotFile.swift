@@ -19,7 +19,7 @@ import Foundation
 /// | Offset | Size | Field |
 /// |---|---|---|
 /// | 0 | 8 | magic `89 41 43 53 4E 41 50 0A` (`\x89ACSNAP\n`) |
-/// | 8 | 4 | format version (`1`) |
+/// | 8 | 4 | format version (`1`, or `2` when an entry has metadata) |
 /// | 12 | 4 | flags, `0` |
 /// | 16 | 8 | when it was written, nanoseconds since 1970 (`Int64`) |
 /// | 24 | 8 | number of entries |

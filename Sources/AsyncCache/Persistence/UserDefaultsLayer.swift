@@ -176,8 +176,9 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   ///
   /// - Throws: ``PersistenceError`` naming the key: ``PersistenceError/Code/valueTooLarge`` when
   ///   the encoded value takes more than ``Configuration-swift.struct/maximumEntrySize``
-  ///   bytes, ``PersistenceError/Code/encodingFailed`` when the key or value cannot be encoded
-  ///   (in both cases the previous entry is removed, so the layer never serves a value older than
+  ///   bytes (value and metadata), ``PersistenceError/Code/encodingFailed`` when the key or value
+  ///   cannot be encoded or the metadata is over one of ``EntryMetadata``'s limits (in each case
+  ///   the previous entry is removed, so the layer never serves a value older than
   ///   the one it refused), ``PersistenceError/Code/ioFailure`` when the suite cannot be written
   ///   to disk (Linux; the entry stays readable in this process).
   public func insert(_ entry: CacheEntry<Value>, for key: Key) throws {

@@ -29,11 +29,13 @@ enum RedisEnvelope {
   static let hasVersion: UInt8 = 2
   static let hasMetadata: UInt8 = 4
 
-  /// The most bytes the header adds, metadata aside.
-  static let maximumHeaderSize = 19
+  /// The most bytes the header adds besides the metadata's own (which count with the value
+  /// against ``RedisLayer/Configuration-swift.struct/maximumValueSize``): magic, version,
+  /// flags, expiry, version field and the metadata's length.
+  static let maximumHeaderSize = 21
 
   /// The envelope of `payload`; `metadata` is the entry's stored metadata, empty for none (at
-  /// most 65,535 bytes, which ``EntryMetadata``'s limits keep it far below).
+  /// most 65,535 bytes, which `EntryMetadata`'s limits keep it far below).
   static func encode(
     payload: some Collection<UInt8>, expiresAt: Int64?, version loadVersion: UInt64? = nil, metadata: [UInt8] = []
   ) -> [UInt8] {

@@ -84,6 +84,68 @@ struct RedisLayerTests {
     #expect(try await server.command("EXISTS", "test:crowded") == .integer(0))
   }
 
+  @Test("a revalidation changes the stored entry's expiry and metadata in place: the value does not cross the network")
+  func revalidateInPlace() async throws {
+    let server = try await RedisServer.start()
+    let layer = try makeLayer(server)
+    let clock = WallClock()
+    let value = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+    let first = clock.now.advanced(by: .seconds(60))
+    try await layer.insert(CacheEntry(value, expiresAt: first, metadata: EntryMetadata(entityTag: "1")), for: "big")
+    let received = { () async throws -> Int in
+      guard let info = bytes(try await server.command("INFO", "stats")) else { return -1 }
+      let line = String(decoding: info, as: UTF8.self).split(whereSeparator: \.isNewline)
+        .first { $0.hasPrefix("total_net_input_bytes:") }
+      return line.flatMap { Int($0.dropFirst("total_net_input_bytes:".count)) } ?? -1
+    }
+    let before = try await received()
+    let second = clock.now.advanced(by: .seconds(600))
+    let metadata = EntryMetadata(entityTag: "1", tags: ["t"])
+    #expect(
+      try await layer.revalidate(CacheEntry(value, expiresAt: second, metadata: metadata), for: "big", replacing: first)
+    )
+    let sent = try await received() - before
+    #expect(sent > 0 && sent < 4_096, "\(sent) bytes reached the server")
+    #expect(try await layer.entry(for: "big") == CacheEntry(value, expiresAt: second, metadata: metadata))
+    let ttl = try #require(integer(try await server.command("PTTL", "test:big")))
+    #expect(ttl > 590_000 && ttl <= 600_000)
+    // Another entry than the one revalidated, or none: nothing changes, and the caller stores it.
+    #expect(try await !layer.revalidate(CacheEntry(value, expiresAt: first), for: "big", replacing: first))
+    #expect(try await layer.entry(for: "big")?.expiresAt == second)
+    #expect(try await !layer.revalidate(CacheEntry(value), for: "absent", replacing: nil))
+    // An entry that never expires, without metadata, revalidated to one that does.
+    try await layer.insert(Data("small".utf8), for: "plain")
+    #expect(try await layer.revalidate(CacheEntry(Data("small".utf8), expiresAt: first), for: "plain", replacing: nil))
+    #expect(try await layer.entry(for: "plain") == CacheEntry(Data("small".utf8), expiresAt: first))
+  }
+
+  @Test("a cache's revalidation reaches Redis in place, and each instance's memory")
+  func cacheRevalidatesThroughRedis() async throws {
+    let server = try await RedisServer.start()
+    let clock = ManualClock(now: WallClock().now)
+    let calls = Locked(0)
+    let origin = ClosureEntryFetcher<String, Data> { _, current in
+      calls.withLock { $0 += 1 }
+      return current == nil ? .value(Data("v".utf8), metadata: EntryMetadata(entityTag: "1")) : .notModified()
+    }
+    let redis = try makeLayer(server) { $0.clock = clock }
+    let memory = try MemoryLayer<String, Data>(configuration: .init(clock: clock))
+    let cache = try LoadingCache(
+      layers: [memory, redis], origin: origin,
+      configuration: .init(timeToLive: .seconds(60), staleWhileRevalidate: .seconds(60), clock: clock))
+    #expect(try await cache.value(for: "k") == Data("v".utf8))
+    clock.advance(by: .seconds(70))
+    #expect(try await cache.value(for: "k") == Data("v".utf8))
+    await cache.waitUntilIdle()
+    #expect(calls.withLock { $0 } == 2)
+    #expect(cache.statistics.revalidations == 1)
+    let expected = CacheEntry(
+      Data("v".utf8), expiresAt: clock.now.advanced(by: .seconds(120)), metadata: EntryMetadata(entityTag: "1"))
+    #expect(memory.entry(for: "k") == expected)
+    #expect(try await redis.entry(for: "k") == expected)
+    #expect(redis.statistics.writes == 2, "one write and one revalidation")
+  }
+
   @Test("Codable values go through the coder")
   func codable() async throws {
     struct User: Codable, Equatable, Sendable {

@@ -675,6 +675,25 @@ import Testing
     #expect(disk.storedEntries["k"] == extended)
   }
 
+  @Test func anExtensionCopiesWhatTheTopLayerHoldsNeverTheValueReadWithAnotherVersionsMetadata() async throws {
+    let disk = FakeLayer<String, Int>(clock: clock)
+    let cache = try cache(origin: UnimplementedFetcher<String, Int>(), below: [disk]) {
+      $0.timeToLive = .seconds(10)
+      $0.slidingExpiration = true
+    }
+    let expiry = clock.now.advanced(by: .seconds(4))
+    let (old, new) = (EntryMetadata(entityTag: #""v1""#), EntryMetadata(entityTag: #""v2""#))
+    try await cache.chain.insert(CacheEntry(1, expiresAt: expiry, metadata: old), for: "k")
+    // A hit saw (1, expiry); before it extends, a write of version 2 with the same absolute
+    // expiry (an origin's Expires, say) ends.
+    try await cache.chain.insert(CacheEntry(2, expiresAt: expiry, metadata: new), for: "k")
+    cache.extend("k", value: 1, expiry: expiry.nanosecondsSince1970)
+    await cache.chain.coordinator.waitUntil { $0.isIdle }
+    await cache.chain.waitForBackfills()
+    let below = try #require(disk.storedEntries["k"])
+    #expect(below.value == 2 && below.metadata == new, "disk holds \(below.value) with \(below.metadata)")
+  }
+
   @Test func anExtensionLosesToAWriteAndNeverOutlivesTheTopLayersOwnLimit() async throws {
     let capped = try MemoryLayer<String, Int>(configuration: .init(timeToLive: .seconds(6), clock: clock))
     let cache = try LoadingCache(

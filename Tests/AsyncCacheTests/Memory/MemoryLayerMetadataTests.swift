@@ -85,6 +85,49 @@ struct MemoryLayerMetadataTests {
     #expect(restored.invariantViolations.isEmpty)
   }
 
+  @Test("a revalidation changes the entry it names in place, within the layer's own time-to-live")
+  func revalidate() async throws {
+    let memory = try MemoryLayer<String, Int>(configuration: .init(timeToLive: .seconds(100), clock: clock))
+    let first = clock.now.advanced(by: .seconds(50))
+    try memory.insert(CacheEntry(1, expiresAt: first, metadata: Self.metadata), for: "k")
+    let newer = EntryMetadata(entityTag: #""v2""#)
+    // Another entry than the one named, or none: nothing changes.
+    #expect(try await !memory.revalidate(CacheEntry(1, expiresAt: nil), for: "k", replacing: nil))
+    #expect(try await !memory.revalidate(CacheEntry(1), for: "absent", replacing: nil))
+    // Capped by the layer's 100 s; the value is the one the layer holds.
+    let later = clock.now.advanced(by: .seconds(500))
+    #expect(try await memory.revalidate(CacheEntry(99, expiresAt: later, metadata: newer), for: "k", replacing: first))
+    #expect(memory.entry(for: "k") == CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(100)), metadata: newer))
+    // Metadata cleared when the revalidated entry has none.
+    let capped = clock.now.advanced(by: .seconds(100))
+    #expect(try await memory.revalidate(CacheEntry(1, expiresAt: capped), for: "k", replacing: capped))
+    #expect(memory.entry(for: "k") == CacheEntry(1, expiresAt: capped))
+    // An expiry that has passed already changes nothing (the caller's insert refuses it).
+    #expect(try await !memory.revalidate(CacheEntry(1, expiresAt: clock.now), for: "k", replacing: capped))
+    #expect(memory.invariantViolations.isEmpty)
+  }
+
+  @Test("a snapshot written before metadata existed (by 0117f2a) restores without loss")
+  func restoresVersion1Snapshot() async throws {
+    let directory = try TemporaryDirectory()
+    defer { directory.remove() }
+    let file = directory.appending("old.snapshot")
+    try Data(hexadecimal: Self.version1Snapshot).write(to: file)
+    let restored = try MemoryLayer<String, String>(configuration: .init(clock: clock))
+    let result = try #require(try await restored.restoreSnapshot(from: file))
+    #expect(result.restored == 2)
+    #expect(restored.entry(for: "alpha") == CacheEntry("one"))
+    #expect(restored.entry(for: "beta") == CacheEntry("two", expiresAt: CacheInstant(secondsSince1970: 4_102_444_800)))
+  }
+
+  /// A `MemoryLayer<String, String>` snapshot of "alpha" → "one" and "beta" → "two" (expiring
+  /// 2100-01-01), written at commit 0117f2a.
+  static let version1Snapshot =
+    "894143534e41500a010000000000000079738db5f56cec1802000000000000006100000000000000931f840c322d814d"
+    + "58ed81490614cc1c62706c6973743030a20105a302030455616c706861536f6e65137fffffffffffffffa306070854"
+    + "626574615374776f1338eecfcf56a60000080b0f151922262b2f000000000000010100000000000000090000000000"
+    + "0000000000000000000038"
+
   @Test("a hit below back-fills the layers above with the entry's metadata")
   func backFill() async throws {
     let top = try layer()

@@ -21,17 +21,6 @@ struct DiskLayerMetadataTests {
       "4143444b0100000004000000000000000000a656cfcfee380500000000000000daa69e2786dca4df626574612274776f22",
   ]
 
-  static func bytes(hex: String) -> Data {
-    var data = Data()
-    var index = hex.startIndex
-    while index < hex.endIndex {
-      let next = hex.index(index, offsetBy: 2)
-      data.append(UInt8(hex[index..<next], radix: 16)!)
-      index = next
-    }
-    return data
-  }
-
   @Test("metadata is read back at once and across a reopen; an entry without it has none")
   func roundTrip() async throws {
     let fixture = try DiskFixture()
@@ -63,7 +52,7 @@ struct DiskLayerMetadataTests {
     defer { fixture.remove() }
     try FileManager.default.createDirectory(at: fixture.directory, withIntermediateDirectories: true)
     for (name, hex) in Self.version1Files {
-      try Self.bytes(hex: hex).write(to: fixture.directory.appendingPathComponent(name))
+      try Data(hexadecimal: hex).write(to: fixture.directory.appendingPathComponent(name))
     }
     let layer = try await DiskLayer<String, String>(directory: fixture.directory)
     let alpha = try #require(try await layer.entry(for: "alpha"))

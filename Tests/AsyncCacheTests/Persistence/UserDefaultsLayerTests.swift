@@ -140,6 +140,27 @@ struct UserDefaultsLayerTests {
     #expect(await second.statistics.damagedEntries == 1)
   }
 
+  @Test("records written before metadata existed (by 0117f2a) are read without loss")
+  func readsVersion1Records() async throws {
+    let suite = TestSuite()
+    defer { suite.remove() }
+    let records = [
+      "asynccache.default.alpha": "4143554401000000ffffffffffffff7fa4bf1fc60c0b050a226f6e6522",
+      "asynccache.default.beta": "41435544010000000000a656cfcfee389fcbcfd7dadb4aa32274776f22",
+    ]
+    for (key, hex) in records { suite.defaults.set(Data(hexadecimal: hex), forKey: key) }
+    let layer = try UserDefaultsLayer<String, String>(suiteName: suite.name)
+    #expect(try await layer.entry(for: "alpha") == CacheEntry("one"))
+    #expect(
+      try await layer.entry(for: "beta") == CacheEntry("two", expiresAt: CacheInstant(secondsSince1970: 4_102_444_800)))
+    #expect(await layer.statistics.damagedEntries == 0)
+    // And an entry without metadata is written as those were, byte for byte.
+    try await layer.insert(CacheEntry("one"), for: "alpha")
+    #expect(
+      suite.defaults.data(forKey: "asynccache.default.alpha") == Data(hexadecimal: records["asynccache.default.alpha"]!)
+    )
+  }
+
   // MARK: Expiry
 
   @Test("an expired entry is a miss that is removed and counted")
@@ -418,5 +439,19 @@ struct UserDefaultsLayerTests {
       try await group.waitForAll()
     }
     for key in await layer.keys { #expect(try await layer.value(for: key) == "\(key)") }
+  }
+}
+
+extension Data {
+  /// The bytes of a string of hexadecimal digits.
+  init(hexadecimal: String) {
+    var bytes: [UInt8] = []
+    var index = hexadecimal.startIndex
+    while index < hexadecimal.endIndex {
+      let next = hexadecimal.index(index, offsetBy: 2)
+      bytes.append(UInt8(hexadecimal[index..<next], radix: 16) ?? 0)
+      index = next
+    }
+    self.init(bytes)
   }
 }

@@ -195,7 +195,10 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: Environ
   ///   a previous entry for `key` is removed); ``PersistenceError/Code/noSpace`` when the file
   ///   system is full and ``PersistenceError/Code/readOnly`` when it refuses writes (the
   ///   previous entry stays readable then); ``PersistenceError/Code/encodingFailed`` when the key
-  ///   or value cannot be encoded; ``PersistenceError/Code/ioFailure`` for other system errors.
+  ///   or value cannot be encoded, or the metadata is over one of ``EntryMetadata``'s limits
+  ///   (the previous entry stays then); ``PersistenceError/Code/ioFailure`` for other system
+  ///   errors. The metadata counts with the value against
+  ///   ``Configuration-swift.struct/maximumEntrySize``.
   public func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
     var encodedKey = try encode(key)
     let name = fileName(of: &encodedKey)

@@ -833,6 +833,13 @@ struct SingleFlightPartsTests {
   @Test("an envelope carries metadata after the version; without metadata its bytes are as before")
   func envelopeMetadata() throws {
     #expect(RedisEnvelope.encode(payload: [9], expiresAt: nil) == [0xAC, 1, 0, 9])
+    // An envelope of the format before metadata, with an expiry and a version: read as it was,
+    // and written the same.
+    let old: [UInt8] = [0xAC, 1, 3, 0, 0, 0, 0, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0, 7, 1, 2, 3]
+    let read = try RedisEnvelope.decode(old)
+    #expect(
+      read.expiresAt == 42 && read.version == 7 && read.metadata.isEmpty && Array(old[read.payload]) == [1, 2, 3])
+    #expect(RedisEnvelope.encode(payload: [1, 2, 3], expiresAt: 42, version: 7) == old)
     let metadata = EntryMetadata(entityTag: "e", tags: ["t"])
     let stored = try metadata.encoded()
     let bytes = RedisEnvelope.encode(payload: [1, 2], expiresAt: 42, version: 7, metadata: stored)

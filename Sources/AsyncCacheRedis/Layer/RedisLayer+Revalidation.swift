@@ -1,0 +1,100 @@
+public import AsyncCache
+
+extension RedisLayer {
+  /// Gives the entry stored for `key`, if it is the one that expires at `expiresAt`, `entry`'s
+  /// expiry (capped by ``Configuration-swift.struct/timeToLive``) and metadata, in one script
+  /// on the server: the stored value stays where it is and does not cross the network again
+  /// (see `AsyncCacheLayer/revalidate(_:for:replacing:)`). The change is announced on the
+  /// invalidation channel as a write is.
+  ///
+  /// Returns `false`, for the caller to store the whole entry, when the key holds another entry
+  /// (or none), when the new expiry has passed already, and with single flight, whose writes are
+  /// fenced (its loads revalidate through their fill).
+  ///
+  /// - Throws: `PersistenceError.Code.encodingFailed` when the metadata is over one of its
+  ///   limits; ``RedisError``.
+  public nonisolated func revalidate(
+    _ entry: CacheEntry<Value>, for key: Key, replacing expiresAt: CacheInstant?
+  ) async throws -> Bool {
+    guard singleFlight == nil else { return false }
+    let encodedKey = try self.encodedKey(key)
+    let now = followedClock.now
+    let newExpiry = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) }).expiresAt
+    if let newExpiry, newExpiry <= now { return false }
+    let metadata: [UInt8]
+    do {
+      metadata = try entry.metadata.encoded()
+    } catch {
+      throw PersistenceError.unstorableMetadata(key: encodedKey, layer: "RedisLayer", error)
+    }
+    func bigEndian(_ instant: CacheInstant?) -> [UInt8] {
+      guard let instant else { return [] }
+      return withUnsafeBytes(of: instant.nanosecondsSince1970.bigEndian) { Array($0) }
+    }
+    let metadataField =
+      metadata.isEmpty
+      ? [] : [UInt8(truncatingIfNeeded: metadata.count >> 8), UInt8(truncatingIfNeeded: metadata.count)] + metadata
+    let milliseconds = newExpiry.map { expiry in
+      // Whole milliseconds, rounded up: Redis never drops the key before the entry expires.
+      let nanoseconds = now.duration(to: expiry).nanoseconds
+      return Array(String(nanoseconds / 1_000_000 + (nanoseconds % 1_000_000 == 0 ? 0 : 1)).utf8)
+    }
+    let arguments =
+      [bigEndian(expiresAt), bigEndian(newExpiry), metadataField, milliseconds ?? []]
+      + invalidationArguments(for: encodedKey)
+    let reply = try await runScript(
+      LayerScripts.revalidate, keys: [keyPrefix + Array(encodedKey.utf8)], arguments: arguments, key: encodedKey)
+    guard case .integer(let done) = reply else { throw unexpected(reply, to: "EVALSHA (revalidate)") }
+    guard done == 1 else { return false }
+    counters.writes.add(1, ordering: .relaxed)
+    countPublished()
+    return true
+  }
+}
+
+/// The scripts of a plain `RedisLayer` (single flight has its own, `SingleFlightScripts`).
+enum LayerScripts {
+  /// Rewrites the header of the envelope at `KEYS[1]` (see `RedisEnvelope`) if it holds the
+  /// expiry `ARGV[1]` (8 bytes, big-endian; empty for none): with the expiry `ARGV[2]` (likewise),
+  /// the version it had, the metadata field `ARGV[3]` (a 2-byte length and the stored form;
+  /// empty for none) and the same value bytes; `PX ARGV[4]` unless it is empty; publishes
+  /// `ARGV[6]` on `ARGV[5]` unless empty. Returns 1 when it rewrote, 0 otherwise.
+  static let revalidate = RedisScript(
+    """
+      local stored = redis.call('GET', KEYS[1])
+      if not stored or #stored < 3 then return 0 end
+      if string.byte(stored, 1) ~= 172 or string.byte(stored, 2) ~= 1 then return 0 end
+      local flags = string.byte(stored, 3)
+      if flags >= 8 then return 0 end
+      local index = 4
+      local expiry = ''
+      if flags % 2 == 1 then
+        expiry = string.sub(stored, 4, 11)
+        index = 12
+      end
+      if expiry ~= ARGV[1] then return 0 end
+      local version = ''
+      if math.floor(flags / 2) % 2 == 1 then
+        version = string.sub(stored, index, index + 7)
+        if #version ~= 8 then return 0 end
+        index = index + 8
+      end
+      if math.floor(flags / 4) % 2 == 1 then
+        if #stored < index + 1 then return 0 end
+        index = index + 2 + string.byte(stored, index) * 256 + string.byte(stored, index + 1)
+      end
+      if index > #stored + 1 then return 0 end
+      local newFlags = 0
+      if ARGV[2] ~= '' then newFlags = newFlags + 1 end
+      if version ~= '' then newFlags = newFlags + 2 end
+      if ARGV[3] ~= '' then newFlags = newFlags + 4 end
+      local rewritten = string.char(172, 1, newFlags) .. ARGV[2] .. version .. ARGV[3] .. string.sub(stored, index)
+      if ARGV[4] == '' then
+        redis.call('SET', KEYS[1], rewritten)
+      else
+        redis.call('SET', KEYS[1], rewritten, 'PX', ARGV[4])
+      end
+      if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
+      return 1
+    """)
+}
