@@ -38,7 +38,10 @@ let package = Package(
       name: "AsyncCacheDemo", dependencies: ["AsyncCache", "AsyncCacheSQLite"], swiftSettings: strict),
     .executableTarget(
       name: "AsyncCacheBenchmarks",
-      dependencies: ["AsyncCache", "AsyncCacheSQLite", "AsyncCacheRedis", "CAsyncCacheShims", "CSQLite"],
+      dependencies: [
+        "AsyncCache", "AsyncCacheSQLite", "AsyncCacheRedis", "AsyncCacheURLSession", "CAsyncCacheShims", "CSQLite",
+        "HTTPTestSupport",
+      ],
       path: "Benchmarks/AsyncCacheBenchmarks",
       swiftSettings: strict
     ),
@@ -54,6 +57,14 @@ let package = Package(
       name: "PersistenceTestSupport",
       dependencies: ["AsyncCache", "CChildProcess"],
       path: "Tests/PersistenceTestSupport",
+      swiftSettings: strict
+    ),
+    // A small HTTP/1.1 server on a loopback port, honest or hostile, for the URLSessionFetcher
+    // tests and the http benchmarks.
+    .target(
+      name: "HTTPTestSupport",
+      dependencies: ["AsyncCache"],
+      path: "Tests/HTTPTestSupport",
       swiftSettings: strict
     ),
     // What Swift's Glibc module does not declare for starting a child process (a GNU extension).
@@ -105,7 +116,7 @@ let package = Package(
     // Runs URLSessionFetcher against a small HTTP/1.1 server of its own on a loopback port.
     .testTarget(
       name: "AsyncCacheURLSessionTests",
-      dependencies: ["AsyncCache", "AsyncCacheTesting", "AsyncCacheURLSession", "TestSupport"],
+      dependencies: ["AsyncCache", "AsyncCacheTesting", "AsyncCacheURLSession", "HTTPTestSupport", "TestSupport"],
       swiftSettings: strict
     ),
   ],

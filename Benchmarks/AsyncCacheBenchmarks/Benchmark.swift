@@ -23,6 +23,7 @@ enum Benchmark: String, CaseIterable {
   case redisMGet100 = "redis.mget.100"
   case chainMemoryOverRedisHit = "chain.memoryOverRedis.hit"
   case fleetCoalescing = "fleet.coalescing"
+  case httpRevalidate = "http.revalidate"
 
   /// Runs the benchmark and returns its rows, the project's first.
   ///
@@ -52,6 +53,7 @@ enum Benchmark: String, CaseIterable {
     case .redisMGet100: try await RedisBenchmarks.mget100(configuration)
     case .chainMemoryOverRedisHit: try await RedisBenchmarks.memoryOverRedisHit(configuration)
     case .fleetCoalescing: try await FleetBenchmark.coalescing(configuration)
+    case .httpRevalidate: try await HTTPBenchmarks.revalidate(configuration)
     }
   }
 }

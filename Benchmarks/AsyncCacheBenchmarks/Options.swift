@@ -136,6 +136,8 @@ struct RunConfiguration {
   var redisReads = 20_000
   /// 100-key bulk reads per repetition of the Redis bulk benchmark.
   var redisBulkReads = 2_000
+  /// Refreshes of the 1 MB resource per repetition of the HTTP revalidation benchmark.
+  var httpRefreshes = 40
 
   static let full = RunConfiguration(
     isQuick: false,

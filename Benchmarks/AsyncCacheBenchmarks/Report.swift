@@ -4,6 +4,7 @@ import Foundation
 enum Unit: String {
   case nanosecondsPerOperation = "ns/op"
   case bytesPerEntry = "B/entry"
+  case bytesPerOperation = "B/op"
   /// A latency in nanoseconds: a percentile of many measured events, not a time per operation.
   case nanoseconds = "ns"
   /// A latency in milliseconds, for waits that include simulated network time.

@@ -1,6 +1,7 @@
 import AsyncCache
 import AsyncCacheURLSession
 import Foundation
+import HTTPTestSupport
 import Testing
 
 /// The samples of the "Composing layers" article, run against a real HTTP server on a loopback

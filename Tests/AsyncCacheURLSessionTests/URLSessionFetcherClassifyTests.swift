@@ -1,6 +1,7 @@
 import AsyncCache
 import AsyncCacheURLSession
 import Foundation
+import HTTPTestSupport
 import Testing
 
 #if canImport(FoundationNetworking)

@@ -2,6 +2,7 @@ import AsyncCache
 import AsyncCacheTesting
 import AsyncCacheURLSession
 import Foundation
+import HTTPTestSupport
 import Testing
 
 #if canImport(FoundationNetworking)

@@ -1,6 +1,7 @@
 import AsyncCache
 import AsyncCacheTesting
 import Foundation
+import HTTPTestSupport
 import Synchronization
 import Testing
 

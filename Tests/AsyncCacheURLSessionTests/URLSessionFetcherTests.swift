@@ -1,5 +1,6 @@
 import AsyncCacheURLSession
 import Foundation
+import HTTPTestSupport
 import Testing
 
 #if canImport(FoundationNetworking)

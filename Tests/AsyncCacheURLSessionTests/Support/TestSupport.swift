@@ -1,5 +1,6 @@
 import AsyncCacheURLSession
 import Foundation
+import HTTPTestSupport
 
 #if canImport(FoundationNetworking)
   import FoundationNetworking

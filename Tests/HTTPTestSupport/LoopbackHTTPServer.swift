@@ -1,5 +1,5 @@
 import AsyncCache
-import Foundation
+package import Foundation
 
 #if canImport(Glibc)
   import Glibc
@@ -19,19 +19,19 @@ import Foundation
 /// connection), never on the cooperative pool. Every thread waits with `poll` on its socket *and*
 /// on a wake pipe that ``stop()`` writes to, so stopping wakes them all, whatever they wait for.
 /// SIGPIPE is suppressed per socket (`MSG_NOSIGNAL`, `SO_NOSIGPIPE` on Apple platforms).
-final class LoopbackHTTPServer: Sendable {
+package final class LoopbackHTTPServer: Sendable {
   /// A request as the server read it.
-  struct Request: Sendable {
-    var method: String
-    var path: String
+  package struct Request: Sendable {
+    package var method: String
+    package var path: String
     /// Header fields, names lowercased.
-    var headers: [String: String]
+    package var headers: [String: String]
     /// 1 for the first request to this path, 2 for the second, …
-    var number: Int
+    package var number: Int
   }
 
   /// How the server answers a request.
-  enum Response: Sendable {
+  package enum Response: Sendable {
     /// A whole response.
     case status(Int, body: Data = Data())
     /// A 200 that announces `declaredLength` bytes but sends only `sent`, then holds the
@@ -60,7 +60,7 @@ final class LoopbackHTTPServer: Sendable {
   }
 
   /// Something the test can wait for with ``waitFor(_:)``.
-  enum Event: Hashable, Sendable {
+  package enum Event: Hashable, Sendable {
     /// A `.partial`, `.noAnswer`, `.trickle`, `.keepAlive` or pausing `.flood` response to `path`
     /// has been written (the head and first chunk of a `.trickle`, the body up to the pause of a
     /// `.flood`) and its connection is held.
@@ -72,7 +72,7 @@ final class LoopbackHTTPServer: Sendable {
     case secondResponseSent(path: String)
   }
 
-  typealias Route = @Sendable (Request) -> Response
+  package typealias Route = @Sendable (Request) -> Response
 
   private struct State {
     var isStopping = false
@@ -90,14 +90,14 @@ final class LoopbackHTTPServer: Sendable {
   }
 
   /// The port the server listens on.
-  let port: UInt16
+  package let port: UInt16
   private let listener: Int32
   private let wakePipe: (read: Int32, write: Int32)
   private let routes: [String: Route]
   private let state = Locked(State())
 
   /// Starts a server that answers each path with its route, and anything else with a 404.
-  init(routes: [String: Route]) throws {
+  package init(routes: [String: Route]) throws {
     self.routes = routes
     var pipeEnds: [Int32] = [0, 0]
     guard pipe(&pipeEnds) == 0 else { throw Self.posixError("pipe") }
@@ -114,7 +114,7 @@ final class LoopbackHTTPServer: Sendable {
 
   /// A TCP socket bound to 127.0.0.1 and an ephemeral port, listening or not (connections to a
   /// port bound but not listened on are refused, and no one else can take it meanwhile).
-  static func bindLoopback(listening: Bool) throws -> (descriptor: Int32, port: UInt16) {
+  package static func bindLoopback(listening: Bool) throws -> (descriptor: Int32, port: UInt16) {
     #if canImport(Glibc) || canImport(Musl)
       let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     #else
@@ -144,30 +144,30 @@ final class LoopbackHTTPServer: Sendable {
   }
 
   /// The URL of `path` on this server.
-  func url(_ path: String) -> URL { URL(string: "http://127.0.0.1:\(port)\(path)")! }
+  package func url(_ path: String) -> URL { URL(string: "http://127.0.0.1:\(port)\(path)")! }
 
   /// How many requests for `path` the server has read.
-  func requestCount(for path: String) -> Int { state.withLock { $0.requestCounts[path, default: 0] } }
+  package func requestCount(for path: String) -> Int { state.withLock { $0.requestCounts[path, default: 0] } }
 
   /// How many connections the server has accepted.
-  var connectionCount: Int { state.withLock { $0.connections } }
+  package var connectionCount: Int { state.withLock { $0.connections } }
 
   /// How many bytes of `.flood` bodies to `path` the server has written.
-  func bodyBytesSent(for path: String) -> Int { state.withLock { $0.bodyBytesSent[path, default: 0] } }
+  package func bodyBytesSent(for path: String) -> Int { state.withLock { $0.bodyBytesSent[path, default: 0] } }
 
   /// Lets the `.keepAlive` connections to `path` write their second response.
-  func release(_ path: String) { state.withLock { _ = $0.released.insert(path) } }
+  package func release(_ path: String) { state.withLock { _ = $0.released.insert(path) } }
 
   /// The bytes of a response: the status line, `Content-Length` unless `fields` has one (or has
   /// `Transfer-Encoding`), `fields` in order, and `body`.
-  static func response(status: Int, fields: KeyValuePairs<String, String> = [:], body: Data = Data()) -> Data {
+  package static func response(status: Int, fields: KeyValuePairs<String, String> = [:], body: Data = Data()) -> Data {
     head(status: status, fields: fields, contentLength: body.count) + body
   }
 
   /// The head of a response: the status line, `fields` in order, then `Content-Length:
   /// contentLength` unless `contentLength` is `nil` or `fields` sets the length or
   /// `Transfer-Encoding`, then the empty line.
-  static func head(status: Int, fields: KeyValuePairs<String, String> = [:], contentLength: Int?) -> Data {
+  package static func head(status: Int, fields: KeyValuePairs<String, String> = [:], contentLength: Int?) -> Data {
     var text = "HTTP/1.1 \(status) \(reasons[status] ?? "Status")\r\n"
     for (name, value) in fields { text += "\(name): \(value)\r\n" }
     let names = Set(fields.map { $0.key.lowercased() })
@@ -186,7 +186,7 @@ final class LoopbackHTTPServer: Sendable {
   ///
   /// - Throws: `CancellationError` when the waiting task is cancelled first (by a time limit, say),
   ///   so that a test whose event never comes fails instead of hanging.
-  func waitFor(_ event: Event) async throws {
+  package func waitFor(_ event: Event) async throws {
     let id = state.withLock { state in
       state.nextWaiterID += 1
       return state.nextWaiterID
@@ -213,7 +213,7 @@ final class LoopbackHTTPServer: Sendable {
 
   /// Wakes every thread of the server, closes its sockets and returns once all its threads have
   /// ended. Held connections are closed. Safe to call more than once.
-  func stop() async {
+  package func stop() async {
     let first = state.withLock { state in
       defer { state.isStopping = true }
       return !state.isStopping
@@ -481,7 +481,7 @@ final class LoopbackHTTPServer: Sendable {
 }
 
 /// Runs `body` with a server answering `routes`, and stops the server however `body` ends.
-func withLoopbackHTTPServer<Output>(
+package func withLoopbackHTTPServer<Output>(
   routes: [String: LoopbackHTTPServer.Route],
   _ body: (LoopbackHTTPServer) async throws -> Output
 ) async throws -> Output {
@@ -497,7 +497,7 @@ func withLoopbackHTTPServer<Output>(
 }
 
 /// Runs `body` with a loopback port that refuses connections: bound, not listening.
-func withRefusingLoopbackPort<Output>(_ body: (UInt16) async throws -> Output) async throws -> Output {
+package func withRefusingLoopbackPort<Output>(_ body: (UInt16) async throws -> Output) async throws -> Output {
   let (descriptor, port) = try LoopbackHTTPServer.bindLoopback(listening: false)
   defer { close(descriptor) }
   return try await body(port)
