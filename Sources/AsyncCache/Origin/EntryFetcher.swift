@@ -89,3 +89,43 @@ public struct ClosureEntryFetcher<Key: Hashable & Sendable, Value: Sendable>: En
     try await body(key, current)
   }
 }
+
+// MARK: - Fetcher operators that keep revalidation
+
+extension KeyMappedFetcher: EntryFetcher where Base: EntryFetcher {
+  /// Fetches the transformed key from the base origin, with the entry held: the base
+  /// revalidates it as it would under its own key.
+  public func fetchEntry(_ key: Key, current: CacheEntry<Value>?) async throws -> FetchedEntry<Value> {
+    let baseKey = try await transforming("the key transform in front of \(Base.self) for key \(describeKey(key))") {
+      try await transform(key)
+    }
+    return try await base.fetchEntry(baseKey, current: current)
+  }
+}
+
+extension PostProcessedFetcher: EntryFetcher where Base: EntryFetcher {
+  /// Fetches `key` from the base origin with the entry held (whose value is a post-processed
+  /// one: the base should revalidate by its metadata), and post-processes a new value.
+  public func fetchEntry(_ key: Key, current: CacheEntry<Value>?) async throws -> FetchedEntry<Value> {
+    switch try await base.fetchEntry(key, current: current) {
+    case .value(let value, let metadata, let timeToLive):
+      let processed = try await transforming(
+        "post-processing the value of \(Base.self) for key \(describeKey(key))"
+      ) {
+        try await transform(key, value)
+      }
+      return .value(processed, metadata: metadata, timeToLive: timeToLive)
+    case .notModified(let metadata, let timeToLive):
+      return .notModified(metadata: metadata, timeToLive: timeToLive)
+    }
+  }
+}
+
+extension AnyFetcher: EntryFetcher {
+  /// Asks the wrapped origin with the entry held when it is an ``EntryFetcher``; otherwise
+  /// fetches a value.
+  public func fetchEntry(_ key: Key, current: CacheEntry<Value>?) async throws -> FetchedEntry<Value> {
+    guard let entryBase = base as? any EntryFetcher<Key, Value> else { return .value(try await base.fetch(key)) }
+    return try await entryBase.fetchEntry(key, current: current)
+  }
+}

@@ -217,4 +217,27 @@ struct LoadingCacheRevalidationTests {
     }
     #expect(memory.entry(for: "k") == expected)
   }
+
+  @Test(
+    "key mapping, post-processing and type erasure keep an EntryFetcher's revalidation",
+    arguments: ["mappingKeys", "postProcessing", "eraseToAnyFetcher"])
+  func operatorsKeepRevalidation(operator: String) async throws {
+    let versioned = VersionedOrigin()
+    let origin: AnyFetcher<String, Int> =
+      switch `operator` {
+      case "mappingKeys": versioned.mappingKeys { (key: String) in key.uppercased() }.eraseToAnyFetcher()
+      case "postProcessing": versioned.postProcessing { _, value in value * 1 }.eraseToAnyFetcher()
+      default: versioned.eraseToAnyFetcher()
+      }
+    let cache = try cache(origin) {
+      $0.timeToLive = .seconds(60)
+      $0.staleWhileRevalidate = .seconds(60)
+    }
+    #expect(try await cache.value(for: "k") == 1)
+    clock.advance(by: .seconds(70))
+    #expect(try await cache.value(for: "k") == 1)
+    await cache.waitUntilIdle()
+    #expect(versioned.calls.map(\.currentTag) == [nil, #""1""#])
+    #expect(cache.statistics.revalidations == 1)
+  }
 }
