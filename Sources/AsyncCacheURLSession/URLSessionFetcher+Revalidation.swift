@@ -21,7 +21,9 @@ extension URLSessionFetcher: EntryFetcher {
   /// - With ``Configuration-swift.struct/responseFreshness`` set, the response's own freshness is
   ///   the entry's lifetime (bounded by the cache's): `s-maxage` (a shared cache only), else
   ///   `max-age`, else `Expires` less `Date`, less the response's age (`Age`, or how long ago its
-  ///   `Date` was, whichever is more), reckoned on the configuration's clock.
+  ///   `Date` was, whichever is more), reckoned on the configuration's clock. A response with
+  ///   `no-store` or `no-cache` (or `private`, in a shared cache) answers the request and is
+  ///   stored nowhere: a lifetime of zero.
   ///
   /// A session with its own `URLCache` may answer a conditional request from that cache: give
   /// the fetcher one without (`URLSessionConfiguration.ephemeral` with
@@ -100,6 +102,15 @@ struct HTTPCaching: Equatable {
     guard freshness != .ignored else { return }
     let date = instant("Date")
     let directives = Self.directives(field("Cache-Control") ?? "")
+    // Not to be kept (RFC 9111, 5.2.2): no-store; no-cache, which may not answer a request
+    // without asking the server first (kept only with that rule, which the cache's grace for
+    // stale values would break); private, in a shared cache.
+    if directives["no-store"] != nil || directives["no-cache"] != nil
+      || (freshness == .sharedCache && directives["private"] != nil)
+    {
+      lifetime = .zero
+      return
+    }
     let freshnessLifetime: Int64?
     if freshness == .sharedCache, let sharedMaximumAge = directives["s-maxage"] {
       freshnessLifetime = Self.seconds(sharedMaximumAge)

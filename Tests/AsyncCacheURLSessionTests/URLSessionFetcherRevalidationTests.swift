@@ -149,6 +149,26 @@ struct URLSessionFetcherRevalidationTests {
     }
   }
 
+  @Test("a no-store response answers its request and is stored nowhere; the next request asks again")
+  func noStore() async throws {
+    let resource = VersionedResource(size: 5, extraFields: [("Cache-Control", "no-store")])
+    try await withLoopbackHTTPServer(routes: ["/r": resource.route]) { server in
+      let clock = ManualClock()
+      let memory = try MemoryLayer<URL, Data>(configuration: .init(clock: clock))
+      let cache = try LoadingCache(
+        layers: [memory],
+        origin: URLSessionFetcher(
+          session: makeSession(), configuration: .init(timeLimit: nil, clock: clock, responseFreshness: .privateCache)),
+        configuration: .init(timeToLive: .seconds(3_600), clock: clock))
+      let url = server.url("/r")
+      #expect(try await cache.value(for: url).count == 5)
+      #expect(memory.entry(for: url) == nil)
+      #expect(try await cache.value(for: url).count == 5)
+      #expect(resource.seen.count == 2)
+      #expect(memory.statistics.evictions[.expiredOnArrival] == 0, "not stored, rather than refused")
+    }
+  }
+
   @Test("Cache-Control, Age, Date and Expires are read as RFC 9111 says")
   func freshnessArithmetic() {
     let now = CacheInstant(secondsSince1970: 1_000_000)
@@ -175,6 +195,12 @@ struct URLSessionFetcherRevalidationTests {
     #expect(lifetime(["Cache-Control": "no-transform"]) == nil, "no freshness stated")
     #expect(lifetime(["Cache-Control": "max-age=100"], .ignored) == nil)
     #expect(lifetime(["Cache-Control": "max-age=99999999999999999999"]) == .seconds(100 * 366 * 86_400))
+    // Not to be kept: a lifetime of zero, whatever else the response says.
+    #expect(lifetime(["Cache-Control": "max-age=100, no-store"]) == .zero)
+    #expect(lifetime(["Cache-Control": "No-Cache", "Expires": expires]) == .zero)
+    #expect(lifetime(["Cache-Control": "private, max-age=100"], .sharedCache) == .zero)
+    #expect(lifetime(["Cache-Control": "private, max-age=100"]) == .seconds(100), "a private cache keeps it")
+    #expect(lifetime(["Cache-Control": "no-store"], .ignored) == nil)
   }
 
   @Test("IMF-fixdates are written as HTTP-date readers read them, across centuries and leap days")

@@ -51,13 +51,21 @@ extension EntryFetcher {
 public enum FetchedEntry<Value: Sendable>: Sendable {
   /// A value, what the origin knows about it, and how long it stays fresh: `nil` for the
   /// cache's own lifetime; otherwise the shorter of this and the cache's (a cache-wide lifetime
-  /// bounds what an origin asks for).
+  /// bounds what an origin asks for). A lifetime of zero or less means *do not keep it* (HTTP's
+  /// `no-store`): the value answers the load's requests and is stored in no layer.
   case value(Value, metadata: EntryMetadata = EntryMetadata(), timeToLive: Duration? = nil)
   /// The entry the cache holds (the `current` the fetcher was given) did not change: the cache
   /// keeps its value for a new lifetime (`timeToLive`, bounded as for
   /// ``value(_:metadata:timeToLive:)``), with `metadata` in place of its own when given (new
   /// validators), and counts a revalidation.
   case notModified(metadata: EntryMetadata? = nil, timeToLive: Duration? = nil)
+
+  /// Whether the answer is to be stored: not with a lifetime of zero or less.
+  var isStored: Bool {
+    switch self {
+    case .value(_, _, let timeToLive), .notModified(_, let timeToLive): timeToLive.map { $0 > .zero } ?? true
+    }
+  }
 
   /// The error of an origin that answered ``notModified(metadata:timeToLive:)`` for `key`
   /// without an entry to keep.

@@ -76,15 +76,28 @@ extension LoadingCache {
     }
     let entry: CacheEntry<Value>
     let source: LoadSource
+    let stored: Bool
     do {
       let fetched = try await releasingLeases(lease) {
         try await fetchRetrying(load, current: current, attempts: &attempts)
       }
       (entry, source) = try self.entry(fetched, for: key, replacing: current)
+      stored = fetched.isStored
     } catch {
       // The other processes get the error, or (cancelled) one of them takes the load over.
       if case .granted(let leases, _) = lease { await leases.complete(key, with: .failure(error)) }
       throw error
+    }
+    guard stored else {
+      // The origin gave no lifetime to keep it for (HTTP's no-store): it answers the load's
+      // requests and is stored nowhere. Offered to the coordinator expired, so that it stores
+      // nothing and the other processes load on their own.
+      if case .granted(let leases, _) = lease {
+        let expired = CacheEntry(entry.value, expiresAt: configuration.clock.now, metadata: entry.metadata)
+        await leases.complete(key, with: .success(expired))
+      }
+      read.end()
+      return (entry.value, source)
     }
     // Asked once the value is in hand: a request that joins a prefetch meanwhile promotes it
     // into the top layer.

@@ -240,4 +240,26 @@ struct LoadingCacheRevalidationTests {
     #expect(versioned.calls.map(\.currentTag) == [nil, #""1""#])
     #expect(cache.statistics.revalidations == 1)
   }
+
+  @Test("an origin's zero lifetime answers the load and stores nothing; notModified with it keeps the entry as it was")
+  func zeroLifetime() async throws {
+    let answers = Locked<[FetchedEntry<Int>]>([
+      .value(1, timeToLive: .zero), .value(2, metadata: EntryMetadata(entityTag: "e")), .notModified(timeToLive: .zero),
+    ])
+    let origin = ClosureEntryFetcher<String, Int> { _, _ in answers.withLock { $0.removeFirst() } }
+    let cache = try cache(origin) {
+      $0.timeToLive = .seconds(10)
+      $0.staleWhileRevalidate = .seconds(10)
+    }
+    #expect(try await cache.value(for: "k") == 1)
+    #expect(memory.entry(for: "k") == nil && below.storedEntries["k"] == nil)
+    #expect(memory.statistics.evictions[.expiredOnArrival] == 0)
+    #expect(try await cache.value(for: "k") == 2)
+    let stored = try #require(memory.entry(for: "k"))
+    clock.advance(by: .seconds(15))
+    #expect(try await cache.value(for: "k") == 2)
+    await cache.waitUntilIdle()
+    #expect(memory.entry(for: "k") == stored, "the entry held stays as it was")
+    #expect(cache.statistics.revalidations == 1)
+  }
 }
