@@ -33,16 +33,22 @@ extension URLSessionFetcher: EntryFetcher {
   /// - Throws: What ``fetch(_:)`` throws.
   public func fetchEntry(_ url: URL, current: CacheEntry<Data>?) async throws -> FetchedEntry<Data> {
     try Task.checkCancellation()
-    var request = makeRequest(url)
+    let plain = makeRequest(url)
+    var request = plain
     var isConditional = false
-    if let current {
-      if let entityTag = current.metadata.entityTag, request.value(forHTTPHeaderField: "If-None-Match") == nil {
+    // Only a GET or a HEAD is made conditional: a server answers 412 to another method whose
+    // If-None-Match matches (RFC 9110, 13.1.2). A request builder that sets a validator of its
+    // own keeps it alone: a 304 then answers its validator, not the entry's.
+    let method = plain.httpMethod?.uppercased() ?? "GET"
+    let builderValidates =
+      plain.value(forHTTPHeaderField: "If-None-Match") != nil
+      || plain.value(forHTTPHeaderField: "If-Modified-Since") != nil
+    if let current, method == "GET" || method == "HEAD", !builderValidates {
+      if let entityTag = current.metadata.entityTag {
         request.setValue(entityTag, forHTTPHeaderField: "If-None-Match")
         isConditional = true
       }
-      if let lastModified = current.metadata.lastModified,
-        request.value(forHTTPHeaderField: "If-Modified-Since") == nil
-      {
+      if let lastModified = current.metadata.lastModified {
         request.setValue(HTTPCaching.imfFixdate(lastModified), forHTTPHeaderField: "If-Modified-Since")
         isConditional = true
       }
@@ -51,11 +57,30 @@ extension URLSessionFetcher: EntryFetcher {
     let (body, response) = try await run(request, url: url, accepting: statuses)
     let caching = HTTPCaching(response, freshness: configuration.responseFreshness, now: configuration.clock.now)
     if isConditional, response.statusCode == 304, let current {
+      // A 304 that names another entity tag than the one sent does not confirm the entry held
+      // (RFC 9111, 4.3.4): ask again, without validators.
+      if let sent = current.metadata.entityTag, let answered = caching.entityTag,
+        !HTTPCaching.weaklyEqual(sent, answered)
+      {
+        return try await fetchEntry(plain, url: url)
+      }
       var metadata = current.metadata
       if let entityTag = caching.entityTag { metadata.entityTag = entityTag }
       if let lastModified = caching.lastModified { metadata.lastModified = lastModified }
-      return .notModified(metadata: metadata, timeToLive: caching.lifetime)
+      // Freshness the 304 leaves out is the stored response's (RFC 9111, 4.3.4), which the
+      // entry does not record: without it, the entry is kept as it was, and asked about again.
+      let lifetime = caching.lifetime ?? (configuration.responseFreshness == .ignored ? nil : .zero)
+      return .notModified(metadata: metadata, timeToLive: lifetime)
     }
+    return .value(
+      body, metadata: EntryMetadata(entityTag: caching.entityTag, lastModified: caching.lastModified),
+      timeToLive: caching.lifetime)
+  }
+
+  /// The value of `request`, made without the entry's validators.
+  private func fetchEntry(_ request: URLRequest, url: URL) async throws -> FetchedEntry<Data> {
+    let (body, response) = try await run(request, url: url, accepting: acceptableStatusCodes)
+    let caching = HTTPCaching(response, freshness: configuration.responseFreshness, now: configuration.clock.now)
     return .value(
       body, metadata: EntryMetadata(entityTag: caching.entityTag, lastModified: caching.lastModified),
       timeToLive: caching.lifetime)
@@ -97,7 +122,7 @@ struct HTTPCaching: Equatable {
       field(name).flatMap { RetryAfter.secondsSince1970(httpDate: $0.trimmingSpaces, now: nowSeconds) }
         .map { CacheInstant(secondsSince1970: $0) }
     }
-    entityTag = field("ETag").map(\.trimmingSpaces).flatMap { $0.isEmpty ? nil : $0 }
+    entityTag = field("ETag").map(\.trimmingSpaces).flatMap { Self.isEntityTag($0) ? $0 : nil }
     lastModified = instant("Last-Modified")
     guard freshness != .ignored else { return }
     let date = instant("Date")
@@ -119,15 +144,17 @@ struct HTTPCaching: Equatable {
     } else if let expires = field("Expires") {
       // An Expires that is not a date (say, "0") means already expired (RFC 9111, 5.3).
       let expiresAt = RetryAfter.secondsSince1970(httpDate: expires.trimmingSpaces, now: nowSeconds)
-      freshnessLifetime =
-        expiresAt.map { Swift.max($0 - (date.map { $0.nanosecondsSince1970 / 1_000_000_000 } ?? nowSeconds), 0) } ?? 0
+      let reference = date.map { $0.nanosecondsSince1970 / 1_000_000_000 } ?? nowSeconds
+      freshnessLifetime = expiresAt.map { Swift.min(Swift.max($0 - reference, 0), Self.century) } ?? 0
     } else {
       freshnessLifetime = nil
     }
     guard let freshnessLifetime else { return }
     // The age: the `Age` the caches on the way counted, or how long ago the server dated the
     // response, whichever is more (RFC 9111, 4.2.3).
-    let ageField = field("Age").flatMap { Int64($0.trimmingSpaces) }.map { Swift.max($0, 0) } ?? 0
+    // An Age too large to read is 2^31 (RFC 9111, 1.2.2); one that is not digits is ignored.
+    let ageText = field("Age")?.trimmingSpaces ?? ""
+    let ageField = Self.isDigits(ageText) ? (Int64(ageText) ?? 2_147_483_648) : 0
     let apparentAge = date.map { Swift.max(nowSeconds - $0.nanosecondsSince1970 / 1_000_000_000, 0) } ?? 0
     lifetime = .seconds(Swift.max(freshnessLifetime - Swift.max(ageField, apparentAge), 0))
   }
@@ -156,16 +183,39 @@ struct HTTPCaching: Equatable {
   /// A delta-seconds value: digits only, capped at a hundred years; anything else counts as 0
   /// (a lifetime that cannot be read is no lifetime).
   static func seconds(_ value: String) -> Int64 {
-    guard !value.isEmpty, value.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
-      return 0
-    }
-    let century: Int64 = 100 * 366 * 86_400
+    guard isDigits(value) else { return 0 }
     return Int64(value).map { Swift.min($0, century) } ?? century
+  }
+
+  /// A hundred years, in seconds: the longest lifetime read.
+  static let century: Int64 = 100 * 366 * 86_400
+
+  /// Whether `value` is one or more ASCII digits.
+  static func isDigits(_ value: String) -> Bool {
+    !value.isEmpty && value.utf8.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
+  }
+
+  /// Whether `value` is one entity tag (RFC 9110, 8.8.3): an optional `W/`, then a quoted
+  /// string without quotes inside. Two `ETag` fields, which a session joins with a comma, are
+  /// not one.
+  static func isEntityTag(_ value: String) -> Bool {
+    let opaque = value.hasPrefix("W/") ? value.dropFirst(2) : Substring(value)
+    guard opaque.count >= 2, opaque.first == "\"", opaque.last == "\"" else { return false }
+    return !opaque.dropFirst().dropLast().contains("\"")
+  }
+
+  /// Whether two entity tags are equal by the weak comparison (RFC 9110, 8.8.3.2), which
+  /// `If-None-Match` uses: their opaque tags match, a `W/` aside.
+  static func weaklyEqual(_ first: String, _ second: String) -> Bool {
+    func opaque(_ tag: String) -> Substring { tag.hasPrefix("W/") ? tag.dropFirst(2) : Substring(tag) }
+    return opaque(first) == opaque(second)
   }
 
   /// `instant` as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), to the second (rounded down).
   static func imfFixdate(_ instant: CacheInstant) -> String {
-    let seconds = instant.nanosecondsSince1970 / 1_000_000_000
+    let nanoseconds = instant.nanosecondsSince1970
+    // Rounded down, before 1970 too, so that an If-Modified-Since is never later than the date.
+    let seconds = nanoseconds / 1_000_000_000 - (nanoseconds % 1_000_000_000 < 0 ? 1 : 0)
     let (days, time) = seconds.quotientAndRemainder(dividingBy: 86_400)
     let (day, secondOfDay) = time < 0 ? (days - 1, time + 86_400) : (days, time)
     let (year, month, dayOfMonth) = civil(daysSince1970: day)

@@ -217,4 +217,118 @@ struct URLSessionFetcherRevalidationTests {
       if RetryAfter.secondsSince1970(httpDate: text, now: 0) != seconds { return }
     }
   }
+  @Test("a 304 without freshness headers keeps the entry as it was, never extends it for ever")
+  func notModifiedWithoutFreshness() async throws {
+    let calls = Locked(0)
+    let route: LoopbackHTTPServer.Route = { request in
+      calls.withLock { $0 += 1 }
+      if request.headers["if-none-match"] == #""v1""# {
+        return .raw(response(status: 304, fields: [("ETag", #""v1""#)]))
+      }
+      return .raw(
+        response(status: 200, fields: [("ETag", #""v1""#), ("Cache-Control", "max-age=60")], body: Data("x".utf8)))
+    }
+    try await withLoopbackHTTPServer(routes: ["/r": route]) { server in
+      let clock = ManualClock()
+      let memory = try MemoryLayer<URL, Data>(configuration: .init(clock: clock))
+      var configuration = LoadingCache<URL, Data>.Configuration(clock: clock)
+      configuration.staleWhileRevalidate = .seconds(60)
+      let cache = try LoadingCache(
+        layers: [memory],
+        origin: URLSessionFetcher(
+          session: makeSession(), configuration: .init(timeLimit: nil, clock: clock, responseFreshness: .privateCache)),
+        configuration: configuration)
+      let url = server.url("/r")
+      _ = try await cache.value(for: url)
+      #expect(memory.entry(for: url)?.expiresAt == clock.now.advanced(by: .seconds(120)))
+      clock.advance(by: .seconds(70))
+      _ = try await cache.value(for: url)
+      await cache.waitUntilIdle()
+      #expect(cache.statistics.revalidations == 1)
+      #expect(memory.entry(for: url)?.expiresAt == clock.now.advanced(by: .seconds(50)), "kept as it was, not for ever")
+    }
+  }
+
+  @Test("a 304 naming another entity tag than the one held does not relabel the held body")
+  func notModifiedWithAnotherTag() async throws {
+    try await withLoopbackHTTPServer(routes: ["/r": { _ in .raw(response(status: 304, fields: [("ETag", #""v2""#)])) }])
+    {
+      server in
+      let fetcher = URLSessionFetcher(session: makeSession(), configuration: .untimed)
+      let current = CacheEntry(Data("one".utf8), expiresAt: nil, metadata: EntryMetadata(entityTag: #""v1""#))
+      // The fetcher asks again without validators; this server answers 304 to that too, which
+      // is no acceptable status.
+      let error = await #expect(throws: URLSessionFetcherError.self) {
+        try await fetcher.fetchEntry(server.url("/r"), current: current)
+      }
+      #expect(error?.statusCode == 304)
+    }
+  }
+
+  @Test("a 304 answering the request builder's own If-None-Match does not keep the held entry")
+  func buildersOwnValidator() async throws {
+    let route: LoopbackHTTPServer.Route = { request in
+      request.headers["if-none-match"] == #""builder""#
+        ? .raw(response(status: 304, fields: [("ETag", #""builder""#)]))
+        : .raw(response(status: 200, fields: [("ETag", #""new""#)], body: Data("new".utf8)))
+    }
+    try await withLoopbackHTTPServer(routes: ["/r": route]) { server in
+      let fetcher = URLSessionFetcher(session: makeSession(), configuration: .untimed) { url in
+        var request = URLRequest(url: url)
+        request.setValue(#""builder""#, forHTTPHeaderField: "If-None-Match")
+        return request
+      }
+      let current = CacheEntry(
+        Data("old".utf8), expiresAt: nil,
+        metadata: EntryMetadata(entityTag: #""old""#, lastModified: CacheInstant(secondsSince1970: 784_903_526)))
+      // Not conditional on the entry: the builder's 304 is not an acceptable status.
+      let error = await #expect(throws: URLSessionFetcherError.self) {
+        try await fetcher.fetchEntry(server.url("/r"), current: current)
+      }
+      #expect(error?.statusCode == 304)
+    }
+  }
+
+  @Test("validators are only sent on GET and HEAD")
+  func conditionalPost() async throws {
+    let route: LoopbackHTTPServer.Route = { request in
+      if request.method == "POST", request.headers["if-none-match"] == #""v1""# {
+        return .raw(response(status: 412, fields: []))
+      }
+      return .raw(response(status: 200, fields: [("ETag", #""v1""#)], body: Data("result".utf8)))
+    }
+    try await withLoopbackHTTPServer(routes: ["/graphql": route]) { server in
+      let clock = ManualClock()
+      let fetcher = URLSessionFetcher(session: makeSession(), configuration: .untimed) { url in
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        request.httpBody = Data("{}".utf8)
+        return request
+      }
+      let cache = try LoadingCache(
+        layers: [MemoryLayer<URL, Data>(configuration: .init(clock: clock))], origin: fetcher,
+        configuration: .init(timeToLive: .seconds(60), staleWhileRevalidate: .seconds(60), clock: clock))
+      let url = server.url("/graphql")
+      _ = try await cache.value(for: url)
+      clock.advance(by: .seconds(70))
+      _ = try await cache.value(for: url)
+      await cache.waitUntilIdle()
+      #expect(cache.statistics.refreshFailures == 0, "the refresh's POST carried If-None-Match and got a 412")
+    }
+  }
+
+  @Test("Age overflow, far Expires, two ETag fields, IMF-fixdates of negative sub-second instants")
+  func edgeArithmetic() {
+    let now = CacheInstant(secondsSince1970: 1_000_000)
+    func caching(_ fields: [String: String]) -> HTTPCaching {
+      let lowercased = Dictionary(uniqueKeysWithValues: fields.map { ($0.key.lowercased(), $0.value) })
+      return HTTPCaching(field: { lowercased[$0.lowercased()] }, freshness: .privateCache, now: now)
+    }
+    #expect(caching(["Cache-Control": "max-age=100", "Age": "99999999999999999999"]).lifetime == .zero)
+    #expect(caching(["Expires": "Fri, 31 Dec 9999 23:59:59 GMT"]).lifetime == .seconds(HTTPCaching.century))
+    #expect(caching(["ETag": #""a", "b""#]).entityTag == nil, "two ETag fields joined are not one tag")
+    #expect(caching(["ETag": #"W/"a""#]).entityTag == #"W/"a""#)
+    #expect(HTTPCaching.weaklyEqual(#"W/"a""#, #""a""#) && !HTTPCaching.weaklyEqual(#""a""#, #""b""#))
+    #expect(HTTPCaching.imfFixdate(CacheInstant(nanosecondsSince1970: -500_000_000)) == "Wed, 31 Dec 1969 23:59:59 GMT")
+  }
 }

@@ -87,19 +87,30 @@ struct ChainRead<Key: Hashable & Sendable, Value: Sendable>: ~Copyable, Sendable
   /// Ends the read, which loaded `entry` from the origin, by storing it in every layer from
   /// the top (or the layer below it when `skippingTop`) but `excluded` (the coordinator's,
   /// which took it when its claim completed, or which must not take it unfenced). With
-  /// `revalidating` (the expiry of the entry the origin said did not change: `entry` has its
-  /// value), a layer that still holds that entry is given `entry`'s expiry and metadata in
-  /// place (``AsyncCacheLayer/revalidate(_:for:replacing:)``); the others store `entry` whole.
+  /// `revalidating` (the entry the origin said did not change: `entry` has its value), a layer
+  /// that still holds that entry is given `entry`'s expiry and metadata in place (``AsyncCacheLayer/revalidate(_:for:replacing:)``); the others store `entry` whole.
   /// Returns whether it stored it: not when a write overtook the read.
   @discardableResult
   consuming func store(
     _ entry: CacheEntry<Value>, skippingTop: Bool = false, excluding excluded: Int? = nil,
-    revalidating revalidated: CacheInstant?? = nil
+    revalidating revalidated: CacheEntry<Value>? = nil
   ) async -> Bool {
     let layers = chain.firstLayer(skippingTop: skippingTop)..<chain.tiers.count
     return await chain.commit(
       entry, for: key, to: layers.filter { $0 != excluded }, token: token, operation: .insert,
       revalidating: revalidated)
+  }
+}
+
+extension ChainRead {
+  /// Ends the read, which loaded a value that must not be kept (its origin gave it no
+  /// lifetime), by removing the key from every layer from the top (or the layer below it when
+  /// `skippingTop`) but `excluded`: the entry the load replaced is older than what the origin
+  /// answered, and must not be served in its stead. A write since the read began wins: it
+  /// removes nothing then.
+  consuming func remove(skippingTop: Bool = false, excluding excluded: Int? = nil) async {
+    let layers = chain.firstLayer(skippingTop: skippingTop)..<chain.tiers.count
+    await chain.commitRemoval(of: key, from: layers.filter { $0 != excluded }, token: token)
   }
 }
 
@@ -175,6 +186,16 @@ extension CacheChain {
     return nil
   }
 
+  /// Removes `key` from the layers in `range` unless a write overtook `token`, as a fill would
+  /// write (see ``ChainRead/remove(skippingTop:excluding:)``). A layer that fails is recorded.
+  fileprivate nonisolated func commitRemoval(
+    of key: Key, from range: some Collection<Int> & Sendable, token: ReadToken<Key>
+  ) async {
+    guard let ticket = await coordinator.acquireCommit(token, kind: .fill) else { return }
+    defer { coordinator.releaseWrite(ticket) }
+    for index in range { await removeAfterFailure(key, from: index) }
+  }
+
   /// Writes `entry` to the layers in `range` unless a write overtook `token` (or the task was
   /// cancelled while waiting for the key). Returns whether it wrote.
   fileprivate nonisolated func commit(
@@ -183,7 +204,7 @@ extension CacheChain {
     to range: some Collection<Int> & Sendable,
     token: ReadToken<Key>,
     operation: LayerFailure.Operation,
-    revalidating revalidated: CacheInstant?? = nil
+    revalidating revalidated: CacheEntry<Value>? = nil
   ) async -> Bool {
     // A back-fill copies what a layer holds: it makes no read's value older, so it overtakes none
     // (a load that starts meanwhile still stores its newer value, after it).

@@ -374,15 +374,15 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Writes `entry` to the layers in `range`, top-down. A layer that fails is recorded and the
   /// key is removed from it, so it cannot serve an older value later. If its failures propagate
   /// (and `propagating` is set) the key is removed from every layer instead, and the error to
-  /// throw is returned. With `revalidating` (the expiry of an entry revalidated, whose value
-  /// `entry` has), a layer that still holds that entry changes it in place instead.
+  /// throw is returned. With `revalidating` (an entry revalidated, whose value `entry` has), a
+  /// layer that still holds that entry changes it in place instead.
   nonisolated func write(
     _ entry: CacheEntry<Value>,
     for key: Key,
     to range: some Collection<Int> & Sendable,
     operation: LayerFailure.Operation,
     propagating: Bool,
-    revalidating revalidated: CacheInstant?? = nil
+    revalidating revalidated: CacheEntry<Value>? = nil
   ) async -> (any Error)? {
     for index in range {
       do {

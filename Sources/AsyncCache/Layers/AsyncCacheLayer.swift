@@ -82,18 +82,21 @@ public protocol AsyncCacheLayer<Key, Value>: Actor {
   /// without coordination.
   nonisolated var loadCoordinator: (any LoadCoordinator<Key, Value>)? { get }
 
-  /// Gives the entry stored for `key`, if it is the one that expires at `expiresAt`, the expiry
-  /// and metadata of `entry` — whose value is that entry's — without writing the value again:
-  /// the revalidation of an entry whose origin said it did not change (see ``EntryFetcher``).
+  /// Gives the entry stored for `key`, if it is `held` (the same expiry and the same metadata),
+  /// the expiry and metadata of `entry` — whose value is `held`'s — without writing the value
+  /// again: the revalidation of an entry whose origin said it did not change (see
+  /// ``EntryFetcher``).
   ///
   /// Returns whether it did. `false` (the layer holds no such entry, or cannot change one in
-  /// place) makes the caller ``insert(_:for:)`` `entry` whole instead. The default
+  /// place) makes the caller ``insert(_:for:)`` `entry` whole instead. Compare the metadata as
+  /// well as the expiry: another version of the value written with the same expiry must not
+  /// take `held`'s validators. The default
   /// implementation returns `false`; ``MemoryLayer`` and `RedisLayer` change the entry in place
   /// (a Redis entry's value does not cross the network again), and the layers that store what
   /// they are given (``PassThroughCacheLayer``) pass it on.
   ///
   /// - Throws: What the layer could not do; the caller then records a failure of the layer.
-  func revalidate(_ entry: CacheEntry<Value>, for key: Key, replacing expiresAt: CacheInstant?) async throws -> Bool
+  func revalidate(_ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>) async throws -> Bool
 }
 
 extension AsyncCacheLayer {
@@ -111,7 +114,7 @@ extension AsyncCacheLayer {
 
   /// Changes nothing in place: returns `false`, so that the caller stores `entry` whole.
   public nonisolated func revalidate(
-    _ entry: CacheEntry<Value>, for key: Key, replacing expiresAt: CacheInstant?
+    _ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>
   ) async throws -> Bool {
     false
   }

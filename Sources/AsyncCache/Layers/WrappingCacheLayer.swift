@@ -80,8 +80,8 @@ extension PassThroughCacheLayer {
 
   /// Revalidates `key` in the layer passed through.
   public nonisolated func revalidate(
-    _ entry: CacheEntry<Value>, for key: Key, replacing expiresAt: CacheInstant?
+    _ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>
   ) async throws -> Bool {
-    try await passedThroughLayer.revalidate(entry, for: key, replacing: expiresAt)
+    try await passedThroughLayer.revalidate(entry, for: key, replacing: held)
   }
 }

@@ -123,7 +123,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
     return target.subtractingReportingOverflow(expiry).partialValue >= minimumGain ? target : nil
   }
 
-  /// Gives the entry for `key`, if it is the one that expires at `expiresAt`, `entry`'s expiry
+  /// Gives the entry for `key`, if it is `held` (its expiry and metadata), `entry`'s expiry
   /// (capped by ``Configuration-swift.struct/timeToLive``) and metadata, keeping the value it
   /// holds: see ``AsyncCacheLayer/revalidate(_:for:replacing:)``. Safe from any context. Never
   /// suspends (`async` only so that it, not the protocol's default, answers calls on the
@@ -131,12 +131,12 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   ///
   /// - Throws: ``EntryMetadataError`` when the metadata is over one of its limits.
   public nonisolated func revalidate(
-    _ entry: CacheEntry<Value>, for key: Key, replacing expiresAt: CacheInstant?
+    _ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>
   ) async throws -> Bool {
     if !entry.metadata.isEmpty { try entry.metadata.validate() }
     return store.revalidate(
-      key, from: expiresAt?.nanosecondsSince1970 ?? .max, to: entry.expiresAt?.nanosecondsSince1970 ?? .max,
-      metadata: entry.metadata)
+      key, from: held.expiresAt?.nanosecondsSince1970 ?? .max, heldMetadata: held.metadata,
+      to: entry.expiresAt?.nanosecondsSince1970 ?? .max, metadata: entry.metadata)
   }
 
   /// Moves the expiry of the entry for `key` from `expiry` to `target` (nanoseconds since 1970)

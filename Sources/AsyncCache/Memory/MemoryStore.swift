@@ -287,11 +287,13 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   }
 
   /// Gives the entry for `key`, if it still expires at `oldExpiry` (nanoseconds since 1970,
-  /// `Int64.max` for never), the expiry `expiry` (capped by the store's time-to-live from now)
-  /// and `metadata`, keeping its value. Returns whether it did: not when the entry is gone or
+  /// `Int64.max` for never) with the metadata `heldMetadata`, the expiry `expiry` (capped by the
+  /// store's time-to-live from now) and `metadata`, keeping its value. Returns whether it did: not when the entry is gone or
   /// was replaced, nor when the new expiry has passed already. Does not change recency or
   /// statistics.
-  func revalidate(_ key: Key, from oldExpiry: Int64, to expiry: Int64, metadata: EntryMetadata) -> Bool {
+  func revalidate(
+    _ key: Key, from oldExpiry: Int64, heldMetadata: EntryMetadata, to expiry: Int64, metadata: EntryMetadata
+  ) -> Bool {
     let now = clock.now.nanosecondsSince1970
     let target = cappedExpiry(expiry, now: now)
     guard target > now else { return false }
@@ -300,6 +302,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       guard let slot = segment.find(key, hash: hash), segment.nodes[slot].expiry == oldExpiry else {
         return false
       }
+      let stored = segment.nodes[slot].hasMetadata ? segment.metadata[key] ?? EntryMetadata() : EntryMetadata()
+      guard stored == heldMetadata else { return false }
       segment.nodes[slot].expiry = target
       if !metadata.isEmpty {
         segment.nodes[slot].hasMetadata = true

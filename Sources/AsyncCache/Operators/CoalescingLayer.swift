@@ -113,6 +113,15 @@ public final actor CoalescingLayer<Base: AsyncCacheLayer>: PassThroughCacheLayer
     try await base.insert(entry, for: key)
   }
 
+  /// Revalidates `key` in the base layer (see `AsyncCacheLayer.revalidate(_:for:replacing:)`);
+  /// requests that come after it start a new lookup, which sees the new expiry and metadata.
+  public nonisolated func revalidate(
+    _ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>
+  ) async throws -> Bool {
+    defer { lookups.withLock { $0.detach(key) } }
+    return try await base.revalidate(entry, for: key, replacing: held)
+  }
+
   /// Removes `key` from the base layer; requests that come after it start a new lookup.
   public nonisolated func removeValue(for key: Key) async throws {
     defer { lookups.withLock { $0.detach(key) } }

@@ -71,6 +71,16 @@ public final actor RequestCappedLayer<Base: AsyncCacheLayer>: PassThroughCacheLa
     try await base.insert(entry, for: key)
   }
 
+  /// Revalidates `key` in the base layer once a slot is free: a request like the others (see
+  /// `AsyncCacheLayer.revalidate(_:for:replacing:)`).
+  public nonisolated func revalidate(
+    _ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>
+  ) async throws -> Bool {
+    try await acquireSlot()
+    defer { releaseSlot() }
+    return try await base.revalidate(entry, for: key, replacing: held)
+  }
+
   /// Removes `key` from the base layer once a slot is free.
   @inlinable
   public nonisolated func removeValue(for key: Key) async throws {

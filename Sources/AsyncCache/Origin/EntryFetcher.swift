@@ -52,7 +52,12 @@ public enum FetchedEntry<Value: Sendable>: Sendable {
   /// A value, what the origin knows about it, and how long it stays fresh: `nil` for the
   /// cache's own lifetime; otherwise the shorter of this and the cache's (a cache-wide lifetime
   /// bounds what an origin asks for). A lifetime of zero or less means *do not keep it* (HTTP's
-  /// `no-store`): the value answers the load's requests and is stored in no layer.
+  /// `no-store`): the value answers the load's requests and is stored in no layer, and the
+  /// entry it replaces, if any, is removed (it is older than the value).
+  ///
+  /// Refresh ahead and sliding expiry reckon from the cache's own lifetime, not from the
+  /// origin's: with an origin lifetime much shorter than the cache's, turn them off (refresh
+  /// ahead would find such entries due at once).
   case value(Value, metadata: EntryMetadata = EntryMetadata(), timeToLive: Duration? = nil)
   /// The entry the cache holds (the `current` the fetcher was given) did not change: the cache
   /// keeps its value for a new lifetime (`timeToLive`, bounded as for

@@ -18,11 +18,11 @@ extension LoadingCache {
   /// (from the top, or the one below it when `skippingTop`) as `lease` allows, completing its
   /// claim first when it has one.
   ///
-  /// - Parameter revalidated: The expiry of the entry the origin said did not change (`entry`
-  ///   keeps its value): the layers that hold it change it in place.
+  /// - Parameter revalidated: The entry the origin said did not change (`entry` keeps its
+  ///   value): the layers that hold it change it in place.
   func store(
     _ entry: CacheEntry<Value>, ending read: consuming ChainRead<Key, Value>, lease: Lease, skippingTop: Bool = false,
-    revalidating revalidated: CacheInstant?? = nil
+    revalidating revalidated: CacheEntry<Value>? = nil
   ) async {
     switch lease {
     case .unshared:
@@ -92,18 +92,28 @@ extension LoadingCache {
       // The origin gave no lifetime to keep it for (HTTP's no-store): it answers the load's
       // requests and is stored nowhere. Offered to the coordinator expired, so that it stores
       // nothing and the other processes load on their own.
-      if case .granted(let leases, _) = lease {
+      var excluded: Int?
+      if case .granted(let leases, let tier) = lease {
         let expired = CacheEntry(entry.value, expiresAt: configuration.clock.now, metadata: entry.metadata)
         await leases.complete(key, with: .success(expired))
+        excluded = tier
+      } else if case .alone(let tier) = lease {
+        excluded = tier
       }
-      read.end()
+      // A new value replaces the entry held: that one is older, and must not be served in its
+      // stead. A notModified with no lifetime leaves it as it was.
+      guard current != nil, source != .revalidated else {
+        read.end()
+        return (entry.value, source)
+      }
+      await read.remove(skippingTop: loadTable.skipsTopLayer(load), excluding: excluded)
       return (entry.value, source)
     }
     // Asked once the value is in hand: a request that joins a prefetch meanwhile promotes it
     // into the top layer.
     await store(
       entry, ending: read, lease: lease, skippingTop: loadTable.skipsTopLayer(load),
-      revalidating: source == .revalidated ? .some(current?.expiresAt) : nil)
+      revalidating: source == .revalidated ? current : nil)
     return (entry.value, source)
   }
 

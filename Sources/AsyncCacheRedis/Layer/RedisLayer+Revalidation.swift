@@ -1,47 +1,52 @@
 public import AsyncCache
 
 extension RedisLayer {
-  /// Gives the entry stored for `key`, if it is the one that expires at `expiresAt`, `entry`'s
-  /// expiry (capped by ``Configuration-swift.struct/timeToLive``) and metadata, in one script
-  /// on the server: the stored value stays where it is and does not cross the network again
-  /// (see `AsyncCacheLayer/revalidate(_:for:replacing:)`). The change is announced on the
-  /// invalidation channel as a write is.
+  /// Gives the entry stored for `key`, if it is `held` (the same expiry and the same metadata,
+  /// byte for byte), `entry`'s expiry (capped by ``Configuration-swift.struct/timeToLive``) and
+  /// metadata, in one script on the server: the stored value stays where it is and does not
+  /// cross the network again (see `AsyncCacheLayer.revalidate(_:for:replacing:)`). The change is
+  /// announced on the invalidation channel as a write is.
   ///
   /// Returns `false`, for the caller to store the whole entry, when the key holds another entry
-  /// (or none), when the new expiry has passed already, and with single flight, whose writes are
-  /// fenced (its loads revalidate through their fill).
+  /// (or none, or one that does not read), when the new expiry has passed already, when the
+  /// value with its new metadata would be over ``Configuration-swift.struct/maximumValueSize``,
+  /// and with single flight, whose writes are fenced (its loads revalidate through their fill,
+  /// which writes the whole entry).
   ///
   /// - Throws: `PersistenceError.Code.encodingFailed` when the metadata is over one of its
   ///   limits; ``RedisError``.
   public nonisolated func revalidate(
-    _ entry: CacheEntry<Value>, for key: Key, replacing expiresAt: CacheInstant?
+    _ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>
   ) async throws -> Bool {
     guard singleFlight == nil else { return false }
     let encodedKey = try self.encodedKey(key)
     let now = followedClock.now
     let newExpiry = entry.expiring(noLaterThan: configuration.timeToLive.map { now.advanced(by: $0) }).expiresAt
     if let newExpiry, newExpiry <= now { return false }
-    let metadata: [UInt8]
-    do {
-      metadata = try entry.metadata.encoded()
-    } catch {
-      throw PersistenceError.unstorableMetadata(key: encodedKey, layer: "RedisLayer", error)
+    func metadataField(_ metadata: EntryMetadata) throws -> [UInt8] {
+      let stored: [UInt8]
+      do {
+        stored = try metadata.encoded()
+      } catch {
+        throw PersistenceError.unstorableMetadata(key: encodedKey, layer: "RedisLayer", error)
+      }
+      guard !stored.isEmpty else { return [] }
+      return [UInt8(truncatingIfNeeded: stored.count >> 8), UInt8(truncatingIfNeeded: stored.count)] + stored
     }
     func bigEndian(_ instant: CacheInstant?) -> [UInt8] {
       guard let instant else { return [] }
       return withUnsafeBytes(of: instant.nanosecondsSince1970.bigEndian) { Array($0) }
     }
-    let metadataField =
-      metadata.isEmpty
-      ? [] : [UInt8(truncatingIfNeeded: metadata.count >> 8), UInt8(truncatingIfNeeded: metadata.count)] + metadata
     let milliseconds = newExpiry.map { expiry in
       // Whole milliseconds, rounded up: Redis never drops the key before the entry expires.
       let nanoseconds = now.duration(to: expiry).nanoseconds
       return Array(String(nanoseconds / 1_000_000 + (nanoseconds % 1_000_000 == 0 ? 0 : 1)).utf8)
     }
     let arguments =
-      [bigEndian(expiresAt), bigEndian(newExpiry), metadataField, milliseconds ?? []]
-      + invalidationArguments(for: encodedKey)
+      [
+        bigEndian(held.expiresAt), try metadataField(held.metadata), bigEndian(newExpiry),
+        try metadataField(entry.metadata), milliseconds ?? [], Array(String(configuration.maximumValueSize).utf8),
+      ] + invalidationArguments(for: encodedKey)
     let reply = try await runScript(
       LayerScripts.revalidate, keys: [keyPrefix + Array(encodedKey.utf8)], arguments: arguments, key: encodedKey)
     guard case .integer(let done) = reply else { throw unexpected(reply, to: "EVALSHA (revalidate)") }
@@ -55,10 +60,12 @@ extension RedisLayer {
 /// The scripts of a plain `RedisLayer` (single flight has its own, `SingleFlightScripts`).
 enum LayerScripts {
   /// Rewrites the header of the envelope at `KEYS[1]` (see `RedisEnvelope`) if it holds the
-  /// expiry `ARGV[1]` (8 bytes, big-endian; empty for none): with the expiry `ARGV[2]` (likewise),
-  /// the version it had, the metadata field `ARGV[3]` (a 2-byte length and the stored form;
-  /// empty for none) and the same value bytes; `PX ARGV[4]` unless it is empty; publishes
-  /// `ARGV[6]` on `ARGV[5]` unless empty. Returns 1 when it rewrote, 0 otherwise.
+  /// expiry `ARGV[1]` (8 bytes, big-endian; empty for none) and the metadata field `ARGV[2]` (a
+  /// 2-byte length and the stored form; empty for none): with the expiry `ARGV[3]`, the version
+  /// it had, the metadata field `ARGV[4]` and the same value bytes, unless the value and the new
+  /// metadata are over `ARGV[6]` bytes; `PX ARGV[5]` unless it is empty; publishes `ARGV[8]` on
+  /// `ARGV[7]` unless empty. Returns 1 when it rewrote, 0 otherwise (an envelope that does not
+  /// read is left alone).
   static let revalidate = RedisScript(
     """
       local stored = redis.call('GET', KEYS[1])
@@ -70,6 +77,7 @@ enum LayerScripts {
       local expiry = ''
       if flags % 2 == 1 then
         expiry = string.sub(stored, 4, 11)
+        if #expiry ~= 8 then return 0 end
         index = 12
       end
       if expiry ~= ARGV[1] then return 0 end
@@ -79,22 +87,30 @@ enum LayerScripts {
         if #version ~= 8 then return 0 end
         index = index + 8
       end
+      local metadata = ''
       if math.floor(flags / 4) % 2 == 1 then
         if #stored < index + 1 then return 0 end
-        index = index + 2 + string.byte(stored, index) * 256 + string.byte(stored, index + 1)
+        local length = string.byte(stored, index) * 256 + string.byte(stored, index + 1)
+        if length == 0 or #stored < index + 1 + length then return 0 end
+        metadata = string.sub(stored, index, index + 1 + length)
+        index = index + 2 + length
       end
-      if index > #stored + 1 then return 0 end
+      if metadata ~= ARGV[2] then return 0 end
+      local value = string.sub(stored, index)
+      local newMetadata = 0
+      if ARGV[4] ~= '' then newMetadata = #ARGV[4] - 2 end
+      if #value + newMetadata > tonumber(ARGV[6]) then return 0 end
       local newFlags = 0
-      if ARGV[2] ~= '' then newFlags = newFlags + 1 end
+      if ARGV[3] ~= '' then newFlags = newFlags + 1 end
       if version ~= '' then newFlags = newFlags + 2 end
-      if ARGV[3] ~= '' then newFlags = newFlags + 4 end
-      local rewritten = string.char(172, 1, newFlags) .. ARGV[2] .. version .. ARGV[3] .. string.sub(stored, index)
-      if ARGV[4] == '' then
+      if ARGV[4] ~= '' then newFlags = newFlags + 4 end
+      local rewritten = string.char(172, 1, newFlags) .. ARGV[3] .. version .. ARGV[4] .. value
+      if ARGV[5] == '' then
         redis.call('SET', KEYS[1], rewritten)
       else
-        redis.call('SET', KEYS[1], rewritten, 'PX', ARGV[4])
+        redis.call('SET', KEYS[1], rewritten, 'PX', ARGV[5])
       end
-      if ARGV[5] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
+      if ARGV[7] ~= '' then redis.call('PUBLISH', ARGV[7], ARGV[8]) end
       return 1
     """)
 }

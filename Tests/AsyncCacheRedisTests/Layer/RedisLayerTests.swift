@@ -91,7 +91,8 @@ struct RedisLayerTests {
     let clock = WallClock()
     let value = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
     let first = clock.now.advanced(by: .seconds(60))
-    try await layer.insert(CacheEntry(value, expiresAt: first, metadata: EntryMetadata(entityTag: "1")), for: "big")
+    let held = CacheEntry(value, expiresAt: first, metadata: EntryMetadata(entityTag: "1"))
+    try await layer.insert(held, for: "big")
     let received = { () async throws -> Int in
       guard let info = bytes(try await server.command("INFO", "stats")) else { return -1 }
       let line = String(decoding: info, as: UTF8.self).split(whereSeparator: \.isNewline)
@@ -102,21 +103,32 @@ struct RedisLayerTests {
     let second = clock.now.advanced(by: .seconds(600))
     let metadata = EntryMetadata(entityTag: "1", tags: ["t"])
     #expect(
-      try await layer.revalidate(CacheEntry(value, expiresAt: second, metadata: metadata), for: "big", replacing: first)
+      try await layer.revalidate(CacheEntry(value, expiresAt: second, metadata: metadata), for: "big", replacing: held)
     )
     let sent = try await received() - before
     #expect(sent > 0 && sent < 4_096, "\(sent) bytes reached the server")
     #expect(try await layer.entry(for: "big") == CacheEntry(value, expiresAt: second, metadata: metadata))
     let ttl = try #require(integer(try await server.command("PTTL", "test:big")))
     #expect(ttl > 590_000 && ttl <= 600_000)
-    // Another entry than the one revalidated, or none: nothing changes, and the caller stores it.
-    #expect(try await !layer.revalidate(CacheEntry(value, expiresAt: first), for: "big", replacing: first))
-    #expect(try await layer.entry(for: "big")?.expiresAt == second)
-    #expect(try await !layer.revalidate(CacheEntry(value), for: "absent", replacing: nil))
+    // Another entry than the one revalidated (another expiry; the same expiry with other
+    // metadata, as another version written with the same deadline is), or none: nothing
+    // changes, and the caller stores it.
+    #expect(try await !layer.revalidate(CacheEntry(value, expiresAt: first), for: "big", replacing: held))
+    let sameExpiryOtherVersion = CacheEntry(value, expiresAt: second, metadata: EntryMetadata(entityTag: "2"))
+    #expect(
+      try await !layer.revalidate(CacheEntry(value, expiresAt: first), for: "big", replacing: sameExpiryOtherVersion))
+    #expect(try await layer.entry(for: "big") == CacheEntry(value, expiresAt: second, metadata: metadata))
+    #expect(try await !layer.revalidate(CacheEntry(value), for: "absent", replacing: CacheEntry(value)))
     // An entry that never expires, without metadata, revalidated to one that does.
     try await layer.insert(Data("small".utf8), for: "plain")
-    #expect(try await layer.revalidate(CacheEntry(Data("small".utf8), expiresAt: first), for: "plain", replacing: nil))
+    #expect(
+      try await layer.revalidate(
+        CacheEntry(Data("small".utf8), expiresAt: first), for: "plain", replacing: CacheEntry(Data("small".utf8))))
     #expect(try await layer.entry(for: "plain") == CacheEntry(Data("small".utf8), expiresAt: first))
+    // An envelope that does not read (a metadata flag with a length of 0) is left alone.
+    _ = try await RedisServer.command(
+      RESPCommand([Array("SET".utf8), Array("test:broken".utf8), [0xAC, 1, 4, 0, 0, 1]]), port: server.port)
+    #expect(try await !layer.revalidate(CacheEntry(Data([1])), for: "broken", replacing: CacheEntry(Data([1]))))
   }
 
   @Test("a cache's revalidation reaches Redis in place, and each instance's memory")

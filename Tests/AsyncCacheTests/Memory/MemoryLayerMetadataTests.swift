@@ -89,21 +89,30 @@ struct MemoryLayerMetadataTests {
   func revalidate() async throws {
     let memory = try MemoryLayer<String, Int>(configuration: .init(timeToLive: .seconds(100), clock: clock))
     let first = clock.now.advanced(by: .seconds(50))
-    try memory.insert(CacheEntry(1, expiresAt: first, metadata: Self.metadata), for: "k")
+    let held = CacheEntry(1, expiresAt: first, metadata: Self.metadata)
+    try memory.insert(held, for: "k")
     let newer = EntryMetadata(entityTag: #""v2""#)
-    // Another entry than the one named, or none: nothing changes.
-    #expect(try await !memory.revalidate(CacheEntry(1, expiresAt: nil), for: "k", replacing: nil))
-    #expect(try await !memory.revalidate(CacheEntry(1), for: "absent", replacing: nil))
+    // Another entry than the one named (another expiry, or the same expiry with other metadata:
+    // another version written with the same deadline), or none: nothing changes.
+    #expect(try await !memory.revalidate(CacheEntry(1), for: "k", replacing: CacheEntry(1)))
+    let sameExpiryOtherVersion = CacheEntry(1, expiresAt: first, metadata: newer)
+    #expect(try await !memory.revalidate(CacheEntry(1, expiresAt: nil), for: "k", replacing: sameExpiryOtherVersion))
+    #expect(try await !memory.revalidate(CacheEntry(1), for: "absent", replacing: CacheEntry(1)))
+    #expect(memory.entry(for: "k") == held)
     // Capped by the layer's 100 s; the value is the one the layer holds.
     let later = clock.now.advanced(by: .seconds(500))
-    #expect(try await memory.revalidate(CacheEntry(99, expiresAt: later, metadata: newer), for: "k", replacing: first))
-    #expect(memory.entry(for: "k") == CacheEntry(1, expiresAt: clock.now.advanced(by: .seconds(100)), metadata: newer))
-    // Metadata cleared when the revalidated entry has none.
+    #expect(try await memory.revalidate(CacheEntry(99, expiresAt: later, metadata: newer), for: "k", replacing: held))
     let capped = clock.now.advanced(by: .seconds(100))
-    #expect(try await memory.revalidate(CacheEntry(1, expiresAt: capped), for: "k", replacing: capped))
+    #expect(memory.entry(for: "k") == CacheEntry(1, expiresAt: capped, metadata: newer))
+    // Metadata cleared when the revalidated entry has none.
+    #expect(
+      try await memory.revalidate(
+        CacheEntry(1, expiresAt: capped), for: "k", replacing: CacheEntry(1, expiresAt: capped, metadata: newer)))
     #expect(memory.entry(for: "k") == CacheEntry(1, expiresAt: capped))
     // An expiry that has passed already changes nothing (the caller's insert refuses it).
-    #expect(try await !memory.revalidate(CacheEntry(1, expiresAt: clock.now), for: "k", replacing: capped))
+    #expect(
+      try await !memory.revalidate(
+        CacheEntry(1, expiresAt: clock.now), for: "k", replacing: CacheEntry(1, expiresAt: capped)))
     #expect(memory.invariantViolations.isEmpty)
   }
 

@@ -245,4 +245,35 @@ struct OperatorTests {
     let shouting = text.postProcessing { _, value in value.uppercased() }
     #expect(try await shouting.entry(for: "k") == CacheEntry("HELLO", expiresAt: nil, metadata: metadata))
   }
+
+  @Test("a request-capped layer's revalidation waits for a slot, as its other requests do")
+  func cappedRevalidationWaitsForASlot() async throws {
+    let base = FakeLayer<String, Int>()
+    let capped = try base.cappingRequests(at: 1)
+    base.hold(.insert)
+    let write = Task { try await capped.insert(CacheEntry(0), for: "other") }
+    await base.waitForHeld(1, .insert)
+    let revalidation = Task { try await capped.revalidate(CacheEntry(1), for: "k", replacing: CacheEntry(1)) }
+    await capped.waitForWaitingRequests(1)
+    #expect(capped.requestsWaiting == 1)
+    base.release(.insert)
+    try await write.value
+    #expect(try await !revalidation.value, "the fake layer changes nothing in place")
+  }
+
+  @Test("a coalescing layer's revalidation detaches the lookup in flight, as a write does")
+  func coalescingRevalidationDetachesTheLookup() async throws {
+    let base = FakeLayer<String, Int>(entries: ["k": CacheEntry(1)])
+    let coalescing = base.coalescingLookups()
+    base.hold(.lookup)
+    let before = Task { try await coalescing.entry(for: "k") }
+    await base.waitForHeld(1, .lookup)
+    _ = try await coalescing.revalidate(CacheEntry(1), for: "k", replacing: CacheEntry(1))
+    let after = Task { try await coalescing.entry(for: "k") }
+    await base.waitForHeld(2, .lookup)
+    base.release(.lookup)
+    _ = try await before.value
+    _ = try await after.value
+    #expect(base.callCount(.lookup) == 2, "the request after the revalidation started its own lookup")
+  }
 }

@@ -262,4 +262,49 @@ struct LoadingCacheRevalidationTests {
     #expect(memory.entry(for: "k") == stored, "the entry held stays as it was")
     #expect(cache.statistics.revalidations == 1)
   }
+
+  @Test("a layer holding another version with the same expiry is not given the revalidated entry's validators")
+  func sameExpiryOtherVersion() async throws {
+    let upper = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
+    let lower = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
+    let cache = try LoadingCache(
+      layers: [upper, lower], origin: VersionedOrigin(),
+      configuration: .init(timeToLive: .seconds(60), staleWhileRevalidate: .seconds(30), clock: clock))
+    #expect(try await cache.value(for: "k") == 1)
+    let held = try #require(upper.entry(for: "k"))
+    // Another version, written below with the same deadline.
+    try lower.insert(CacheEntry(2, expiresAt: held.expiresAt, metadata: EntryMetadata(entityTag: #""2""#)), for: "k")
+    clock.advance(by: .seconds(70))
+    _ = try await cache.value(for: "k")
+    await cache.waitUntilIdle()
+    #expect(cache.statistics.revalidations == 1)
+    // The lower layer gets the revalidated entry whole, not its own value under version 1's tag.
+    let kept = CacheEntry(
+      1, expiresAt: clock.now.advanced(by: .seconds(90)), metadata: EntryMetadata(entityTag: #""1""#))
+    #expect(upper.entry(for: "k") == kept)
+    #expect(lower.entry(for: "k") == kept)
+  }
+
+  @Test("a value not to be kept that replaces a stale entry removes it, so that the stale one is not served instead")
+  func unstoredValueReplacesTheStaleEntry() async throws {
+    let answers = Locked<[FetchedEntry<Int>]>([
+      .value(1, metadata: EntryMetadata(entityTag: "1")), .value(2, timeToLive: .zero), .value(2, timeToLive: .zero),
+      .value(2, timeToLive: .zero),
+    ])
+    let origin = ClosureEntryFetcher<String, Int> { _, _ in answers.withLock { $0.removeFirst() } }
+    let cache = try cache(origin) {
+      $0.timeToLive = .seconds(60)
+      $0.staleWhileRevalidate = .seconds(60)
+    }
+    #expect(try await cache.value(for: "k") == 1)
+    clock.advance(by: .seconds(70))
+    var served: [Int] = []
+    for _ in 0..<3 {
+      served.append(try await cache.value(for: "k"))
+      await cache.waitUntilIdle()
+    }
+    #expect(served == [1, 2, 2], "the stale value once, at once; then the origin's")
+    #expect(memory.entry(for: "k") == nil && below.storedEntries["k"] == nil)
+    #expect(answers.withLock { $0.isEmpty })
+  }
 }
