@@ -22,6 +22,8 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
     case lookup
     /// ``AsyncCache/AsyncCacheLayer/insert(_:for:)``
     case insert
+    /// ``AsyncCache/AsyncCacheLayer/revalidate(_:for:replacing:)``
+    case revalidate
     /// ``AsyncCache/AsyncCacheLayer/removeValue(for:)``
     case remove
     /// ``AsyncCache/AsyncCacheLayer/removeAll()``
@@ -144,6 +146,20 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   /// Stores the entry; honours faults and holds of ``Operation/insert``.
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     try await perform(.insert) { $0.entries[key] = entry }
+  }
+
+  /// Gives the entry stored for `key`, if it is `held` (its expiry and metadata), `entry`'s
+  /// expiry and metadata, in place; honours faults and holds of ``Operation/revalidate``.
+  public nonisolated func revalidate(
+    _ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>
+  ) async throws -> Bool {
+    try await perform(.revalidate) { state in
+      guard let stored = state.entries[key], stored.expiresAt == held.expiresAt, stored.metadata == held.metadata else {
+        return false
+      }
+      state.entries[key] = CacheEntry(stored.value, expiresAt: entry.expiresAt, metadata: entry.metadata)
+      return true
+    }
   }
 
   /// Removes the entry; honours faults and holds of ``Operation/remove``.

@@ -20,6 +20,8 @@ public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     case entry(Key)
     /// ``AsyncCache/AsyncCacheLayer/insert(_:for:)`` with the entry's expiry.
     case insert(Key, expiresAt: CacheInstant?)
+    /// ``AsyncCache/AsyncCacheLayer/revalidate(_:for:replacing:)`` with the new expiry.
+    case revalidate(Key, expiresAt: CacheInstant?)
     /// ``AsyncCache/AsyncCacheLayer/removeValue(for:)``.
     case removeValue(Key)
     /// ``AsyncCache/AsyncCacheLayer/removeAll()``.
@@ -34,6 +36,8 @@ public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
       case .entry(let key): "entry(\(key))"
       case .insert(let key, let expiresAt):
         "insert(\(key), expiresAt: \(expiresAt.map(String.init(describing:)) ?? "nil"))"
+      case .revalidate(let key, let expiresAt):
+        "revalidate(\(key), expiresAt: \(expiresAt.map(String.init(describing:)) ?? "nil"))"
       case .removeValue(let key): "removeValue(\(key))"
       case .removeAll: "removeAll"
       case .memoryPressure(let level): "memoryPressure(\(level))"
@@ -72,6 +76,14 @@ public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   }
 
   /// Records ``Call/removeValue(_:)``, then forwards it to the base layer.
+  /// Records ``Call/revalidate(_:expiresAt:)``, then asks the base layer.
+  public nonisolated func revalidate(
+    _ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>
+  ) async throws -> Bool {
+    record(.revalidate(key, expiresAt: entry.expiresAt))
+    return try await base.revalidate(entry, for: key, replacing: held)
+  }
+
   public nonisolated func removeValue(for key: Key) async throws {
     record(.removeValue(key))
     try await base.removeValue(for: key)

@@ -85,4 +85,18 @@ import Testing
     layer.release(.lookup)
     #expect(try await lookup.value == CacheEntry(1))
   }
+
+  @Test("revalidate changes the held entry in place, and only that one; a recording layer records it")
+  func revalidate() async throws {
+    let layer = FakeLayer<String, Int>()
+    let recording = RecordingLayer(layer)
+    let held = CacheEntry(1, expiresAt: CacheInstant(secondsSince1970: 10), metadata: EntryMetadata(entityTag: "a"))
+    layer.seed(held, for: "k")
+    let kept = CacheEntry(1, expiresAt: CacheInstant(secondsSince1970: 20), metadata: EntryMetadata(entityTag: "b"))
+    #expect(try await !recording.revalidate(kept, for: "k", replacing: CacheEntry(1, expiresAt: held.expiresAt)))
+    #expect(try await recording.revalidate(kept, for: "k", replacing: held))
+    #expect(layer.storedEntries["k"] == kept)
+    #expect(layer.callCount(.revalidate) == 2 && layer.callCount(.insert) == 0)
+    #expect(recording.calls.map { $0.description } == Array(repeating: "revalidate(k, expiresAt: \(kept.expiresAt!))", count: 2))
+  }
 }

@@ -108,6 +108,14 @@ public final actor KeyMappedLayer<Key: Hashable & Sendable, Base: AsyncCacheLaye
     try await base.insert(entry, for: baseKey(key))
   }
 
+  /// Revalidates the transformed key in the base layer (see
+  /// ``AsyncCacheLayer/revalidate(_:for:replacing:)``).
+  public nonisolated func revalidate(
+    _ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>
+  ) async throws -> Bool {
+    try await base.revalidate(entry, for: baseKey(key), replacing: held)
+  }
+
   /// Removes the transformed key from the base layer.
   @inlinable
   public nonisolated func removeValue(for key: Key) async throws {
@@ -231,6 +239,15 @@ public final actor ConditionalLayer<Base: AsyncCacheLayer>: WrappingCacheLayer {
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     guard try await accepts(key) else { return }
     try await base.insert(entry, for: key)
+  }
+
+  /// Revalidates `key` in the base layer when the predicate accepts it (see
+  /// ``AsyncCacheLayer/revalidate(_:for:replacing:)``).
+  public nonisolated func revalidate(
+    _ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>
+  ) async throws -> Bool {
+    guard try await accepts(key) else { return false }
+    return try await base.revalidate(entry, for: key, replacing: held)
   }
 
   /// Removes `key` from the base layer when the predicate accepts it.

@@ -90,6 +90,14 @@ public final actor PostProcessedLayer<Base: AsyncCacheLayer>: WrappingCacheLayer
     try await base.insert(entry, for: key)
   }
 
+  /// Revalidates `key` in the base layer, which stores what it is given (see
+  /// ``AsyncCacheLayer/revalidate(_:for:replacing:)``: it compares expiries and metadata).
+  public nonisolated func revalidate(
+    _ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>
+  ) async throws -> Bool {
+    try await base.revalidate(entry, for: key, replacing: held)
+  }
+
   /// Removes `key` from the base layer.
   @inlinable
   public nonisolated func removeValue(for key: Key) async throws {
@@ -153,6 +161,15 @@ public final actor LaneLayer<Primary: AsyncCacheLayer, Other: AsyncCacheLayer<Pr
   @inlinable
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     if usesOther(key) { try await other.insert(entry, for: key) } else { try await primary.insert(entry, for: key) }
+  }
+
+  /// Revalidates `key` in its lane's layer (see ``AsyncCacheLayer/revalidate(_:for:replacing:)``).
+  public nonisolated func revalidate(
+    _ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>
+  ) async throws -> Bool {
+    usesOther(key)
+      ? try await other.revalidate(entry, for: key, replacing: held)
+      : try await primary.revalidate(entry, for: key, replacing: held)
   }
 
   /// Removes `key` from its lane's layer.

@@ -276,4 +276,25 @@ struct OperatorTests {
     _ = try await after.value
     #expect(base.callCount(.lookup) == 2, "the request after the revalidation started its own lookup")
   }
+
+  @Test("key mapping, conditions, post-processing and lanes pass a revalidation on to their layers")
+  func operatorsForwardRevalidation() async throws {
+    let held = CacheEntry(
+      1, expiresAt: CacheInstant(secondsSince1970: 4_000_000_000), metadata: EntryMetadata(entityTag: "a"))
+    let kept = CacheEntry(
+      1, expiresAt: CacheInstant(secondsSince1970: 4_100_000_000), metadata: EntryMetadata(entityTag: "b"))
+    let base = FakeLayer<String, Int>()
+    base.seed(held, for: "K")
+    let mapped = base.mappingKeys { (key: String) in key.uppercased() }
+    #expect(try await mapped.revalidate(kept, for: "k", replacing: held))
+    #expect(base.storedEntries["K"] == kept)
+    let conditional = base.onlyIf { $0 != "K" }
+    #expect(try await !conditional.revalidate(held, for: "K", replacing: kept), "refused by the condition")
+    #expect(try await base.postProcessing { _, value in value }.revalidate(held, for: "K", replacing: kept))
+    let other = FakeLayer<String, Int>()
+    let lanes = base.lane(other) { $0.hasPrefix("o") }
+    other.seed(held, for: "o")
+    #expect(try await lanes.revalidate(kept, for: "o", replacing: held))
+    #expect(other.storedEntries["o"] == kept && base.storedEntries["K"] == held)
+  }
 }
