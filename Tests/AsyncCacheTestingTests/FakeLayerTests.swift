@@ -97,6 +97,8 @@ import Testing
     #expect(try await recording.revalidate(kept, for: "k", replacing: held))
     #expect(layer.storedEntries["k"] == kept)
     #expect(layer.callCount(.revalidate) == 2 && layer.callCount(.insert) == 0)
-    #expect(recording.calls.map { $0.description } == Array(repeating: "revalidate(k, expiresAt: \(kept.expiresAt!))", count: 2))
+    #expect(
+      recording.calls.map { $0.description }
+        == Array(repeating: "revalidate(k, expiresAt: \(kept.expiresAt!))", count: 2))
   }
 }
