@@ -218,7 +218,7 @@ struct HTTPCaching: Equatable {
     let seconds = nanoseconds / 1_000_000_000 - (nanoseconds % 1_000_000_000 < 0 ? 1 : 0)
     let (days, time) = seconds.quotientAndRemainder(dividingBy: 86_400)
     let (day, secondOfDay) = time < 0 ? (days - 1, time + 86_400) : (days, time)
-    let (year, month, dayOfMonth) = civil(daysSince1970: day)
+    let (year, month, dayOfMonth) = CacheInstant.civilDate(daysSince1970: day)
     let weekday = ((day % 7) + 7 + 4) % 7  // 1970-01-01 was a Thursday
     let names = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
     let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
@@ -226,19 +226,6 @@ struct HTTPCaching: Equatable {
     let clock = "\(two(secondOfDay / 3_600)):\(two(secondOfDay / 60 % 60)):\(two(secondOfDay % 60))"
     let paddedYear = String(repeating: "0", count: Swift.max(0, 4 - "\(year)".count)) + "\(year)"
     return "\(names[Int(weekday)]), \(two(dayOfMonth)) \(months[Int(month) - 1]) \(paddedYear) \(clock) GMT"
-  }
-
-  /// The date of the day `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
-  static func civil(daysSince1970 days: Int64) -> (year: Int64, month: Int64, day: Int64) {
-    let shifted = days + 719_468
-    let era = (shifted >= 0 ? shifted : shifted - 146_096) / 146_097
-    let dayOfEra = shifted - era * 146_097
-    let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
-    let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-    let monthIndex = (5 * dayOfYear + 2) / 153
-    let day = dayOfYear - (153 * monthIndex + 2) / 5 + 1
-    let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
-    return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
   }
 }
 

@@ -86,7 +86,7 @@ public struct CacheInstant: InstantProtocol, Hashable, Sendable, CustomStringCon
 
   /// The proleptic Gregorian date of a day counted from 1970-01-01 (Howard Hinnant's
   /// `civil_from_days`).
-  private static func civilDate(daysSince1970 days: Int64) -> (year: Int64, month: Int64, day: Int64) {
+  package static func civilDate(daysSince1970 days: Int64) -> (year: Int64, month: Int64, day: Int64) {
     let shifted = days + 719_468
     let era = (shifted >= 0 ? shifted : shifted - 146_096) / 146_097
     let dayOfEra = shifted - era * 146_097
