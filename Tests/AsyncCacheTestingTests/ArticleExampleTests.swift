@@ -4,7 +4,7 @@ import Testing
 
 /// The examples of the "Testing with AsyncCacheTesting" article, verbatim, so that they keep
 /// compiling and passing.
-@Suite(.timeLimit(.minutes(1))) struct ArticleExampleTests {
+@Suite(.timeLimit(.minutes(3))) struct ArticleExampleTests {
   struct Session: Sendable, Equatable {
     var user: String
   }

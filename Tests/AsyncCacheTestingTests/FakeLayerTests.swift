@@ -3,7 +3,7 @@ import AsyncCacheTesting
 import TestSupport
 import Testing
 
-@Suite(.timeLimit(.minutes(1))) struct FakeLayerTests {
+@Suite(.timeLimit(.minutes(3))) struct FakeLayerTests {
 
   @Test func itStoresEntriesAndExpiresThemByItsClock() async throws {
     let clock = ManualClock()

@@ -3,7 +3,7 @@ import AsyncCacheTesting
 import TestSupport
 import Testing
 
-@Suite(.timeLimit(.minutes(1))) struct GatedFetcherTests {
+@Suite(.timeLimit(.minutes(3))) struct GatedFetcherTests {
   @Test func fetchesWaitUntilReleasedAndAreCounted() async throws {
     let origin = GatedFetcher<String, Int> { $0.count }
     let a = Task { try await origin.fetch("abc") }

@@ -4,7 +4,7 @@ import Testing
 
 /// The loading cache's test waits end when their task is cancelled, so that a test's time limit
 /// ends a wait for something that never happens instead of hanging the run.
-@Suite(.timeLimit(.minutes(1))) struct LoadingCacheWaitTests {
+@Suite(.timeLimit(.minutes(3))) struct LoadingCacheWaitTests {
   @Test func waitUntilIdleAndWaitForRequestsEndWhenCancelled() async throws {
     let origin = GatedFetcher<Int, Int> { $0 }
     let cache = try LoadingCache(layers: [MemoryLayer<Int, Int>()], origin: origin)

@@ -2,7 +2,7 @@ import AsyncCache
 import AsyncCacheTesting
 import Testing
 
-@Suite(.timeLimit(.minutes(1))) struct ManualClockTests {
+@Suite(.timeLimit(.minutes(3))) struct ManualClockTests {
   @Test func timeMovesOnlyWhenAdvanced() {
     let clock = ManualClock()
     let start = clock.now

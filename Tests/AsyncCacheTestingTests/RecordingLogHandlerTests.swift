@@ -2,7 +2,7 @@ import AsyncCache
 import AsyncCacheTesting
 import Testing
 
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(3)))
 struct RecordingLogHandlerTests {
   @Test func itRecordsEveryRecordInOrder() {
     let handler = RecordingLogHandler()

@@ -6,7 +6,7 @@ import Testing
 /// time limit ends a wait for something that never happens instead of hanging the whole run.
 /// Each wait is cancelled before it starts and while it waits (which of the two a yield gives
 /// is up to the scheduler: both must end), and the double keeps working afterwards.
-@Suite(.timeLimit(.minutes(1))) struct WaitCancellationTests {
+@Suite(.timeLimit(.minutes(3))) struct WaitCancellationTests {
   /// Starts `wait` in a task and cancels it, `rounds` times: at once, or after a yield.
   static func cancelled(rounds: Int = 40, _ wait: @escaping @Sendable () async -> Void) async {
     for round in 0..<rounds {
