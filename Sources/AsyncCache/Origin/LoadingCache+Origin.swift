@@ -90,11 +90,12 @@ extension LoadingCache {
     }
     guard stored else {
       // The origin gave no lifetime to keep it for (HTTP's no-store): it answers the load's
-      // requests and is stored nowhere. Offered to the coordinator expired, so that it stores
-      // nothing and the other processes load on their own.
+      // requests and is stored nowhere. Offered to the coordinator expired at the first
+      // instant (a coordinator takes that for "not to be stored", without the warning of an
+      // entry that arrives expired), so that the other processes load on their own.
       var excluded: Int?
       if case .granted(let leases, let tier) = lease {
-        let expired = CacheEntry(entry.value, expiresAt: configuration.clock.now, metadata: entry.metadata)
+        let expired = CacheEntry(entry.value, expiresAt: .distantPast, metadata: entry.metadata)
         await leases.complete(key, with: .success(expired))
         excluded = tier
       } else if case .alone(let tier) = lease {

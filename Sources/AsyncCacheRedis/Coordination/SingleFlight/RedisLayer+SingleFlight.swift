@@ -327,6 +327,12 @@ extension RedisLayer {
     case .success(let loaded):
       entry = loaded
     }
+    // A value its origin said not to keep (HTTP's no-store): a loading cache completes with it
+    // expired at the first instant. Nothing to store, nothing to report.
+    if entry.expiresAt == .distantPast {
+      await release(.notStored)
+      return .notStored
+    }
     guard let (stored, milliseconds) = try? storable(entry, for: lease.key, version: lease.token) else {
       // Expired already, or not storable: nothing for the others to read, and a load of theirs
       // would not store either: each loads on its own, at once.

@@ -120,6 +120,34 @@ struct RedisSingleFlightTests {
     #expect(try await fleet[1].redis.entry(for: "k")?.metadata == metadata)
   }
 
+  @Test("a value its origin says not to keep is stored nowhere, quietly; the waiting instance loads on its own")
+  func noStoreUnderALease() async throws {
+    let server = try await RedisServer.start()
+    let logs = RecordingLogHandler()
+    let gates = (0..<2).map { _ in GatedFetcher<String, Data> { Data("value of \($0)".utf8) } }
+    let fleet = try gates.map { gate in
+      var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+      configuration.singleFlight = RedisSingleFlight(leaseTime: .seconds(60))
+      configuration.logger = logs.logger()
+      let redis = try RedisLayer(configuration: configuration, namespace: "fleet")
+      let origin = ClosureEntryFetcher<String, Data> { key, _ in .value(try await gate.fetch(key), timeToLive: .zero) }
+      let cache = try LoadingCache(
+        tiers: [.init(MemoryLayer<String, Data>()), .init(redis, failurePolicy: .skip)], origin: origin)
+      return (redis: redis, cache: cache)
+    }
+    let holder = Task { try await fleet[0].cache.value(for: "k") }
+    await gates[0].waitForFetches(1, for: "k")
+    let waiter = Task { try await fleet[1].cache.value(for: "k") }
+    await eventually { fleet[1].redis.singleFlight?.waits.count == 1 }
+    #expect(gates[0].release("k") == 1)
+    #expect(try await holder.value == Data("value of k".utf8))
+    await gates[1].waitForFetches(1, for: "k")
+    #expect(gates[1].release("k") == 1, "the waiting instance loaded on its own")
+    #expect(try await waiter.value == Data("value of k".utf8))
+    #expect(try await server.command("EXISTS", "fleet:k") == .integer(0))
+    #expect(logs.records.filter { $0.level >= .warning }.isEmpty, "\(logs.records.map(\.message))")
+  }
+
   @Test("without single flight, the same fleet asks the origin once per instance")
   func withoutSingleFlightOncePerInstance() async throws {
     let server = try await RedisServer.start()
