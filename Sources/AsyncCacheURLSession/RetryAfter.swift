@@ -20,7 +20,7 @@ enum RetryAfter {
   ///   - now: The time to count from when the response has no readable `Date`.
   /// - Returns: The delay, zero for a date in the past.
   static func delay(_ value: String, responseDate: String?, now: CacheInstant) -> Duration? {
-    let value = value.trimmingWhitespace()
+    let value = value.trimmingSpaces
     if !value.isEmpty, value.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
       // Digits only: delta-seconds, however many of them.
       guard let seconds = Int64(value), seconds <= longestSeconds else { return longest }
@@ -115,12 +115,14 @@ extension Int64 {
   }
 }
 
-extension String {
-  /// The string without leading and trailing spaces and tabs (HTTP's optional whitespace).
-  fileprivate func trimmingWhitespace() -> String {
-    let isWhitespace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
-    guard let first = firstIndex(where: { !isWhitespace($0) }), let last = lastIndex(where: { !isWhitespace($0) })
-    else { return "" }
+extension StringProtocol {
+  /// The text without leading and trailing spaces and tabs (HTTP's optional
+  /// whitespace): for field values here and in `HTTPCaching`.
+  var trimmingSpaces: String {
+    let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
+    guard let first = firstIndex(where: { !isSpace($0) }), let last = lastIndex(where: { !isSpace($0) }) else {
+      return ""
+    }
     return String(self[first...last])
   }
 }

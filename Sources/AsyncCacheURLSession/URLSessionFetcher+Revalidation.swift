@@ -228,14 +228,3 @@ struct HTTPCaching: Equatable {
     return "\(names[Int(weekday)]), \(two(dayOfMonth)) \(months[Int(month) - 1]) \(paddedYear) \(clock) GMT"
   }
 }
-
-extension StringProtocol {
-  /// The text without leading and trailing spaces and tabs (HTTP's optional whitespace).
-  fileprivate var trimmingSpaces: String {
-    let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
-    guard let first = firstIndex(where: { !isSpace($0) }), let last = lastIndex(where: { !isSpace($0) }) else {
-      return ""
-    }
-    return String(self[first...last])
-  }
-}

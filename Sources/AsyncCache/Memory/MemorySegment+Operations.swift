@@ -22,6 +22,26 @@ extension MemorySegment {
     return slot
   }
 
+  /// The metadata of the node for `key` at `slot`: empty when it has none (its flag is clear),
+  /// without a lookup in ``metadata`` then.
+  @inlinable
+  func metadata(at slot: Int, key: Key) -> EntryMetadata {
+    nodes[slot].hasMetadata ? metadata[key] ?? EntryMetadata() : EntryMetadata()
+  }
+
+  /// Gives the node for `key` at `slot` `entryMetadata`, its flag and the table together; empty
+  /// metadata clears both.
+  @inlinable
+  mutating func setMetadata(_ entryMetadata: EntryMetadata, at slot: Int, key: Key) {
+    if !entryMetadata.isEmpty {
+      nodes[slot].hasMetadata = true
+      metadata[key] = entryMetadata
+    } else if nodes[slot].hasMetadata {
+      nodes[slot].hasMetadata = false
+      metadata.removeValue(forKey: key)
+    }
+  }
+
   /// Removes the node at `slot` and returns it. No other node moves.
   @inlinable
   @discardableResult

@@ -186,21 +186,11 @@ extension MemoryStore {
         segment.totalCost &+= entryCost &- oldCost
         self.entryCost.wrappingAdd(entryCost &- oldCost, ordering: .relaxed)
         segment.recordRewrite(slot, hash: hash, oldCost: oldCost)
-        if !entry.metadata.isEmpty {
-          segment.nodes[slot].hasMetadata = true
-          segment.metadata[key] = entry.metadata
-        } else if segment.nodes[slot].hasMetadata {
-          segment.nodes[slot].hasMetadata = false
-          segment.metadata.removeValue(forKey: key)
-        }
+        segment.setMetadata(entry.metadata, at: slot, key: key)
         written = slot
       } else {
-        var node = Node(key: key, value: entry.value, expiry: expiry, cost: entryCost)
-        if !entry.metadata.isEmpty {
-          node.hasMetadata = true
-          segment.metadata[key] = entry.metadata
-        }
-        written = segment.append(node, hash: hash)
+        written = segment.append(Node(key: key, value: entry.value, expiry: expiry, cost: entryCost), hash: hash)
+        segment.setMetadata(entry.metadata, at: written, key: key)
         self.entryCount.wrappingAdd(1, ordering: .relaxed)
         self.entryCost.wrappingAdd(entryCost, ordering: .relaxed)
         if windowTarget != nil { adaptWindow(of: &segment, toInsertOf: hash) }

@@ -156,10 +156,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       // Field by field: a copy of the whole node would retain its key too.
       let expiry = segment.nodes[slot].expiry
       let expiresAt = expiry == .max ? nil : CacheInstant(nanosecondsSince1970: expiry)
-      guard segment.nodes[slot].hasMetadata, let metadata = segment.metadata[key] else {
-        return CacheEntry(segment.nodes[slot].value, expiresAt: expiresAt)
-      }
-      return CacheEntry(segment.nodes[slot].value, expiresAt: expiresAt, metadata: metadata)
+      return CacheEntry(
+        segment.nodes[slot].value, expiresAt: expiresAt, metadata: segment.metadata(at: slot, key: key))
     }
   }
 
@@ -279,7 +277,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         return nil
       }
       segment.nodes[slot].expiry = expiry
-      let metadata = segment.nodes[slot].hasMetadata ? segment.metadata[key] ?? EntryMetadata() : EntryMetadata()
+      let metadata = segment.metadata(at: slot, key: key)
       return CacheEntry(
         segment.nodes[slot].value, expiresAt: expiry == .max ? nil : CacheInstant(nanosecondsSince1970: expiry),
         metadata: metadata)
@@ -302,16 +300,9 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       guard let slot = segment.find(key, hash: hash), segment.nodes[slot].expiry == oldExpiry else {
         return false
       }
-      let stored = segment.nodes[slot].hasMetadata ? segment.metadata[key] ?? EntryMetadata() : EntryMetadata()
-      guard stored == heldMetadata else { return false }
+      guard segment.metadata(at: slot, key: key) == heldMetadata else { return false }
       segment.nodes[slot].expiry = target
-      if !metadata.isEmpty {
-        segment.nodes[slot].hasMetadata = true
-        segment.metadata[key] = metadata
-      } else if segment.nodes[slot].hasMetadata {
-        segment.nodes[slot].hasMetadata = false
-        segment.metadata.removeValue(forKey: key)
-      }
+      segment.setMetadata(metadata, at: slot, key: key)
       return true
     }
   }

@@ -37,11 +37,7 @@ extension RedisLayer {
       guard let instant else { return [] }
       return withUnsafeBytes(of: instant.nanosecondsSince1970.bigEndian) { Array($0) }
     }
-    let milliseconds = newExpiry.map { expiry in
-      // Whole milliseconds, rounded up: Redis never drops the key before the entry expires.
-      let nanoseconds = now.duration(to: expiry).nanoseconds
-      return Array(String(nanoseconds / 1_000_000 + (nanoseconds % 1_000_000 == 0 ? 0 : 1)).utf8)
-    }
+    let milliseconds = newExpiry.map { Array(Self.milliseconds(from: now, to: $0).utf8) }
     let arguments =
       [
         bigEndian(held.expiresAt), try metadataField(held.metadata), bigEndian(newExpiry),

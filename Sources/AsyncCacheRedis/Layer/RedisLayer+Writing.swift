@@ -82,13 +82,14 @@ extension RedisLayer {
     }
     let stored = RedisEnvelope.encode(
       payload: payload, expiresAt: expiresAt?.nanosecondsSince1970, version: version, metadata: metadata)
-    var milliseconds: String?
-    if let expiresAt {
-      // Whole milliseconds, rounded up: Redis never drops the key before the entry expires.
-      let nanoseconds = now.duration(to: expiresAt).nanoseconds
-      milliseconds = String(nanoseconds / 1_000_000 + (nanoseconds % 1_000_000 == 0 ? 0 : 1))
-    }
-    return (stored, milliseconds)
+    return (stored, expiresAt.map { Self.milliseconds(from: now, to: $0) })
+  }
+
+  /// The `PX` of an entry that expires at `expiresAt`, from `now`: whole milliseconds, rounded
+  /// up, so that Redis never drops the key before the entry expires.
+  static func milliseconds(from now: CacheInstant, to expiresAt: CacheInstant) -> String {
+    let nanoseconds = now.duration(to: expiresAt).nanoseconds
+    return String(nanoseconds / 1_000_000 + (nanoseconds % 1_000_000 == 0 ? 0 : 1))
   }
 
   /// Stores `value` for `key`, expiring after `timeToLive` (or the configured one).

@@ -307,4 +307,44 @@ struct LoadingCacheRevalidationTests {
     #expect(memory.entry(for: "k") == nil && below.storedEntries["k"] == nil)
     #expect(answers.withLock { $0.isEmpty })
   }
+
+  /// A cache over two memory layers whose origin answers 1 (tag "1"), then, held at `gate`,
+  /// notModified with new metadata.
+  func twoLayerCache(_ gate: GatedFetcher<String, Int>) throws -> (
+    cache: LoadingCache<String, Int>, upper: MemoryLayer<String, Int>, lower: MemoryLayer<String, Int>
+  ) {
+    let upper = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
+    let lower = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
+    let origin = ClosureEntryFetcher<String, Int> { key, current in
+      if current == nil { return .value(1, metadata: EntryMetadata(entityTag: "1")) }
+      _ = try await gate.fetch(key)
+      return .notModified(metadata: EntryMetadata(entityTag: "1", tags: ["late"]))
+    }
+    let cache = try LoadingCache(
+      layers: [upper, lower], origin: origin,
+      configuration: .init(timeToLive: .seconds(60), staleWhileRevalidate: .seconds(60), clock: clock))
+    return (cache, upper, lower)
+  }
+
+  @Test(
+    "a write or a removal during a revalidation wins in every layer (RELIABILITY: writes win over loads)",
+    arguments: [true, false])
+  func writesWinOverRevalidations(removing: Bool) async throws {
+    let gate = GatedFetcher<String, Int> { _ in 0 }
+    let (cache, upper, lower) = try twoLayerCache(gate)
+    #expect(try await cache.value(for: "k") == 1)
+    clock.advance(by: .seconds(70))
+    #expect(try await cache.value(for: "k") == 1, "served stale; the revalidation is held")
+    await gate.waitForFetches(1, for: "k")
+    if removing {
+      try await cache.removeValue(for: "k")
+    } else {
+      try await cache.insert(5, for: "k", metadata: EntryMetadata(entityTag: "5"))
+    }
+    let written = upper.entry(for: "k")
+    #expect(gate.release("k") == 1)
+    await cache.waitUntilIdle()
+    #expect(upper.entry(for: "k") == written)
+    #expect(lower.entry(for: "k") == written)
+  }
 }

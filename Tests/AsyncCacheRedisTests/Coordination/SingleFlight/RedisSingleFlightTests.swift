@@ -95,18 +95,7 @@ struct RedisSingleFlightTests {
   func metadataReachesTheWaitingInstances() async throws {
     let server = try await RedisServer.start()
     let metadata = EntryMetadata(entityTag: #""v7""#, tags: ["tenant:7"])
-    let gates = (0..<2).map { _ in GatedFetcher<String, Data> { Data("value of \($0)".utf8) } }
-    let fleet = try gates.map { gate in
-      var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
-      configuration.singleFlight = RedisSingleFlight(leaseTime: .seconds(60))
-      let memory = try MemoryLayer<String, Data>()
-      let redis = try RedisLayer(configuration: configuration, namespace: "fleet")
-      let origin = ClosureEntryFetcher<String, Data> { key, _ in
-        .value(try await gate.fetch(key), metadata: metadata)
-      }
-      let cache = try LoadingCache(tiers: [.init(memory), .init(redis, failurePolicy: .skip)], origin: origin)
-      return (memory: memory, redis: redis, cache: cache)
-    }
+    let (gates, fleet) = try Self.entryFleet(server) { .value($0, metadata: metadata) }
     let holder = Task { try await fleet[0].cache.value(for: "k") }
     await gates[0].waitForFetches(1, for: "k")
     let waiter = Task { try await fleet[1].cache.value(for: "k") }
@@ -124,17 +113,7 @@ struct RedisSingleFlightTests {
   func noStoreUnderALease() async throws {
     let server = try await RedisServer.start()
     let logs = RecordingLogHandler()
-    let gates = (0..<2).map { _ in GatedFetcher<String, Data> { Data("value of \($0)".utf8) } }
-    let fleet = try gates.map { gate in
-      var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
-      configuration.singleFlight = RedisSingleFlight(leaseTime: .seconds(60))
-      configuration.logger = logs.logger()
-      let redis = try RedisLayer(configuration: configuration, namespace: "fleet")
-      let origin = ClosureEntryFetcher<String, Data> { key, _ in .value(try await gate.fetch(key), timeToLive: .zero) }
-      let cache = try LoadingCache(
-        tiers: [.init(MemoryLayer<String, Data>()), .init(redis, failurePolicy: .skip)], origin: origin)
-      return (redis: redis, cache: cache)
-    }
+    let (gates, fleet) = try Self.entryFleet(server, logger: logs.logger()) { .value($0, timeToLive: .zero) }
     let holder = Task { try await fleet[0].cache.value(for: "k") }
     await gates[0].waitForFetches(1, for: "k")
     let waiter = Task { try await fleet[1].cache.value(for: "k") }
@@ -146,6 +125,28 @@ struct RedisSingleFlightTests {
     #expect(try await waiter.value == Data("value of k".utf8))
     #expect(try await server.command("EXISTS", "fleet:k") == .integer(0))
     #expect(logs.records.filter { $0.level >= .warning }.isEmpty, "\(logs.records.map(\.message))")
+  }
+
+  /// Two instances over `server` with single flight, whose origins are `EntryFetcher`s that
+  /// answer `answer` of a gated value ("value of <key>").
+  static func entryFleet(
+    _ server: RedisServer, logger: CacheLogger? = nil, answer: @escaping @Sendable (Data) -> FetchedEntry<Data>
+  ) throws -> (
+    gates: [GatedFetcher<String, Data>],
+    fleet: [(memory: MemoryLayer<String, Data>, redis: RedisLayer<String, Data>, cache: LoadingCache<String, Data>)]
+  ) {
+    let gates = (0..<2).map { _ in GatedFetcher<String, Data> { Data("value of \($0)".utf8) } }
+    let fleet = try gates.map { gate in
+      var configuration = RedisLayer<String, Data>.Configuration(endpoint: server.endpoint)
+      configuration.singleFlight = RedisSingleFlight(leaseTime: .seconds(60))
+      if let logger { configuration.logger = logger }
+      let memory = try MemoryLayer<String, Data>()
+      let redis = try RedisLayer(configuration: configuration, namespace: "fleet")
+      let origin = ClosureEntryFetcher<String, Data> { key, _ in answer(try await gate.fetch(key)) }
+      let cache = try LoadingCache(tiers: [.init(memory), .init(redis, failurePolicy: .skip)], origin: origin)
+      return (memory: memory, redis: redis, cache: cache)
+    }
+    return (gates, fleet)
   }
 
   @Test("without single flight, the same fleet asks the origin once per instance")
