@@ -45,6 +45,11 @@ extension SQLiteLayer {
       }
       pending.withLock { $0.readOnlyReason = "\(url.path) is on a read-only file system" }
       isReadOnly = true
+      do {
+        try loadTagInvalidations()
+      } catch {
+        throw PersistenceError.sqlite(error, while: "reading the tag invalidations of \(url.path)")
+      }
       layerEnvironment.log(
         .warning, "the database is on a read-only file system; opened it read-only, writes are refused")
     }
@@ -67,12 +72,30 @@ extension SQLiteLayer {
         "SQLiteLayer: maximumEntrySize \(entryLimit) exceeds this SQLite's limit of \(connection.maximumLength) bytes")
     }
     store = SQLiteStore(connection: connection, namespace: namespace)
+    do {
+      try loadTagInvalidations()
+    } catch {
+      // Pages damaged where the invalidations are: the entries they kill must not come back,
+      // so the file is emptied, as a read of damaged pages would.
+      guard try replaceIfCorrupt(error) else {
+        throw PersistenceError.sqlite(error, while: "reading the tag invalidations of \(url.path)")
+      }
+    }
     switch outcome {
     case .current: break
     case .migrated(let from) where from > 0:
       record(.schemaMigrated(from: Int(from), to: Int(SQLiteSchema.currentVersion)))
     case .migrated: break
     case .reset(let found): record(.schemaReset(foundVersion: Int(found)))
+    }
+  }
+
+  /// Reads the namespace's tag invalidations into ``tagInvalidations`` (adding to those
+  /// recorded before, if the database was opened again).
+  private func loadTagInvalidations() throws(SQLiteError) {
+    guard let store else { return }
+    for (tag, instant) in try store.tagInvalidations() {
+      tagInvalidations.record(tag, at: CacheInstant(nanosecondsSince1970: instant))
     }
   }
 

@@ -5,8 +5,9 @@ import Synchronization
 // Reads: the pending writes first, then the database on the layer's thread; what a read finds
 // expired or damaged is queued for deletion with a later batch.
 extension SQLiteLayer {
-  /// The entry stored for `key`, or `nil` when there is none, it expired, or its row was
-  /// damaged (then the row is deleted and counted).
+  /// The entry stored for `key`, or `nil` when there is none, it expired, it is dead by tag
+  /// (see ``invalidate(tag:at:)``), or its row was damaged (then the row is deleted and
+  /// counted).
   ///
   /// Safe from any context. A write still waiting for its transaction is answered on the
   /// caller's thread. Otherwise the layer's thread runs one indexed `SELECT` and a checksum over
@@ -22,7 +23,7 @@ extension SQLiteLayer {
     if case .local(.none) = answer { answer = try await lookUp(encoded, now: now) }
     switch answer {
     case .local(.write(.upsert(let row, _, _))):
-      if let expiresAt = row.expiresAt, expiresAt <= now {
+      if row.expiresAt.map({ $0 <= now }) ?? false || tagInvalidations.kills(row.metadata) {
         readCounts.misses.add(1, ordering: .relaxed)
         return nil
       }
@@ -34,6 +35,12 @@ extension SQLiteLayer {
       readCounts.misses.add(1, ordering: .relaxed)
       return nil
     case .stored(let found?):
+      // Dead by tag: a miss. The row stays until a write of its key replaces it, or the size
+      // limit or its expiry removes it.
+      guard !tagInvalidations.kills(found.metadata) else {
+        readCounts.misses.add(1, ordering: .relaxed)
+        return nil
+      }
       let value: Value
       do {
         value = try valueCoder.decode(found.payload)

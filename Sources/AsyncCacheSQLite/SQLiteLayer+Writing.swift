@@ -120,6 +120,30 @@ extension SQLiteLayer {
     if schedule { scheduleFlush() }
   }
 
+  /// Makes the rows of this namespace filed under `tag` and produced at or before `instant`
+  /// misses from now on, in this process at once and in the file for the processes that open
+  /// it later (see `AsyncCacheLayer.invalidate(tag:at:)`): records the instant in the
+  /// database, committed and on disk when it returns, in O(1) whatever the number of rows. The
+  /// rows stay until a write of their keys replaces them, or the size limit or their expiry
+  /// removes them. A process that has the file open already reads the invalidation when it
+  /// opens it again; invalidate through each, or through a shared tier, to reach them sooner.
+  ///
+  /// - Throws: `PersistenceError` when the database cannot record it (`.readOnly`, `.busy`,
+  ///   `.closed` after ``close()``); this layer still holds the rows dead until it closes.
+  public func invalidate(tag: String, at instant: CacheInstant) async throws {
+    guard !isClosed else { throw closedError }
+    tagInvalidations.record(tag, at: instant)
+    try pending.withLock { try $0.checkWritable(closed: closedError) }
+    do {
+      try openStore().recordTagInvalidation(tag, at: instant.nanosecondsSince1970)
+    } catch let error as SQLiteError {
+      // A damaged file is emptied: no row is left to kill.
+      if try replaceIfCorrupt(error) { return }
+      throw PersistenceError.sqlite(
+        error, while: "recording the invalidation of the tag \(tag.prefix(200).debugDescription)")
+    }
+  }
+
   /// Waits until every write made before this call is committed to disk.
   ///
   /// Runs the pending batch now, in one transaction, on the layer's thread.

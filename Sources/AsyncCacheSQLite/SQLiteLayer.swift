@@ -20,6 +20,9 @@ public import Foundation
 /// - **Write-behind**: ``insert(_:for:)`` returns once the value is readable from this layer;
 ///   the row is written in the background, batched with other writes in one transaction.
 ///   ``flush()`` waits until everything written so far is on disk.
+/// - **Tags**: ``invalidate(tag:at:)`` records the tag's instant in the database, in O(1), and
+///   the rows filed under it that were produced before are misses from then on, also after a
+///   restart; the next write of their keys replaces them.
 /// - **Damage**: every row carries a header with a checksum. A damaged row is a miss that is
 ///   deleted and counted; a database SQLite reports as corrupt is emptied in place (a copy is kept),
 ///   with a ``SQLiteLayerEvent``.
@@ -48,6 +51,10 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   nonisolated let accessResolution: Int64
   /// Hits and misses, counted on whichever thread answers a read.
   nonisolated let readCounts = ReadCounts()
+  /// The namespace's invalidated tags, read from the database when it opens and recorded there
+  /// by ``invalidate(tag:at:)``: a row filed under one, produced at or before its instant, is a
+  /// miss.
+  nonisolated let tagInvalidations = TagInvalidations()
 
   var store: SQLiteStore?
   var isClosed = false

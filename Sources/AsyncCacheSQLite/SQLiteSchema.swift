@@ -8,7 +8,11 @@ import CSQLite
 /// be read safely, so its tables are dropped and recreated (a cache can always be refilled).
 enum SQLiteSchema {
   /// The version this library writes.
-  static let currentVersion: Int64 = 3
+  static let currentVersion: Int64 = 4
+
+  /// The oldest version whose entries this library reads as they are (on read-only media, where
+  /// a file cannot be migrated).
+  static let oldestReadableVersion: Int64 = 3
 
   /// Version 1: the entries alone; namespace sizes were summed on demand.
   static let version1 = """
@@ -67,12 +71,26 @@ enum SQLiteSchema {
       """)
   }
 
+  /// Version 4: the instants at which tags were invalidated, per namespace (see
+  /// `SQLiteLayer.invalidate(tag:at:)`), so that the entries an invalidation killed stay dead
+  /// after a restart. The entries are as in version 3: a file of version 3 reads as one of
+  /// version 4 with no invalidation.
+  static let version4 = """
+    CREATE TABLE IF NOT EXISTS tag_invalidations (
+      namespace TEXT NOT NULL,
+      tag TEXT NOT NULL,
+      invalidated_at INTEGER NOT NULL,
+      PRIMARY KEY (namespace, tag)
+    ) WITHOUT ROWID;
+    """
+
   /// Runs the migration from version `version` to `version + 1`.
   static func migrate(_ connection: SQLiteConnection, from version: Int64) throws(SQLiteError) {
     switch version {
     case 0: try connection.execute(version1)
     case 1: try connection.execute(version2)
-    default: try migrateToVersion3(connection)
+    case 2: try migrateToVersion3(connection)
+    default: try connection.execute(version4)
     }
   }
 

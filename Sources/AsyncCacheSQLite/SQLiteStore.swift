@@ -45,13 +45,46 @@ final class SQLiteStore {
   static func openImmutable(path: String) throws(SQLiteError) -> SQLiteConnection {
     let connection = try SQLiteConnection(path: path, busyTimeout: .zero, immutable: true)
     let version = try SQLiteSchema.version(of: connection)
-    guard version == SQLiteSchema.currentVersion else {
+    guard (SQLiteSchema.oldestReadableVersion...SQLiteSchema.currentVersion).contains(version) else {
       throw SQLiteError(
         resultCode: SQLITE_READONLY,
         message: "the database has schema version \(version), and read-only media cannot be migrated to "
           + "version \(SQLiteSchema.currentVersion)")
     }
     return connection
+  }
+
+  // MARK: Tag invalidations
+
+  /// The namespace's invalidated tags and their instants (nanoseconds since 1970); none in a
+  /// file of a version before tags (read-only media, not migrated).
+  func tagInvalidations() throws(SQLiteError) -> [(tag: String, instant: Int64)] {
+    let hasTable =
+      try connection.integer("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tag_invalidations'")
+      ?? 0
+    guard hasTable > 0 else { return [] }
+    let statement = try connection.statement("SELECT tag, invalidated_at FROM tag_invalidations WHERE namespace = ?1")
+    defer { statement.reset() }
+    statement.bind(namespace, at: 1)
+    var found: [(tag: String, instant: Int64)] = []
+    while try statement.step() { found.append((statement.text(0), statement.int64(1))) }
+    return found
+  }
+
+  /// Records that `tag` was invalidated at `instant` (nanoseconds since 1970), keeping the later
+  /// of it and an instant recorded before; committed, and on disk, when it returns.
+  func recordTagInvalidation(_ tag: String, at instant: Int64) throws(SQLiteError) {
+    endReading()
+    try connection.run(
+      """
+      INSERT INTO tag_invalidations (namespace, tag, invalidated_at) VALUES (?1, ?2, ?3)
+        ON CONFLICT (namespace, tag) DO UPDATE SET invalidated_at = max(invalidated_at, excluded.invalidated_at)
+      """
+    ) { statement in
+      statement.bind(namespace, at: 1)
+      statement.bind(tag, at: 2)
+      statement.bind(instant, at: 3)
+    }
   }
 
   // MARK: Reads

@@ -28,6 +28,8 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
     case remove
     /// ``AsyncCache/AsyncCacheLayer/removeAll()``
     case removeAll
+    /// ``AsyncCache/AsyncCacheLayer/invalidate(tag:at:)``
+    case invalidateTag
   }
 
   /// When a held operation waits.
@@ -49,6 +51,7 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
     var faults: [Operation: Fault] = [:]
     var counts: [Operation: Int] = [:]
     var pressure: [MemoryPressureLevel] = []
+    var invalidatedTags: [String: CacheInstant] = [:]
   }
 
   /// What a held call waits on: an operation in one phase.
@@ -171,6 +174,18 @@ public final actor FakeLayer<Key: Hashable & Sendable, Value: Sendable>: AsyncCa
   public nonisolated func removeAll() async throws {
     try await perform(.removeAll) { $0.entries.removeAll() }
   }
+
+  /// Records the invalidation in ``invalidatedTags``; honours faults and holds of
+  /// ``Operation/invalidateTag``. Its entries stay as they are: like a layer that loses them
+  /// with the process, it leaves it to the chain over it to hold them dead.
+  public nonisolated func invalidate(tag: String, at instant: CacheInstant) async throws {
+    try await perform(.invalidateTag) { state in
+      state.invalidatedTags[tag] = Swift.max(instant, state.invalidatedTags[tag] ?? instant)
+    }
+  }
+
+  /// Every tag invalidated in the layer, with its latest invalidation instant.
+  public nonisolated var invalidatedTags: [String: CacheInstant] { state.withLock(\.invalidatedTags) }
 
   /// Records the level in ``memoryPressureLevels``.
   public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {

@@ -26,6 +26,8 @@ public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     case removeValue(Key)
     /// ``AsyncCache/AsyncCacheLayer/removeAll()``.
     case removeAll
+    /// ``AsyncCache/AsyncCacheLayer/invalidate(tag:at:)``.
+    case invalidate(tag: String, at: CacheInstant)
     /// ``AsyncCache/AsyncCacheLayer/handleMemoryPressure(_:)``.
     case memoryPressure(MemoryPressureLevel)
     /// ``AsyncCache/AsyncCacheLayer/close()``.
@@ -40,6 +42,7 @@ public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
         "revalidate(\(key), expiresAt: \(expiresAt.map(String.init(describing:)) ?? "nil"))"
       case .removeValue(let key): "removeValue(\(key))"
       case .removeAll: "removeAll"
+      case .invalidate(let tag, let instant): "invalidate(tag: \(tag.debugDescription), at: \(instant))"
       case .memoryPressure(let level): "memoryPressure(\(level))"
       case .close: "close"
       }
@@ -75,7 +78,6 @@ public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     try await base.insert(entry, for: key)
   }
 
-  /// Records ``Call/removeValue(_:)``, then forwards it to the base layer.
   /// Records ``Call/revalidate(_:expiresAt:)``, then asks the base layer.
   public nonisolated func revalidate(
     _ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>
@@ -84,6 +86,7 @@ public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
     return try await base.revalidate(entry, for: key, replacing: held)
   }
 
+  /// Records ``Call/removeValue(_:)``, then forwards it to the base layer.
   public nonisolated func removeValue(for key: Key) async throws {
     record(.removeValue(key))
     try await base.removeValue(for: key)
@@ -93,6 +96,12 @@ public final actor RecordingLayer<Base: AsyncCacheLayer>: AsyncCacheLayer {
   public nonisolated func removeAll() async throws {
     record(.removeAll)
     try await base.removeAll()
+  }
+
+  /// Records ``Call/invalidate(tag:at:)``, then forwards it to the base layer.
+  public nonisolated func invalidate(tag: String, at instant: CacheInstant) async throws {
+    record(.invalidate(tag: tag, at: instant))
+    try await base.invalidate(tag: tag, at: instant)
   }
 
   /// Records ``Call/memoryPressure(_:)``, then forwards it to the base layer.

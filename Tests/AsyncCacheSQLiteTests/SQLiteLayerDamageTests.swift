@@ -237,7 +237,7 @@ struct SQLiteLayerDamageTests {
     let layer = try await SQLiteLayer<String, String>(
       url: url, configuration: .init(eventHandler: { events.append($0) }))
     #expect(try await layer.value(for: "a") == "one")
-    #expect(try raw.integer("PRAGMA user_version") == 3)
+    #expect(try raw.integer("PRAGMA user_version") == 4)
     let usage = try await layer.usage
     #expect(usage.count == 2)
     #expect(usage.bytes == Int(try raw.integer("SELECT sum(size) FROM entries") ?? -1))
@@ -248,7 +248,7 @@ struct SQLiteLayerDamageTests {
     try await layer.flush()
     #expect(try await layer.usage.count == 2, "the migrated database keeps its totals")
     #expect(try await layer.usage.bytes == Int(try raw.integer("SELECT sum(size) FROM entries") ?? -1))
-    #expect(events.all.contains { if case .schemaMigrated(1, 3) = $0 { true } else { false } })
+    #expect(events.all.contains { if case .schemaMigrated(1, 4) = $0 { true } else { false } })
   }
 
   @Test(
@@ -279,7 +279,7 @@ struct SQLiteLayerDamageTests {
     try await layer.flush()
     #expect(try await layer.usage.count == 11, "inserts are counted once")
     #expect(try await layer.usage.bytes == Int(try raw.integer("SELECT sum(size) FROM entries") ?? -1))
-    #expect(try raw.integer("PRAGMA user_version") == 3)
+    #expect(try raw.integer("PRAGMA user_version") == 4)
   }
 
   @Test("a database from a newer version is reset cleanly, then works")
@@ -305,7 +305,7 @@ struct SQLiteLayerDamageTests {
     try await layer.insert("now", for: "k")
     try await layer.flush()
     #expect(try await layer.value(for: "k") == "now")
-    #expect(try RawDatabase(url).integer("PRAGMA user_version") == 3)
+    #expect(try RawDatabase(url).integer("PRAGMA user_version") == 4)
     #expect(try RawDatabase(url).integer("SELECT count(*) FROM sqlite_master WHERE name LIKE 'future%'") == 0)
     #expect(events.all.contains { if case .schemaReset(7) = $0 { true } else { false } })
   }

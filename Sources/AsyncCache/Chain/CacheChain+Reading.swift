@@ -148,10 +148,11 @@ extension CacheChain {
   }
 
   /// The first unexpired entry for `key` that `accept` takes, and the index of the layer that
-  /// had it; no back-fill. An entry `accept` declines does not stop the lookup: the one of
-  /// them that expires last is left in `fallback`, also when a layer's failure is then thrown
-  /// (``LayerFailurePolicy/propagate``), so that a caller can still serve it; `passedOver` is
-  /// told of each declined entry and its layer as soon as it is found.
+  /// had it; no back-fill. An entry dead by tag (see ``invalidate(tag:)``) is a miss of its
+  /// layer: it is neither taken nor passed over. An entry `accept` declines does not stop the
+  /// lookup: the one of them that expires last is left in `fallback`, also when a layer's
+  /// failure is then thrown (``LayerFailurePolicy/propagate``), so that a caller can still serve
+  /// it; `passedOver` is told of each declined entry and its layer as soon as it is found.
   nonisolated func locate(
     _ key: Key,
     fallback: inout (entry: CacheEntry<Value>, tier: Int)?,
@@ -160,7 +161,7 @@ extension CacheChain {
   ) async throws -> (entry: CacheEntry<Value>, tier: Int)? {
     for index in tiers.indices {
       do {
-        if let entry = try await tiers[index].layer.entry(for: key) {
+        if let entry = try await tiers[index].layer.entry(for: key), !tagInvalidations.kills(entry.metadata) {
           let recovered = counters.withLock { counters in
             counters[index].hits += 1
             return counters[index].answered()

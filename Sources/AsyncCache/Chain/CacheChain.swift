@@ -109,6 +109,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   private nonisolated let lifecycle = Lifecycle("CacheChain", refusingSecondRunOf: "chain")
   /// Whether ``run()`` runs. For tests.
   package nonisolated var isRunning: Bool { lifecycle.isRunning }
+  /// The tags invalidated through the chain (``invalidate(tag:)``), against which it checks the
+  /// entries its layers answer with.
+  nonisolated let tagInvalidations = TagInvalidations()
   private nonisolated let backgroundWork = Locked<(next: UInt64, tasks: [UInt64: Task<Void, Never>])>((0, [:]))
 
   /// Creates a chain of tiers, top first.
@@ -261,6 +264,11 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   ///   waiting for an earlier write of the same key (nothing is written then).
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) async throws {
     try checkOpen("insert(_:for:)")
+    var entry = entry
+    // Stamped before it waits for the key: an invalidation made meanwhile came after the write.
+    if !entry.metadata.tags.isEmpty, entry.metadata.producedAt == nil {
+      entry.metadata.producedAt = tagStamp()
+    }
     let ticket = try await coordinator.acquireWrite(key)
     defer { coordinator.releaseWrite(ticket) }
     try checkOpen("insert(_:for:)")
@@ -291,6 +299,39 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     defer { coordinator.releaseGlobalWrite(ticket) }
     try checkOpen("removeAll()")
     try await removeEverywhere(operation: .removeAll, key: nil) { try await $0.removeAll() }
+  }
+
+  /// Invalidates `tag`: every entry filed under it (``EntryMetadata/tags``) that any layer of
+  /// the chain holds, produced before now, is a miss from now on. O(1) in the entries: records
+  /// the tag's invalidation instant, and a read tells a dead entry from its metadata; the
+  /// entries themselves go lazily (see <doc:Semantics#Tags>).
+  ///
+  /// The chain checks what every layer answers with against its invalidations, for as long as
+  /// it lives, and hands each invalidation to its layers
+  /// (``AsyncCacheLayer/invalidate(tag:at:)``), so that a layer that keeps entries across
+  /// restarts or shares them between processes keeps them dead there too.
+  ///
+  /// - Throws: ``EntryMetadataError`` when `tag` could be no entry's tag (empty, or longer than
+  ///   ``EntryMetadata/maximumTagLength`` bytes); ``AsyncCacheError/Code/layerFailure`` for the
+  ///   first layer whose policy is ``LayerFailurePolicy/propagate`` that failed to record it,
+  ///   after trying all of them (the chain's own reads hold it dead all the same).
+  public nonisolated func invalidate(tag: String) async throws {
+    try EntryMetadata.validate(tag: tag)
+    try await invalidate(tag: tag, at: tagStamp())
+  }
+
+  /// Invalidates `tag` as of `instant`, as ``invalidate(tag:)`` does as of now: the chain's
+  /// entries filed under it and produced at or before `instant` are misses from now on.
+  public nonisolated func invalidate(tag: String, at instant: CacheInstant) async throws {
+    try checkOpen("invalidate(tag:)")
+    tagInvalidations.record(tag, at: instant)
+    try await removeEverywhere(operation: .invalidateTag, key: nil) { try await $0.invalidate(tag: tag, at: instant) }
+  }
+
+  /// An instant to stamp an invalidation or a tagged entry with: now on the chain's clock, after
+  /// every instant stamped before (see ``TagStamps``).
+  nonisolated func tagStamp() -> CacheInstant {
+    TagStamps.shared.next(now: followedClock.value.now)
   }
 
   /// Passes `level` to every layer.

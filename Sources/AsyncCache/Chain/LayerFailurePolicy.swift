@@ -36,6 +36,8 @@ public struct LayerFailure: Sendable, CustomStringConvertible {
     case remove
     /// Removing every entry.
     case removeAll
+    /// Invalidating a tag (``CacheChain/invalidate(tag:)``).
+    case invalidateTag
     /// Closing the layer (``CacheChain/close()``).
     case close
   }

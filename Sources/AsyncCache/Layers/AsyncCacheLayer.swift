@@ -97,6 +97,25 @@ public protocol AsyncCacheLayer<Key, Value>: Actor {
   ///
   /// - Throws: What the layer could not do; the caller then records a failure of the layer.
   func revalidate(_ entry: CacheEntry<Value>, for key: Key, replacing held: CacheEntry<Value>) async throws -> Bool
+
+  /// Makes every entry the layer holds that is filed under `tag` (``EntryMetadata/tags``) and
+  /// was produced at or before `instant` (``EntryMetadata/producedAt``; any entry filed under
+  /// `tag` that does not say) a miss from now on: ``CacheChain/invalidate(tag:)`` and
+  /// ``LoadingCache/invalidate(tag:)`` call it on every layer.
+  ///
+  /// Record the instant and check entries against it when they are read, rather than look for
+  /// them: an invalidation costs O(1) whatever the number of entries (see
+  /// <doc:Semantics#Tags>). The chain over the layer checks what the layer answers with against
+  /// its own record for as long as it lives, so the default implementation, which does
+  /// nothing, is right for a layer that loses its entries with the process and shares them
+  /// with no other. A layer that keeps them across restarts (``MemoryLayer`` snapshots aside)
+  /// or shares them between processes must record the invalidation where they live: the SQLite,
+  /// file, `UserDefaults` and Redis layers do. ``MemoryLayer`` records it too, so that its
+  /// synchronous hits honour it. Layers that wrap others pass it on
+  /// (``WrappingCacheLayer``).
+  ///
+  /// - Throws: What the layer could not record.
+  func invalidate(tag: String, at instant: CacheInstant) async throws
 }
 
 extension AsyncCacheLayer {
@@ -111,6 +130,10 @@ extension AsyncCacheLayer {
 
   /// None.
   public nonisolated var loadCoordinator: (any LoadCoordinator<Key, Value>)? { nil }
+
+  /// Records nothing: the chain over the layer holds the layer's entries filed under `tag` dead
+  /// for as long as it lives.
+  public nonisolated func invalidate(tag: String, at instant: CacheInstant) async throws {}
 
   /// Changes nothing in place: returns `false`, so that the caller stores `entry` whole.
   public nonisolated func revalidate(

@@ -77,12 +77,7 @@ public struct EntryMetadata: Hashable, Sendable, CustomStringConvertible {
     guard tags.count <= Self.maximumTagCount else {
       throw .tooManyTags(count: tags.count, limit: Self.maximumTagCount)
     }
-    for tag in tags {
-      guard !tag.isEmpty else { throw .emptyTag }
-      guard tag.utf8.count <= Self.maximumTagLength else {
-        throw .tagTooLong(tag: String(tag.prefix(40)), bytes: tag.utf8.count, limit: Self.maximumTagLength)
-      }
-    }
+    for tag in tags { try Self.validate(tag: tag) }
   }
 
   public var description: String {

@@ -3,8 +3,9 @@
 ///
 /// A conforming type names the layer it wraps, and passes on to it what is not about entries:
 /// memory pressure, the cache's environment (``AsyncCacheLayer/follow(_:)``) and closing, and
-/// ``AsyncCacheLayer/removeAll()``, which empties the wrapped layer whatever the wrapper does to
-/// keys or values. It still implements the other entry operations, which are its reason to be:
+/// ``AsyncCacheLayer/removeAll()`` and ``AsyncCacheLayer/invalidate(tag:at:)``, which reach the
+/// wrapped layer whatever the wrapper does to keys or values. It still implements the other
+/// entry operations, which are its reason to be:
 ///
 /// ```swift
 /// actor AuditedLayer<Base: AsyncCacheLayer>: WrappingCacheLayer {
@@ -50,6 +51,11 @@ extension WrappingCacheLayer {
   /// Empties the wrapped layer.
   public nonisolated func removeAll() async throws {
     try await wrappedLayer.removeAll()
+  }
+
+  /// Invalidates `tag` in the wrapped layer.
+  public nonisolated func invalidate(tag: String, at instant: CacheInstant) async throws {
+    try await wrappedLayer.invalidate(tag: tag, at: instant)
   }
 }
 

@@ -332,6 +332,44 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     try await writing(key) { try await chain.insert(entry, for: key) }
   }
 
+  /// Stores `value` filed under `tags` for `key` in every layer, so that ``invalidate(tag:)``
+  /// of any of them drops it; it wins over a load of `key` in flight.
+  ///
+  /// - Parameters:
+  ///   - value: The value to store.
+  ///   - key: Its key.
+  ///   - timeToLive: How long the value lives; ``Configuration-swift.struct/timeToLive`` when `nil`.
+  ///   - tags: The tags to file it under (see ``EntryMetadata/tags``).
+  /// - Throws: ``EntryMetadataError`` when there are too many tags or one is empty or too long
+  ///   (nothing is stored then); ``AsyncCacheError/Code/layerFailure`` (see
+  ///   ``CacheChain/insert(_:for:)-(CacheEntry<Value>,_)``).
+  public nonisolated(nonsending) func insert(
+    _ value: Value, for key: Key, timeToLive: Duration? = nil, tags: Set<String>
+  ) async throws {
+    try await insert(value, for: key, timeToLive: timeToLive, metadata: EntryMetadata(tags: tags))
+  }
+
+  /// Invalidates `tag`: every entry filed under it (``EntryMetadata/tags``), in every layer, is
+  /// a miss from now on, and the next request for its key loads it anew. O(1) whatever the
+  /// number of entries: the cache records when the tag was invalidated and tells a dead entry
+  /// from its metadata when it reads it (see <doc:Semantics#Tags>).
+  ///
+  /// Once it returns, no request answers with an entry filed under `tag` that was written or
+  /// loaded before the call: a load in flight that brings such an entry answers the requests
+  /// that joined it before, and is stored nowhere; later requests do not join it. The layers
+  /// that keep entries across restarts or share them with other processes record the
+  /// invalidation there too (``AsyncCacheLayer/invalidate(tag:at:)``): SQLite and files keep
+  /// it across a restart, and a `RedisLayer` announces it to the other instances.
+  ///
+  /// - Throws: ``EntryMetadataError`` when `tag` could be no entry's tag (empty, or longer than
+  ///   ``EntryMetadata/maximumTagLength`` bytes); ``AsyncCacheError/Code/layerFailure`` for the
+  ///   first layer whose policy is ``LayerFailurePolicy/propagate`` that failed to record it
+  ///   (this cache holds the tag's entries dead all the same).
+  public nonisolated(nonsending) func invalidate(tag: String) async throws {
+    try EntryMetadata.validate(tag: tag)
+    try await writing(nil, "invalidate(tag:)") { try await chain.invalidate(tag: tag) }
+  }
+
   /// Removes `key` from every layer; a load of `key` in flight will not store its value.
   ///
   /// - Throws: ``AsyncCacheError/Code/layerFailure`` (see ``CacheChain/removeValue(for:)``).
@@ -350,8 +388,10 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// than the write once it returns. Loads in flight are made unjoinable before the write, and
   /// again after it: a load that starts *during* the write is overtaken (it will not store what
   /// it read), and it must not answer the requests that come after the write either.
-  private nonisolated(nonsending) func writing(_ key: Key?, _ write: () async throws -> Void) async throws {
-    try checkOpen(key == nil ? "removeAll()" : "a write")
+  private nonisolated(nonsending) func writing(
+    _ key: Key?, _ operation: String? = nil, _ write: () async throws -> Void
+  ) async throws {
+    try checkOpen(operation ?? (key == nil ? "removeAll()" : "a write"))
     detach(key)
     defer { detach(key) }
     try await write()

@@ -1,7 +1,7 @@
 /// How many entries a layer evicted, by reason.
 public struct EvictionCounts: Sendable, Hashable, CustomStringConvertible {
   @usableFromInline
-  var counts: (Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0)
+  var counts: (Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0)
 
   /// No evictions.
   public init() {}
@@ -17,6 +17,7 @@ public struct EvictionCounts: Sendable, Hashable, CustomStringConvertible {
       case .memoryPressure: counts.3
       case .oversized: counts.4
       case .expiredOnArrival: counts.5
+      case .invalidated: counts.6
       }
     }
     set {
@@ -27,6 +28,7 @@ public struct EvictionCounts: Sendable, Hashable, CustomStringConvertible {
       case .memoryPressure: counts.3 = newValue
       case .oversized: counts.4 = newValue
       case .expiredOnArrival: counts.5 = newValue
+      case .invalidated: counts.6 = newValue
       }
     }
   }

@@ -15,6 +15,9 @@ public enum EvictionReason: Int, Sendable, Hashable, CaseIterable, CustomStringC
   /// previous entry for its key removed): most often the layer reads another clock than the
   /// one that computed the expiry. Logged as a warning the first time, then at debug.
   case expiredOnArrival
+  /// A tag the entry was filed under was invalidated after it was produced (see
+  /// ``LoadingCache/invalidate(tag:)``): the layer removed it when a lookup came to it.
+  case invalidated
 
   public var description: String {
     switch self {
@@ -24,6 +27,7 @@ public enum EvictionReason: Int, Sendable, Hashable, CaseIterable, CustomStringC
     case .memoryPressure: "memoryPressure"
     case .oversized: "oversized"
     case .expiredOnArrival: "expiredOnArrival"
+    case .invalidated: "invalidated"
     }
   }
 }

@@ -210,6 +210,18 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
     store.removeAll()
   }
 
+  /// Makes the entries filed under `tag` and produced at or before `instant` misses from now on
+  /// (see ``AsyncCacheLayer/invalidate(tag:at:)``): records the instant, in O(1), and a lookup
+  /// that comes to such an entry removes it (counted as ``EvictionReason/invalidated``). Until
+  /// a tag is invalidated, a hit pays nothing for tags; afterwards, a hit on an entry with
+  /// metadata checks its tags. Safe from any context. Never suspends.
+  ///
+  /// `async` although it never suspends: a synchronous overload would lose, in `async` code, to
+  /// the protocol's do-nothing default.
+  public nonisolated func invalidate(tag: String, at instant: CacheInstant) async {
+    store.tagInvalidations.record(tag, at: instant)
+  }
+
   /// Removes every expired entry and returns how many there were.
   ///
   /// Expired entries are also removed when a lookup finds them and when eviction reaches them;

@@ -56,6 +56,17 @@ extension MemorySegment {
     return removed
   }
 
+  /// Removes the node at `slot`, which a lookup found expired or dead by tag, counting the miss
+  /// and the eviction for `reason`.
+  @inlinable
+  mutating func drop<Found>(_ slot: Int, because reason: EvictionReason) -> MemoryStore<Key, Value>.Lookup<Found> {
+    settleHits()
+    let removed = remove(slot: slot)
+    misses &+= 1
+    evictions[reason] &+= 1
+    return .dropped(removed, reason)
+  }
+
   /// The node that would leave first without a duel: probation's LRU end, then the window's,
   /// then protected's (LRU: the least recently used), or ``none`` when empty.
   @inlinable

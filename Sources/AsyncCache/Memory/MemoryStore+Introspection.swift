@@ -29,7 +29,7 @@ extension MemoryStore {
     }
   }
 
-  /// The entries unexpired at `now` (nanoseconds since 1970), per segment, in eviction order (LRU:
+  /// The entries unexpired at `now` (nanoseconds since 1970) and not dead by tag, per segment, in eviction order (LRU:
   /// from least to most recently used); each segment is copied under its lock, without changing
   /// recency or statistics. O(n). For snapshots.
   func entriesInEvictionOrder(unexpiredAt now: Int64) -> [[(key: Key, entry: CacheEntry<Value>)]] {
@@ -42,6 +42,8 @@ extension MemoryStore {
           guard node.expiry > now else { return }
           let expiresAt = node.expiry == .max ? nil : CacheInstant(nanosecondsSince1970: node.expiry)
           let entryMetadata = node.hasMetadata ? metadata[node.key] ?? EntryMetadata() : EntryMetadata()
+          // A dead entry (an invalidated tag) must not outlive the invalidation in a snapshot.
+          guard !tagInvalidations.kills(entryMetadata) else { return }
           entries.append((node.key, CacheEntry(node.value, expiresAt: expiresAt, metadata: entryMetadata)))
         }
         return entries

@@ -64,6 +64,10 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// segment takes its part of at its inserts, whatever the votes say.
   let windowReservations = Locked<(next: UInt64, entries: [UInt64: Int])>((0, [:]))
   @usableFromInline let windowFloor = Atomic<Int>(0)
+  /// The tags invalidated in the layer (``MemoryLayer/invalidate(tag:at:)``): a lookup that
+  /// finds an entry filed under one, produced at or before its invalidation, removes it and
+  /// misses. Read only for the entries with metadata, and only once a tag was invalidated.
+  @usableFromInline let tagInvalidations = TagInvalidations()
 
   /// - Parameter costLimit: The cost limit; `Int.max` for none.
   init(
@@ -182,7 +186,8 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   enum Lookup<Found: Sendable>: Sendable {
     case hit(Found)
     case miss
-    case expired(Node)
+    /// The entry was there but expired, or dead by tag: removed.
+    case dropped(Node, EvictionReason)
   }
 
   /// Finds `key`; on a hit marks it most recently used and returns `extract` of its node.
@@ -229,13 +234,13 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       var now = Int64.max
       if expiry != .max {
         now = self.now(checking: expiry)
-        if expiry <= now {
-          segment.settleHits()
-          let removed = segment.remove(slot: slot)
-          segment.misses &+= 1
-          segment.evictions[.expired] &+= 1
-          return .expired(removed)
-        }
+        if expiry <= now { return segment.drop(slot, because: .expired) }
+      }
+      // One bit of the node, read with its expiry, for an entry without metadata.
+      if segment.nodes[slot].hasMetadata, !tagInvalidations.isEmpty,
+        tagInvalidations.kills(segment.metadata(at: slot, key: key))
+      {
+        return segment.drop(slot, because: .invalidated)
       }
       segment.recordHit(slot, hash: hash)
       if countingRequest { segment.requestHits &+= 1 }
@@ -246,17 +251,17 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       return found
     case .miss:
       return nil
-    case .expired(let node):
+    case .dropped(let node, let reason):
       account(removed: node)
-      if eventHub.isObserved { reportExpiry(of: node.key) }
+      if eventHub.isObserved { reportDrop(of: node.key, because: reason) }
       return nil
     }
   }
 
-  /// Reports that a lookup found the entry for `key` expired and removed it.
+  /// Reports that a lookup found the entry for `key` expired or dead by tag, and removed it.
   @usableFromInline
-  func reportExpiry(of key: Key) {
-    eventHub.emitEviction(of: key, reason: .expired)
+  func reportDrop(of key: Key, because reason: EvictionReason) {
+    eventHub.emitEviction(of: key, reason: reason)
   }
 
   /// `expiry` (nanoseconds since 1970), no later than the store's time-to-live from `now`.
@@ -307,14 +312,16 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     }
   }
 
-  /// Whether an unexpired entry for `key` exists (by ``now(checking:)``, as a lookup would tell);
+  /// Whether an unexpired entry for `key`, not dead by tag, exists (by ``now(checking:)``, as a
+  /// lookup would tell);
   /// does not change recency or statistics.
   func contains(_ key: Key) -> Bool {
     let hash = key.hashValue
     return segments.withLock(segmentIndex(for: hash)) { segment in
       guard let slot = segment.find(key, hash: hash) else { return false }
       let expiry = segment.nodes[slot].expiry
-      return expiry == .max || expiry > now(checking: expiry)
+      guard expiry == .max || expiry > now(checking: expiry) else { return false }
+      return !segment.nodes[slot].hasMetadata || !tagInvalidations.kills(segment.metadata(at: slot, key: key))
     }
   }
 }

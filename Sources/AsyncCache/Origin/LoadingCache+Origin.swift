@@ -59,9 +59,15 @@ extension LoadingCache {
     attempts: inout Int
   ) async throws -> (Value, LoadSource) {
     let key = load.key
+    // What the origin answers is stamped as of now, before it is asked: an invalidation of one of
+    // its tags made while it loads kills it (see ``CacheChain/invalidate(tag:)``).
+    let stamp = chain.tagStamp()
     let lease: Lease
     if let (tier, coordinator) = coordination {
       switch try await coordinator.claim(key, supersedes: current?.expiresAt) {
+      case .loadedElsewhere(let entry) where chain.tagInvalidations.kills(entry.metadata):
+        // Another process stored it before one of its tags was invalidated here: load it anew.
+        lease = .alone(tier: tier)
       case .loadedElsewhere(let entry):
         // As if the lookup had found it in the coordinator's layer: copied into the layers above.
         await read.copy(entry, foundIn: tier, skippingTop: loadTable.skipsTopLayer(load))
@@ -81,18 +87,21 @@ extension LoadingCache {
       let fetched = try await releasingLeases(lease) {
         try await fetchRetrying(load, current: current, attempts: &attempts)
       }
-      (entry, source) = try self.entry(fetched, for: key, replacing: current)
-      stored = fetched.isStored
+      (entry, source) = try self.entry(fetched, for: key, replacing: current, stampedAt: stamp)
+      // An entry one of whose tags was invalidated while it loaded is refused, as a write made
+      // meanwhile would overtake it: it answers the load and is stored nowhere.
+      stored = fetched.isStored && !chain.tagInvalidations.kills(entry.metadata)
     } catch {
       // The other processes get the error, or (cancelled) one of them takes the load over.
       if case .granted(let leases, _) = lease { await leases.complete(key, with: .failure(error)) }
       throw error
     }
     guard stored else {
-      // The origin gave no lifetime to keep it for (HTTP's no-store): it answers the load's
-      // requests and is stored nowhere. Offered to the coordinator expired at the first
-      // instant (a coordinator takes that for "not to be stored", without the warning of an
-      // entry that arrives expired), so that the other processes load on their own.
+      // The origin gave no lifetime to keep it for (HTTP's no-store), or a tag of it was
+      // invalidated while it loaded: it answers the load's requests and is stored nowhere.
+      // Offered to the coordinator expired at the first instant (a coordinator takes that for
+      // "not to be stored", without the warning of an entry that arrives expired), so that the
+      // other processes load on their own.
       var excluded: Int?
       if case .granted(let leases, let tier) = lease {
         let expired = CacheEntry(entry.value, expiresAt: .distantPast, metadata: entry.metadata)
@@ -120,23 +129,28 @@ extension LoadingCache {
 
   /// The entry to store for what the origin answered for `key`, and where its value came from:
   /// the origin's value, or (``FetchedEntry/notModified(metadata:timeToLive:)``) `current`'s,
-  /// revalidated, with a new lifetime and the origin's metadata if it gave any.
+  /// revalidated, with a new lifetime and the origin's metadata if it gave any. Tagged metadata
+  /// is stamped as produced at `stamp` (see ``EntryMetadata/stamped(_:)``).
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidState`` when the origin answered `notModified`
   ///   without a `current` entry; ``EntryMetadataError`` when its metadata is over a limit.
   func entry(
-    _ fetched: FetchedEntry<Value>, for key: Key, replacing current: CacheEntry<Value>?
+    _ fetched: FetchedEntry<Value>, for key: Key, replacing current: CacheEntry<Value>?, stampedAt stamp: CacheInstant
   ) throws -> (CacheEntry<Value>, LoadSource) {
     switch fetched {
     case .value(let value, let metadata, let timeToLive):
       try metadata.validate()
       return (
-        CacheEntry(value, expiresAt: loadedExpiry(for: key, value: value, origin: timeToLive), metadata: metadata),
+        CacheEntry(
+          value, expiresAt: loadedExpiry(for: key, value: value, origin: timeToLive),
+          metadata: metadata.stamped(stamp)),
         .origin
       )
     case .notModified(let metadata, let timeToLive):
       guard let current else { throw FetchedEntry<Value>.notModifiedWithoutEntry(key) }
-      let kept = metadata ?? current.metadata
+      var kept = metadata?.stamped(stamp) ?? current.metadata
+      // The origin vouches for the held value as of the stamp: it is produced anew then.
+      if metadata == nil, !kept.tags.isEmpty { kept.producedAt = stamp }
       try kept.validate()
       return (
         CacheEntry(

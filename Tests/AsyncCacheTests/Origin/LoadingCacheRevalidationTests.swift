@@ -66,7 +66,11 @@ struct LoadingCacheRevalidationTests {
     let origin = VersionedOrigin(tags: ["tenant:7"])
     let cache = try cache(origin) { $0.timeToLive = .seconds(60) }
     #expect(try await cache.value(for: "k") == 1)
-    let expected = EntryMetadata(entityTag: #""1""#, tags: ["tenant:7"])
+    // Tagged, so stamped as produced when the load started.
+    // (no earlier than the clock says: stamps never go back in a process; see TagStamps).
+    let stamp = try #require(memory.entry(for: "k")?.metadata.producedAt)
+    #expect(stamp >= clock.now)
+    let expected = EntryMetadata(entityTag: #""1""#, producedAt: stamp, tags: ["tenant:7"])
     #expect(memory.entry(for: "k")?.metadata == expected)
     #expect(below.storedEntries["k"]?.metadata == expected)
     #expect(origin.calls == [.init(key: "k", currentTag: nil)])
@@ -179,8 +183,11 @@ struct LoadingCacheRevalidationTests {
     clock.advance(by: .seconds(15))
     _ = try await cache.value(for: "k")
     await cache.waitUntilIdle()
-    #expect(memory.entry(for: "k")?.metadata == newer)
-    #expect(below.storedEntries["k"]?.metadata == newer)
+    var stamped = newer
+    stamped.producedAt = try #require(memory.entry(for: "k")?.metadata.producedAt)
+    #expect(try #require(stamped.producedAt) >= clock.now)
+    #expect(memory.entry(for: "k")?.metadata == stamped, "tagged: stamped as produced when the refresh started")
+    #expect(below.storedEntries["k"]?.metadata == stamped)
     #expect(cache.statistics.revalidations == 2)
   }
 
@@ -209,7 +216,10 @@ struct LoadingCacheRevalidationTests {
     let cache = try cache(ClosureFetcher<String, Int> { _ in 0 }) { $0.timeToLive = .seconds(60) }
     let metadata = EntryMetadata(entityTag: "e", tags: ["t"])
     try await cache.insert(5, for: "k", metadata: metadata)
-    let expected = CacheEntry(5, expiresAt: clock.now.advanced(by: .seconds(60)), metadata: metadata)
+    var stamped = metadata
+    stamped.producedAt = try #require(memory.entry(for: "k")?.metadata.producedAt)
+    #expect(try #require(stamped.producedAt) >= clock.now)
+    let expected = CacheEntry(5, expiresAt: clock.now.advanced(by: .seconds(60)), metadata: stamped)
     #expect(memory.entry(for: "k") == expected)
     #expect(below.storedEntries["k"] == expected)
     await #expect(throws: EntryMetadataError.emptyTag) {

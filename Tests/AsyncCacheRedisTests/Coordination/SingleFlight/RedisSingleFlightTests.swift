@@ -105,8 +105,11 @@ struct RedisSingleFlightTests {
     #expect(try await waiter.value == Data("value of k".utf8))
     #expect(gates[1].callCount == 0, "the waiting instance did not ask its origin")
     #expect(fleet[1].redis.statistics.loadsAwaited == 1)
-    for instance in fleet { #expect(instance.memory.entry(for: "k")?.metadata == metadata) }
-    #expect(try await fleet[1].redis.entry(for: "k")?.metadata == metadata)
+    // Tagged, so stamped when the holder's load started: the same instant everywhere.
+    var expected = metadata
+    expected.producedAt = try #require(fleet[0].memory.entry(for: "k")?.metadata.producedAt)
+    for instance in fleet { #expect(instance.memory.entry(for: "k")?.metadata == expected) }
+    #expect(try await fleet[1].redis.entry(for: "k")?.metadata == expected)
   }
 
   @Test("a value its origin says not to keep is stored nowhere, quietly; the waiting instance loads on its own")
