@@ -52,6 +52,8 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   /// this actor's jobs use it.
   private let defaults: UserDefaults
   private var counters = Statistics()
+  /// The tag record last read from the suite, and what it holds (see ``invalidate(tag:at:)``).
+  private var tagRecord: (data: Data, invalidations: TagInvalidations)?
 
   /// The executor of the layer: a thread of its own (a `BlockingExecutor`), so that UserDefaults' file
   /// I/O never blocks the cooperative thread pool.
@@ -144,6 +146,17 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
     guard expiry > followedClock.now.nanosecondsSince1970 else {
       discard(defaultsKey, countingAs: \.expired)
       return nil
+    }
+    if !metadata.tags.isEmpty {
+      guard let invalidations = try tagInvalidations() else {
+        // The record was damaged: every entry was removed, this one with them.
+        counters.misses += 1
+        return nil
+      }
+      if invalidations.kills(metadata) {
+        discard(defaultsKey, countingAs: \.invalidated)
+        return nil
+      }
     }
     let value: Value
     do {
@@ -353,6 +366,56 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
       metadata: ["key": CacheLogger.describe(encodedKey(of: defaultsKey)), "reason": reason()])
   }
 
+  // MARK: Tags
+
+  /// The defaults key of the namespace's tag invalidations: outside the entries' prefix, so that
+  /// no key and no ``removeAll()`` reaches it.
+  private var tagRecordKey: String { "asynccache-tags.\(configuration.namespace.nfcNormalized)" }
+
+  /// Makes the entries of this namespace filed under `tag` and produced at or before `instant`
+  /// misses from now on, for every layer of the suite and namespace, also after a restart (see
+  /// ``AsyncCacheLayer/invalidate(tag:at:)``): records the instant in one value of the suite
+  /// (`asynccache-tags.<namespace>`), in O(1) in the entries. A lookup that comes to such an
+  /// entry removes it (counted in ``Statistics/invalidated``).
+  ///
+  /// - Throws: ``PersistenceError/Code/ioFailure`` when the suite cannot be written to disk
+  ///   (Linux; the invalidation holds in this process).
+  public func invalidate(tag: String, at instant: CacheInstant) async throws {
+    let invalidations = try tagInvalidations() ?? TagInvalidations()
+    guard invalidations.record(tag, at: instant) else { return }
+    let data = Data(TagInvalidationRecord.encode(invalidations.all))
+    defaults.set(data, forKey: tagRecordKey)
+    tagRecord = (data, invalidations)
+    try persist()
+  }
+
+  /// The namespace's tag invalidations, as the suite holds them now (read again only when the
+  /// stored record changed). A record that does not read back is damage: every entry of the
+  /// namespace is removed then, since any may have been invalidated, the record starts over,
+  /// and the answer is `nil`.
+  private func tagInvalidations() throws -> TagInvalidations? {
+    let stored = defaults.data(forKey: tagRecordKey) ?? Data()
+    if let tagRecord, tagRecord.data == stored { return tagRecord.invalidations }
+    let invalidations = TagInvalidations()
+    if !stored.isEmpty {
+      do {
+        for (tag, instant) in try TagInvalidationRecord.decode(stored) { invalidations.record(tag, at: instant) }
+      } catch {
+        layerEnvironment.log(
+          .error, "the tag invalidations are damaged; every entry was removed, since any may have been invalidated",
+          metadata: ["key": tagRecordKey, "reason": "\(error)"])
+        counters.damagedEntries += 1
+        for (defaultsKey, _) in ownedEntries() { defaults.removeObject(forKey: defaultsKey) }
+        defaults.removeObject(forKey: tagRecordKey)
+        try persist()
+        tagRecord = (Data(), invalidations)
+        return nil
+      }
+    }
+    tagRecord = (stored, invalidations)
+    return invalidations
+  }
+
   /// Writes the suite to disk where the platform does not on its own.
   private func persist() throws {
     #if !canImport(Darwin)
@@ -410,13 +473,16 @@ extension UserDefaultsLayer {
   public struct Statistics: Sendable, Hashable {
     /// Lookups that found an unexpired, intact entry.
     public var hits = 0
-    /// Lookups that found nothing, or a stored value that was expired or damaged.
+    /// Lookups that found nothing, or a stored value that was expired, damaged or invalidated.
     public var misses = 0
     /// Expired entries removed, by lookups and by ``UserDefaultsLayer/removeExpired()``.
     public var expired = 0
     /// Stored values removed because they were damaged, foreign, of another format version or
     /// did not decode.
     public var damagedEntries = 0
+    /// Entries removed by lookups because a tag they were filed under was invalidated after
+    /// they were produced (see ``UserDefaultsLayer/invalidate(tag:at:)``).
+    public var invalidated = 0
   }
 }
 

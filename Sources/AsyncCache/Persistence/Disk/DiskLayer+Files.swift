@@ -50,8 +50,9 @@ extension DiskLayer {
     var found: [DiskIndex.Record] = []
     var sweptTemporaryFiles = 0
     var expired = 0
+    try loadTagFile()
     for name in names {
-      if Self.isTemporaryFileName(name) {
+      if Self.isTemporaryFileName(name) || Self.isTemporaryTagFileName(name) {
         // Left by a process that died mid-write. Best effort: a read-only directory keeps them.
         if (try? fileSystem.removeFile(path(of: name))) != nil { sweptTemporaryFiles += 1 }
         continue
@@ -210,9 +211,9 @@ extension DiskLayer {
       misses += 1
       return nil
     }
-    if header.expiresAt <= now {
+    if header.expiresAt <= now || tagInvalidations.kills(metadata) {
       buffer.deallocate()
-      discard(slot, reason: .expired)
+      discard(slot, reason: header.expiresAt <= now ? .expired : .invalidated)
       misses += 1
       return nil
     }

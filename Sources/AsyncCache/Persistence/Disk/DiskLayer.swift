@@ -68,6 +68,10 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: Environ
   nonisolated let directoryPath: String
   nonisolated let maximumEntrySize: Int
 
+  /// The directory's tag invalidations, read from its tag file when the layer opens (see
+  /// ``invalidate(tag:at:)``).
+  nonisolated let tagInvalidations = TagInvalidations()
+
   var index = DiskIndex()
   var hits = 0
   var misses = 0
