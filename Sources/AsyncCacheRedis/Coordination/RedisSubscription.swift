@@ -7,7 +7,7 @@ final class RedisSubscription: Sendable {
     var channels: [[UInt8]]
     /// The key prefix to track (`CLIENT TRACKING … BCAST PREFIX`), reported on
     /// `__redis__:invalidate` (which must be among the channels); `nil` for none.
-    var trackingPrefix: [UInt8]? = nil
+    var trackingPrefixes: [[UInt8]] = []
     var connectTimeout: Duration
     var operationTimeout: Duration
     var handshake: [RESPCommand]
@@ -312,17 +312,18 @@ final class RedisSubscription: Sendable {
     }
     do {
       try await RedisConnectionPool.handshake(options.handshake, on: connection)
-      if let prefix = options.trackingPrefix {
+      if !options.trackingPrefixes.isEmpty {
         // The server reports the prefix's changes to this very connection, which subscribes to
         // the channel they come on (RESP2 needs the redirection).
         guard case .integer(let id) = try await connection.send(RESPCommand("CLIENT", "ID")) else {
           throw RedisError(code: .protocolError, message: "\(connection.server) answered CLIENT ID with no integer")
         }
         let reply = try await connection.send(
-          RESPCommand([
-            Array("CLIENT".utf8), Array("TRACKING".utf8), Array("ON".utf8), Array("REDIRECT".utf8),
-            Array(String(id).utf8), Array("BCAST".utf8), Array("PREFIX".utf8), prefix,
-          ]))
+          RESPCommand(
+            [
+              Array("CLIENT".utf8), Array("TRACKING".utf8), Array("ON".utf8), Array("REDIRECT".utf8),
+              Array(String(id).utf8), Array("BCAST".utf8),
+            ] + options.trackingPrefixes.flatMap { [Array("PREFIX".utf8), $0] }))
         if case .error(let text) = reply {
           throw RedisError.reply(text, to: "CLIENT TRACKING", server: connection.server)
         }

@@ -17,6 +17,10 @@ extension RedisLayer {
     writer.argument(keyPrefix, encodedKey)
     let reply = try await run(writer, named: "GET", key: encodedKey)[0]
     guard let stored = try storedValue(from: reply, key: encodedKey, command: "GET") else { return nil }
+    if try await isDeadByTag(stored.metadata) {
+      counters.misses.add(1, ordering: .relaxed)
+      return nil
+    }
     do {
       let entry = CacheEntry(
         try valueCoder.decode(stored.payload), expiresAt: stored.expiresAt, metadata: stored.metadata)
@@ -44,7 +48,7 @@ extension RedisLayer {
     let keys = Array(keys)
     guard !keys.isEmpty else { return [:] }
     let encodedKeys = try keys.map { try encodedKey($0) }
-    let stored = try await storedValues(for: encodedKeys)
+    let stored = try await droppingDead(try await storedValues(for: encodedKeys))
     var found = [Key: CacheEntry<Value>](minimumCapacity: keys.count)
     var hits = 0
     for index in keys.indices {

@@ -55,6 +55,17 @@ extension RedisLayer {
 
 /// The scripts of a plain `RedisLayer` (single flight has its own, `SingleFlightScripts`).
 enum LayerScripts {
+  /// Records in the hash `KEYS[1]` that the tag `ARGV[1]` was invalidated at `ARGV[2]` (see
+  /// `RedisLayer.sortable(_:)`), unless a later instant is recorded; publishes `ARGV[4]` on
+  /// `ARGV[3]` unless empty. Returns 1.
+  static let invalidateTag = RedisScript(
+    """
+      local recorded = redis.call('HGET', KEYS[1], ARGV[1])
+      if (not recorded) or recorded < ARGV[2] then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+      if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], ARGV[4]) end
+      return 1
+    """)
+
   /// Rewrites the header of the envelope at `KEYS[1]` (see `RedisEnvelope`) if it holds the
   /// expiry `ARGV[1]` (8 bytes, big-endian; empty for none) and the metadata field `ARGV[2]` (a
   /// 2-byte length and the stored form; empty for none): with the expiry `ARGV[3]`, the version

@@ -66,6 +66,10 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
   nonisolated let singleFlight: SingleFlightState?
   /// The layers invalidations are forwarded to.
   nonisolated let invalidationTargets: Locked<[any AsyncCacheLayer<Key, Value>]>
+  /// The namespace's hash of tag invalidations (see ``tagsKey(of:)``).
+  nonisolated let tagsKey: [UInt8]
+  /// This instance's copy of the namespace's tag invalidations.
+  nonisolated let tagMirror = RedisTagMirror()
 
   /// Creates a layer for `namespace` on the configured server. Nothing is sent until the first
   /// operation.
@@ -96,6 +100,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
     self.keyEncoding = keyEncoding
     self.valueCoder = valueCoder
     self.keyPrefix = Self.keyPrefix(of: namespace)
+    self.tagsKey = Self.tagsKey(of: keyPrefix)
     let counters = RedisCounters()
     self.counters = counters
     let eventHub = EventHub(handler: configuration.eventHandler)
@@ -128,13 +133,14 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
     }
     let invalidations = InvalidationDelivery(
       tracks: tracks, prefix: keyPrefix, sender: sender, decode: keyEncoding.decode, targets: targets, flight: flight,
-      counters: counters)
+      counters: counters, tags: tagMirror, tagsKey: tagsKey)
     // Single flight probes the server while loads wait on it (see RedisSubscription.serve).
     var probe: (@Sendable () async -> Bool)?
     if flight != nil { probe = { await backend.answersPing() } }
     self.subscription = RedisSubscription(
       options: RedisSubscription.Options(
-        channels: channels, trackingPrefix: tracks ? keyPrefix : nil, connectTimeout: configuration.connectTimeout,
+        channels: channels, trackingPrefixes: tracks ? [keyPrefix, tagsKey] : [],
+        connectTimeout: configuration.connectTimeout,
         operationTimeout: configuration.operationTimeout, handshake: configuration.handshake,
         healthCheckInterval: configuration.invalidation?.healthCheckInterval ?? .seconds(10),
         backoff: configuration.circuitBreaker, clock: clock, isUrgent: { flight?.isUrgent ?? false },

@@ -22,6 +22,10 @@ struct InvalidationDelivery<Key: Hashable & Sendable, Value: Sendable>: Sendable
   /// announcement are kept when the load's invalidation comes.
   let flight: SingleFlightState?
   let counters: RedisCounters
+  /// The instance's copy of the namespace's tag invalidations.
+  let tags: RedisTagMirror
+  /// The namespace's hash of tag invalidations, whose change the server reports (tracking).
+  let tagsKey: [UInt8]
 
   /// Applies one message (its channel, its payload); the subscription calls it in order.
   func deliver(_ channel: [UInt8], _ payload: RESPValue) async {
@@ -30,6 +34,11 @@ struct InvalidationDelivery<Key: Hashable & Sendable, Value: Sendable>: Sendable
       // `__redis__:invalidate`: the keys changed, or null for a flush of the database.
       switch payload {
       case .array(let keys?):
+        for case .bulkString(let stored?) in keys where stored == tagsKey {
+          // Which tag changed is not said: the copy is read again, and the layers above emptied.
+          tags.markStale()
+          changes.append(.all)
+        }
         for case .bulkString(let stored?) in keys where stored.starts(with: prefix) {
           guard let encodedKey = String(validating: stored[prefix.count...], as: UTF8.self) else { continue }
           changes.append(.key(encodedKey))
@@ -61,13 +70,18 @@ struct InvalidationDelivery<Key: Hashable & Sendable, Value: Sendable>: Sendable
         for layer in layers { try? await layer.removeValue(for: key) }
       case .all:
         for layer in layers { try? await layer.removeAll() }
+      case .tag(let tag, let nanoseconds):
+        let instant = CacheInstant(nanosecondsSince1970: nanoseconds)
+        tags.invalidations.record(tag, at: instant)
+        for layer in layers { try? await layer.invalidate(tag: tag, at: instant) }
       }
     }
   }
 
-  /// Empties the layers invalidations are forwarded to: the messages sent while the
-  /// subscription was down are lost.
+  /// Empties the layers invalidations are forwarded to, and marks the copy of the tag
+  /// invalidations stale: the messages sent while the subscription was down are lost.
   func resynchronize() async {
+    tags.markStale()
     for layer in targets.withLock({ $0 }) { try? await layer.removeAll() }
   }
 }

@@ -1,7 +1,8 @@
 import AsyncCache
 
 /// What one message on the invalidation channel says: `<sender id> K <encoded key>` (the key
-/// was written or removed) or `<sender id> A` (the namespace was emptied).
+/// was written or removed), `<sender id> A` (the namespace was emptied), or
+/// `<sender id> T <nanoseconds since 1970> <tag>` (the tag was invalidated then).
 struct InvalidationMessage: Sendable, Equatable {
   enum Change: Sendable, Equatable {
     case key(String)
@@ -9,6 +10,8 @@ struct InvalidationMessage: Sendable, Equatable {
     /// took that value from the load's announcement keep it; the others drop their copy.
     case loaded(key: String, token: UInt64)
     case all
+    /// The tag was invalidated at the instant (nanoseconds since 1970).
+    case tag(String, at: Int64)
   }
 
   /// The instance that made the change: 32 hexadecimal digits.
@@ -21,6 +24,7 @@ struct InvalidationMessage: Sendable, Equatable {
     case .key(let key): sender + Array(" K ".utf8) + Array(key.utf8)
     case .loaded(let key, let token): sender + Array(" L \(token) ".utf8) + Array(key.utf8)
     case .all: sender + Array(" A".utf8)
+    case .tag(let tag, let instant): sender + Array(" T \(instant) ".utf8) + Array(tag.utf8)
     }
   }
 
@@ -45,6 +49,12 @@ struct InvalidationMessage: Sendable, Equatable {
         let key = String(validating: bytes[(space + 1)...], as: UTF8.self)
       else { return nil }
       change = .loaded(key: key, token: token)
+    case (UInt8(ascii: "T"), 37...) where bytes[34] == UInt8(ascii: " "):
+      guard let space = bytes[35...].firstIndex(of: UInt8(ascii: " ")),
+        let instant = Int64(String(decoding: bytes[35..<space], as: UTF8.self)),
+        let tag = String(validating: bytes[(space + 1)...], as: UTF8.self), !tag.isEmpty
+      else { return nil }
+      change = .tag(tag, at: instant)
     default:
       return nil
     }
