@@ -24,6 +24,7 @@ enum Benchmark: String, CaseIterable {
   case chainMemoryOverRedisHit = "chain.memoryOverRedis.hit"
   case fleetCoalescing = "fleet.coalescing"
   case httpRevalidate = "http.revalidate"
+  case tagsInvalidate = "tags.invalidate"
 
   /// Runs the benchmark and returns its rows, the project's first.
   ///
@@ -54,6 +55,7 @@ enum Benchmark: String, CaseIterable {
     case .chainMemoryOverRedisHit: try await RedisBenchmarks.memoryOverRedisHit(configuration)
     case .fleetCoalescing: try await FleetBenchmark.coalescing(configuration)
     case .httpRevalidate: try await HTTPBenchmarks.revalidate(configuration)
+    case .tagsInvalidate: try await TagBenchmarks.invalidate(configuration)
     }
   }
 }

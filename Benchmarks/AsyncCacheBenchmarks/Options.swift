@@ -138,6 +138,10 @@ struct RunConfiguration {
   var redisBulkReads = 2_000
   /// Refreshes of the 1 MB resource per repetition of the HTTP revalidation benchmark.
   var httpRefreshes = 40
+  /// Entries of the tag invalidation benchmark, a tenth of them under each of ten tags.
+  var tagEntryCount = 1_000_000
+  /// Invalidations per repetition of the tag invalidation benchmark.
+  var tagInvalidations = 1_000
 
   static let full = RunConfiguration(
     isQuick: false,
@@ -178,6 +182,8 @@ struct RunConfiguration {
     hitRatioCacheSizes: [1_000, 10_000],
     hitRatioRuns: 2,
     redisReads: 2_000,
-    redisBulkReads: 200
+    redisBulkReads: 200,
+    tagEntryCount: 100_000,
+    tagInvalidations: 200
   )
 }
