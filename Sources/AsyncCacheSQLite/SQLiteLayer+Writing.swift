@@ -131,6 +131,7 @@ extension SQLiteLayer {
   /// - Throws: `PersistenceError` when the database cannot record it (`.readOnly`, `.busy`,
   ///   `.closed` after ``close()``); this layer still holds the rows dead until it closes.
   public func invalidate(tag: String, at instant: CacheInstant) async throws {
+    try EntryMetadata.validate(tag: tag)
     guard !isClosed else { throw closedError }
     tagInvalidations.record(tag, at: instant)
     try pending.withLock { try $0.checkWritable(closed: closedError) }

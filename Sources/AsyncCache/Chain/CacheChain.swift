@@ -266,9 +266,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     try checkOpen("insert(_:for:)")
     var entry = entry
     // Stamped before it waits for the key: an invalidation made meanwhile came after the write.
-    if !entry.metadata.tags.isEmpty, entry.metadata.producedAt == nil {
-      entry.metadata.producedAt = tagStamp()
-    }
+    // An instant given that is later than the stamp is not believed: an invalidation made
+    // after the write must kill it.
+    if !entry.metadata.tags.isEmpty { entry.metadata = entry.metadata.stamped(tagStamp()) }
     let ticket = try await coordinator.acquireWrite(key)
     defer { coordinator.releaseWrite(ticket) }
     try checkOpen("insert(_:for:)")
@@ -322,7 +322,10 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   /// Invalidates `tag` as of `instant`, as ``invalidate(tag:)`` does as of now: the chain's
   /// entries filed under it and produced at or before `instant` are misses from now on.
+  ///
+  /// - Throws: What ``invalidate(tag:)`` throws.
   public nonisolated func invalidate(tag: String, at instant: CacheInstant) async throws {
+    try EntryMetadata.validate(tag: tag)
     try checkOpen("invalidate(tag:)")
     tagInvalidations.record(tag, at: instant)
     try await removeEverywhere(operation: .invalidateTag, key: nil) { try await $0.invalidate(tag: tag, at: instant) }

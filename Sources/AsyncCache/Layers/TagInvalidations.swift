@@ -85,21 +85,35 @@ package final class TagStamps: Sendable {
   /// The stamps of the process.
   package static let shared = TagStamps()
 
-  /// The last instant handed out or observed, nanoseconds since 1970.
+  /// How far ahead of the caller's clock an observed invalidation moves the stamps: one minute,
+  /// more than the skew of clocks kept by NTP. An instant further ahead (a clock that was wrong,
+  /// an instant given by hand) moves them no further, so that it cannot carry every later stamp
+  /// of the process into the future, where the invalidations of instances whose clocks are right
+  /// would not reach them.
+  package static let maximumLead: Duration = .seconds(60)
+
+  /// The last instant handed out, nanoseconds since 1970.
   private let last = Atomic<Int64>(.min)
+  /// The latest invalidation instant observed, nanoseconds since 1970.
+  private let observed = Atomic<Int64>(.min)
 
   package init() {}
 
-  /// Makes every later stamp come after `instant`.
+  /// Makes the stamps handed out from now on come after `instant` (up to ``maximumLead`` ahead
+  /// of the clock they are read with).
   package func observe(_ instant: CacheInstant) {
-    last.max(instant.nanosecondsSince1970, ordering: .relaxed)
+    observed.max(instant.nanosecondsSince1970, ordering: .relaxed)
   }
 
-  /// An instant after every one handed out before, as close to `now` as that allows.
+  /// An instant after every one handed out before and every invalidation observed (within
+  /// ``maximumLead``), as close to `now` as that allows.
   package func next(now: CacheInstant) -> CacheInstant {
+    let ceiling = now.advanced(by: Self.maximumLead).nanosecondsSince1970
+    let seen = Swift.min(observed.load(ordering: .relaxed), ceiling)
+    let floor = Swift.max(now.nanosecondsSince1970, seen == .max ? .max : seen + 1)
     var previous = last.load(ordering: .relaxed)
     while true {
-      let candidate = Swift.max(now.nanosecondsSince1970, previous == .max ? .max : previous + 1)
+      let candidate = Swift.max(floor, previous == .max ? .max : previous + 1)
       let (exchanged, original) = last.compareExchange(
         expected: previous, desired: candidate, ordering: .relaxed)
       if exchanged { return CacheInstant(nanosecondsSince1970: candidate) }

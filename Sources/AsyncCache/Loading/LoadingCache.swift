@@ -356,7 +356,9 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   ///
   /// Once it returns, no request answers with an entry filed under `tag` that was written or
   /// loaded before the call: a load in flight that brings such an entry answers the requests
-  /// that joined it before, and is stored nowhere; later requests do not join it. The layers
+  /// that joined it before, and is stored nowhere. Later requests join no load that was in
+  /// flight, whatever its key (any of them may bring such an entry): they start afresh. The
+  /// errors negative caching remembers stay. The layers
   /// that keep entries across restarts or share them with other processes record the
   /// invalidation there too (``AsyncCacheLayer/invalidate(tag:at:)``): SQLite and files keep
   /// it across a restart, and a `RedisLayer` announces it to the other instances.
@@ -367,7 +369,12 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   ///   (this cache holds the tag's entries dead all the same).
   public nonisolated(nonsending) func invalidate(tag: String) async throws {
     try EntryMetadata.validate(tag: tag)
-    try await writing(nil, "invalidate(tag:)") { try await chain.invalidate(tag: tag) }
+    try checkOpen("invalidate(tag:)")
+    // Before and after, as a write does (see `writing`), but keeping the errors negative caching
+    // remembers: they are no entries.
+    loadTable.detachLoads()
+    defer { loadTable.detachLoads() }
+    try await chain.invalidate(tag: tag)
   }
 
   /// Removes `key` from every layer; a load of `key` in flight will not store its value.
@@ -388,10 +395,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// than the write once it returns. Loads in flight are made unjoinable before the write, and
   /// again after it: a load that starts *during* the write is overtaken (it will not store what
   /// it read), and it must not answer the requests that come after the write either.
-  private nonisolated(nonsending) func writing(
-    _ key: Key?, _ operation: String? = nil, _ write: () async throws -> Void
-  ) async throws {
-    try checkOpen(operation ?? (key == nil ? "removeAll()" : "a write"))
+  private nonisolated(nonsending) func writing(_ key: Key?, _ write: () async throws -> Void) async throws {
+    try checkOpen(key == nil ? "removeAll()" : "a write")
     detach(key)
     defer { detach(key) }
     try await write()

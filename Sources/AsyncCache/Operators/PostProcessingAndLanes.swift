@@ -187,6 +187,14 @@ public final actor LaneLayer<Primary: AsyncCacheLayer, Other: AsyncCacheLayer<Pr
     if let firstError { throw firstError }
   }
 
+  /// Invalidates `tag` in both lanes; throws the first error after trying both.
+  public nonisolated func invalidate(tag: String, at instant: CacheInstant) async throws {
+    var firstError: (any Error)?
+    do { try await primary.invalidate(tag: tag, at: instant) } catch { firstError = error }
+    do { try await other.invalidate(tag: tag, at: instant) } catch { firstError = firstError ?? error }
+    if let firstError { throw firstError }
+  }
+
   /// Passes the level to both layers.
   public nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async {
     await primary.handleMemoryPressure(level)

@@ -44,9 +44,11 @@ package enum TagInvalidationRecord {
   package static func encode(_ invalidations: [String: CacheInstant]) -> [UInt8] {
     var bytes = magic
     bytes.append(1)
-    append(UInt32(invalidations.count), to: &bytes)
+    append(UInt32(invalidations.keys.count { (1...255).contains($0.utf8.count) }), to: &bytes)
     let sorted = invalidations.map { (Array($0.key.utf8), $0.value) }.sorted { $0.0.lexicographicallyPrecedes($1.0) }
-    for (tag, instant) in sorted {
+    // Callers validate their tags (`EntryMetadata.validate(tag:)`); one that could be no entry's
+    // is left out rather than written in a form that would not read back.
+    for (tag, instant) in sorted where (1...255).contains(tag.count) {
       bytes.append(UInt8(tag.count))
       bytes.append(contentsOf: tag)
       append(UInt64(bitPattern: instant.nanosecondsSince1970), to: &bytes)

@@ -381,6 +381,7 @@ public final actor UserDefaultsLayer<Key: Hashable & Sendable, Value: Sendable>:
   /// - Throws: ``PersistenceError/Code/ioFailure`` when the suite cannot be written to disk
   ///   (Linux; the invalidation holds in this process).
   public func invalidate(tag: String, at instant: CacheInstant) async throws {
+    try EntryMetadata.validate(tag: tag)
     let invalidations = try tagInvalidations() ?? TagInvalidations()
     guard invalidations.record(tag, at: instant) else { return }
     let data = Data(TagInvalidationRecord.encode(invalidations.all))

@@ -48,6 +48,7 @@ extension RedisLayer {
   /// - Throws: ``RedisError`` when the server cannot record it; this instance holds the entries
   ///   dead all the same.
   public nonisolated func invalidate(tag: String, at instant: CacheInstant) async throws {
+    try EntryMetadata.validate(tag: tag)
     tagMirror.invalidations.record(tag, at: instant)
     var arguments = [Array(tag.utf8), Self.sortable(instant)]
     if let announcement {

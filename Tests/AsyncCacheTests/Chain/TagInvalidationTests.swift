@@ -247,4 +247,20 @@ struct TagInvalidationTests {
       try await group.waitForAll()
     }
   }
+
+  @Test("stamps never repeat, never go back, and pass what they observe, at most a minute ahead")
+  func stamps() {
+    let stamps = TagStamps()
+    let now = CacheInstant(secondsSince1970: 1_000)
+    let first = stamps.next(now: now)
+    #expect(first == now)
+    #expect(stamps.next(now: now) > first, "the same clock reading gives a later stamp")
+    #expect(stamps.next(now: CacheInstant(secondsSince1970: 10)) > first, "a clock that goes back does not")
+    stamps.observe(CacheInstant(secondsSince1970: 1_030))
+    #expect(stamps.next(now: now) > CacheInstant(secondsSince1970: 1_030), "past an invalidation it learnt of")
+    stamps.observe(CacheInstant(secondsSince1970: 9_999_999))
+    let bounded = stamps.next(now: now)
+    #expect(bounded > CacheInstant(secondsSince1970: 1_030))
+    #expect(bounded <= now.advanced(by: TagStamps.maximumLead).advanced(by: .seconds(1)), "no further than a minute")
+  }
 }

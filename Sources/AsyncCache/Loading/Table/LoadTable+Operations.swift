@@ -414,6 +414,12 @@ extension LoadTable {
     }
   }
 
+  /// Makes every load unjoinable, keeping what negative caching remembers: an invalidation
+  /// of a tag, which may make any load's value dead.
+  func detachLoads() {
+    update { $0.machine.detachAll() }
+  }
+
   /// Makes the load of `key` (of every key when `nil`) unjoinable, and forgets the errors
   /// negative caching remembers for it: a write overtakes both.
   func detach(_ key: Key?) {

@@ -17,6 +17,7 @@ extension DiskLayer {
   ///   file cannot be written, ``PersistenceError/Code/ioFailure`` for other system errors; the
   ///   layer holds the entries dead all the same until it is closed.
   public func invalidate(tag: String, at instant: CacheInstant) async throws {
+    try EntryMetadata.validate(tag: tag)
     guard tagInvalidations.record(tag, at: instant) else { return }
     try writeTagFile()
   }

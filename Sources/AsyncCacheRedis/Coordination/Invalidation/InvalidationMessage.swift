@@ -52,7 +52,8 @@ struct InvalidationMessage: Sendable, Equatable {
     case (UInt8(ascii: "T"), 37...) where bytes[34] == UInt8(ascii: " "):
       guard let space = bytes[35...].firstIndex(of: UInt8(ascii: " ")),
         let instant = Int64(String(decoding: bytes[35..<space], as: UTF8.self)),
-        let tag = String(validating: bytes[(space + 1)...], as: UTF8.self), !tag.isEmpty
+        let tag = String(validating: bytes[(space + 1)...], as: UTF8.self),
+        (try? EntryMetadata.validate(tag: tag)) != nil
       else { return nil }
       change = .tag(tag, at: instant)
     default:

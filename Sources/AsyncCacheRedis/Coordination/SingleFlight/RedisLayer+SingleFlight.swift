@@ -106,9 +106,11 @@ extension RedisLayer {
       switch SingleFlightScripts.ClaimReply(reply) {
       case .value(let found)?:
         guard let stored = try? storedValue(from: found, key: encodedKey, command: "EVALSHA"),
-          let value = try? valueCoder.decode(stored.payload)
+          let value = try? valueCoder.decode(stored.payload),
+          (try? await isDeadByTag(stored.metadata)) == false
         else {
-          // Expired by this instance's clock after all, or unreadable: as if it were absent.
+          // Expired by this instance's clock after all, unreadable, or dead by tag (or the tag
+          // invalidations could not be read): as if it were absent.
           passesOverValue = true
           continue
         }
@@ -134,7 +136,8 @@ extension RedisLayer {
         case .stored(let bytes): stored = bytes
         }
         guard let found = try? storedValue(from: .bulkString(stored), key: encodedKey, command: "SUBSCRIBE"),
-          let value = try? valueCoder.decode(found.payload)
+          let value = try? valueCoder.decode(found.payload),
+          (try? await isDeadByTag(found.metadata)) == false
         else { continue }
         countHits(1)
         counters.loadsAwaited.add(1, ordering: .relaxed)

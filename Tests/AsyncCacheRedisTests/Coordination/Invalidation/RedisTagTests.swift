@@ -64,8 +64,10 @@ struct RedisTagTests {
     await eventually { a.redis.isReceivingInvalidations }
     try await a.cache.insert(Data("v".utf8), for: "k", tags: ["t"])
     #expect(try await a.redis.entry(for: "k") != nil)
-    // Recorded by another instance whose message never arrived (written straight into the hash).
-    let instant = String(decoding: RedisLayer<String, Data>.sortable(WallClock().now), as: UTF8.self)
+    // Recorded by another instance whose message never arrived (written straight into the hash),
+    // whose clock runs ahead: past any stamp this process hands out now (see TagStamps).
+    let ahead = WallClock().now.advanced(by: .seconds(120))
+    let instant = String(decoding: RedisLayer<String, Data>.sortable(ahead), as: UTF8.self)
     let hash = String(decoding: a.redis.tagsKey, as: UTF8.self)
     _ = try await server.command("HSET", hash, "t", instant)
     #expect(try await a.redis.entry(for: "k") != nil, "not known yet: no message came")
