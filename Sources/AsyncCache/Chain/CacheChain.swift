@@ -99,6 +99,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   nonisolated let followedLogger: Followed<CacheLogger>
   /// The clock handed to the layers: the configuration's, or the one of the cache or chain it is in.
   nonisolated let followedClock: Followed<any CacheClock>
+  /// Whom the chain tells of the tag invalidations its layers learn from elsewhere, after it
+  /// records them: the cache or chain it is in.
+  nonisolated let followedTagHandler = Followed<TagInvalidationHandler?>(given: nil, fallback: nil)
 
   nonisolated let coordinator = WriteCoordinator<Key>()
   /// Delivers the chain's own events (layer failures) to its observers and to `onFailure`.
@@ -144,15 +147,24 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Follows the clock and logger of the cache or chain the chain is put in, for those its
   /// configuration does not name, and hands them on to its layers (see ``CacheEnvironment``).
   public nonisolated func follow(_ environment: CacheEnvironment) {
+    if let handler = environment.tagInvalidationHandler { followedTagHandler.follow(handler) }
     let followsLogger = followedLogger.follow(environment.logger)
     let followsClock = followedClock.follow(environment.clock)
     if followsLogger || followsClock { handEnvironmentToTiers() }
   }
 
-  /// Hands the chain's clock and logger, if it was given or follows them, to every tier.
+  /// Hands the chain's clock and logger, if it was given or follows them, to every tier, with
+  /// the handler of the tag invalidations they learn from elsewhere: the chain records them,
+  /// then tells the cache or chain it is in.
   private nonisolated func handEnvironmentToTiers() {
-    let environment = CacheEnvironment(clock: followedClock.handedOn, logger: followedLogger.handedOn)
-    guard environment.clock != nil || environment.logger != nil else { return }
+    // The registry and the followed handler, not the chain: a layer keeps the handler.
+    let (invalidations, outer) = (tagInvalidations, followedTagHandler)
+    let environment = CacheEnvironment(
+      clock: followedClock.handedOn, logger: followedLogger.handedOn,
+      tagInvalidationHandler: { tag, instant in
+        invalidations.record(tag, at: instant)
+        outer.value?(tag, instant)
+      })
     for tier in tiers { tier.layer.follow(environment) }
   }
 

@@ -29,12 +29,30 @@ public struct CacheEnvironment: Sendable {
   /// The logger to follow; `nil` when the cache or chain was given none.
   public var logger: CacheLogger?
 
+  /// What to tell of an invalidation of a tag that a layer learns from elsewhere (another
+  /// instance, through a shared tier): the chain records it, and the cache over it turns later
+  /// requests away from its loads in flight. `nil` when the cache or chain hands none.
+  package var tagInvalidationHandler: TagInvalidationHandler?
+
   /// Creates an environment; `nil` for what it does not set.
   public init(clock: (any CacheClock)? = nil, logger: CacheLogger? = nil) {
     self.clock = clock
     self.logger = logger
   }
+
+  /// Creates an environment with a handler of the tag invalidations layers learn from
+  /// elsewhere.
+  package init(
+    clock: (any CacheClock)?, logger: CacheLogger?, tagInvalidationHandler: TagInvalidationHandler?
+  ) {
+    self.clock = clock
+    self.logger = logger
+    self.tagInvalidationHandler = tagInvalidationHandler
+  }
 }
+
+/// Told of an invalidation of a tag (and its instant) that a layer learnt from elsewhere.
+package typealias TagInvalidationHandler = @Sendable (String, CacheInstant) -> Void
 
 /// A value that a component was given, or that it follows from the cache or chain it was put
 /// in, or else a default: the first value it is handed to follow wins. Safe from any context.

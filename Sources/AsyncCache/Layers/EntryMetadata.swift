@@ -80,6 +80,14 @@ public struct EntryMetadata: Hashable, Sendable, CustomStringConvertible {
     for tag in tags { try Self.validate(tag: tag) }
   }
 
+  /// Throws unless `tag` could be one of an entry's tags: 1 to ``maximumTagLength`` bytes.
+  package static func validate(tag: String) throws(EntryMetadataError) {
+    guard !tag.isEmpty else { throw .emptyTag }
+    guard tag.utf8.count <= maximumTagLength else {
+      throw .tagTooLong(tag: String(tag.prefix(40)), bytes: tag.utf8.count, limit: maximumTagLength)
+    }
+  }
+
   public var description: String {
     var parts: [String] = []
     if let entityTag { parts.append("entityTag: \(entityTag.debugDescription)") }

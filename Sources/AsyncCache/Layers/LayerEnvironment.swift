@@ -11,6 +11,9 @@ package final class LayerEnvironment: Sendable {
   package let clock: FollowedClock
   /// The logger the layer writes to.
   package let logger: Followed<CacheLogger>
+  /// Whom the layer tells of the tag invalidations it learns from elsewhere: the chain it is
+  /// in (see ``CacheEnvironment``).
+  private let tagInvalidationHandler = Followed<TagInvalidationHandler?>(given: nil, fallback: nil)
   /// The name records are logged under: the layer's type, such as `DiskLayer`.
   private let source: String
   /// What every record of the layer carries, such as its directory; a record's own metadata
@@ -35,6 +38,13 @@ package final class LayerEnvironment: Sendable {
   package func follow(_ environment: CacheEnvironment) {
     clock.follow(environment.clock)
     logger.follow(environment.logger)
+    if let handler = environment.tagInvalidationHandler { tagInvalidationHandler.follow(handler) }
+  }
+
+  /// Tells the chain the layer is in of an invalidation of `tag` at `instant` that the layer
+  /// learnt from elsewhere.
+  package func tellOfInvalidation(of tag: String, at instant: CacheInstant) {
+    tagInvalidationHandler.value?(tag, instant)
   }
 
   /// Logs as the layer, with its context added to `metadata`. Evaluates nothing when the logger

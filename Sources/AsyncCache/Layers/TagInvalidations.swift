@@ -123,14 +123,6 @@ package final class TagStamps: Sendable {
 }
 
 extension EntryMetadata {
-  /// Throws unless `tag` could be one of an entry's tags: 1 to ``maximumTagLength`` bytes.
-  package static func validate(tag: String) throws(EntryMetadataError) {
-    guard !tag.isEmpty else { throw .emptyTag }
-    guard tag.utf8.count <= maximumTagLength else {
-      throw .tagTooLong(tag: String(tag.prefix(40)), bytes: tag.utf8.count, limit: maximumTagLength)
-    }
-  }
-
   /// This metadata, stamped as produced at `stamp` when it has tags: at the earlier of `stamp`
   /// and the instant it gives, when it gives one. Metadata without tags is returned unchanged.
   package func stamped(_ stamp: CacheInstant) -> EntryMetadata {

@@ -175,7 +175,12 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     self.synchronousFront = wiring.synchronousFront
     loadTable.setRunner(self)
     // The cache's clock, the wall clock included: layers that follow one follow the cache's.
-    chain.follow(CacheEnvironment(clock: configuration.clock, logger: configuration.$logger))
+    // An invalidation a layer learns from elsewhere turns later requests away from the loads
+    // in flight, as one made here does (`invalidate(tag:)`).
+    chain.follow(
+      CacheEnvironment(
+        clock: configuration.clock, logger: configuration.$logger,
+        tagInvalidationHandler: { [loadTable] _, _ in loadTable.detachLoads() }))
   }
 
   /// Creates a loading cache over `layers`, top first, whose failures are propagated.

@@ -56,15 +56,15 @@ extension MemorySegment {
     return removed
   }
 
-  /// Removes the node at `slot`, which a lookup found expired or dead by tag, counting the miss
-  /// and the eviction for `reason`.
+  /// Removes the node at `slot`, which a lookup found expired or dead by tag, and returns it,
+  /// counting the miss and the eviction for `reason`.
   @inlinable
-  mutating func drop<Found>(_ slot: Int, because reason: EvictionReason) -> MemoryStore<Key, Value>.Lookup<Found> {
+  mutating func drop(_ slot: Int, because reason: EvictionReason) -> Node {
     settleHits()
     let removed = remove(slot: slot)
     misses &+= 1
     evictions[reason] &+= 1
-    return .dropped(removed, reason)
+    return removed
   }
 
   /// The node that would leave first without a duel: probation's LRU end, then the window's,

@@ -234,13 +234,13 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       var now = Int64.max
       if expiry != .max {
         now = self.now(checking: expiry)
-        if expiry <= now { return segment.drop(slot, because: .expired) }
+        if expiry <= now { return .dropped(segment.drop(slot, because: .expired), .expired) }
       }
       // One bit of the node, read with its expiry, for an entry without metadata.
       if segment.nodes[slot].hasMetadata, !tagInvalidations.isEmpty,
         tagInvalidations.kills(segment.metadata(at: slot, key: key))
       {
-        return segment.drop(slot, because: .invalidated)
+        return .dropped(segment.drop(slot, because: .invalidated), .invalidated)
       }
       segment.recordHit(slot, hash: hash)
       if countingRequest { segment.requestHits &+= 1 }

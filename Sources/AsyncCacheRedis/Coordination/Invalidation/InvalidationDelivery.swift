@@ -26,6 +26,8 @@ struct InvalidationDelivery<Key: Hashable & Sendable, Value: Sendable>: Sendable
   let tags: RedisTagMirror
   /// The namespace's hash of tag invalidations, whose change the server reports (tracking).
   let tagsKey: [UInt8]
+  /// Tells the chain the layer is in of a tag's invalidation by another instance.
+  let tellChain: @Sendable (String, CacheInstant) -> Void
 
   /// Applies one message (its channel, its payload); the subscription calls it in order.
   func deliver(_ channel: [UInt8], _ payload: RESPValue) async {
@@ -73,6 +75,7 @@ struct InvalidationDelivery<Key: Hashable & Sendable, Value: Sendable>: Sendable
       case .tag(let tag, let nanoseconds):
         let instant = CacheInstant(nanosecondsSince1970: nanoseconds)
         tags.invalidations.record(tag, at: instant)
+        tellChain(tag, instant)
         for layer in layers { try? await layer.invalidate(tag: tag, at: instant) }
       }
     }

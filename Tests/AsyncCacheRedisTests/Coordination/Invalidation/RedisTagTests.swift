@@ -6,7 +6,7 @@ import Testing
 
 @testable import AsyncCacheRedis
 
-@Suite("Tags across instances that share Redis", .redisServer)
+@Suite("Tags across instances that share Redis", .redisServer, .timeLimit(.minutes(3)))
 struct RedisTagTests {
   @Test("sortable instants and tag messages round-trip")
   func encodings() throws {
@@ -117,5 +117,40 @@ struct RedisTagTests {
         #expect(value != Data("round \(round)".utf8), "round \(round), \(key) on b")
       }
     }
+  }
+}
+
+extension RedisTagTests {
+  @Test("another instance's invalidation turns this instance's later requests away from its loads in flight")
+  func remoteInvalidationDetachesLoads() async throws {
+    let server = try await RedisServer.start()
+    let a = try ServiceInstance(servers: .standalone(server.endpoint)) { Data("a \($0)".utf8) }
+    var configuration = RedisLayer<String, Data>.Configuration(invalidation: RedisInvalidation())
+    configuration.servers = .standalone(server.endpoint)
+    let memory = try MemoryLayer<String, Data>()
+    let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "shared")
+    try redis.forwardInvalidations(to: [memory])
+    let gate = GatedFetcher<String, Data> { Data("b \($0)".utf8) }
+    let origin = ClosureEntryFetcher<String, Data> { key, _ in
+      .value(try await gate.fetch(key), metadata: EntryMetadata(tags: ["t"]))
+    }
+    let b = try LoadingCache(layers: [memory, redis], origin: origin)
+    await eventually { a.redis.isReceivingInvalidations && redis.isReceivingInvalidations }
+
+    let first = Task { try await b.value(for: "k") }
+    await gate.waitForFetches(1, for: "k")
+    try await a.cache.invalidate(tag: "t")
+    let instant = a.redis.tagMirror.invalidations.instant(for: "t")
+    await eventually { redis.tagMirror.invalidations.instant(for: "t") == instant }
+    // The announcement arrived: a request now starts a load of its own.
+    let second = Task { try await b.value(for: "k") }
+    await gate.waitForFetches(2, for: "k")
+    #expect(gate.release("k") == 2)
+    #expect(try await first.value == Data("b k".utf8))
+    #expect(try await second.value == Data("b k".utf8))
+    #expect(gate.callCount == 2)
+    // The load that began before the invalidation stored nothing; the later one lives.
+    #expect(b.cachedValue(for: "k") == Data("b k".utf8))
+    #expect(try await b.chain.entry(for: "k")?.metadata.tags == ["t"])
   }
 }
