@@ -35,12 +35,6 @@ extension SQLiteLayer {
       readCounts.misses.add(1, ordering: .relaxed)
       return nil
     case .stored(let found?):
-      // Dead by tag: a miss. The row stays until a write of its key replaces it, or the size
-      // limit or its expiry removes it.
-      guard !tagInvalidations.kills(found.metadata) else {
-        readCounts.misses.add(1, ordering: .relaxed)
-        return nil
-      }
       let value: Value
       do {
         value = try valueCoder.decode(found.payload)
@@ -129,6 +123,16 @@ extension SQLiteLayer {
       return .stored(nil)
     case .damaged(let damage, let blob):
       discard(Array(encoded.utf8), blob: blob, key: encoded, reason: "\(damage)")
+      return .stored(nil)
+    case .hit(let payload, let metadata, let expiresAt, _) where tagInvalidations.kills(metadata):
+      // Dead by tag: a miss, and the row is deleted with a later batch if it still holds these
+      // bytes (a write since replaced it otherwise).
+      guard !isReadOnly else { return .stored(nil) }
+      let keyBytes = Array(encoded.utf8)
+      let blob = SQLiteRecord.encode(
+        key: keyBytes, expiresAt: expiresAt, metadata: (try? metadata.encoded()) ?? [], payload: payload)
+      damaged.append((keyBytes, blob))
+      requestFlush()
       return .stored(nil)
     case .hit(let payload, let metadata, let expiresAt, let accessedAt):
       if !isReadOnly, now.subtractingReportingOverflow(accessedAt).partialValue >= accessResolution {

@@ -123,9 +123,8 @@ extension SQLiteLayer {
   /// Makes the rows of this namespace filed under `tag` and produced at or before `instant`
   /// misses from now on, in this process at once and in the file for the processes that open
   /// it later (see `AsyncCacheLayer.invalidate(tag:at:)`): records the instant in the
-  /// database, committed and on disk when it returns, in O(1) whatever the number of rows. The
-  /// rows stay until a write of their keys replaces them, or the size limit or their expiry
-  /// removes them. A process that has the file open already reads the invalidation when it
+  /// database, committed and on disk when it returns, in O(1) whatever the number of rows. A
+  /// read that comes to such a row deletes it with a later batch. A process that has the file open already reads the invalidation when it
   /// opens it again; invalidate through each, or through a shared tier, to reach them sooner.
   ///
   /// - Throws: `PersistenceError` when the database cannot record it (`.readOnly`, `.busy`,

@@ -22,7 +22,7 @@ public import Foundation
 ///   ``flush()`` waits until everything written so far is on disk.
 /// - **Tags**: ``invalidate(tag:at:)`` records the tag's instant in the database, in O(1), and
 ///   the rows filed under it that were produced before are misses from then on, also after a
-///   restart; the next write of their keys replaces them.
+///   restart; a read that comes to one deletes it with a later batch.
 /// - **Damage**: every row carries a header with a checksum. A damaged row is a miss that is
 ///   deleted and counted; a database SQLite reports as corrupt is emptied in place (a copy is kept),
 ///   with a ``SQLiteLayerEvent``.

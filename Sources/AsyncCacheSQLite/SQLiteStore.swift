@@ -189,7 +189,7 @@ final class SQLiteStore {
     var operations: [String: PendingWrites.Write] = [:]
     /// Access times to record for keys read since the last batch (for LRU order).
     var touches: [([UInt8], Int64)] = []
-    /// Rows found damaged: deleted if they still hold the damaged bytes.
+    /// Rows found damaged, or dead by tag: deleted if they still hold the bytes found.
     var damaged: [([UInt8], Data)] = []
     /// Keys found expired: deleted if they are still expired.
     var expired: [[UInt8]] = []

@@ -131,3 +131,26 @@ struct SQLiteLayerTagTests {
     #expect(error?.code == .closed)
   }
 }
+
+extension SQLiteLayerTagTests {
+  @Test("a read that comes to a dead row deletes it with the next batch; a row written since stays")
+  func lazyCleanUp() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let layer = try await SQLiteLayer<String, String>(url: folder.appending("cache.sqlite"))
+    try await layer.insert(Self.tagged("dead", ["t"], producedAt: 100), for: "a")
+    try await layer.insert(Self.tagged("dead too", ["t"], producedAt: 100), for: "b")
+    try await layer.flush()
+    #expect(try await layer.keys.count == 2)
+    try await layer.invalidate(tag: "t", at: CacheInstant(secondsSince1970: 200))
+    #expect(try await layer.entry(for: "a") == nil)
+    try await layer.flush()
+    #expect(try await layer.keys.sorted() == ["b"], "the row read was deleted; the other waits for a read")
+    #expect(try await layer.entry(for: "b") == nil)
+    // A write between the read and the batch wins.
+    try await layer.insert(Self.tagged("alive", ["t"], producedAt: 300), for: "b")
+    try await layer.flush()
+    #expect(try await layer.value(for: "b") == "alive")
+    try await layer.close()
+  }
+}
