@@ -22,8 +22,13 @@ extension URLSessionFetcher: EntryFetcher {
   ///   the entry's lifetime (bounded by the cache's): `s-maxage` (a shared cache only), else
   ///   `max-age`, else `Expires` less `Date`, less the response's age (`Age`, or how long ago its
   ///   `Date` was, whichever is more), reckoned on the configuration's clock. A response with
-  ///   `no-store` or `no-cache` (or `private`, in a shared cache) answers the request and is
-  ///   stored nowhere: a lifetime of zero.
+  ///   `no-store` (or `private`, in a shared cache) answers the request and is stored nowhere: a
+  ///   lifetime of zero. `must-revalidate` (and `proxy-revalidate`, in a shared cache) forbids
+  ///   serving the entry stale, `stale-while-revalidate` and `stale-if-error` (RFC 5861) bound
+  ///   how long it may be: the cache's own rules narrowed, never widened
+  ///   (`EntryMetadata/staleWhileRevalidateLimit`). `no-cache` is stored with no lifetime and no
+  ///   stale serving: kept, when the cache keeps stale entries, to be revalidated by the next
+  ///   request.
   ///
   /// A session with its own `URLCache` may answer a conditional request from that cache: give
   /// the fetcher one without (`URLSessionConfiguration.ephemeral` with
@@ -67,23 +72,24 @@ extension URLSessionFetcher: EntryFetcher {
       var metadata = current.metadata
       if let entityTag = caching.entityTag { metadata.entityTag = entityTag }
       if let lastModified = caching.lastModified { metadata.lastModified = lastModified }
+      // The 304's Cache-Control, when it sends one, replaces the stored response's.
+      if caching.statesCacheControl {
+        metadata.staleWhileRevalidateLimit = caching.staleWhileRevalidateLimit
+        metadata.staleIfErrorLimit = caching.staleIfErrorLimit
+      }
       // Freshness the 304 leaves out is the stored response's (RFC 9111, 4.3.4), which the
       // entry does not record: without it, the entry is kept as it was, and asked about again.
       let lifetime = caching.lifetime ?? (configuration.responseFreshness == .ignored ? nil : .zero)
       return .notModified(metadata: metadata, timeToLive: lifetime)
     }
-    return .value(
-      body, metadata: EntryMetadata(entityTag: caching.entityTag, lastModified: caching.lastModified),
-      timeToLive: caching.lifetime)
+    return .value(body, metadata: caching.metadata, timeToLive: caching.lifetime)
   }
 
   /// The value of `request`, made without the entry's validators.
   private func fetchEntry(_ request: URLRequest, url: URL) async throws -> FetchedEntry<Data> {
     let (body, response) = try await run(request, url: url, accepting: acceptableStatusCodes)
     let caching = HTTPCaching(response, freshness: configuration.responseFreshness, now: configuration.clock.now)
-    return .value(
-      body, metadata: EntryMetadata(entityTag: caching.entityTag, lastModified: caching.lastModified),
-      timeToLive: caching.lifetime)
+    return .value(body, metadata: caching.metadata, timeToLive: caching.lifetime)
   }
 }
 
@@ -110,6 +116,22 @@ struct HTTPCaching: Equatable {
   /// The freshness lifetime left: the response's lifetime less its age, zero once spent; `nil`
   /// when it states none, or freshness is ``URLSessionFetcher/ResponseFreshness/ignored``.
   var lifetime: Duration?
+  /// How long the response may be served stale while it is refreshed: zero for
+  /// `must-revalidate` (and `proxy-revalidate` in a shared cache) and `no-cache`, else
+  /// `stale-while-revalidate`'s seconds (RFC 5861); `nil` when it says nothing.
+  var staleWhileRevalidateLimit: Duration?
+  /// How long the response may be served stale when a load fails: zero for `must-revalidate`
+  /// and `no-cache`, else `stale-if-error`'s seconds (RFC 5861); `nil` when it says nothing.
+  var staleIfErrorLimit: Duration?
+  /// Whether the response has a `Cache-Control` field (read when freshness is not ignored).
+  var statesCacheControl = false
+
+  /// The entry's metadata: the validators and the limits of stale serving.
+  var metadata: EntryMetadata {
+    EntryMetadata(
+      entityTag: entityTag, lastModified: lastModified, staleWhileRevalidateLimit: staleWhileRevalidateLimit,
+      staleIfErrorLimit: staleIfErrorLimit)
+  }
 
   init(_ response: HTTPURLResponse, freshness: URLSessionFetcher.ResponseFreshness, now: CacheInstant) {
     self.init(field: { response.value(forHTTPHeaderField: $0) }, freshness: freshness, now: now)
@@ -126,14 +148,25 @@ struct HTTPCaching: Equatable {
     lastModified = instant("Last-Modified")
     guard freshness != .ignored else { return }
     let date = instant("Date")
-    let directives = Self.directives(field("Cache-Control") ?? "")
-    // Not to be kept (RFC 9111, 5.2.2): no-store; no-cache, which may not answer a request
-    // without asking the server first (kept only with that rule, which the cache's grace for
-    // stale values would break); private, in a shared cache.
-    if directives["no-store"] != nil || directives["no-cache"] != nil
-      || (freshness == .sharedCache && directives["private"] != nil)
-    {
+    let control = field("Cache-Control")
+    statesCacheControl = control != nil
+    let directives = Self.directives(control ?? "")
+    // Not to be kept (RFC 9111, 5.2.2): no-store; private, in a shared cache.
+    if directives["no-store"] != nil || (freshness == .sharedCache && directives["private"] != nil) {
       lifetime = .zero
+      return
+    }
+    // Stale serving (RFC 5861), narrowing the cache's own rules; none past the expiry with
+    // must-revalidate (RFC 9111, 5.2.2.2), or proxy-revalidate in a shared cache.
+    staleWhileRevalidateLimit = directives["stale-while-revalidate"].map { .seconds(Self.seconds($0)) }
+    staleIfErrorLimit = directives["stale-if-error"].map { .seconds(Self.seconds($0)) }
+    if directives["must-revalidate"] != nil || (freshness == .sharedCache && directives["proxy-revalidate"] != nil) {
+      (staleWhileRevalidateLimit, staleIfErrorLimit) = (.zero, .zero)
+    }
+    // no-cache (RFC 9111, 5.2.2.4): stored, but never used without asking the server first: no
+    // lifetime, no stale serving; the cache keeps it to revalidate, when it keeps stale entries.
+    if directives["no-cache"] != nil {
+      (lifetime, staleWhileRevalidateLimit, staleIfErrorLimit) = (.zero, .zero, .zero)
       return
     }
     let freshnessLifetime: Int64?

@@ -334,3 +334,68 @@ struct URLSessionFetcherRevalidationTests {
     #expect(error?.statusCode == 304 && error?.code == .unacceptableStatus)
   }
 }
+
+extension URLSessionFetcherRevalidationTests {
+  @Test("must-revalidate, proxy-revalidate, stale-while-revalidate, stale-if-error and no-cache bound stale serving")
+  func staleDirectives() {
+    let now = CacheInstant(secondsSince1970: 1_000_000)
+    func caching(_ control: String, _ freshness: URLSessionFetcher.ResponseFreshness = .privateCache) -> HTTPCaching {
+      HTTPCaching(field: { $0 == "Cache-Control" ? control : nil }, freshness: freshness, now: now)
+    }
+    func limits(_ control: String, _ freshness: URLSessionFetcher.ResponseFreshness = .privateCache) -> [Duration?] {
+      let read = caching(control, freshness)
+      return [read.staleWhileRevalidateLimit, read.staleIfErrorLimit]
+    }
+    #expect(limits("max-age=60") == [nil, nil], "nothing said: the cache's rules")
+    #expect(limits("max-age=60, stale-while-revalidate=30, stale-if-error=600") == [.seconds(30), .seconds(600)])
+    #expect(limits("max-age=60, must-revalidate, stale-while-revalidate=30") == [.zero, .zero], "must-revalidate wins")
+    #expect(limits("max-age=60, proxy-revalidate") == [nil, nil], "proxy-revalidate is for shared caches")
+    #expect(limits("max-age=60, proxy-revalidate", .sharedCache) == [.zero, .zero])
+    #expect(limits("max-age=60, must-revalidate", .ignored) == [nil, nil], "freshness ignored: the cache's rules")
+    let noCache = caching("no-cache, max-age=60")
+    #expect(
+      noCache.lifetime == .zero && noCache.staleWhileRevalidateLimit == .zero && noCache.staleIfErrorLimit == .zero)
+    #expect(caching("no-store, must-revalidate").staleWhileRevalidateLimit == nil, "no-store: nothing kept")
+  }
+
+  @Test("a no-cache response is kept to be revalidated: the next request asks the server first, and a 304 answers it")
+  func noCacheRevalidates() async throws {
+    let resource = VersionedResource(size: 1_000, extraFields: [("Cache-Control", "no-cache")])
+    try await withLoopbackHTTPServer(routes: ["/r": resource.route]) { server in
+      let clock = ManualClock()
+      let memory = try MemoryLayer<URL, Data>(configuration: .init(clock: clock))
+      let cache = try LoadingCache(
+        layers: [memory],
+        origin: URLSessionFetcher(
+          session: makeSession(), configuration: .init(timeLimit: nil, clock: clock, responseFreshness: .privateCache)),
+        configuration: .init(timeToLive: .seconds(3_600), staleWhileRevalidate: .seconds(60), clock: clock))
+      let url = server.url("/r")
+      #expect(try await cache.value(for: url).count == 1_000)
+      #expect(memory.entry(for: url) != nil, "kept, to be revalidated")
+      #expect(cache.cachedValue(for: url) == nil, "but never served without asking the server")
+      #expect(try await cache.value(for: url).count == 1_000)
+      #expect(resource.seen.count == 2)
+      #expect(resource.seen.last?.ifNoneMatch == "\"v1\"", "the second request was conditional")
+      #expect(resource.bodyBytes == 1_000, "and answered by a 304")
+      #expect(cache.statistics.revalidations == 1)
+    }
+  }
+
+  @Test("without a grace to keep stale entries, a no-cache response is stored nowhere")
+  func noCacheWithoutGrace() async throws {
+    let resource = VersionedResource(size: 5, extraFields: [("Cache-Control", "no-cache")])
+    try await withLoopbackHTTPServer(routes: ["/r": resource.route]) { server in
+      let clock = ManualClock()
+      let memory = try MemoryLayer<URL, Data>(configuration: .init(clock: clock))
+      let cache = try LoadingCache(
+        layers: [memory],
+        origin: URLSessionFetcher(
+          session: makeSession(), configuration: .init(timeLimit: nil, clock: clock, responseFreshness: .privateCache)),
+        configuration: .init(timeToLive: .seconds(3_600), clock: clock))
+      let url = server.url("/r")
+      #expect(try await cache.value(for: url).count == 5)
+      #expect(memory.entry(for: url) == nil)
+      #expect(memory.statistics.evictions[.expiredOnArrival] == 0)
+    }
+  }
+}

@@ -97,6 +97,38 @@ struct FreshnessRules: Sendable, Hashable {
   /// hit path's form: a loading cache whose values all have one lifetime knows its lead already.
   @inlinable
   func state(expiry: Int64, now: Int64, lead: (Double) -> Int64?) -> State {
+    state(expiry: expiry, now: now, lead: lead, limits: .none)
+  }
+
+  /// The limits an entry's metadata puts on serving it stale (see
+  /// ``EntryMetadata/staleWhileRevalidateLimit``), in nanoseconds; `Int64.max` for none.
+  @usableFromInline
+  struct StaleLimits: Sendable, Hashable {
+    @usableFromInline var whileRevalidating: Int64
+    @usableFromInline var ifError: Int64
+
+    /// No limits: the cache's rules alone.
+    @usableFromInline static let none = StaleLimits(whileRevalidating: .max, ifError: .max)
+
+    @inlinable
+    init(whileRevalidating: Int64, ifError: Int64) {
+      self.whileRevalidating = whileRevalidating
+      self.ifError = ifError
+    }
+
+    /// The limits `metadata` states.
+    @inlinable
+    init(_ metadata: EntryMetadata) {
+      whileRevalidating = metadata.staleWhileRevalidateLimit.map { Swift.max($0.saturatingNanoseconds, 0) } ?? .max
+      ifError = metadata.staleIfErrorLimit.map { Swift.max($0.saturatingNanoseconds, 0) } ?? .max
+    }
+  }
+
+  /// The state at `now` of an entry that expires at `expiry`, as ``state(expiry:now:lead:)``
+  /// tells it, with its stale serving narrowed to `limits`: past them, a stale entry is
+  /// ``State/expired`` (kept only to be revalidated).
+  @inlinable
+  func state(expiry: Int64, now: Int64, lead: (Double) -> Int64?, limits: StaleLimits) -> State {
     guard expiry != .max else { return .fresh }
     guard now < expiry else { return .expired }
     // The grace is never negative: an overflow puts the stale instant before `Int64.min`, so
@@ -112,7 +144,11 @@ struct FreshnessRules: Sendable, Hashable {
     // Stale for `now - staleAt`, less than the grace (`now < expiry`). Past an overflow it is
     // reckoned as `(now - expiry) + grace`: both negative instants, then a sum below the grace.
     let sinceStale = overflow ? (now &- expiry) &+ grace : now &- staleAt
-    return sinceStale < staleWhileRevalidate ? .stale : .staleIfError
+    if sinceStale < Swift.min(staleWhileRevalidate, limits.whileRevalidating) { return .stale }
+    // Within the grace: past stale-while-revalidate, it is stale-if-error's (the grace is the
+    // longer of the two), unless the entry's limit ends that sooner.
+    if limits.ifError == .max || sinceStale < Swift.min(staleIfError, limits.ifError) { return .staleIfError }
+    return .expired
   }
 
   /// How long before its expiry an entry stops being plainly fresh, in nanoseconds, for a cache
@@ -164,6 +200,9 @@ struct FreshnessRules: Sendable, Hashable {
   /// The state at `now` of `entry`.
   @inlinable
   func state<Value>(of entry: CacheEntry<Value>, at now: CacheInstant, lifetime: () -> Duration?) -> State {
-    state(expiry: entry.expiresAt?.nanosecondsSince1970 ?? .max, now: now.nanosecondsSince1970, lifetime: lifetime)
+    state(
+      expiry: entry.expiresAt?.nanosecondsSince1970 ?? .max, now: now.nanosecondsSince1970,
+      lead: { share in lifetime().map { lead(lifetime: $0.saturatingNanoseconds, share: share) } },
+      limits: StaleLimits(entry.metadata))
   }
 }

@@ -27,7 +27,12 @@ extension LoadingCache {
   @inlinable
   @inline(never)
   func servable(_ value: Value, expiry: Int64, now: Int64, for key: Key, countingRequest: Bool) -> Value? {
-    switch freshness.state(expiry: expiry, now: now, lead: { dueLead(for: key, value, share: $0) }) {
+    var state = freshness.state(expiry: expiry, now: now, lead: { dueLead(for: key, value, share: $0) })
+    // Served stale only within the limits of the entry's metadata, read for that case alone.
+    if state == .stale {
+      state = freshness.state(expiry: expiry, now: now, lead: { _ in nil }, limits: topStaleLimits(of: key))
+    }
+    switch state {
     case .fresh:
       return value
     case .refreshDue:
@@ -53,10 +58,23 @@ extension LoadingCache {
   func hasServableTopValue(for key: Key) -> Bool {
     guard checksFreshness else { return cachedValue(for: key) != nil }
     guard let (value, expiry, now) = front?.timedValue(for: key, countingRequest: false) else { return false }
-    return switch freshness.state(expiry: expiry, now: now, lifetime: { self.lifetime(of: key, value) }) {
+    var state = freshness.state(expiry: expiry, now: now, lifetime: { self.lifetime(of: key, value) })
+    if state == .stale {
+      state = freshness.state(expiry: expiry, now: now, lead: { _ in nil }, limits: topStaleLimits(of: key))
+    }
+    return switch state {
     case .fresh, .extendDue, .refreshDue, .stale: true
     case .staleIfError, .expired: false
     }
+  }
+
+  /// The limits the metadata of the top layer's entry for `key` puts on serving it stale (see
+  /// ``EntryMetadata/staleWhileRevalidateLimit``): read only for an entry that is not plainly
+  /// fresh, without changing its recency.
+  @usableFromInline
+  func topStaleLimits(of key: Key) -> FreshnessRules.StaleLimits {
+    guard let metadata = front?.store.metadataWithoutRecency(of: key) else { return .none }
+    return FreshnessRules.StaleLimits(metadata)
   }
 
   /// Extends the top layer's entry for `key`, which expires at `expiry`, to a full lifetime from
@@ -142,10 +160,10 @@ extension LoadingCache {
   typealias Fallback = LoadTable<Key, Value>.Stale
 
   /// Whether `entry` may still be served at `now` instead of waiting for a load: it has not
-  /// expired past its grace (stale-if-error). Its freshness state but ``FreshnessRules/State/expired``,
-  /// told without its lifetime.
+  /// expired past its grace (stale-if-error), nor past what its metadata allows. Its freshness
+  /// state but ``FreshnessRules/State/expired``, told without its lifetime.
   func isServable(_ entry: CacheEntry<Value>, at now: CacheInstant) -> Bool {
-    entry.expiresAt.map { now < $0 } ?? true
+    freshness.state(of: entry, at: now, lifetime: { nil }) != .expired
   }
 
   /// Looks `key` up for a load: the entry it may answer with, its tier and state. Without

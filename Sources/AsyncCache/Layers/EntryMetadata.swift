@@ -35,6 +35,17 @@ public struct EntryMetadata: Hashable, Sendable, CustomStringConvertible {
   /// such as a tenant or a catalogue.
   public var tags: Set<String>
 
+  /// The longest the entry may be served stale while it is refreshed, once it turned stale:
+  /// the cache's ``LoadingCache/Configuration-swift.struct/staleWhileRevalidate`` narrowed to
+  /// this, never widened. `.zero` for not at all (HTTP's `must-revalidate` and `no-cache`);
+  /// `nil`, the default, for the cache's rule alone. See <doc:FreshnessAndStatistics#Revalidation>.
+  public var staleWhileRevalidateLimit: Duration?
+
+  /// The longest the entry may be served stale when a load fails, once it turned stale: the
+  /// cache's ``LoadingCache/Configuration-swift.struct/staleIfError`` narrowed to this, never
+  /// widened. `.zero` for not at all; `nil`, the default, for the cache's rule alone.
+  public var staleIfErrorLimit: Duration?
+
   /// The most tags an entry may carry.
   public static let maximumTagCount = 64
   /// The longest tag, in bytes of UTF-8.
@@ -47,18 +58,31 @@ public struct EntryMetadata: Hashable, Sendable, CustomStringConvertible {
     entityTag: String? = nil,
     lastModified: CacheInstant? = nil,
     producedAt: CacheInstant? = nil,
-    tags: Set<String> = []
+    tags: Set<String> = [],
+    staleWhileRevalidateLimit: Duration? = nil,
+    staleIfErrorLimit: Duration? = nil
   ) {
     self.entityTag = entityTag
     self.lastModified = lastModified
     self.producedAt = producedAt
     self.tags = tags
+    self.staleWhileRevalidateLimit = staleWhileRevalidateLimit
+    self.staleIfErrorLimit = staleIfErrorLimit
   }
 
-  /// Whether there is no metadata at all: no validator, no tag, no production time.
+  /// Whether there is no metadata at all: no validator, no tag, no production time, no limit.
   @inlinable
   public var isEmpty: Bool {
-    entityTag == nil && lastModified == nil && producedAt == nil && tags.isEmpty
+    entityTag == nil && lastModified == nil && producedAt == nil && tags.isEmpty && staleWhileRevalidateLimit == nil
+      && staleIfErrorLimit == nil
+  }
+
+  /// Whether the entry may be kept only to be revalidated, never served without asking its
+  /// origin first: no stale serving at all (both limits zero), and validators to ask with.
+  /// HTTP's `no-cache`.
+  @inlinable
+  public var isRevalidatedOnly: Bool {
+    staleWhileRevalidateLimit == .zero && staleIfErrorLimit == .zero && hasValidators
   }
 
   /// Whether an origin can tell from this metadata that the value did not change (an entity
@@ -78,6 +102,8 @@ public struct EntryMetadata: Hashable, Sendable, CustomStringConvertible {
       throw .tooManyTags(count: tags.count, limit: Self.maximumTagCount)
     }
     for tag in tags { try Self.validate(tag: tag) }
+    if let limit = staleWhileRevalidateLimit, limit < .zero { throw .negativeLimit("stale-while-revalidate limit") }
+    if let limit = staleIfErrorLimit, limit < .zero { throw .negativeLimit("stale-if-error limit") }
   }
 
   /// Throws unless `tag` could be one of an entry's tags: 1 to ``maximumTagLength`` bytes.
@@ -94,6 +120,8 @@ public struct EntryMetadata: Hashable, Sendable, CustomStringConvertible {
     if let lastModified { parts.append("lastModified: \(lastModified)") }
     if let producedAt { parts.append("producedAt: \(producedAt)") }
     if !tags.isEmpty { parts.append("tags: \(tags.sorted())") }
+    if let staleWhileRevalidateLimit { parts.append("staleWhileRevalidateLimit: \(staleWhileRevalidateLimit)") }
+    if let staleIfErrorLimit { parts.append("staleIfErrorLimit: \(staleIfErrorLimit)") }
     return "EntryMetadata(\(parts.joined(separator: ", ")))"
   }
 }
@@ -119,6 +147,8 @@ public enum EntryMetadataError: Error, Equatable, Sendable, CustomStringConverti
   case invalidField(String)
   /// Stored metadata followed by bytes that belong to no field.
   case trailingBytes(Int)
+  /// A limit of stale serving (the field named) below zero.
+  case negativeLimit(String)
 
   public var description: String {
     switch self {
@@ -140,6 +170,8 @@ public enum EntryMetadataError: Error, Equatable, Sendable, CustomStringConverti
       "the stored metadata's \(field) is not valid"
     case .trailingBytes(let count):
       "the stored metadata is followed by \(count) bytes that belong to no field"
+    case .negativeLimit(let field):
+      "the \(field) is below zero"
     }
   }
 }
@@ -151,8 +183,9 @@ public enum EntryMetadataError: Error, Equatable, Sendable, CustomStringConverti
 /// ```
 /// size   field
 ///    1   format version (1)
-///    1   fields present: 0x01 entity tag, 0x02 last-modified, 0x04 produced-at, 0x08 tags
-///        (any other bit is refused)
+///    1   fields present: 0x01 entity tag, 0x02 last-modified, 0x04 produced-at, 0x08 tags,
+///        0x10 stale-while-revalidate limit, 0x20 stale-if-error limit (any other bit is
+///        refused)
 ///        then, in this order, each field present:
 ///  2+n   entity tag: length (little-endian), then its UTF-8
 ///    8   last-modified: nanoseconds since 1970, little-endian
@@ -161,6 +194,8 @@ public enum EntryMetadataError: Error, Equatable, Sendable, CustomStringConverti
 ///        ascending order of their bytes (so that the same strings give the same bytes,
 ///        whatever order the set iterates in; two spellings Swift's `==` takes as equal, as
 ///        canonically equivalent Unicode is, stay two)
+///    8   stale-while-revalidate limit: nanoseconds (0 or more), little-endian
+///    8   stale-if-error limit: nanoseconds (0 or more), little-endian
 /// ```
 ///
 /// The layers' own checksums cover these bytes; this format only needs to be unambiguous and
@@ -171,7 +206,9 @@ extension EntryMetadata {
   private static let lastModifiedBit: UInt8 = 0x02
   private static let producedAtBit: UInt8 = 0x04
   private static let tagsBit: UInt8 = 0x08
-  private static let knownBits: UInt8 = 0x0F
+  private static let staleWhileRevalidateBit: UInt8 = 0x10
+  private static let staleIfErrorBit: UInt8 = 0x20
+  private static let knownBits: UInt8 = 0x3F
 
   /// The stored form: empty for empty metadata. Validates first (``validate()``).
   package func encoded() throws(EntryMetadataError) -> [UInt8] {
@@ -202,6 +239,14 @@ extension EntryMetadata {
         body.append(UInt8(tag.count))
         body.append(contentsOf: tag)
       }
+    }
+    if let staleWhileRevalidateLimit {
+      fields |= Self.staleWhileRevalidateBit
+      Self.append(staleWhileRevalidateLimit.saturatingNanoseconds, to: &body)
+    }
+    if let staleIfErrorLimit {
+      fields |= Self.staleIfErrorBit
+      Self.append(staleIfErrorLimit.saturatingNanoseconds, to: &body)
     }
     return [Self.formatVersion, fields] + body
   }
@@ -242,6 +287,16 @@ extension EntryMetadata {
         guard let tag = Self.string(validating: raw) else { throw .invalidField("tags") }
         guard tags.insert(tag).inserted else { throw .invalidField("tags") }
       }
+    }
+    if fields & Self.staleWhileRevalidateBit != 0 {
+      let nanoseconds = try reader.int64("stale-while-revalidate limit")
+      guard nanoseconds >= 0 else { throw .invalidField("stale-while-revalidate limit") }
+      staleWhileRevalidateLimit = .nanoseconds(nanoseconds)
+    }
+    if fields & Self.staleIfErrorBit != 0 {
+      let nanoseconds = try reader.int64("stale-if-error limit")
+      guard nanoseconds >= 0 else { throw .invalidField("stale-if-error limit") }
+      staleIfErrorLimit = .nanoseconds(nanoseconds)
     }
     guard reader.remaining == 0 else { throw .trailingBytes(reader.remaining) }
   }

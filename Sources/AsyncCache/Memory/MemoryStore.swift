@@ -312,6 +312,16 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     }
   }
 
+  /// The metadata of the entry for `key`, if the store holds one (expired or not); does not
+  /// change recency or statistics.
+  func metadataWithoutRecency(of key: Key) -> EntryMetadata? {
+    let hash = key.hashValue
+    return segments.withLock(segmentIndex(for: hash)) { segment in
+      guard let slot = segment.find(key, hash: hash) else { return nil }
+      return segment.metadata(at: slot, key: key)
+    }
+  }
+
   /// Whether an unexpired entry for `key`, not dead by tag, exists (by ``now(checking:)``, as a
   /// lookup would tell);
   /// does not change recency or statistics.

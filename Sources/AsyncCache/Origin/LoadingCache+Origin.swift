@@ -90,7 +90,10 @@ extension LoadingCache {
       (entry, source) = try self.entry(fetched, for: key, replacing: current, stampedAt: stamp)
       // An entry one of whose tags was invalidated while it loaded is refused, as a write made
       // meanwhile would overtake it: it answers the load and is stored nowhere.
-      stored = fetched.isStored && !chain.tagInvalidations.kills(entry.metadata)
+      // A value to be revalidated before every use (HTTP's no-cache: no lifetime, no stale
+      // serving) is kept for the grace, as a stale entry to revalidate, when the cache keeps any.
+      let revalidatedOnly = entry.metadata.isRevalidatedOnly && freshness.grace > 0
+      stored = (fetched.isStored || revalidatedOnly) && !chain.tagInvalidations.kills(entry.metadata)
     } catch {
       // The other processes get the error, or (cancelled) one of them takes the load over.
       if case .granted(let leases, _) = lease { await leases.complete(key, with: .failure(error)) }

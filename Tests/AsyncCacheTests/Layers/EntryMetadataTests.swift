@@ -8,7 +8,9 @@ struct EntryMetadataTests {
     entityTag: #""abc""#,
     lastModified: CacheInstant(secondsSince1970: 1_700_000_000),
     producedAt: CacheInstant(nanosecondsSince1970: -5),
-    tags: ["b", "a", "ü", "tenant:7"])
+    tags: ["b", "a", "ü", "tenant:7"],
+    staleWhileRevalidateLimit: .seconds(30),
+    staleIfErrorLimit: .zero)
 
   /// Decodes `bytes`.
   static func decode(_ bytes: [UInt8]) throws(EntryMetadataError) -> EntryMetadata {
@@ -21,12 +23,14 @@ struct EntryMetadataTests {
   @Test("every combination of parts round-trips through the stored form")
   func roundTrips() throws {
     let parts = Self.full
-    for mask in 0..<16 {
+    for mask in 0..<64 {
       let metadata = EntryMetadata(
         entityTag: mask & 1 != 0 ? parts.entityTag : nil,
         lastModified: mask & 2 != 0 ? parts.lastModified : nil,
         producedAt: mask & 4 != 0 ? parts.producedAt : nil,
-        tags: mask & 8 != 0 ? parts.tags : [])
+        tags: mask & 8 != 0 ? parts.tags : [],
+        staleWhileRevalidateLimit: mask & 16 != 0 ? parts.staleWhileRevalidateLimit : nil,
+        staleIfErrorLimit: mask & 32 != 0 ? parts.staleIfErrorLimit : nil)
       let bytes = try metadata.encoded()
       #expect(bytes.isEmpty == (mask == 0))
       #expect(try Self.decode(bytes) == metadata)
@@ -75,7 +79,13 @@ struct EntryMetadataTests {
     let valid = try EntryMetadata(entityTag: "e", tags: ["a", "b"]).encoded()
     #expect(throws: EntryMetadataError.unknownVersion(2)) { try Self.decode([2, 0]) }
     #expect(throws: EntryMetadataError.truncated(field: "field bits")) { try Self.decode([1]) }
-    #expect(throws: EntryMetadataError.unknownFields(0x10)) { try Self.decode([1, 0x11]) }
+    #expect(throws: EntryMetadataError.unknownFields(0x40)) { try Self.decode([1, 0x41]) }
+    #expect(throws: EntryMetadataError.truncated(field: "stale-while-revalidate limit")) {
+      try Self.decode([1, 0x10, 0])
+    }
+    #expect(throws: EntryMetadataError.invalidField("stale-if-error limit")) {
+      try Self.decode([1, 0x20] + [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF])
+    }
     #expect(throws: EntryMetadataError.truncated(field: "entity tag")) { try Self.decode([1, 1, 5, 0, 0x41]) }
     #expect(throws: EntryMetadataError.invalidField("entity tag")) { try Self.decode([1, 1, 1, 0, 0xFF]) }
     #expect(throws: EntryMetadataError.truncated(field: "last-modified instant")) { try Self.decode([1, 2, 0, 0]) }
