@@ -10,12 +10,12 @@ final class DetachedNodes<Key: Hashable, Value>: @unchecked Sendable {
   private let controls: UnsafeMutablePointer<UInt8>
   private let slotCount: Int
   /// Released with the nodes, after the segment's lock.
-  private let metadata: [Key: EntryMetadata]
+  private let metadata: [Key: StoredMetadata]
 
   @usableFromInline
   init(
     nodes: UnsafeMutablePointer<MemoryNode<Key, Value>>, controls: UnsafeMutablePointer<UInt8>, slotCount: Int,
-    metadata: [Key: EntryMetadata]
+    metadata: [Key: StoredMetadata]
   ) {
     self.nodes = nodes
     self.controls = controls

@@ -98,7 +98,7 @@ extension MemorySegment {
     if flagged.count != metadata.count {
       problems.append("\(flagged.count) nodes have metadata, the metadata table holds \(metadata.count)")
     }
-    for slot in flagged where metadata[nodes[slot].key]?.isEmpty != false {
+    for slot in flagged where metadata[nodes[slot].key]?.metadata.isEmpty != false {
       problems.append("node \(slot) has metadata, the table none")
     }
     return problems

@@ -26,7 +26,7 @@ extension MemorySegment {
   /// without a lookup in ``metadata`` then.
   @inlinable
   func metadata(at slot: Int, key: Key) -> EntryMetadata {
-    nodes[slot].hasMetadata ? metadata[key] ?? EntryMetadata() : EntryMetadata()
+    nodes[slot].hasMetadata ? metadata[key]?.metadata ?? EntryMetadata() : EntryMetadata()
   }
 
   /// Gives the node for `key` at `slot` `entryMetadata`, its flag and the table together; empty
@@ -35,7 +35,7 @@ extension MemorySegment {
   mutating func setMetadata(_ entryMetadata: EntryMetadata, at slot: Int, key: Key) {
     if !entryMetadata.isEmpty {
       nodes[slot].hasMetadata = true
-      metadata[key] = entryMetadata
+      metadata[key] = StoredMetadata(entryMetadata)
     } else if nodes[slot].hasMetadata {
       nodes[slot].hasMetadata = false
       metadata.removeValue(forKey: key)

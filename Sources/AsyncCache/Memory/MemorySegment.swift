@@ -80,7 +80,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline var mainHits: Int64 = 0
   /// The metadata of the nodes that have any (``MemoryNode/hasMetadata``), by key. Empty, and
   /// never read, in a layer whose entries carry none.
-  @usableFromInline var metadata: [Key: EntryMetadata] = [:]
+  @usableFromInline var metadata: [Key: StoredMetadata] = [:]
 
   @usableFromInline static var initialCapacity: Int { 4 }
   /// How many hits wait in ``pendingHits`` before their moves are made together.
@@ -372,5 +372,21 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @inlinable
   var liveSlots: [Int] {
     (0..<slotCount).filter { controls[$0] >= 0x80 }
+  }
+}
+
+/// A node's metadata as its segment keeps it, with what the last check of its tags found.
+@usableFromInline
+struct StoredMetadata: Sendable {
+  @usableFromInline var metadata: EntryMetadata
+  /// The number of tag invalidations recorded (`TagInvalidations.recordedCount`) when the
+  /// entry's tags were last found alive: 0 until they are checked. While it is the number
+  /// recorded now, no invalidation since can have killed the entry, and a hit need not check.
+  @usableFromInline var aliveAt: UInt64
+
+  @inlinable
+  init(_ metadata: EntryMetadata) {
+    self.metadata = metadata
+    self.aliveAt = 0
   }
 }

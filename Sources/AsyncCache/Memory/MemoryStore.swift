@@ -238,7 +238,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       }
       // One bit of the node, read with its expiry, for an entry without metadata.
       if segment.nodes[slot].hasMetadata, !tagInvalidations.isEmpty,
-        tagInvalidations.kills(segment.metadata(at: slot, key: key))
+        Self.isDeadByTag(key, in: &segment, checkingAgainst: tagInvalidations)
       {
         return .dropped(segment.drop(slot, because: .invalidated), .invalidated)
       }
@@ -256,6 +256,33 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       if eventHub.isObserved { reportDrop(of: node.key, because: reason) }
       return nil
     }
+  }
+
+  /// Whether the entry for `key` in `segment`, which has metadata, is dead by tag. Checks its tags
+  /// against `invalidations` only when one was recorded since they were last found alive
+  /// (``StoredMetadata/aliveAt``): a hit on a live entry with tags costs one lookup in the
+  /// segment's metadata table and one atomic load, not a check of each tag.
+  @inlinable
+  static func isDeadByTag(
+    _ key: Key, in segment: inout MemorySegment<Key, Value>, checkingAgainst invalidations: TagInvalidations
+  ) -> Bool {
+    guard let index = segment.metadata.index(forKey: key) else { return false }
+    // Read before the check: an invalidation recorded during it makes the next hit check again.
+    let recorded = invalidations.recordedCount
+    // In place: reading the record through the dictionary's getter would copy its metadata.
+    return isDeadByTag(&segment.metadata.values[index], recorded: recorded, checkingAgainst: invalidations)
+  }
+
+  /// Whether the entry whose metadata is `record` is dead by tag, `recorded` invalidations
+  /// having been recorded; records that it was found alive.
+  @inlinable
+  static func isDeadByTag(
+    _ record: inout StoredMetadata, recorded: UInt64, checkingAgainst invalidations: TagInvalidations
+  ) -> Bool {
+    if record.aliveAt == recorded { return false }
+    if invalidations.kills(record.metadata) { return true }
+    record.aliveAt = recorded
+    return false
   }
 
   /// Reports that a lookup found the entry for `key` expired or dead by tag, and removed it.
@@ -331,7 +358,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       guard let slot = segment.find(key, hash: hash) else { return false }
       let expiry = segment.nodes[slot].expiry
       guard expiry == .max || expiry > now(checking: expiry) else { return false }
-      return !segment.nodes[slot].hasMetadata || !tagInvalidations.kills(segment.metadata(at: slot, key: key))
+      return !segment.nodes[slot].hasMetadata || !Self.isDeadByTag(key, in: &segment, checkingAgainst: tagInvalidations)
     }
   }
 }

@@ -263,4 +263,20 @@ struct TagInvalidationTests {
     #expect(bounded > CacheInstant(secondsSince1970: 1_030))
     #expect(bounded <= now.advanced(by: TagStamps.maximumLead).advanced(by: .seconds(1)), "no further than a minute")
   }
+
+  @Test("a hit found alive is checked again after every later invalidation, also of another tag first")
+  func verdictsExpire() async throws {
+    let cache = try cache(TaggingOrigin())
+    try await cache.insert(1, for: "a", tags: ["t"])
+    try await cache.insert(2, for: "b", metadata: EntryMetadata(entityTag: "e"))
+    try await cache.invalidate(tag: "x")
+    #expect(cache.cachedValue(for: "a") == 1, "checked, alive")
+    #expect(cache.cachedValue(for: "a") == 1, "alive, from the verdict")
+    #expect(cache.cachedValue(for: "b") == 2, "metadata without tags")
+    try await cache.invalidate(tag: "y")
+    #expect(cache.cachedValue(for: "a") == 1)
+    try await cache.invalidate(tag: "t")
+    #expect(cache.cachedValue(for: "a") == nil, "dead after its tag's invalidation")
+    #expect(memory.contains("b"))
+  }
 }
