@@ -23,7 +23,8 @@ extension URLSessionFetcher: EntryFetcher {
   ///   `max-age`, else `Expires` less `Date`, less the response's age (`Age`, or how long ago its
   ///   `Date` was, whichever is more), reckoned on the configuration's clock. A response with
   ///   `no-store` (or `private`, in a shared cache) answers the request and is stored nowhere: a
-  ///   lifetime of zero. `must-revalidate` (and `proxy-revalidate`, in a shared cache) forbids
+  ///   lifetime of zero. `must-revalidate` (and, in a shared cache, `proxy-revalidate` and
+  ///   `s-maxage`) forbids
   ///   serving the entry stale, `stale-while-revalidate` and `stale-if-error` (RFC 5861) bound
   ///   how long it may be: the cache's own rules narrowed, never widened
   ///   (`EntryMetadata/staleWhileRevalidateLimit`). `no-cache` is stored with no lifetime and no
@@ -160,7 +161,10 @@ struct HTTPCaching: Equatable {
     // must-revalidate (RFC 9111, 5.2.2.2), or proxy-revalidate in a shared cache.
     staleWhileRevalidateLimit = directives["stale-while-revalidate"].map { .seconds(Self.seconds($0)) }
     staleIfErrorLimit = directives["stale-if-error"].map { .seconds(Self.seconds($0)) }
-    if directives["must-revalidate"] != nil || (freshness == .sharedCache && directives["proxy-revalidate"] != nil) {
+    // s-maxage, read by a shared cache, carries proxy-revalidate's rule (RFC 9111, 5.2.2.10).
+    let sharedRevalidates =
+      freshness == .sharedCache && (directives["proxy-revalidate"] != nil || directives["s-maxage"] != nil)
+    if directives["must-revalidate"] != nil || sharedRevalidates {
       (staleWhileRevalidateLimit, staleIfErrorLimit) = (.zero, .zero)
     }
     // no-cache (RFC 9111, 5.2.2.4): stored, but never used without asking the server first: no

@@ -161,9 +161,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     let (invalidations, outer) = (tagInvalidations, followedTagHandler)
     let environment = CacheEnvironment(
       clock: followedClock.handedOn, logger: followedLogger.handedOn,
-      tagInvalidationHandler: { tag, instant in
-        invalidations.record(tag, at: instant)
-        outer.value?(tag, instant)
+      tagInvalidationHandler: { news in
+        if case .tag(let tag, let instant) = news { invalidations.record(tag, at: instant) }
+        outer.value?(news)
       })
     for tier in tiers { tier.layer.follow(environment) }
   }

@@ -147,8 +147,7 @@ struct FreshnessRules: Sendable, Hashable {
     if sinceStale < Swift.min(staleWhileRevalidate, limits.whileRevalidating) { return .stale }
     // Within the grace: past stale-while-revalidate, it is stale-if-error's (the grace is the
     // longer of the two), unless the entry's limit ends that sooner.
-    if limits.ifError == .max || sinceStale < Swift.min(staleIfError, limits.ifError) { return .staleIfError }
-    return .expired
+    return sinceStale < Swift.min(grace, limits.ifError) ? .staleIfError : .expired
   }
 
   /// How long before its expiry an entry stops being plainly fresh, in nanoseconds, for a cache

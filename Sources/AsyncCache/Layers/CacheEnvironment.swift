@@ -51,8 +51,17 @@ public struct CacheEnvironment: Sendable {
   }
 }
 
-/// Told of an invalidation of a tag (and its instant) that a layer learnt from elsewhere.
-package typealias TagInvalidationHandler = @Sendable (String, CacheInstant) -> Void
+/// What a layer learnt from elsewhere about tag invalidations.
+package enum LearntInvalidation: Sendable, Equatable {
+  /// The tag was invalidated at the instant.
+  case tag(String, at: CacheInstant)
+  /// Tags may have been invalidated, which is not known yet: a shared tier reported a change of
+  /// its record without saying which, or announcements were lost while a subscription was down.
+  case unknown
+}
+
+/// Told of the tag invalidations a layer learns from elsewhere.
+package typealias TagInvalidationHandler = @Sendable (LearntInvalidation) -> Void
 
 /// A value that a component was given, or that it follows from the cache or chain it was put
 /// in, or else a default: the first value it is handed to follow wins. Safe from any context.

@@ -77,9 +77,10 @@ public struct EntryMetadata: Hashable, Sendable, CustomStringConvertible {
       && staleIfErrorLimit == nil
   }
 
-  /// Whether the entry may be kept only to be revalidated, never served without asking its
-  /// origin first: no stale serving at all (both limits zero), and validators to ask with.
-  /// HTTP's `no-cache`.
+  /// Whether the entry may not be served stale at all (both limits zero) and has validators to
+  /// be revalidated with. An origin's value with such metadata and a lifetime of zero (HTTP's
+  /// `no-cache`) is kept for the cache's grace only to be revalidated: never served without
+  /// asking the origin first. With a lifetime, it is served while fresh, as any entry.
   @inlinable
   public var isRevalidatedOnly: Bool {
     staleWhileRevalidateLimit == .zero && staleIfErrorLimit == .zero && hasValidators

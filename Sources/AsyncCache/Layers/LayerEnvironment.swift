@@ -41,10 +41,10 @@ package final class LayerEnvironment: Sendable {
     if let handler = environment.tagInvalidationHandler { tagInvalidationHandler.follow(handler) }
   }
 
-  /// Tells the chain the layer is in of an invalidation of `tag` at `instant` that the layer
-  /// learnt from elsewhere.
-  package func tellOfInvalidation(of tag: String, at instant: CacheInstant) {
-    tagInvalidationHandler.value?(tag, instant)
+  /// Tells the chain the layer is in (the first it was put in) of what it learnt from elsewhere
+  /// about tag invalidations.
+  package func tell(_ news: LearntInvalidation) {
+    tagInvalidationHandler.value?(news)
   }
 
   /// Logs as the layer, with its context added to `metadata`. Evaluates nothing when the logger

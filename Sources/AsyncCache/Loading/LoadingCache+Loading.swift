@@ -100,7 +100,11 @@ extension LoadingCache {
   /// one as soon as the load finds it (``offerStale(_:for:)``).
   func softTimeOut(_ waiter: UInt64, key: Key, after timeout: Duration) {
     let now = configuration.clock.now
-    guard let (continuation, stale) = loadTable.softTimeOut(waiter, key: key, after: timeout, now: now) else { return }
+    // Served only while it may be: within the cache's grace and the entry's own limits.
+    guard
+      let (continuation, stale) = loadTable.softTimeOut(
+        waiter, key: key, after: timeout, servable: { isServable($0.entry, at: now) })
+    else { return }
     answerAtSoftTimeout([(continuation, timeout)], with: stale, key: key)
   }
 

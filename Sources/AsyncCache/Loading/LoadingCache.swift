@@ -180,7 +180,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     chain.follow(
       CacheEnvironment(
         clock: configuration.clock, logger: configuration.$logger,
-        tagInvalidationHandler: { [loadTable] _, _ in loadTable.detachLoads() }))
+        tagInvalidationHandler: { [loadTable] _ in loadTable.detachLoads() }))
   }
 
   /// Creates a loading cache over `layers`, top first, whose failures are propagated.

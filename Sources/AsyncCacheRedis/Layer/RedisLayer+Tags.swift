@@ -88,7 +88,8 @@ extension RedisLayer {
       guard case .bulkString(let tag?) = fields[index], case .bulkString(let stored?) = fields[index + 1],
         let tagName = String(validating: tag, as: UTF8.self), let instant = Self.instant(sortable: stored)
       else { continue }
-      tagMirror.invalidations.record(tagName, at: instant)
+      // One this instance had not heard of: the chain over the layer records it too.
+      if tagMirror.invalidations.record(tagName, at: instant) { layerEnvironment.tell(.tag(tagName, at: instant)) }
     }
     tagMirror.reloaded(generation: generation)
   }

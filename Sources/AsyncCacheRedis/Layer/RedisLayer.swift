@@ -134,7 +134,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
     let invalidations = InvalidationDelivery(
       tracks: tracks, prefix: keyPrefix, sender: sender, decode: keyEncoding.decode, targets: targets, flight: flight,
       counters: counters, tags: tagMirror, tagsKey: tagsKey,
-      tellChain: { environment.tellOfInvalidation(of: $0, at: $1) })
+      tellChain: { environment.tell($0) })
     // Single flight probes the server while loads wait on it (see RedisSubscription.serve).
     var probe: (@Sendable () async -> Bool)?
     if flight != nil { probe = { await backend.answersPing() } }

@@ -86,4 +86,40 @@ struct StaleLimitTests {
       try EntryMetadata(staleIfErrorLimit: .seconds(-1)).validate()
     }
   }
+
+  @Test("a soft timeout serves a stale entry within its stale-if-error limit")
+  func softTimeouts() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 0 }
+    let memory = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
+    let cache = try LoadingCache(
+      layers: [memory], origin: origin,
+      configuration: .init(
+        timeToLive: .seconds(60), staleIfError: .seconds(600), clock: clock,
+        loadTimeouts: LoadTimeouts(soft: .seconds(1), hard: .seconds(30))))
+    try await cache.insert(1, for: "k", metadata: EntryMetadata(staleIfErrorLimit: .seconds(5)))
+    clock.advance(by: .seconds(61))
+    // 1 s stale: at the soft timeout, 2 s stale, within the entry's 5 s.
+    let within = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    await clock.waitForSleepers(1)
+    clock.advance(by: .seconds(1))
+    #expect(try await within.value == 1)
+    #expect(cache.statistics.softTimeouts == 1)
+    #expect(origin.release("k", returning: 2) == 1)
+    await cache.waitUntilIdle()
+  }
+
+  @Test("what soft timeouts ask (isServable) follows the entry's limits")
+  func servability() throws {
+    let (cache, _) = try cache(origin: ClosureEntryFetcher { _, _ in .value(0) })
+    // Turned stale 10 s ago; the cache keeps it 600 s past that.
+    let expiresAt = clock.now.advanced(by: .seconds(590))
+    func entry(_ limit: Duration?) -> CacheEntry<Int> {
+      CacheEntry(
+        1, expiresAt: expiresAt, metadata: EntryMetadata(staleWhileRevalidateLimit: .zero, staleIfErrorLimit: limit))
+    }
+    #expect(cache.isServable(entry(nil), at: clock.now))
+    #expect(cache.isServable(entry(.seconds(30)), at: clock.now))
+    #expect(!cache.isServable(entry(.seconds(5)), at: clock.now), "past its limit")
+  }
 }

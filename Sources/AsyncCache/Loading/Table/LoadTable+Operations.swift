@@ -265,13 +265,13 @@ extension LoadTable {
   // MARK: Soft timeouts
 
   /// The soft timeout of `waiter` (a request for `key`, or a bulk request) passed: returns it,
-  /// to answer with the stale entry its load found, if that has not expired at `now`; otherwise
-  /// it gets one as soon as the load offers it (``offerStale(_:for:)``).
-  func softTimeOut(_ waiter: UInt64, key: Key, after timeout: Duration, now: CacheInstant) -> (Waiter, Stale)? {
+  /// to answer with the stale entry its load found, if `servable` says it may still be served;
+  /// otherwise it gets one as soon as the load offers it (``offerStale(_:for:)``).
+  func softTimeOut(
+    _ waiter: UInt64, key: Key, after timeout: Duration, servable: (Stale) -> Bool
+  ) -> (Waiter, Stale)? {
     update { state in
-      let outcome = state.machine.softTimeOut(waiter: waiter, key: key, after: timeout) { stale in
-        stale.entry.expiresAt.map { now < $0 } ?? true
-      }
+      let outcome = state.machine.softTimeOut(waiter: waiter, key: key, after: timeout, isServable: servable)
       guard case .served(let continuation, let stale) = outcome else { return nil }
       state.counters.softTimeouts += 1
       return (continuation, stale)

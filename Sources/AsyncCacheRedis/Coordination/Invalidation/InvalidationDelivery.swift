@@ -26,8 +26,8 @@ struct InvalidationDelivery<Key: Hashable & Sendable, Value: Sendable>: Sendable
   let tags: RedisTagMirror
   /// The namespace's hash of tag invalidations, whose change the server reports (tracking).
   let tagsKey: [UInt8]
-  /// Tells the chain the layer is in of a tag's invalidation by another instance.
-  let tellChain: @Sendable (String, CacheInstant) -> Void
+  /// Tells the chain the layer is in of tag invalidations by other instances.
+  let tellChain: @Sendable (LearntInvalidation) -> Void
 
   /// Applies one message (its channel, its payload); the subscription calls it in order.
   func deliver(_ channel: [UInt8], _ payload: RESPValue) async {
@@ -37,8 +37,10 @@ struct InvalidationDelivery<Key: Hashable & Sendable, Value: Sendable>: Sendable
       switch payload {
       case .array(let keys?):
         for case .bulkString(let stored?) in keys where stored == tagsKey {
-          // Which tag changed is not said: the copy is read again, and the layers above emptied.
+          // Which tag changed is not said: the copy is read again, the layers above emptied, and
+          // the cache turns later requests away from its loads in flight.
           tags.markStale()
+          tellChain(.unknown)
           changes.append(.all)
         }
         for case .bulkString(let stored?) in keys where stored.starts(with: prefix) {
@@ -75,7 +77,7 @@ struct InvalidationDelivery<Key: Hashable & Sendable, Value: Sendable>: Sendable
       case .tag(let tag, let nanoseconds):
         let instant = CacheInstant(nanosecondsSince1970: nanoseconds)
         tags.invalidations.record(tag, at: instant)
-        tellChain(tag, instant)
+        tellChain(.tag(tag, at: instant))
         for layer in layers { try? await layer.invalidate(tag: tag, at: instant) }
       }
     }
@@ -85,6 +87,7 @@ struct InvalidationDelivery<Key: Hashable & Sendable, Value: Sendable>: Sendable
   /// invalidations stale: the messages sent while the subscription was down are lost.
   func resynchronize() async {
     tags.markStale()
+    tellChain(.unknown)
     for layer in targets.withLock({ $0 }) { try? await layer.removeAll() }
   }
 }
