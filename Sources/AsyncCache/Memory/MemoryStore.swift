@@ -262,7 +262,11 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// against `invalidations` only when one was recorded since they were last found alive
   /// (``StoredMetadata/aliveAt``): a hit on a live entry with tags costs one lookup in the
   /// segment's metadata table and one atomic load, not a check of each tag.
+  ///
+  /// Never inlined: only hits on entries with metadata, once a tag was invalidated, come here,
+  /// and inlined it would make the hit path too large to be inlined into the cache's.
   @inlinable
+  @inline(never)
   static func isDeadByTag(
     _ key: Key, in segment: inout MemorySegment<Key, Value>, checkingAgainst invalidations: TagInvalidations
   ) -> Bool {
