@@ -115,6 +115,8 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// The tags invalidated through the chain (``invalidate(tag:)``), against which it checks the
   /// entries its layers answer with.
   nonisolated let tagInvalidations = TagInvalidations()
+  /// The instants the chain stamps its invalidations and tagged entries with.
+  nonisolated let tagStamps = TagStamps()
   private nonisolated let backgroundWork = Locked<(next: UInt64, tasks: [UInt64: Task<Void, Never>])>((0, [:]))
 
   /// Creates a chain of tiers, top first.
@@ -346,7 +348,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// An instant to stamp an invalidation or a tagged entry with: now on the chain's clock, after
   /// every instant stamped before (see ``TagStamps``).
   nonisolated func tagStamp() -> CacheInstant {
-    TagStamps.shared.next(now: followedClock.value.now)
+    tagStamps.next(now: followedClock.value.now)
   }
 
   /// Passes `level` to every layer.

@@ -39,7 +39,7 @@ package final class TagInvalidations: Sendable {
     // After the instant is in place: a reader that sees the new count finds it.
     if changed { recorded.add(1, ordering: .releasing) }
     // Whatever this process stamps from now on comes after it, whatever its clock says.
-    TagStamps.shared.observe(instant)
+    TagStamps.observe(instant)
     return changed
   }
 
@@ -74,42 +74,44 @@ package final class TagInvalidations: Sendable {
   }
 }
 
-/// The instants this process stamps its tag invalidations and tagged entries with: a hybrid
-/// logical clock. A stamp is the caller's clock's time, but never the same instant twice, never
-/// going back, and always after every invalidation the process knows of (made here, read from a
-/// file, or announced by another instance through a shared tier). So of an invalidation and a
-/// write or load that learnt of it, the later has the later stamp: also on a `ManualClock`
-/// that stands still, after a restart, and on an instance whose clock is behind the one that
-/// invalidated. Safe from any context.
+/// The instants a chain stamps its tag invalidations and the tagged entries written or loaded
+/// through it with: a hybrid logical clock. A stamp is the caller's clock's time, but never the
+/// same instant twice, never going back, and always after every invalidation the process knows
+/// of (made here, read from a file, or announced by another instance through a shared tier).
+/// So of an invalidation and a write or load that learnt of it, the later has the later stamp:
+/// also on a `ManualClock` that stands still, after a restart, and on an instance whose clock
+/// is behind the one that invalidated.
+///
+/// One per chain, so that a chain on a clock of its own (a test's `ManualClock` set far ahead)
+/// does not carry the stamps of the others; the invalidations observed are the process's.
+/// Safe from any context.
 package final class TagStamps: Sendable {
-  /// The stamps of the process.
-  package static let shared = TagStamps()
-
-  /// How far ahead of the caller's clock an observed invalidation moves the stamps: one minute,
-  /// more than the skew of clocks kept by NTP. An instant further ahead (a clock that was wrong,
-  /// an instant given by hand) moves them no further, so that it cannot carry every later stamp
-  /// of the process into the future, where the invalidations of instances whose clocks are right
-  /// would not reach them.
+  /// How far ahead of this machine's wall clock an invalidation may be and still move the
+  /// stamps: one minute, more than the skew of clocks kept by NTP. An instant further ahead (a
+  /// clock that was wrong, an instant given by hand) is not observed, so that it cannot carry
+  /// every later stamp into the future, where the invalidations of instances whose clocks are
+  /// right would not reach them. (It still kills what it says it kills.)
   package static let maximumLead: Duration = .seconds(60)
+
+  /// The latest invalidation instant the process observed, nanoseconds since 1970.
+  private static let observed = Atomic<Int64>(.min)
 
   /// The last instant handed out, nanoseconds since 1970.
   private let last = Atomic<Int64>(.min)
-  /// The latest invalidation instant observed, nanoseconds since 1970.
-  private let observed = Atomic<Int64>(.min)
 
   package init() {}
 
-  /// Makes the stamps handed out from now on come after `instant` (up to ``maximumLead`` ahead
-  /// of the clock they are read with).
-  package func observe(_ instant: CacheInstant) {
+  /// Makes the stamps every chain hands out from now on come after `instant`, unless it is more
+  /// than ``maximumLead`` ahead of this machine's wall clock.
+  package static func observe(_ instant: CacheInstant) {
+    guard instant <= WallClock().now.advanced(by: maximumLead) else { return }
     observed.max(instant.nanosecondsSince1970, ordering: .relaxed)
   }
 
-  /// An instant after every one handed out before and every invalidation observed (within
-  /// ``maximumLead``), as close to `now` as that allows.
+  /// An instant after every one handed out before and every invalidation observed, as close to
+  /// `now` as that allows.
   package func next(now: CacheInstant) -> CacheInstant {
-    let ceiling = now.advanced(by: Self.maximumLead).nanosecondsSince1970
-    let seen = Swift.min(observed.load(ordering: .relaxed), ceiling)
+    let seen = Self.observed.load(ordering: .relaxed)
     let floor = Swift.max(now.nanosecondsSince1970, seen == .max ? .max : seen + 1)
     var previous = last.load(ordering: .relaxed)
     while true {
