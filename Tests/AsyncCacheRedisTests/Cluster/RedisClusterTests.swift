@@ -160,7 +160,9 @@ struct RedisClusterTests {
     killed.stop()
 
     var codes: [RedisError.Code] = []
-    while codes.last != .unavailable && codes.count < 4 {
+    // A few reads find the connection closing or refused before the breaker opens; under a full
+    // test run on two cores one more may, so eight are allowed (a full CI run saw four).
+    while codes.last != .unavailable && codes.count < 8 {
       do {
         _ = try await redis.value(for: onKilled)
         Issue.record("a read from a killed master succeeded")
