@@ -290,15 +290,9 @@ extension EntryMetadata {
       }
     }
     if fields & Self.staleWhileRevalidateBit != 0 {
-      let nanoseconds = try reader.int64("stale-while-revalidate limit")
-      guard nanoseconds >= 0 else { throw .invalidField("stale-while-revalidate limit") }
-      staleWhileRevalidateLimit = .nanoseconds(nanoseconds)
+      staleWhileRevalidateLimit = try reader.limit("stale-while-revalidate limit")
     }
-    if fields & Self.staleIfErrorBit != 0 {
-      let nanoseconds = try reader.int64("stale-if-error limit")
-      guard nanoseconds >= 0 else { throw .invalidField("stale-if-error limit") }
-      staleIfErrorLimit = .nanoseconds(nanoseconds)
-    }
+    if fields & Self.staleIfErrorBit != 0 { staleIfErrorLimit = try reader.limit("stale-if-error limit") }
     guard reader.remaining == 0 else { throw .trailingBytes(reader.remaining) }
   }
 
@@ -333,6 +327,13 @@ extension EntryMetadata {
 
     mutating func int64(_ field: String) throws(EntryMetadataError) -> Int64 {
       Int64(littleEndian: try bytes(8, field).loadUnaligned(as: Int64.self))
+    }
+
+    /// A limit of stale serving: nanoseconds, 0 or more.
+    mutating func limit(_ field: String) throws(EntryMetadataError) -> Duration {
+      let nanoseconds = try int64(field)
+      guard nanoseconds >= 0 else { throw .invalidField(field) }
+      return .nanoseconds(nanoseconds)
     }
 
     mutating func string(_ count: Int, _ field: String) throws(EntryMetadataError) -> String {
