@@ -235,7 +235,7 @@ enum AdaptiveTrace {
   func frequencyPhaseShrinksTheWindow() throws {
     // Two segments of 250 entries: ghosts of the depth the rule was measured with (a layer of one
     // segment this small is refereed instead).
-    try Self.checkFrequencyPhaseShrinksTheWindow(Setup(countLimit: 500, segmentCount: 2))
+    try Self.checkFrequencyPhaseShrinksTheWindow(Setup(countLimit: 500, segmentCount: 2), trials: 4)
   }
 
   /// The same at the scale the ghosts serve alone: sixteen segments of 300 entries. Spans ended
@@ -260,9 +260,42 @@ enum AdaptiveTrace {
 
   /// A recency phase, then a frequency phase: the window must come back toward 1% and the layer
   /// hit as W-TinyLFU does.
-  static func checkFrequencyPhaseShrinksTheWindow(_ setup: Setup) throws {
+  ///
+  /// Hashes, so admissions, differ from process to process (Swift seeds its hasher at launch),
+  /// and so do the figures. On two segments of 250 entries, over 100 histories, the layer's hit
+  /// ratio minus W-TinyLFU's was -0.3 points on average, from -1.6 to +1.2 (one run of the full
+  /// suite measured -1.9; the stuck window cost 2 to 5), and the window's share halfway was a
+  /// tenth of the grown one, but once 1.16 of it (it grew for a while before it shrank; it ended
+  /// at 0.04 as the others did). The small layer is therefore measured over `trials` independent
+  /// histories (other keys, so other hashes, and other seeds), and their averages are held to the
+  /// bounds: with four, their spread is half a single history's.
+  static func checkFrequencyPhaseShrinksTheWindow(_ setup: Setup, trials: Int = 1) throws {
+    var differences: [Double] = []
+    var halfwayShares: [Double] = []
+    for trial in 0..<trials {
+      let history = try Self.frequencyPhaseAfterRecency(setup, trial: trial)
+      differences.append(history.adaptiveRatio - history.tinyLFURatio)
+      halfwayShares.append(history.shrunk / history.grown)
+      // Whatever happened halfway, by the end the window is back near 1%.
+      #expect(history.final < history.grown / 4, "the window's share went from \(history.grown) to \(history.final)")
+    }
+    let halfway = halfwayShares.reduce(0, +) / Double(trials)
+    #expect(halfway < 0.65, "halfway, the window kept these parts of its grown share: \(halfwayShares)")
+    let difference = differences.reduce(0, +) / Double(trials)
+    #expect(difference >= -1.5, "adaptive minus W-TinyLFU, in points: \(differences)")
+  }
+
+  /// One history of ``checkFrequencyPhaseShrinksTheWindow(_:trials:)``: the window's share when
+  /// the recency phase ends (`grown`), halfway through the frequency phase (`shrunk`) and at its
+  /// end (`final`), and the two layers' hit ratios over the frequency phase's second part.
+  static func frequencyPhaseAfterRecency(
+    _ setup: Setup, trial: Int
+  ) throws -> (grown: Double, shrunk: Double, final: Double, adaptiveRatio: Double, tinyLFURatio: Double) {
     let capacity = setup.capacity
-    let (settle, _) = Self.recencyPhase(capacity: capacity, settle: 20, measured: 0)
+    // Each trial its own keys (so hashes) and seeds; trial 0 is the history this test always had.
+    let offset = trial << 48
+    let settle = AdaptiveTrace.recency(
+      accesses: 20 * capacity, reads: 4, maximumGap: capacity, firstKey: offset, seed: 0x5A5 &+ UInt64(trial))
     let adaptive = try Self.layer(setup)
     let tinyLFU = try Self.layer(setup, policy: .windowTinyLFU)
     for memory in [adaptive, tinyLFU] { try Self.replay(settle, through: memory) }
@@ -270,20 +303,14 @@ enum AdaptiveTrace {
     #expect(grown > 0.15)
     // A hot set as large as the cache, mildly skewed, and one-off keys between.
     let frequency = AdaptiveTrace.frequency(
-      accesses: 48 * capacity, hotKeys: capacity, exponent: 0.5, coldShare: 0.5, firstKey: 1 << 40, seed: 0x5A7)
+      accesses: 48 * capacity, hotKeys: capacity, exponent: 0.5, coldShare: 0.5, firstKey: offset + (1 << 40),
+      seed: 0x5A7 &+ UInt64(trial))
     for memory in [adaptive, tinyLFU] { try Self.replay(frequency.prefix(16 * capacity), through: memory) }
     let shrunk = Self.share(of: adaptive)
     let adaptiveRatio = try Self.replay(frequency.suffix(32 * capacity), through: adaptive)
     let tinyLFURatio = try Self.replay(frequency.suffix(32 * capacity), through: tinyLFU)
-    let final = Self.share(of: adaptive)
     #expect(adaptive.invariantViolations.isEmpty)
-    // Halfway, the share is about half the grown one; hashes (so admissions) differ from run to
-    // run, and 2 runs in 20 ended it at 0.52 and 0.54 of the grown share.
-    #expect(shrunk < grown * 0.65, "the window's share went from \(grown) to \(shrunk)")
-    #expect(final < grown / 4, "the window's share went from \(grown) to \(shrunk), then \(final)")
-    // Hashes, so admissions, differ from run to run: over 10 runs the difference was -0.93 to
-    // +0.37 points (the stuck window cost 2 to 5).
-    #expect(adaptiveRatio >= tinyLFURatio - 1.5, "adaptive \(adaptiveRatio)%, W-TinyLFU \(tinyLFURatio)%")
+    return (grown, shrunk, Self.share(of: adaptive), adaptiveRatio, tinyLFURatio)
   }
 
   /// The rule itself, on a layer of one segment whose window grew: a capacity of new keys ends a
