@@ -10,12 +10,12 @@ final class DetachedNodes<Key: Hashable, Value>: @unchecked Sendable {
   private let controls: UnsafeMutablePointer<UInt8>
   private let slotCount: Int
   /// Released with the nodes, after the segment's lock.
-  private let metadata: [Key: StoredMetadata]
+  private let metadata: [Key: EntryMetadata]
 
   @usableFromInline
   init(
     nodes: UnsafeMutablePointer<MemoryNode<Key, Value>>, controls: UnsafeMutablePointer<UInt8>, slotCount: Int,
-    metadata: [Key: StoredMetadata]
+    metadata: [Key: EntryMetadata]
   ) {
     self.nodes = nodes
     self.controls = controls

@@ -218,8 +218,9 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   /// Makes the entries filed under `tag` and produced at or before `instant` misses from now on
   /// (see ``AsyncCacheLayer/invalidate(tag:at:)``): records the instant, in O(1), and a lookup
   /// that comes to such an entry removes it (counted as ``EvictionReason/invalidated``). Until
-  /// a tag is invalidated, a hit pays nothing for tags; afterwards, a hit on an entry with
-  /// metadata checks its tags. Safe from any context. Never suspends.
+  /// a tag is invalidated, a hit pays nothing for tags; afterwards, the first hit on an entry
+  /// with tags after each invalidation checks them, and the next ones compare a stamp the check
+  /// left in the entry. Safe from any context. Never suspends.
   ///
   /// `async` although it never suspends: a synchronous overload would lose, in `async` code, to
   /// the protocol's do-nothing default.

@@ -9,25 +9,31 @@ struct MemoryNode<Key, Value> {
   @usableFromInline var value: Value
   /// Expiry in nanoseconds since 1970; `Int64.max` for never.
   @usableFromInline var expiry: Int64
-  /// The cost in the low 61 bits (``costMask``), the ``SegmentRegion`` in the two above (from
-  /// ``regionShift``), so that W-TinyLFU costs no memory per entry over LRU, and in the top bit
-  /// whether the segment keeps ``EntryMetadata`` for the node (``hasMetadata``), so that an
-  /// entry without any costs nothing for it.
+  /// The cost in the low 45 bits (``costMask``); the node's ``aliveStamp`` in the 16 above (from
+  /// ``stampShift``), so that a hit on an entry with tags checks them without a lookup in the
+  /// segment's metadata table; the ``SegmentRegion`` in the two above (from ``regionShift``), so
+  /// that W-TinyLFU costs no memory per entry over LRU; and in the top bit whether the segment
+  /// keeps ``EntryMetadata`` for the node (``hasMetadata``), so that an entry without any costs
+  /// nothing for it.
   @usableFromInline var costAndRegion: UInt64
   /// The neighbour closer to the most recently used end of its list, or ``MemorySegment/none``.
   @usableFromInline var newer: UInt32
   /// The neighbour closer to the least recently used end of its list, or ``MemorySegment/none``.
   @usableFromInline var older: UInt32
 
-  /// The bits of ``costAndRegion`` that hold the cost: 2^61 - 1.
-  @usableFromInline static var costMask: UInt64 { (1 << 61) - 1 }
+  /// The bits of ``costAndRegion`` that hold the cost: 2^45 - 1.
+  @usableFromInline static var costMask: UInt64 { (1 << 45) - 1 }
+  /// The lowest bit of ``costAndRegion`` that holds the ``aliveStamp``.
+  @usableFromInline static var stampShift: UInt64 { 45 }
+  /// The bits of ``costAndRegion`` that hold the ``aliveStamp``.
+  @usableFromInline static var stampMask: UInt64 { 0xFFFF << stampShift }
   /// The lowest bit of ``costAndRegion`` that holds the region.
   @usableFromInline static var regionShift: UInt64 { 61 }
   /// The bit of ``costAndRegion`` that says whether the node has metadata.
   @usableFromInline static var metadataBit: UInt64 { 1 << 63 }
 
-  /// The largest cost an entry may have: 2^61 - 1, or `Int.max` where that is smaller (32-bit
-  /// platforms).
+  /// The largest cost an entry may have: 2^45 - 1 (35 × 10^12: 32 TiB, were costs bytes), or
+  /// `Int.max` where that is smaller (32-bit platforms).
   @usableFromInline static var maximumCost: Int { Int(clamping: costMask) }
 
   /// A node in the window; `cost` must be in `0...maximumCost`.
@@ -55,8 +61,18 @@ struct MemoryNode<Key, Value> {
       SegmentRegion(rawValue: UInt8(truncatingIfNeeded: costAndRegion >> Self.regionShift) & 3) ?? .window
     }
     @inline(__always) set {
-      costAndRegion =
-        costAndRegion & (Self.costMask | Self.metadataBit) | UInt64(newValue.rawValue) << Self.regionShift
+      costAndRegion = costAndRegion & ~(3 << Self.regionShift) | UInt64(newValue.rawValue) << Self.regionShift
+    }
+  }
+
+  /// The segment's ``MemorySegment/tagGeneration`` when the node's tags were last found alive
+  /// (see ``MemorySegment/tagsAreKnownAlive(at:recorded:)``); 0 for never: a new node, a node
+  /// whose metadata changed, or one the segment's sweep reached.
+  @inlinable
+  var aliveStamp: UInt16 {
+    @inline(__always) get { UInt16(truncatingIfNeeded: costAndRegion >> Self.stampShift) }
+    @inline(__always) set {
+      costAndRegion = costAndRegion & ~Self.stampMask | UInt64(newValue) << Self.stampShift
     }
   }
 

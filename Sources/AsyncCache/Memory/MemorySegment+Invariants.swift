@@ -98,9 +98,13 @@ extension MemorySegment {
     if flagged.count != metadata.count {
       problems.append("\(flagged.count) nodes have metadata, the metadata table holds \(metadata.count)")
     }
-    for slot in flagged where metadata[nodes[slot].key]?.metadata.isEmpty != false {
+    for slot in flagged where metadata[nodes[slot].key]?.isEmpty != false {
       problems.append("node \(slot) has metadata, the table none")
     }
+    for slot in liveSlots where !nodes[slot].hasMetadata && nodes[slot].aliveStamp != 0 {
+      problems.append("node \(slot) has no tags, yet a stamp that says they are alive")
+    }
+    if tagGeneration == 0 { problems.append("the tag generation is 0, the stamp of a node never checked") }
     return problems
   }
 }

@@ -26,16 +26,17 @@ extension MemorySegment {
   /// without a lookup in ``metadata`` then.
   @inlinable
   func metadata(at slot: Int, key: Key) -> EntryMetadata {
-    nodes[slot].hasMetadata ? metadata[key]?.metadata ?? EntryMetadata() : EntryMetadata()
+    nodes[slot].hasMetadata ? metadata[key] ?? EntryMetadata() : EntryMetadata()
   }
 
   /// Gives the node for `key` at `slot` `entryMetadata`, its flag and the table together; empty
-  /// metadata clears both.
+  /// metadata clears both. New tags are not known to be alive: the stamp is cleared.
   @inlinable
   mutating func setMetadata(_ entryMetadata: EntryMetadata, at slot: Int, key: Key) {
+    nodes[slot].aliveStamp = 0
     if !entryMetadata.isEmpty {
       nodes[slot].hasMetadata = true
-      metadata[key] = StoredMetadata(entryMetadata)
+      metadata[key] = entryMetadata
     } else if nodes[slot].hasMetadata {
       nodes[slot].hasMetadata = false
       metadata.removeValue(forKey: key)

@@ -80,7 +80,15 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline var mainHits: Int64 = 0
   /// The metadata of the nodes that have any (``MemoryNode/hasMetadata``), by key. Empty, and
   /// never read, in a layer whose entries carry none.
-  @usableFromInline var metadata: [Key: StoredMetadata] = [:]
+  @usableFromInline var metadata: [Key: EntryMetadata] = [:]
+  /// The generation of the nodes' ``MemoryNode/aliveStamp``s: a node stamped with it had its tags
+  /// found alive when ``tagsCheckedAt`` invalidations were recorded. 1 to 65,535, cycling (see
+  /// ``advanceTagGeneration(to:)``).
+  @usableFromInline var tagGeneration: UInt16 = 1
+  /// How many tag invalidations were recorded when ``tagGeneration`` began.
+  @usableFromInline var tagsCheckedAt: UInt64 = 0
+  /// The next slot ``advanceTagGeneration(to:)`` sweeps.
+  @usableFromInline var stampSweepSlot = 0
 
   @usableFromInline static var initialCapacity: Int { 4 }
   /// How many hits wait in ``pendingHits`` before their moves are made together.
@@ -318,6 +326,8 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
     for old in 0..<oldSlotCount where oldControls[old] >= 0x80 {
       let slot = claimSlot(tag: Self.tag(of: oldNodes[old].key.hashValue))
       (nodes + slot).moveInitialize(from: oldNodes + old, count: 1)
+      // The sweep of stamps goes by slot, and nodes move: each is checked again (once).
+      nodes[slot].aliveStamp = 0
       moved[old] = UInt32(truncatingIfNeeded: slot)
     }
     for slot in 0..<newSlotCount where controls[slot] >= 0x80 {
@@ -372,21 +382,5 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @inlinable
   var liveSlots: [Int] {
     (0..<slotCount).filter { controls[$0] >= 0x80 }
-  }
-}
-
-/// A node's metadata as its segment keeps it, with what the last check of its tags found.
-@usableFromInline
-struct StoredMetadata: Sendable {
-  @usableFromInline var metadata: EntryMetadata
-  /// The number of tag invalidations recorded (`TagInvalidations.recordedCount`) when the
-  /// entry's tags were last found alive: 0 until they are checked. While it is the number
-  /// recorded now, no invalidation since can have killed the entry, and a hit need not check.
-  @usableFromInline var aliveAt: UInt64
-
-  @inlinable
-  init(_ metadata: EntryMetadata) {
-    self.metadata = metadata
-    self.aliveAt = 0
   }
 }

@@ -41,7 +41,7 @@ extension MemoryStore {
         segment.forEachInEvictionOrder { node in
           guard node.expiry > now else { return }
           let expiresAt = node.expiry == .max ? nil : CacheInstant(nanosecondsSince1970: node.expiry)
-          let entryMetadata = node.hasMetadata ? metadata[node.key]?.metadata ?? EntryMetadata() : EntryMetadata()
+          let entryMetadata = node.hasMetadata ? metadata[node.key] ?? EntryMetadata() : EntryMetadata()
           // A dead entry (an invalidated tag) must not outlive the invalidation in a snapshot.
           guard !tagInvalidations.kills(entryMetadata) else { return }
           entries.append((node.key, CacheEntry(node.value, expiresAt: expiresAt, metadata: entryMetadata)))

@@ -269,7 +269,7 @@ extension MemoryStore {
   static func invalidCost(_ cost: Int, for key: Key) -> AsyncCacheError {
     AsyncCacheError(
       code: .invalidCost,
-      message: "the cost function returned \(cost) for the value of key \(key); costs must be in 0..<2^61"
+      message: "the cost function returned \(cost) for the value of key \(key); costs must be in 0..<2^45"
     )
   }
 

@@ -236,11 +236,15 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         now = self.now(checking: expiry)
         if expiry <= now { return .dropped(segment.drop(slot, because: .expired), .expired) }
       }
-      // One bit of the node, read with its expiry, for an entry without metadata.
-      if segment.nodes[slot].hasMetadata, !tagInvalidations.isEmpty,
-        Self.isDeadByTag(key, in: &segment, checkingAgainst: tagInvalidations)
-      {
-        return .dropped(segment.drop(slot, because: .invalidated), .invalidated)
+      // One bit of the node, read with its expiry, for an entry without metadata; for one with
+      // tags whose check is still good, an atomic load and two words the hit reads anyway.
+      if segment.nodes[slot].hasMetadata {
+        let recorded = tagInvalidations.recordedCount
+        if recorded != 0, !segment.tagsAreKnownAlive(at: slot, recorded: recorded),
+          Self.isDeadByTag(key, at: slot, in: &segment, recorded: recorded, checkingAgainst: tagInvalidations)
+        {
+          return .dropped(segment.drop(slot, because: .invalidated), .invalidated)
+        }
       }
       segment.recordHit(slot, hash: hash)
       if countingRequest { segment.requestHits &+= 1 }
@@ -258,34 +262,23 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     }
   }
 
-  /// Whether the entry for `key` in `segment`, which has metadata, is dead by tag. Checks its tags
-  /// against `invalidations` only when one was recorded since they were last found alive
-  /// (``StoredMetadata/aliveAt``): a hit on a live entry with tags costs one lookup in the
-  /// segment's metadata table and one atomic load, not a check of each tag.
+  /// Whether the entry for `key` at `slot` of `segment`, which has metadata, is dead by tag,
+  /// `recorded` invalidations being on record (read before the check: one recorded during it
+  /// makes the next hit check again). An entry found alive is stamped so (see
+  /// `MemorySegment+Tags.swift`): until the next invalidation, its hits check nothing more.
   ///
-  /// Never inlined: only hits on entries with metadata, once a tag was invalidated, come here,
-  /// and inlined it would make the hit path too large to be inlined into the cache's.
+  /// Never inlined: only the first hit on an entry with metadata after an invalidation comes
+  /// here, and inlined it would make the hit path too large to be inlined into the cache's.
   @inlinable
   @inline(never)
   static func isDeadByTag(
-    _ key: Key, in segment: inout MemorySegment<Key, Value>, checkingAgainst invalidations: TagInvalidations
+    _ key: Key, at slot: Int, in segment: inout MemorySegment<Key, Value>, recorded: UInt64,
+    checkingAgainst invalidations: TagInvalidations
   ) -> Bool {
-    guard let index = segment.metadata.index(forKey: key) else { return false }
-    // Read before the check: an invalidation recorded during it makes the next hit check again.
-    let recorded = invalidations.recordedCount
-    // In place: reading the record through the dictionary's getter would copy its metadata.
-    return isDeadByTag(&segment.metadata.values[index], recorded: recorded, checkingAgainst: invalidations)
-  }
-
-  /// Whether the entry whose metadata is `record` is dead by tag, `recorded` invalidations
-  /// having been recorded; records that it was found alive.
-  @inlinable
-  static func isDeadByTag(
-    _ record: inout StoredMetadata, recorded: UInt64, checkingAgainst invalidations: TagInvalidations
-  ) -> Bool {
-    if record.aliveAt == recorded { return false }
-    if invalidations.kills(record.metadata) { return true }
-    record.aliveAt = recorded
+    segment.advanceTagGeneration(to: recorded)
+    if segment.tagsAreKnownAlive(at: slot, recorded: recorded) { return false }
+    if let metadata = segment.metadata[key], invalidations.kills(metadata) { return true }
+    segment.markTagsAlive(at: slot)
     return false
   }
 
@@ -362,7 +355,10 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       guard let slot = segment.find(key, hash: hash) else { return false }
       let expiry = segment.nodes[slot].expiry
       guard expiry == .max || expiry > now(checking: expiry) else { return false }
-      return !segment.nodes[slot].hasMetadata || !Self.isDeadByTag(key, in: &segment, checkingAgainst: tagInvalidations)
+      guard segment.nodes[slot].hasMetadata else { return true }
+      let recorded = tagInvalidations.recordedCount
+      return recorded == 0
+        || !Self.isDeadByTag(key, at: slot, in: &segment, recorded: recorded, checkingAgainst: tagInvalidations)
     }
   }
 }

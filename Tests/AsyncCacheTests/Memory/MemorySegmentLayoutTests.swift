@@ -3,20 +3,23 @@ import Testing
 @testable import AsyncCache
 
 /// The bit layouts of the memory layer's storage, which must not depend on the width of `Int`:
-/// it has 32 bits on watchOS devices (arm64_32), where `1 << 61` is 0. These run on 64 bits
+/// it has 32 bits on watchOS devices (arm64_32), where `1 << 45` is 0. These run on 64 bits
 /// here; `.ci/check-32bit` runs the storage itself with a 32-bit `Int`.
 @Suite("MemorySegment bit layout")
 struct MemorySegmentLayoutTests {
   typealias Node = MemoryNode<Int, Int>
   typealias Segment = MemorySegment<Int, Int>
 
-  @Test("cost and region share one UInt64 on every platform: the cost in bits 0..<61, the region in 61..<63")
+  @Test("cost, stamp, region and metadata flag share one UInt64 on every platform: bits 0..<45, 45..<61, 61..<63, 63")
   func layoutIsFixedWidth() {
     let node = Node(key: 0, value: 0, expiry: .max, cost: 0)
     #expect(type(of: node.costAndRegion) == UInt64.self)
     #expect(type(of: node.cost) == Int64.self)
-    #expect(Node.costMask == 0x1FFF_FFFF_FFFF_FFFF)
+    #expect(Node.costMask == 0x1FFF_FFFF_FFFF)
+    #expect(Node.stampShift == 45 && Node.stampMask == 0x1FFF_E000_0000_0000)
     #expect(Node.regionShift == 61)
+    #expect(Node.costMask & Node.stampMask == 0 && Node.stampMask & (3 << Node.regionShift) == 0)
+    #expect(Node.metadataBit == 1 << 63)
     let highest = SegmentRegion.allCases.map { UInt64($0.rawValue) }.max() ?? 0
     #expect(highest <= 3 && (highest << Node.regionShift) & Node.costMask == 0, "every region fits above the cost")
   }
@@ -27,24 +30,36 @@ struct MemorySegmentLayoutTests {
     Int64(MemoryNode<Int, Int>.costMask),
   ]
 
-  @Test("every region keeps every cost, and every cost keeps its region", arguments: SegmentRegion.allCases)
+  @Test("every region keeps every cost and stamp, and each keeps the others", arguments: SegmentRegion.allCases)
   func regionAndCostRoundTrip(region: SegmentRegion) {
     for cost in Self.boundaryCosts {
-      var node = Node(key: 0, value: 0, expiry: .max, cost: cost)
-      node.region = region
-      #expect(node.cost == cost)
-      #expect(node.region == region)
-      #expect(node.costAndRegion == UInt64(region.rawValue) << 61 | UInt64(cost))
-      node.cost = 7
-      node.cost = cost
-      #expect(node.region == region, "a new cost leaves the region bits alone")
-      #expect(node.cost == cost)
+      for stamp: UInt16 in [0, 1, 0x8001, .max] {
+        for hasMetadata in [false, true] {
+          var node = Node(key: 0, value: 0, expiry: .max, cost: cost)
+          node.hasMetadata = hasMetadata
+          node.aliveStamp = stamp
+          node.region = region
+          #expect(node.cost == cost)
+          #expect(node.region == region)
+          #expect(node.aliveStamp == stamp, "a new region leaves the stamp alone")
+          #expect(node.hasMetadata == hasMetadata)
+          #expect(
+            node.costAndRegion
+              == (hasMetadata ? 1 << 63 : 0) | UInt64(region.rawValue) << 61 | UInt64(stamp) << 45 | UInt64(cost))
+          node.cost = 7
+          node.cost = cost
+          #expect(node.region == region && node.aliveStamp == stamp, "a new cost leaves the other bits alone")
+          node.aliveStamp = 0
+          node.aliveStamp = stamp
+          #expect(node.cost == cost && node.region == region && node.hasMetadata == hasMetadata)
+        }
+      }
     }
   }
 
-  @Test("the largest cost is 2^61 - 1 where Int has 64 bits, Int.max where it has 32")
+  @Test("the largest cost is 2^45 - 1 where Int has 64 bits, Int.max where it has 32")
   func maximumCost() {
-    #expect(Node.maximumCost == Int(clamping: (UInt64(1) << 61) - 1))
+    #expect(Node.maximumCost == Int(clamping: (UInt64(1) << 45) - 1))
     #expect(Int64(Node.maximumCost) >= Int64(Int32.max))
     #expect(UInt64(Node.maximumCost) <= Node.costMask)
   }
