@@ -27,7 +27,8 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
 
     /// A configuration value is out of range; the message names it.
     public static let invalidConfiguration = Code(.invalidConfiguration)
-    /// A cost function returned a negative cost.
+    /// A cost function returned a cost outside `0..<2^45`: negative, or too large for the memory
+    /// layer to hold.
     public static let invalidCost = Code(.invalidCost)
     /// A layer of a ``CacheChain`` failed and its ``LayerFailurePolicy`` is
     /// ``LayerFailurePolicy/propagate``; ``AsyncCacheError/underlying`` holds the layer's error.

@@ -9,8 +9,9 @@ extension MemoryLayer {
 
     /// The cost of a value, e.g. `{ $0.count }` for `Data`; `nil` makes every entry cost 0.
     /// Called outside the layer's locks; must return a number in `0..<2^45` (32 TiB, were costs
-    /// bytes; the rest of the entry's 64 bits hold its place in the policy): a write of a value
-    /// outside it is refused with ``AsyncCacheError/Code/invalidCost``, naming the key.
+    /// bytes; the other bits of the entry's 64 hold its place in the policy and what its tags'
+    /// last check found): a write of a value outside it is refused with
+    /// ``AsyncCacheError/Code/invalidCost``, naming the key.
     public var cost: (@Sendable (Value) -> Int)?
 
     /// The longest an entry lives in this layer; `nil` for no limit.

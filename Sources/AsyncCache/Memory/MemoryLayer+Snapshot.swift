@@ -125,8 +125,8 @@ extension MemoryLayer where Key: Codable, Value: Codable {
   ///   ``PersistenceError/Code/decodingFailed`` when it was written by a newer format version or
   ///   its entries do not decode as `Key` and `Value` (the types changed);
   ///   ``PersistenceError/Code/readOnly`` or ``PersistenceError/Code/ioFailure`` when it cannot be
-  ///   read. ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative cost
-  ///   for a restored value. The layer is unchanged in every case.
+  ///   read. ``AsyncCacheError/Code/invalidCost`` when the cost function returns a cost outside
+  ///   `0..<2^45` for a restored value. The layer is unchanged in every case.
   @discardableResult
   public nonisolated func restoreSnapshot(from url: URL) async throws -> SnapshotRestoreResult? {
     let store = self.store

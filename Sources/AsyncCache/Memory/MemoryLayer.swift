@@ -187,9 +187,9 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   /// costs nothing for it. Metadata is not part of an entry's cost: the cost function sees the
   /// value alone (metadata is at most about 20 KB per entry, usually tens of bytes).
   ///
-  /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative
-  ///   cost; ``EntryMetadataError`` when the metadata is over one of its limits. The layer is
-  ///   unchanged then.
+  /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a cost outside
+  ///   `0..<2^45`; ``EntryMetadataError`` when the metadata is over one of its limits. The layer
+  ///   is unchanged then.
   @inlinable
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
     try store.insert(entry, for: key)
@@ -198,7 +198,8 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   /// Stores `value` for `key`, expiring after `timeToLive` (or per the configuration when
   /// `nil`). Safe from any context. Never suspends.
   ///
-  /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative cost.
+  /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a cost outside
+  ///   `0..<2^45`.
   @inlinable
   public nonisolated func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) throws {
     let expiresAt = timeToLive.map { store.clock.now.advanced(by: $0) }

@@ -1,6 +1,8 @@
 // How a segment remembers that a node's tags were found alive, so that a hit on an entry with
-// tags, once tags were invalidated, checks nothing but two words it reads anyway: the node's
-// stamp, in the node's own bits, and the segment's generation.
+// tags, once tags were invalidated, checks no more than the node's stamp, in bits of the word
+// the hit reads for the node's region, and two words of the segment (one more cache line of
+// it than a hit on an entry without tags reads, +0 to 3 ns in `tags.invalidate`), instead of
+// looking its key up again in the segment's table of metadata.
 //
 // A node stamped with the segment's current ``MemorySegment/tagGeneration`` had its tags found
 // alive when ``MemorySegment/tagsCheckedAt`` invalidations were recorded. Any invalidation
@@ -38,7 +40,8 @@ extension MemorySegment {
     let sweep = (slotCount &+ Self.stampSweepGenerations &- 1) / Self.stampSweepGenerations
     var slot = stampSweepSlot < slotCount ? stampSweepSlot : 0
     for _ in 0..<sweep {
-      if controls[slot] >= 0x80 { nodes[slot].aliveStamp = 0 }
+      // Only stamps that are set: a write dirties the node's cache line.
+      if controls[slot] >= 0x80, nodes[slot].aliveStamp != 0 { nodes[slot].aliveStamp = 0 }
       slot = slot &+ 1 == slotCount ? 0 : slot &+ 1
     }
     stampSweepSlot = slot

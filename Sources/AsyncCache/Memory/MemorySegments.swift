@@ -121,9 +121,10 @@ final class MemorySegments<Key: Hashable & Sendable, Value: Sendable>: Sendable 
   }
 
   /// Runs a lookup's `body` with segment `index` locked, leaving its pending hits pending:
-  /// `body` may find keys, read nodes and record hits; it settles the hits itself before it
-  /// changes anything else (removes an expired entry), and it never resizes the index (it does
-  /// not publish the ``IndexHint``).
+  /// `body` may find keys, read nodes, record hits and write the stamps of tags found alive
+  /// (`MemorySegment+Tags.swift`: they move nothing in the lists); it settles the hits itself
+  /// before it changes anything else (removes an expired or dead entry), and it never resizes
+  /// the index (it does not publish the ``IndexHint``).
   @inlinable
   @inline(__always)
   func withLookupLock<Result>(_ index: Int, _ body: (inout Segment) throws -> Result) rethrows -> Result {

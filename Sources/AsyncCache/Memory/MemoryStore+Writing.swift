@@ -141,8 +141,8 @@ extension MemoryStore {
   /// caller's key and value types: unspecialized, an insert spent most of its time looking up
   /// generic metadata (40% of a `cache.hitRatio` replay, which inserts on every miss).
   ///
-  /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a negative
-  ///   cost; the cache is unchanged then.
+  /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a cost outside
+  ///   `0..<2^45`; the cache is unchanged then.
   @inlinable
   func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
     if !entry.metadata.isEmpty { try entry.metadata.validate() }

@@ -237,7 +237,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         if expiry <= now { return .dropped(segment.drop(slot, because: .expired), .expired) }
       }
       // One bit of the node, read with its expiry, for an entry without metadata; for one with
-      // tags whose check is still good, an atomic load and two words the hit reads anyway.
+      // tags whose check is still good, an atomic load, its stamp and two words of the segment.
       if segment.nodes[slot].hasMetadata {
         let recorded = tagInvalidations.recordedCount
         if recorded != 0, !segment.tagsAreKnownAlive(at: slot, recorded: recorded),
@@ -265,10 +265,12 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// Whether the entry for `key` at `slot` of `segment`, which has metadata, is dead by tag,
   /// `recorded` invalidations being on record (read before the check: one recorded during it
   /// makes the next hit check again). An entry found alive is stamped so (see
-  /// `MemorySegment+Tags.swift`): until the next invalidation, its hits check nothing more.
+  /// `MemorySegment+Tags.swift`): until the next invalidation (or until a resize of the table or
+  /// the sweep clears the stamp), its hits check nothing more.
   ///
-  /// Never inlined: only the first hit on an entry with metadata after an invalidation comes
-  /// here, and inlined it would make the hit path too large to be inlined into the cache's.
+  /// Never inlined: hits come here only for an entry with metadata whose stamp is not current
+  /// (the first after an invalidation, mostly), and inlined it would make the hit path too
+  /// large to be inlined into the cache's.
   @inlinable
   @inline(never)
   static func isDeadByTag(
