@@ -9,8 +9,10 @@ import Synchronization
 /// entry without tags is never looked up. Safe from any context.
 @usableFromInline
 package final class TagInvalidations: Sendable {
-  /// Each invalidated tag and its latest invalidation instant, nanoseconds since 1970.
-  private let instants = Mutex<[String: Int64]>([:])
+  /// Each invalidated tag and its latest invalidation instant, nanoseconds since 1970. Behind
+  /// this module's lock, not `Synchronization.Mutex`, which ThreadSanitizer cannot follow under
+  /// contention (see `Lock.swift`): hits read it while invalidations write it.
+  private let instants = Locked<[String: Int64]>([:])
   /// How many invalidations were recorded: 0 while none was.
   private let recorded = Atomic<UInt64>(0)
 

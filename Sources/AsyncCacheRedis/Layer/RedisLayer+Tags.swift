@@ -1,5 +1,4 @@
 public import AsyncCache
-import Synchronization
 
 // Tag invalidations in the shared tier: one hash per namespace holds each tag's latest
 // invalidation instant; each instance keeps a copy (the mirror), kept current by the
@@ -115,7 +114,9 @@ extension RedisLayer {
 final class RedisTagMirror: Sendable {
   /// The invalidations known to this instance.
   let invalidations = TagInvalidations()
-  private let state = Mutex<(generation: UInt64, readAt: ContinuousClock.Instant?)>((0, nil))
+  /// Behind the library's lock, which ThreadSanitizer follows (`Synchronization.Mutex` it cannot,
+  /// under contention).
+  private let state = Locked<(generation: UInt64, readAt: ContinuousClock.Instant?)>((0, nil))
   /// How old a copy an instance that does not subscribe uses.
   static let maximumAge: Duration = .seconds(1)
 
