@@ -162,3 +162,43 @@ extension RedisTagTests {
     #expect(try await b.chain.entry(for: "k")?.metadata.tags == ["t"])
   }
 }
+
+extension RedisTagTests {
+  @Test("a read that finds an entry dead deletes it from Redis, and leaves an entry written since")
+  func deadEntriesAreDeleted() async throws {
+    let server = try await RedisServer.start()
+    var configuration = RedisLayer<String, Data>.Configuration()
+    configuration.servers = .standalone(server.endpoint)
+    let redis = try RedisLayer<String, Data>(configuration: configuration, namespace: "dead")
+    func rawKey(_ key: String) throws -> String {
+      String(decoding: redis.keyPrefix, as: UTF8.self) + (try redis.encodedKey(key))
+    }
+    func exists(_ key: String) async throws -> Bool {
+      try await server.command("EXISTS", rawKey(key)) == .integer(1)
+    }
+    let produced = WallClock().now.advanced(by: .seconds(-10))
+    let tagged = EntryMetadata(producedAt: produced, tags: ["t"])
+    for key in ["one", "batch1", "batch2", "untagged", "rewritten"] {
+      let metadata = key == "untagged" ? EntryMetadata() : tagged
+      try await redis.insert(CacheEntry(Data(key.utf8), expiresAt: nil, metadata: metadata), for: key)
+    }
+    let reply = try await server.command("GET", rawKey("rewritten"))
+    let read = try #require(try redis.storedValue(from: reply, key: "rewritten", command: "GET"))
+    #expect(!read.header.isEmpty, "an entry with tags keeps its header for the deletion")
+    try await redis.invalidate(tag: "t", at: produced.advanced(by: .seconds(1)))
+
+    #expect(try await redis.entry(for: "one") == nil)
+    #expect(try await !exists("one"), "deleted by the read that found it dead")
+    let found = try await redis.entries(for: ["batch1", "batch2", "untagged"])
+    #expect(found.keys.sorted() == ["untagged"])
+    #expect(try await !exists("batch1"))
+    #expect(try await !exists("batch2"))
+    #expect(try await exists("untagged"))
+
+    // Written again after it was read dead: the deletion of what was read leaves it.
+    try await redis.insert(CacheEntry(Data("new".utf8), expiresAt: nil), for: "rewritten")
+    await redis.deleteDead([(try redis.encodedKey("rewritten"), read.header)])
+    #expect(try await redis.value(for: "rewritten") == Data("new".utf8))
+    #expect(redis.statistics.failures == 0)
+  }
+}
