@@ -19,7 +19,6 @@ extension RedisLayer {
     guard let stored = try storedValue(from: reply, key: encodedKey, command: "GET") else { return nil }
     if try await isDeadByTag(stored.metadata) {
       counters.misses.add(1, ordering: .relaxed)
-      await deleteDead([(encodedKey, stored.header)])
       return nil
     }
     do {
@@ -49,7 +48,7 @@ extension RedisLayer {
     let keys = Array(keys)
     guard !keys.isEmpty else { return [:] }
     let encodedKeys = try keys.map { try encodedKey($0) }
-    let stored = try await droppingDead(try await storedValues(for: encodedKeys), keys: encodedKeys)
+    let stored = try await droppingDead(try await storedValues(for: encodedKeys))
     var found = [Key: CacheEntry<Value>](minimumCapacity: keys.count)
     var hits = 0
     for index in keys.indices {
@@ -72,9 +71,6 @@ extension RedisLayer {
     @usableFromInline var expiresAt: CacheInstant?
     @usableFromInline var metadata: EntryMetadata
     @usableFromInline var payload: Data
-    /// For an entry with tags and without a version: the envelope's bytes before the value,
-    /// which a deletion of the entry, found dead, compares (``deleteDead(_:)``). Empty otherwise.
-    @usableFromInline var header: [UInt8] = []
   }
 
   /// The stored values of `encodedKeys`, in order: `MGET`s of 512 keys, in one pipeline. Absent,
@@ -165,15 +161,14 @@ extension RedisLayer {
       throw unexpected(reply, to: command)
     }
     do {
-      let (expiry, version, metadata, payload) = try RedisEnvelope.decode(bytes)
+      let (expiry, _, metadata, payload) = try RedisEnvelope.decode(bytes)
       let expiresAt = expiry.map(CacheInstant.init(nanosecondsSince1970:))
       if let expiresAt, expiresAt <= followedClock.now {
         counters.misses.add(1, ordering: .relaxed)
         return nil
       }
       return StoredValue(
-        expiresAt: expiresAt, metadata: metadata, payload: bytes.withUnsafeBufferPointer { Data($0[payload]) },
-        header: metadata.tags.isEmpty || version != nil ? [] : Array(bytes[..<payload.lowerBound]))
+        expiresAt: expiresAt, metadata: metadata, payload: bytes.withUnsafeBufferPointer { Data($0[payload]) })
     } catch {
       counters.misses.add(1, ordering: .relaxed)
       counters.discardedValues.add(1, ordering: .relaxed)

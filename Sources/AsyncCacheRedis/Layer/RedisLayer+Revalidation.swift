@@ -66,18 +66,6 @@ enum LayerScripts {
       return 1
     """)
 
-  /// Deletes `KEYS[1]` if its envelope begins with the bytes `ARGV[1]` (its header: see
-  /// `RedisLayer.deleteDead(_:)`). Returns 1 when it deleted, 0 otherwise.
-  static let deleteDead = RedisScript(
-    """
-      local stored = redis.call('GET', KEYS[1])
-      if stored and #ARGV[1] > 0 and string.sub(stored, 1, #ARGV[1]) == ARGV[1] then
-        redis.call('DEL', KEYS[1])
-        return 1
-      end
-      return 0
-    """)
-
   /// Rewrites the header of the envelope at `KEYS[1]` (see `RedisEnvelope`) if it holds the
   /// expiry `ARGV[1]` (8 bytes, big-endian; empty for none) and the metadata field `ARGV[2]` (a
   /// 2-byte length and the stored form; empty for none): with the expiry `ARGV[3]`, the version

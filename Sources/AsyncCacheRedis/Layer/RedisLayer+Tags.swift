@@ -42,8 +42,7 @@ extension RedisLayer {
   /// server-assisted mode, the server reports the hash's change, and those layers are emptied:
   /// the report does not say which tag changed). After its subscription broke, it reads the
   /// hash again. An instance that does not forward reads the hash again when its copy is a
-  /// second old. The entries are not looked for: a read that finds one dead deletes it (unless
-  /// its key was written since), and a write of its key replaces it, or it expires.
+  /// second old. Entries are not deleted: a write of their keys replaces them, or they expire.
   ///
   /// - Throws: ``RedisError`` when the server cannot record it; this instance holds the entries
   ///   dead all the same.
@@ -94,46 +93,17 @@ extension RedisLayer {
     tagMirror.reloaded(generation: generation)
   }
 
-  /// `stored` (the values of `encodedKeys`) without the values dead by tag, each counted as a
-  /// miss and deleted (``deleteDead(_:)``).
+  /// `stored` without the values dead by tag, each counted as a miss.
   @usableFromInline
-  nonisolated func droppingDead(_ stored: [StoredValue?], keys encodedKeys: [String]) async throws -> [StoredValue?] {
+  nonisolated func droppingDead(_ stored: [StoredValue?]) async throws -> [StoredValue?] {
     guard stored.contains(where: { $0.map { !$0.metadata.tags.isEmpty } ?? false }) else { return stored }
     var alive = stored
-    var dead: [(encodedKey: String, header: [UInt8])] = []
     for index in alive.indices {
       guard let value = alive[index], try await isDeadByTag(value.metadata) else { continue }
       counters.misses.add(1, ordering: .relaxed)
-      dead.append((encodedKeys[index], value.header))
       alive[index] = nil
     }
-    await deleteDead(dead)
     return alive
-  }
-
-  /// Deletes the entries just found dead by tag, each only if its key still holds an envelope
-  /// that begins with the `header` it was read with (``StoredValue/header``): its expiry and
-  /// metadata, so its tags and the instant it was produced. One script per key, on the server:
-  /// the value does not cross the network again. An entry written since, with other metadata,
-  /// stays; one with the same header is as dead. All at once, and never failing the read: a
-  /// deletion that fails leaves the entry for a later read, a write of its key or its expiry.
-  ///
-  /// Not under single flight, whose fills are fenced by the version they store (entries with
-  /// a version have no header here): deleting the latest fill would let an earlier one write.
-  @usableFromInline
-  nonisolated func deleteDead(_ dead: [(encodedKey: String, header: [UInt8])]) async {
-    guard singleFlight == nil else { return }
-    let deletable = dead.filter { !$0.header.isEmpty }
-    guard !deletable.isEmpty else { return }
-    await withTaskGroup(of: Void.self) { group in
-      for (encodedKey, header) in deletable {
-        group.addTask {
-          _ = try? await self.runScript(
-            LayerScripts.deleteDead, keys: [self.keyPrefix + Array(encodedKey.utf8)], arguments: [header],
-            key: encodedKey, cancellable: false)
-        }
-      }
-    }
   }
 }
 
