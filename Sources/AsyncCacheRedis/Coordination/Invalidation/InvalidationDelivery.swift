@@ -59,7 +59,8 @@ struct InvalidationDelivery<Key: Hashable & Sendable, Value: Sendable>: Sendable
       changes.append(message.change)
     }
     guard !changes.isEmpty else { return }
-    counters.invalidationsReceived.add(1, ordering: .relaxed)
+    // Counted once applied: a reader that sees the count grow finds the layers told.
+    defer { counters.invalidationsReceived.add(1, ordering: .releasing) }
     let layers = targets.withLock { $0 }
     for change in changes {
       switch change {
