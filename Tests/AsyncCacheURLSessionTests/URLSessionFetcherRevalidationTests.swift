@@ -138,12 +138,7 @@ struct URLSessionFetcherRevalidationTests {
       size: 3, extraFields: [("Cache-Control", "public, max-age=120, s-maxage=\"60\""), ("Age", "20")])
     try await withLoopbackHTTPServer(routes: ["/r": resource.route]) { server in
       let clock = ManualClock()
-      let memory = try MemoryLayer<URL, Data>(configuration: .init(clock: clock))
-      let cache = try LoadingCache(
-        layers: [memory],
-        origin: URLSessionFetcher(
-          session: makeSession(), configuration: .init(timeLimit: nil, clock: clock, responseFreshness: freshness)),
-        configuration: .init(timeToLive: .seconds(3_600), clock: clock))
+      let (cache, memory) = try Self.cache(on: clock, freshness: freshness)
       _ = try await cache.value(for: server.url("/r"))
       #expect(memory.entry(for: server.url("/r"))?.expiresAt == clock.now.advanced(by: .seconds(lifetime)))
     }
@@ -154,12 +149,7 @@ struct URLSessionFetcherRevalidationTests {
     let resource = VersionedResource(size: 5, extraFields: [("Cache-Control", "no-store")])
     try await withLoopbackHTTPServer(routes: ["/r": resource.route]) { server in
       let clock = ManualClock()
-      let memory = try MemoryLayer<URL, Data>(configuration: .init(clock: clock))
-      let cache = try LoadingCache(
-        layers: [memory],
-        origin: URLSessionFetcher(
-          session: makeSession(), configuration: .init(timeLimit: nil, clock: clock, responseFreshness: .privateCache)),
-        configuration: .init(timeToLive: .seconds(3_600), clock: clock))
+      let (cache, memory) = try Self.cache(on: clock)
       let url = server.url("/r")
       #expect(try await cache.value(for: url).count == 5)
       #expect(memory.entry(for: url) == nil)
@@ -230,14 +220,7 @@ struct URLSessionFetcherRevalidationTests {
     }
     try await withLoopbackHTTPServer(routes: ["/r": route]) { server in
       let clock = ManualClock()
-      let memory = try MemoryLayer<URL, Data>(configuration: .init(clock: clock))
-      var configuration = LoadingCache<URL, Data>.Configuration(clock: clock)
-      configuration.staleWhileRevalidate = .seconds(60)
-      let cache = try LoadingCache(
-        layers: [memory],
-        origin: URLSessionFetcher(
-          session: makeSession(), configuration: .init(timeLimit: nil, clock: clock, responseFreshness: .privateCache)),
-        configuration: configuration)
+      let (cache, memory) = try Self.cache(on: clock, timeToLive: nil, staleWhileRevalidate: .seconds(60))
       let url = server.url("/r")
       _ = try await cache.value(for: url)
       #expect(memory.entry(for: url)?.expiresAt == clock.now.advanced(by: .seconds(120)))
@@ -326,6 +309,22 @@ struct URLSessionFetcherRevalidationTests {
     #expect(HTTPCaching.imfFixdate(CacheInstant(nanosecondsSince1970: -500_000_000)) == "Wed, 31 Dec 1969 23:59:59 GMT")
   }
 
+  /// A loading cache of one memory layer over a `URLSessionFetcher`, all on `clock`: entries
+  /// live `timeToLive` by the cache's rule (bounding what servers ask for), served stale for
+  /// `staleWhileRevalidate` past it.
+  static func cache(
+    on clock: ManualClock, freshness: URLSessionFetcher.ResponseFreshness = .privateCache,
+    timeToLive: Duration? = .seconds(3_600), staleWhileRevalidate: Duration = .zero
+  ) throws -> (LoadingCache<URL, Data>, MemoryLayer<URL, Data>) {
+    let memory = try MemoryLayer<URL, Data>(configuration: .init(clock: clock))
+    let cache = try LoadingCache(
+      layers: [memory],
+      origin: URLSessionFetcher(
+        session: makeSession(), configuration: .init(timeLimit: nil, clock: clock, responseFreshness: freshness)),
+      configuration: .init(timeToLive: timeToLive, staleWhileRevalidate: staleWhileRevalidate, clock: clock))
+    return (cache, memory)
+  }
+
   /// Expects `fetchEntry` of `url` with `current` to fail on a 304 that is not an answer.
   static func expectUnacceptable304(_ fetcher: URLSessionFetcher, _ url: URL, current: CacheEntry<Data>) async {
     let error = await #expect(throws: URLSessionFetcherError.self) {
@@ -363,12 +362,7 @@ extension URLSessionFetcherRevalidationTests {
     let resource = VersionedResource(size: 1_000, extraFields: [("Cache-Control", "no-cache")])
     try await withLoopbackHTTPServer(routes: ["/r": resource.route]) { server in
       let clock = ManualClock()
-      let memory = try MemoryLayer<URL, Data>(configuration: .init(clock: clock))
-      let cache = try LoadingCache(
-        layers: [memory],
-        origin: URLSessionFetcher(
-          session: makeSession(), configuration: .init(timeLimit: nil, clock: clock, responseFreshness: .privateCache)),
-        configuration: .init(timeToLive: .seconds(3_600), staleWhileRevalidate: .seconds(60), clock: clock))
+      let (cache, memory) = try Self.cache(on: clock, staleWhileRevalidate: .seconds(60))
       let url = server.url("/r")
       #expect(try await cache.value(for: url).count == 1_000)
       #expect(memory.entry(for: url) != nil, "kept, to be revalidated")
@@ -386,12 +380,7 @@ extension URLSessionFetcherRevalidationTests {
     let resource = VersionedResource(size: 5, extraFields: [("Cache-Control", "no-cache")])
     try await withLoopbackHTTPServer(routes: ["/r": resource.route]) { server in
       let clock = ManualClock()
-      let memory = try MemoryLayer<URL, Data>(configuration: .init(clock: clock))
-      let cache = try LoadingCache(
-        layers: [memory],
-        origin: URLSessionFetcher(
-          session: makeSession(), configuration: .init(timeLimit: nil, clock: clock, responseFreshness: .privateCache)),
-        configuration: .init(timeToLive: .seconds(3_600), clock: clock))
+      let (cache, memory) = try Self.cache(on: clock)
       let url = server.url("/r")
       #expect(try await cache.value(for: url).count == 5)
       #expect(memory.entry(for: url) == nil)

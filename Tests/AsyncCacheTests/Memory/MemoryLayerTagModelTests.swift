@@ -158,7 +158,9 @@ struct MemoryLayerTagRaceTests {
         }
       } else {
         var random = SeededGenerator(seed: UInt64(thread))
-        while true {
+        // Bounded, so that a killer that never got a thread cannot keep this one spinning: a
+        // concurrentPerform cannot be cancelled by the test's time limit.
+        for _ in 0..<(keyCount * 1_000) {
           let upTo = killed.load(ordering: .acquiring)
           if upTo >= keyCount { break }
           if upTo > 0 {
