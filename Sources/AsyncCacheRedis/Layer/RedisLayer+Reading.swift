@@ -19,6 +19,7 @@ extension RedisLayer {
     guard let stored = try storedValue(from: reply, key: encodedKey, command: "GET") else { return nil }
     if try await isDeadByTag(stored.metadata) {
       counters.misses.add(1, ordering: .relaxed)
+      deadEntries.delete(CollectionOfOne((keyPrefix + Array(encodedKey.utf8), Array(stored.header))))
       return nil
     }
     do {
@@ -48,7 +49,7 @@ extension RedisLayer {
     let keys = Array(keys)
     guard !keys.isEmpty else { return [:] }
     let encodedKeys = try keys.map { try encodedKey($0) }
-    let stored = try await droppingDead(try await storedValues(for: encodedKeys))
+    let stored = try await droppingDead(try await storedValues(for: encodedKeys), keys: encodedKeys)
     var found = [Key: CacheEntry<Value>](minimumCapacity: keys.count)
     var hits = 0
     for index in keys.indices {
@@ -71,6 +72,10 @@ extension RedisLayer {
     @usableFromInline var expiresAt: CacheInstant?
     @usableFromInline var metadata: EntryMetadata
     @usableFromInline var payload: Data
+    /// For an entry with tags, the envelope's bytes before the value (its expiry, version and
+    /// metadata): what a deletion of the entry, once found dead, compares (see
+    /// ``DeadEntryCleaner``). A slice of the reply, not a copy; empty for an entry without tags.
+    @usableFromInline var header: ArraySlice<UInt8> = []
   }
 
   /// The stored values of `encodedKeys`, in order: `MGET`s of 512 keys, in one pipeline. Absent,
@@ -168,7 +173,8 @@ extension RedisLayer {
         return nil
       }
       return StoredValue(
-        expiresAt: expiresAt, metadata: metadata, payload: bytes.withUnsafeBufferPointer { Data($0[payload]) })
+        expiresAt: expiresAt, metadata: metadata, payload: bytes.withUnsafeBufferPointer { Data($0[payload]) },
+        header: metadata.tags.isEmpty ? [] : bytes[..<payload.lowerBound])
     } catch {
       counters.misses.add(1, ordering: .relaxed)
       counters.discardedValues.add(1, ordering: .relaxed)

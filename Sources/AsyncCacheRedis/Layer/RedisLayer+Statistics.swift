@@ -47,6 +47,15 @@ extension RedisLayer {
     /// way this instance could not use), or the holder of the lease loaded a value Redis could
     /// not keep (`N`). Their values are stored in the other layers, not in Redis.
     public var uncoordinatedLoads = 0
+    /// Entries found dead by tag (see ``RedisLayer/invalidate(tag:at:)``) that the layer's
+    /// background clean-up deleted. A read that finds one dead hands it over and does not wait:
+    /// the deletion runs later, on a connection of its own, and only if the key still holds
+    /// that entry.
+    public var deadEntriesDeleted = 0
+    /// Deletions of dead entries that failed: the server could not be reached, or refused the
+    /// script. They count here only, not in ``failures``, and do not open the layer's circuit
+    /// breaker; the entries stay until read again, written over or expired.
+    public var deadEntryDeletionsFailed = 0
   }
 
   /// What the layer has counted. Safe from any context.
@@ -68,6 +77,8 @@ extension RedisLayer {
       leasesRenewed: counters.leasesRenewed.load(ordering: .relaxed),
       loadsAwaited: counters.loadsAwaited.load(ordering: .relaxed),
       fillsRefused: counters.fillsRefused.load(ordering: .relaxed),
-      uncoordinatedLoads: counters.uncoordinatedLoads.load(ordering: .relaxed))
+      uncoordinatedLoads: counters.uncoordinatedLoads.load(ordering: .relaxed),
+      deadEntriesDeleted: deadEntries.deleted.load(ordering: .relaxed),
+      deadEntryDeletionsFailed: deadEntries.failed.load(ordering: .relaxed))
   }
 }

@@ -42,7 +42,10 @@ extension RedisLayer {
   /// server-assisted mode, the server reports the hash's change, and those layers are emptied:
   /// the report does not say which tag changed). After its subscription broke, it reads the
   /// hash again. An instance that does not forward reads the hash again when its copy is a
-  /// second old. Entries are not deleted: a write of their keys replaces them, or they expire.
+  /// second old. The entries are not looked for: a read that finds one dead hands it to a
+  /// background clean-up, which deletes it unless its key was written since (see
+  /// ``Statistics-swift.struct/deadEntriesDeleted``); a write of its key replaces it, or it
+  /// expires.
   ///
   /// - Throws: ``RedisError`` when the server cannot record it; this instance holds the entries
   ///   dead all the same.
@@ -93,16 +96,20 @@ extension RedisLayer {
     tagMirror.reloaded(generation: generation)
   }
 
-  /// `stored` without the values dead by tag, each counted as a miss.
+  /// `stored` (the values of `encodedKeys`) without the values dead by tag, each counted as a
+  /// miss and handed to the ``DeadEntryCleaner``, which deletes them later.
   @usableFromInline
-  nonisolated func droppingDead(_ stored: [StoredValue?]) async throws -> [StoredValue?] {
+  nonisolated func droppingDead(_ stored: [StoredValue?], keys encodedKeys: [String]) async throws -> [StoredValue?] {
     guard stored.contains(where: { $0.map { !$0.metadata.tags.isEmpty } ?? false }) else { return stored }
     var alive = stored
+    var dead: [(key: [UInt8], header: [UInt8])] = []
     for index in alive.indices {
       guard let value = alive[index], try await isDeadByTag(value.metadata) else { continue }
       counters.misses.add(1, ordering: .relaxed)
+      dead.append((keyPrefix + Array(encodedKeys[index].utf8), Array(value.header)))
       alive[index] = nil
     }
+    deadEntries.delete(dead)
     return alive
   }
 }

@@ -70,6 +70,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
   nonisolated let tagsKey: [UInt8]
   /// This instance's copy of the namespace's tag invalidations.
   nonisolated let tagMirror = RedisTagMirror()
+  /// Deletes, in the background, the entries reads found dead by tag.
+  nonisolated let deadEntries: DeadEntryCleaner
 
   /// Creates a layer for `namespace` on the configured server. Nothing is sent until the first
   /// operation.
@@ -112,6 +114,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
     let onEvent = Self.reporter(to: environment, eventHub: eventHub)
     let backend = Backend(configuration: configuration, clock: clock, counters: counters, onEvent: onEvent)
     self.backend = backend
+    self.deadEntries = DeadEntryCleaner(configuration: configuration, clock: clock, environment: environment)
     let targets = Locked<[any AsyncCacheLayer<Key, Value>]>([])
     self.invalidationTargets = targets
     let sender = InvalidationMessage.makeSender()
@@ -162,6 +165,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
 
   deinit {
     subscription?.stop()
+    deadEntries.close()
     backend.shutDown()
     // The observers' sequences end once they have read what is buffered.
     eventHub.finishAll()
@@ -210,6 +214,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
     guard lifecycle.beginClosing() else { return }
     singleFlight?.cancelDeferred()
     subscription?.stop()
+    deadEntries.close()
     backend.shutDown()
     // Nothing happens after this: the event sequences end once read.
     eventHub.finishAll()
