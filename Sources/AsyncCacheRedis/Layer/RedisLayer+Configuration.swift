@@ -57,8 +57,11 @@ extension RedisLayer {
     /// The name connections give themselves (`CLIENT SETNAME`), shown by `CLIENT LIST`, or
     /// `nil` for none. Letters, digits and punctuation only: no spaces.
     public var clientName: String?
-    /// The most connections the layer opens. Default 4. Commands from concurrent tasks share
-    /// connections (pipelined), so a handful serves many tasks.
+    /// The most connections the layer opens for its operations, per server. Default 4.
+    /// Commands from concurrent tasks share connections (pipelined), so a handful serves many
+    /// tasks. Beside them, the layer may open one connection per server for the background
+    /// deletion of entries dead by tag (named `<clientName>-dead-entries`, or `dead-entries`),
+    /// and one for its subscription when invalidation or single flight is configured.
     public var maximumConnections: Int
     /// How long connecting may take once the name is resolved (resolution itself is bounded by
     /// the system's resolver). Default 1 second; at most a day.

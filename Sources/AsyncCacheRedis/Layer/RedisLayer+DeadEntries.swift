@@ -21,7 +21,8 @@ extension RedisLayer {
   ///   layer's breaker), logged at debug, and the entry is left for a later read, a write of
   ///   its key or its expiry.
   /// - **Batched.** Pending deletions go out together: one script per 512 keys (per slot in a
-  ///   cluster), in one pipeline per server.
+  ///   cluster), pipelined on the one connection to each server. A failure counts the keys of
+  ///   the scripts it failed, once: in a cluster, a master that fails fails its own.
   /// - **Bounded.** At most ``capacity`` entries wait; past that, a dead entry is left for a
   ///   later read to hand over again.
   final class DeadEntryCleaner: Sendable {
@@ -49,12 +50,17 @@ extension RedisLayer {
     let failed = Atomic<Int>(0)
     /// Entries whose key held another entry (or none) when the script ran: kept.
     let kept = Atomic<Int>(0)
+    /// Pipelines sent: one per batch and server, and one more for the scripts a server did not
+    /// know.
+    let roundTrips = Atomic<Int>(0)
 
     /// A cleaner for a layer with `configuration`, which starts no connection until the first
     /// deletion, and logs to `environment`'s logger at debug.
     init(configuration: Configuration, clock: any CacheClock, environment: LayerEnvironment) {
       var configuration = configuration
       configuration.maximumConnections = 1
+      // Told apart from the layer's connections in `CLIENT LIST`.
+      configuration.clientName = (configuration.clientName.map { $0 + "-" } ?? "") + "dead-entries"
       self.environment = environment
       // Counters of its own: its connections, timeouts and breaker are not the layer's.
       self.backend = Backend(
@@ -87,6 +93,9 @@ extension RedisLayer {
       backend.shutDown()
     }
 
+    /// Entries waiting to be deleted.
+    var pendingCount: Int { state.withLock { $0.pending.count } }
+
     /// Commands the clean-up sent and the server has not answered.
     var commandsInFlight: Int {
       switch backend {
@@ -108,31 +117,29 @@ extension RedisLayer {
           return batch
         }
         guard !batch.isEmpty else { return }
-        do {
-          try await send(batch)
-        } catch {
-          failed.add(batch.count, ordering: .relaxed)
-          environment.log(
-            .debug, "dead-entry clean-up: \(batch.count) deletions failed, the entries stay until read again: \(error)")
+        switch backend {
+        case .standalone(let pool):
+          await delete(Self.chunks(of: batch)) { try await pool.send($0) }
+        case .cluster(let cluster):
+          // One script per slot (and per 512 keys), each sent on its own so that a master that
+          // fails fails its own scripts only. The client pipelines the scripts of concurrent
+          // tasks on each master's connection.
+          var bySlot: [Int: [(key: [UInt8], header: [UInt8])]] = [:]
+          for entry in batch { bySlot[Int(ClusterSlot.of(entry.key)), default: []].append(entry) }
+          let scripts = bySlot.flatMap { slot, entries in Self.chunks(of: entries).map { (slot, $0) } }
+          await withTaskGroup(of: Void.self) { group in
+            for (index, (slot, entries)) in scripts.enumerated() {
+              // At most 64 at once.
+              if index >= 64 { await group.next() }
+              group.addTask {
+                await self.delete([entries]) { writer in
+                  try await cluster.send([RedisClusterClient.Group(slot: slot, writer: writer)])[0]
+                }
+              }
+            }
+          }
         }
       }
-    }
-
-    /// Runs ``LayerScripts/deleteDead`` over `batch`: one script per ``batchSize`` keys (and per
-    /// slot, in a cluster), all in one pipeline per server; then, for the scripts the server did
-    /// not know (`NOSCRIPT`), the same with their text.
-    private func send(_ batch: [(key: [UInt8], header: [UInt8])]) async throws {
-      var scripts: [(slot: Int, entries: ArraySlice<(key: [UInt8], header: [UInt8])>)] = []
-      if case .cluster = backend {
-        var bySlot: [Int: [(key: [UInt8], header: [UInt8])]] = [:]
-        for entry in batch { bySlot[Int(ClusterSlot.of(entry.key)), default: []].append(entry) }
-        for (slot, entries) in bySlot { scripts += Self.chunks(of: entries).map { (slot, $0) } }
-      } else {
-        scripts = Self.chunks(of: batch).map { (0, $0) }
-      }
-      let unknown = try await run(scripts, evalSHA: true)
-      guard !unknown.isEmpty else { return }
-      _ = try await run(unknown.map { scripts[$0] }, evalSHA: false)
     }
 
     private static func chunks<Element>(of elements: [Element]) -> [ArraySlice<Element>] {
@@ -141,48 +148,54 @@ extension RedisLayer {
       }
     }
 
-    /// Sends `scripts`, counts what they did, and returns the indices of those the server
-    /// answered `NOSCRIPT` (when sent by hash).
-    private func run(
-      _ scripts: [(slot: Int, entries: ArraySlice<(key: [UInt8], header: [UInt8])>)], evalSHA: Bool
-    ) async throws -> [Int] {
-      func writer(_ entries: ArraySlice<(key: [UInt8], header: [UInt8])>) -> RESPCommandWriter {
-        var writer = RESPCommandWriter()
-        let keys = entries.map(\.key)
-        let headers = entries.map(\.header)
-        if evalSHA {
-          LayerScripts.deleteDead.appendEvalSHA(keys: keys, arguments: headers, to: &writer)
-        } else {
-          LayerScripts.deleteDead.appendEval(keys: keys, arguments: headers, to: &writer)
-        }
-        return writer
-      }
-      let replies: [RESPValue]
-      switch backend {
-      case .standalone(let pool):
+    /// Runs ``LayerScripts/deleteDead`` once per element of `scripts`, all in one pipeline
+    /// (`send`, one round trip): by hash, then by text for those the server did not know
+    /// (`NOSCRIPT`: a new server, or a replica promoted since). Counts each script's keys as
+    /// deleted, kept or failed, once.
+    private func delete(
+      _ scripts: [ArraySlice<(key: [UInt8], header: [UInt8])>],
+      send: (RESPCommandWriter) async throws -> [RESPValue]
+    ) async {
+      var unsent = scripts
+      for byHash in [true, false] where !unsent.isEmpty {
         var pipeline = RESPCommandWriter()
-        for script in scripts { pipeline.append(contentsOf: writer(script.entries)) }
-        replies = try await pool.send(pipeline)
-      case .cluster(let cluster):
-        let groups = scripts.map { RedisClusterClient.Group(slot: $0.slot, writer: writer($0.entries)) }
-        replies = try await cluster.send(groups).map { $0.first ?? .null }
-      }
-      var unknown: [Int] = []
-      for (index, (script, reply)) in zip(scripts, replies).enumerated() {
-        switch reply {
-        case .integer(let count):
-          deleted.add(Int(count), ordering: .relaxed)
-          kept.add(script.entries.count - Int(count), ordering: .relaxed)
-        case .error(let text) where evalSHA && text.hasPrefix("NOSCRIPT"):
-          unknown.append(index)
-        default:
-          failed.add(script.entries.count, ordering: .relaxed)
-          environment.log(
-            .debug,
-            "dead-entry clean-up: \(script.entries.count) deletions failed: \(String(describing: reply).prefix(200))")
+        for entries in unsent {
+          let keys = entries.map(\.key)
+          let headers = entries.map(\.header)
+          if byHash {
+            LayerScripts.deleteDead.appendEvalSHA(keys: keys, arguments: headers, to: &pipeline)
+          } else {
+            LayerScripts.deleteDead.appendEval(keys: keys, arguments: headers, to: &pipeline)
+          }
         }
+        let replies: [RESPValue]
+        do {
+          roundTrips.add(1, ordering: .relaxed)
+          replies = try await send(pipeline)
+        } catch {
+          fail(unsent.reduce(0) { $0 + $1.count }, because: "\(error)")
+          return
+        }
+        var unknown: [ArraySlice<(key: [UInt8], header: [UInt8])>] = []
+        for (entries, reply) in zip(unsent, replies) {
+          switch reply {
+          case .integer(let count):
+            deleted.add(Int(count), ordering: .relaxed)
+            kept.add(entries.count - Int(count), ordering: .relaxed)
+          case .error(let text) where byHash && text.hasPrefix("NOSCRIPT"):
+            unknown.append(entries)
+          default:
+            fail(entries.count, because: String(describing: reply).prefix(200))
+          }
+        }
+        unsent = unknown
       }
-      return unknown
+    }
+
+    private func fail(_ count: Int, because reason: some StringProtocol) {
+      failed.add(count, ordering: .relaxed)
+      environment.log(
+        .debug, "dead-entry clean-up: \(count) deletions failed, the entries stay until read again: \(reason)")
     }
   }
 }

@@ -53,6 +53,7 @@ struct RedisDeadEntryTests {
     let found = try await layer.entries(for: keys + ["other", "untagged"])
     #expect(found.keys.sorted() == ["other", "untagged"])
     await eventually { layer.statistics.deadEntriesDeleted == 1_000 }
+    #expect(layer.deadEntries.roundTrips.load(ordering: .relaxed) == 2, "one pipeline by hash, one by text")
     // What is left: the two live entries and the namespace's hash of tag invalidations.
     #expect(integer(try await server.command("DBSIZE")) == 3)
     #expect(try await layer.value(for: "other") == Data("other tag".utf8))
@@ -108,7 +109,7 @@ struct RedisDeadEntryTests {
     #expect(layer.statistics.deadEntryDeletionsFailed == 0 && layer.statistics.failures == 0)
   }
 
-  @Test("while writes are paused, only the clean-up waits: reads go on, and a cancelled read ends at once")
+  @Test("while writes are paused, only the clean-up waits: reads go on, and a cancelled read ends")
   func writePause() async throws {
     let server = try await RedisServer.start()
     let layer = try makeLayer(server, namespace: "paused") { $0.operationTimeout = .seconds(100) }
@@ -125,10 +126,9 @@ struct RedisDeadEntryTests {
       #expect(try await layer.value(for: "live") == Data("live".utf8))
       #expect(try await layer.entry(for: "d\(1 + round % 9)") == nil)
     }
-    let cancelled = Task {
-      withUnsafeCurrentTask { $0?.cancel() }
-      return try await layer.entry(for: "d1")
-    }
+    // Cancelled wherever it is: it ends, and the deletion still waits.
+    let cancelled = Task { try await layer.entry(for: "d1") }
+    cancelled.cancel()
     _ = try? await cancelled.value
     let found = try await layer.entries(for: (0..<10).map { "d\($0)" } + ["live"])
     #expect(found.keys.sorted() == ["live"])
@@ -165,16 +165,17 @@ struct RedisDeadEntryTests {
     let server = try await RedisServer.start()
     let events = EventLog<RedisLayerEvent>()
     let layer = try makeLayer(server, namespace: "slow") {
-      $0.operationTimeout = .milliseconds(200)
+      $0.operationTimeout = .seconds(1)
+      $0.circuitBreaker = RedisCircuitBreakerPolicy(failureThreshold: 2)
       $0.eventHandler = events.handler
     }
     let produced = WallClock().now
-    for index in 0..<8 { try await layer.insert(tagged("dead", producedAt: produced), for: "d\(index)") }
+    for index in 0..<4 { try await layer.insert(tagged("dead", producedAt: produced), for: "d\(index)") }
     try await layer.insert(Data("live".utf8), for: "live")
     try await layer.invalidate(tag: "t", at: WallClock().now)
     #expect(try await server.command("CLIENT", "PAUSE", "100000", "WRITE") == .simpleString("OK"))
     // Each deletion times out (or, once its breaker opened, is refused at once).
-    for index in 0..<8 {
+    for index in 0..<4 {
       #expect(try await layer.entry(for: "d\(index)") == nil)
       await eventually { layer.statistics.deadEntryDeletionsFailed == index + 1 }
       #expect(try await layer.value(for: "live") == Data("live".utf8))
@@ -217,11 +218,100 @@ struct RedisDeadEntryTests {
     let produced = WallClock().now
     for key in keys { try await layer.insert(tagged(key, producedAt: produced), for: key) }
     try await layer.invalidate(tag: "t", at: WallClock().now)
+    for server in cluster.servers { _ = try await server.command("CONFIG", "RESETSTAT") }
     #expect(try await layer.entries(for: keys).isEmpty)
     await eventually { layer.statistics.deadEntriesDeleted == 300 }
     var stored: Int64 = 0
-    for server in cluster.servers { stored += try #require(integer(try await server.command("DBSIZE"))) }
+    var byHash = 0
+    var byText = 0
+    var rejectedByHash = 0
+    for server in cluster.servers {
+      stored += try #require(integer(try await server.command("DBSIZE")))
+      let stats = try await commandStats(server)
+      byHash += stats["evalsha"].map { $0.calls + $0.rejected } ?? 0
+      rejectedByHash += stats["evalsha"]?.failed ?? 0
+      byText += stats["eval"]?.calls ?? 0
+    }
     #expect(stored == 1, "the namespace's hash of tag invalidations only")
+    let slots = Set(keys.map { ClusterSlot.of(prefix: layer.keyPrefix, key: $0) })
+    #expect(byHash == slots.count, "one script per slot")
+    #expect(byText == rejectedByHash, "sent again by text after NOSCRIPT only")
     #expect(layer.statistics.failures == 0 && layer.statistics.deadEntryDeletionsFailed == 0)
+  }
+
+  @Test("in a cluster with a master whose writes are paused, the others' deletions count as deleted")
+  func clusterPartlyPaused() async throws {
+    let cluster = try await RedisClusterServers.start()
+    let layer = try makeClusterLayer(cluster, namespace: "partly") { $0.operationTimeout = .seconds(1) }
+    let keys = (0..<300).map { "key-\($0)" }
+    let produced = WallClock().now
+    for key in keys { try await layer.insert(tagged(key, producedAt: produced), for: key) }
+    try await layer.invalidate(tag: "t", at: WallClock().now)
+    let paused = cluster.servers[0]
+    var onPaused = 0
+    for key in keys {
+      let slot = Int(ClusterSlot.of(prefix: layer.keyPrefix, key: key))
+      if try await cluster.master(ofSlot: slot).port == paused.port { onPaused += 1 }
+    }
+    try #require(onPaused > 0 && onPaused < keys.count)
+    _ = try await paused.command("CLIENT", "PAUSE", "100000", "WRITE")
+    #expect(try await layer.entries(for: keys).isEmpty)
+    await eventually {
+      layer.statistics.deadEntriesDeleted + layer.statistics.deadEntryDeletionsFailed == keys.count
+    }
+    #expect(layer.statistics.deadEntriesDeleted == keys.count - onPaused)
+    #expect(layer.statistics.deadEntryDeletionsFailed == onPaused)
+    _ = try await paused.command("CLIENT", "UNPAUSE")
+  }
+
+  @Test("at most 4,096 entries wait for deletion")
+  func bounded() async throws {
+    let server = try await RedisServer.start()
+    let layer = try makeLayer(server, namespace: "bounded") { $0.operationTimeout = .seconds(100) }
+    _ = try await server.command("CLIENT", "PAUSE", "100000", "WRITE")
+    let header: [UInt8] = [0xAC, 1, 0]
+    layer.deadEntries.delete([(Array("bounded:first".utf8), header)])
+    await eventually { layer.deadEntries.commandsInFlight == 1 }
+    layer.deadEntries.delete((0..<5_000).map { (Array("bounded:k\($0)".utf8), header) })
+    #expect(layer.deadEntries.pendingCount == 4_096)
+    layer.deadEntries.delete([(Array("bounded:k1".utf8), header), (Array("bounded:more".utf8), header)])
+    #expect(layer.deadEntries.pendingCount == 4_096, "a key already waiting is not counted twice; a new one is left")
+    _ = try await server.command("CLIENT", "UNPAUSE")
+    await eventually { layer.deadEntries.kept.load(ordering: .relaxed) == 1 + 4_096 }
+    #expect(layer.statistics.deadEntryDeletionsFailed == 0)
+  }
+
+  @Test("closing the layer, or dropping it, stops the clean-up and closes its connection")
+  func closing() async throws {
+    let server = try await RedisServer.start()
+    func clients() async throws -> Int {
+      let text = String(decoding: try #require(bytes(try await server.command("CLIENT", "LIST"))), as: UTF8.self)
+      return text.split(whereSeparator: \.isNewline).filter { $0.contains("name=dead-entries") }.count
+    }
+    let header: [UInt8] = [0xAC, 1, 0]
+    _ = try await server.command("CLIENT", "PAUSE", "100000", "WRITE")
+    let layer = try makeLayer(server, namespace: "closed") { $0.operationTimeout = .seconds(100) }
+    layer.deadEntries.delete([(Array("closed:a".utf8), header)])
+    await eventually { layer.deadEntries.commandsInFlight == 1 }
+    layer.deadEntries.delete([(Array("closed:b".utf8), header)])
+    #expect(try await clients() == 1)
+    try await layer.close()
+    #expect(layer.deadEntries.pendingCount == 0, "what waited is dropped")
+    await eventually { layer.statistics.deadEntryDeletionsFailed == 1 }
+    try await eventually { try await clients() == 0 }
+    layer.deadEntries.delete([(Array("closed:c".utf8), header)])
+    #expect(layer.deadEntries.pendingCount == 0, "nothing is taken once closed")
+
+    var dropped: RedisLayer<String, Data>? = try makeLayer(server, namespace: "dropped") {
+      $0.operationTimeout = .seconds(100)
+    }
+    let cleaner = try #require(dropped?.deadEntries)
+    cleaner.delete([(Array("dropped:a".utf8), header)])
+    await eventually { cleaner.commandsInFlight == 1 }
+    #expect(try await clients() == 1)
+    dropped = nil
+    await eventually { cleaner.failed.load(ordering: .relaxed) == 1 }
+    try await eventually { try await clients() == 0 }
+    _ = try await server.command("CLIENT", "UNPAUSE")
   }
 }
