@@ -266,6 +266,10 @@ final class RedisConnection: Sendable {
     let continuations = state.withLock { state -> [CheckedContinuation<[RESPValue], any Error>]? in
       guard state.failure == nil else { return nil }
       state.failure = error
+      // Published with the failure: a pool that still sees the connection open would hand it
+      // callers that it fails at once (until this thread, preempted, came back to say so).
+      broken.store(true, ordering: .relaxed)
+      inFlight.store(0, ordering: .relaxed)
       let waiting = state.pending[state.head...].compactMap(\.continuation)
       state.pending = []
       state.head = 0
@@ -274,8 +278,6 @@ final class RedisConnection: Sendable {
       return waiting
     }
     guard let continuations else { return }
-    broken.store(true, ordering: .relaxed)
-    inFlight.store(0, ordering: .relaxed)
     wake()
     onClose(error)
     for continuation in continuations { continuation.resume(throwing: error) }
