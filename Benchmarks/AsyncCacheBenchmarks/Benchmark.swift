@@ -22,6 +22,7 @@ enum Benchmark: String, CaseIterable {
   case redisGetHit = "redis.get.hit"
   case redisMGet100 = "redis.mget.100"
   case chainMemoryOverRedisHit = "chain.memoryOverRedis.hit"
+  case redisOutage = "redis.outage"
   case fleetCoalescing = "fleet.coalescing"
   case httpRevalidate = "http.revalidate"
   case tagsInvalidate = "tags.invalidate"
@@ -53,6 +54,7 @@ enum Benchmark: String, CaseIterable {
     case .redisGetHit: try await RedisBenchmarks.getHit(configuration)
     case .redisMGet100: try await RedisBenchmarks.mget100(configuration)
     case .chainMemoryOverRedisHit: try await RedisBenchmarks.memoryOverRedisHit(configuration)
+    case .redisOutage: try await RedisOutageBenchmark.run(configuration)
     case .fleetCoalescing: try await FleetBenchmark.coalescing(configuration)
     case .httpRevalidate: try await HTTPBenchmarks.revalidate(configuration)
     case .tagsInvalidate: try await TagBenchmarks.invalidate(configuration)

@@ -142,6 +142,10 @@ struct RunConfiguration {
   var tagEntryCount = 1_000_000
   /// Invalidations per repetition of the tag invalidation benchmark.
   var tagInvalidations = 1_000
+  /// How long the server is down in each repetition of the Redis outage benchmark.
+  var redisOutage: Duration = .seconds(5)
+  /// Repetitions (outages) of the Redis outage benchmark.
+  var redisOutages = 3
 
   static let full = RunConfiguration(
     isQuick: false,
@@ -184,6 +188,8 @@ struct RunConfiguration {
     redisReads: 2_000,
     redisBulkReads: 200,
     tagEntryCount: 100_000,
-    tagInvalidations: 200
+    tagInvalidations: 200,
+    redisOutage: .seconds(1),
+    redisOutages: 1
   )
 }

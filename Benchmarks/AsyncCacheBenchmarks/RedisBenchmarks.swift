@@ -114,6 +114,7 @@ enum RedisBenchmarks {
 final class RedisProcess {
   let port: Int
   private let process: Process
+  private let serverPath: String
   private let benchmarkTool: String
 
   var endpoint: RedisEndpoint { RedisEndpoint(host: "127.0.0.1", port: port) }
@@ -134,13 +135,19 @@ final class RedisProcess {
     return try RedisProcess(server: server, benchmarkTool: tool)
   }
 
-  private init(server: String, benchmarkTool: String) throws {
+  /// A new server on this one's port (stop this one first): a restart.
+  func restarted() throws -> RedisProcess {
+    try RedisProcess(server: serverPath, benchmarkTool: benchmarkTool, port: port)
+  }
+
+  private init(server: String, benchmarkTool: String, port: Int? = nil) throws {
     self.benchmarkTool = benchmarkTool
-    port = try freeLoopbackPort()
+    self.serverPath = server
+    self.port = try port ?? freeLoopbackPort()
     process = Process()
     process.executableURL = URL(fileURLWithPath: server)
     process.arguments = [
-      "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no",
+      "--port", String(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no",
       "--logfile", "", "--protected-mode", "no",
     ]
     let pipe = Pipe()

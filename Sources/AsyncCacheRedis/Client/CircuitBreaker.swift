@@ -14,19 +14,25 @@ import AsyncCache
 /// fast). Its success closes the breaker; its failure opens it again for twice the delay, up
 /// to ``maximumDelay``. Each delay is shortened by a random factor between 0.5 and 1 (jitter),
 /// so that a fleet of instances does not probe a recovering server in step. Reconnecting
-/// after a server restart follows the same schedule.
+/// after a server restart follows the same schedule: with the default maximum, a server that
+/// is back is probed, and used again, within a second (while requests come to probe it).
+///
+/// What an outage logs: one warning when the breaker first opens (the server cannot be
+/// reached), the probes that fail at debug, and one notice when a probe succeeds and the
+/// breaker closes. Connections discarded on the way are info (debug while the breaker is open).
 public struct RedisCircuitBreakerPolicy: Sendable, Hashable {
   /// Failures in a row (other than failed connection attempts) that open the breaker.
   /// Default 5.
   public var failureThreshold: Int
   /// How long the breaker stays open the first time, before jitter. Default 100 ms.
   public var initialDelay: Duration
-  /// The longest the breaker stays open, before jitter. Default 10 seconds.
+  /// The longest the breaker stays open, before jitter: the longest a server that is back waits
+  /// for a probe. Default 1 second.
   public var maximumDelay: Duration
 
   /// Creates a policy.
   public init(
-    failureThreshold: Int = 5, initialDelay: Duration = .milliseconds(100), maximumDelay: Duration = .seconds(10)
+    failureThreshold: Int = 5, initialDelay: Duration = .milliseconds(100), maximumDelay: Duration = .seconds(1)
   ) {
     self.failureThreshold = failureThreshold
     self.initialDelay = initialDelay

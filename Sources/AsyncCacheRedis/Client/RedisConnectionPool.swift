@@ -27,7 +27,7 @@ final class RedisConnectionPool: Sendable {
   /// `host:port`, for messages.
   let server: String
   let counters: RedisCounters
-  private let onEvent: @Sendable (RedisLayerEvent) -> Void
+  private let onEvent: RedisEventSink
   private let state: Locked<State>
   /// Set while the breaker has failures to forget, so that a success on a healthy pool takes
   /// no lock to tell it.
@@ -47,7 +47,7 @@ final class RedisConnectionPool: Sendable {
     var isShutDown = false
   }
 
-  init(options: Options, counters: RedisCounters, onEvent: @escaping @Sendable (RedisLayerEvent) -> Void) {
+  init(options: Options, counters: RedisCounters, onEvent: @escaping RedisEventSink) {
     self.options = options
     self.server = "\(options.host):\(options.port)"
     self.counters = counters
@@ -95,6 +95,9 @@ final class RedisConnectionPool: Sendable {
 
   /// The breaker's state, for tests and statistics.
   var breakerState: CircuitBreaker.State { state.withLock { $0.breaker.state } }
+
+  /// Whether the breaker is closed: the server answers, as far as the pool knows.
+  private var isReachable: Bool { state.withLock { $0.breaker.state == .closed } }
 
   /// Open connections.
   var openConnections: Int { state.withLock { $0.connections.count(where: { !$0.isClosed }) } }
@@ -219,7 +222,9 @@ final class RedisConnectionPool: Sendable {
         onClose: { [weak self, server] error in
           guard error.code != .shutDown, let self else { return }
           self.counters.connectionsDiscarded.add(1, ordering: .relaxed)
-          self.onEvent(.connectionDiscarded(server: server, reason: error))
+          // Recovered on its own (the next command opens another): info, or debug while the
+          // breaker is open, whose opening said the server cannot be reached.
+          self.onEvent(.connectionDiscarded(server: server, reason: error), self.isReachable ? .info : .debug)
           if error.countsAsFailure { self.recordFailure(error, opensAtOnce: false) }
         })
       do {
@@ -242,7 +247,7 @@ final class RedisConnectionPool: Sendable {
         throw error
       }
       counters.connectionsOpened.add(1, ordering: .relaxed)
-      onEvent(.connected(server: server))
+      onEvent(.connected(server: server), isReachable ? nil : .debug)
       for waiter in waiters { waiter.resume(returning: connection) }
       return connection
     } catch {
@@ -281,20 +286,23 @@ final class RedisConnectionPool: Sendable {
       defer { hasFailures.store(false, ordering: .relaxed) }
       return state.breaker.recordSuccess()
     }
-    if closed { onEvent(.circuitClosed(server: server)) }
+    if closed { onEvent(.circuitClosed(server: server), nil) }
   }
 
   private func recordFailure(_ error: RedisError, opensAtOnce: Bool) {
     if error.code == .timedOut { counters.timeouts.add(1, ordering: .relaxed) }
     let now = options.clock.now
     let jitter = Double.random(in: 0.5...1)
-    let openedUntil = state.withLock { state in
+    let (openedUntil, openings) = state.withLock { state in
       hasFailures.store(true, ordering: .relaxed)
-      return state.breaker.recordFailure(at: now, opensAtOnce: opensAtOnce, jitter: jitter)
+      let until = state.breaker.recordFailure(at: now, opensAtOnce: opensAtOnce, jitter: jitter)
+      return (until, state.breaker.openings)
     }
     if let openedUntil {
       counters.circuitOpenings.add(1, ordering: .relaxed)
-      onEvent(.circuitOpened(server: server, until: openedUntil, lastError: error))
+      // One warning per outage: the first opening since the server last answered. A probe that
+      // fails opens it again, at debug.
+      onEvent(.circuitOpened(server: server, until: openedUntil, lastError: error), openings > 1 ? .debug : .warning)
     }
   }
 

@@ -36,7 +36,7 @@ final class RedisClusterClient: Sendable {
   let name: String
   private let makePool: @Sendable (RedisEndpoint) -> RedisConnectionPool
   private let counters: RedisCounters
-  private let onEvent: @Sendable (RedisLayerEvent) -> Void
+  private let onEvent: RedisEventSink
   private let clock: any CacheClock
   private let state: Locked<State>
 
@@ -77,7 +77,7 @@ final class RedisClusterClient: Sendable {
 
   init(
     seeds: [RedisEndpoint], counters: RedisCounters, clock: any CacheClock,
-    onEvent: @escaping @Sendable (RedisLayerEvent) -> Void,
+    onEvent: @escaping RedisEventSink,
     makePool: @escaping @Sendable (RedisEndpoint) -> RedisConnectionPool
   ) {
     self.seeds = seeds
@@ -404,7 +404,7 @@ final class RedisClusterClient: Sendable {
     }
     counters.topologyRefreshes.add(1, ordering: .relaxed)
     for pool in closing { pool.shutDown() }
-    if changed { onEvent(.topologyChanged(masters: topology.masters)) }
+    if changed { onEvent(.topologyChanged(masters: topology.masters), nil) }
   }
 
   private var shutDownError: RedisError {

@@ -40,7 +40,7 @@ final class RedisSubscription: Sendable {
   /// Called when a probe was answered in time.
   private let responsive: @Sendable () -> Void
   private let counters: RedisCounters
-  private let onEvent: @Sendable (RedisLayerEvent) -> Void
+  private let onEvent: RedisEventSink
   private let state = Locked(State())
 
   private struct State {
@@ -70,7 +70,7 @@ final class RedisSubscription: Sendable {
     deliver: @escaping @Sendable ([UInt8], RESPValue) async -> Void,
     resynchronize: @escaping @Sendable () async -> Void, interrupted: @escaping @Sendable () -> Void,
     unresponsive: @escaping @Sendable () -> Void = {}, responsive: @escaping @Sendable () -> Void = {},
-    onEvent: @escaping @Sendable (RedisLayerEvent) -> Void
+    onEvent: @escaping RedisEventSink
   ) {
     self.options = options
     self.counters = counters
@@ -235,6 +235,13 @@ final class RedisSubscription: Sendable {
     var failures = 0
     // Whether messages may have been missed since forwarding began.
     var missedMessages = false
+    // Whether this interruption was logged as a warning: the attempts that fail after it are
+    // logged at debug, until the subscription is back.
+    var interruptionReported = false
+    func reportInterruption(_ reason: String) {
+      onEvent(.invalidationsInterrupted(channel: channel, reason: reason), interruptionReported ? .debug : nil)
+      interruptionReported = true
+    }
     while !Task.isCancelled {
       if failures > 0 {
         do { try await options.clock.sleep(for: backoff(after: failures)) } catch { return }
@@ -250,14 +257,15 @@ final class RedisSubscription: Sendable {
         missedMessages = true
         failing()
         interrupted()
-        onEvent(.invalidationsInterrupted(channel: channel, reason: "cannot subscribe: \(error)"))
+        reportInterruption("cannot subscribe: \(error)")
         continue
       }
       let subscribedAt = options.clock.now
       if missedMessages {
         await resynchronize()
-        onEvent(.invalidationsResubscribed(channel: channel))
+        onEvent(.invalidationsResubscribed(channel: channel), nil)
       }
+      interruptionReported = false
       await serve(connection, messages)
       state.withLock {
         $0.isSubscribed = false
@@ -270,7 +278,7 @@ final class RedisSubscription: Sendable {
       let lived = subscribedAt.duration(to: options.clock.now)
       failures = lived >= options.backoff.maximumDelay ? 0 : failures + 1
       let reason = closeReason.withLock { $0 }.map { "\($0)" } ?? "the subscriber connection closed"
-      onEvent(.invalidationsInterrupted(channel: channel, reason: reason))
+      reportInterruption(reason)
     }
   }
 

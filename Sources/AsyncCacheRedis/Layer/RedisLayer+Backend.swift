@@ -124,7 +124,7 @@ extension RedisLayer {
     ///   - onEvent: Where the connections' events are reported.
     init(
       configuration: Configuration, clock: any CacheClock, counters: RedisCounters,
-      onEvent: @escaping @Sendable (RedisLayerEvent) -> Void
+      onEvent: @escaping RedisEventSink
     ) {
       let makePool: @Sendable (RedisEndpoint) -> RedisConnectionPool = { endpoint in
         RedisConnectionPool(

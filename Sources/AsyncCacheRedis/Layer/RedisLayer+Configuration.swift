@@ -107,9 +107,11 @@ extension RedisLayer {
     /// Default `nil`: `run()` ends when its task is cancelled or the layer is closed. A layer in a
     /// `LoadingCache` is closed by the cache's own `run()` or `close()`.
     public var gracefulShutdown: (@Sendable () async throws -> Void)?
-    /// Where the layer logs every ``RedisLayerEvent``: a circuit that opens (`error`), a connection
-    /// discarded or a value it cannot read (`warning`), a circuit that closes (`notice`), a
-    /// connection made (`info`). Default: the logger of the cache or chain the layer is put in (see
+    /// Where the layer logs every ``RedisLayerEvent``: the first opening of the circuit in an
+    /// outage, an interrupted subscription or a value it cannot read (`warning`); a circuit that
+    /// closes or a subscription that is back (`notice`); a connection made or discarded (`info`);
+    /// the probes that fail during an outage, and what it does while the server is away
+    /// (`debug`). Default: the logger of the cache or chain the layer is put in (see
     /// `CacheEnvironment`), else `CacheLogger.disabled`. Errors the layer throws are not logged by
     /// it: its `CacheChain` logs them.
     @FollowsCache public var logger: CacheLogger

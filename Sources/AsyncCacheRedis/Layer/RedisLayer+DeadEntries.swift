@@ -65,7 +65,7 @@ extension RedisLayer {
       // Counters of its own: its connections, timeouts and breaker are not the layer's.
       self.backend = Backend(
         configuration: configuration, clock: clock, counters: RedisCounters(),
-        onEvent: { event in environment.log(.debug, "dead-entry clean-up: \(event)") })
+        onEvent: { event, _ in environment.log(.debug, "dead-entry clean-up: \(event)") })
     }
 
     /// Hands over entries found dead: `(full key, header)` pairs. Never waits.

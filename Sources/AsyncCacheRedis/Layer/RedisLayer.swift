@@ -241,9 +241,9 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
   /// the logger the layer follows, and the layer's observers.
   private static func reporter(
     to environment: LayerEnvironment, eventHub: EventHub<RedisLayerEvent>
-  ) -> @Sendable (RedisLayerEvent) -> Void {
-    { event in
-      log(event, to: environment)
+  ) -> RedisEventSink {
+    { event, level in
+      log(event, to: environment, level: level)
       eventHub.emit(event)
     }
   }
@@ -254,9 +254,8 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
     let level: CacheLogLevel =
       if let level { level } else {
         switch event {
-        case .connected: .info
-        case .connectionDiscarded, .valueDiscarded, .invalidationsInterrupted: .warning
-        case .circuitOpened: .error
+        case .connected, .connectionDiscarded: .info
+        case .valueDiscarded, .invalidationsInterrupted, .circuitOpened: .warning
         case .circuitClosed, .topologyChanged, .invalidationsResubscribed: .notice
         case .dropped, .expiredOnArrival: .warning
         }

@@ -54,6 +54,11 @@ public enum RedisLayerEvent: DropReportingEvent, CustomStringConvertible {
   }
 }
 
+/// Where a layer's pieces (its pools, cluster client and subscription) report events: the
+/// event, and the level to log it at when the piece knows better than the event's usual level
+/// (`nil`): the first failure of an outage is a warning, the ones that follow it are debug.
+typealias RedisEventSink = @Sendable (RedisLayerEvent, CacheLogLevel?) -> Void
+
 extension RedisLayerEvent {
   /// ``dropped(count:)``: the layer's events carry no state to pass on.
   public static func dropped(count: Int, last: RedisLayerEvent) -> RedisLayerEvent { .dropped(count: count) }

@@ -14,7 +14,7 @@ private func makePool(
       host: "127.0.0.1", port: server.port, connectTimeout: .seconds(600), operationTimeout: .seconds(600),
       maximumConnections: maximumConnections, handshake: handshake, circuitBreaker: RedisCircuitBreakerPolicy(),
       clock: WallClock()),
-    counters: RedisCounters(), onEvent: events.handler)
+    counters: RedisCounters(), onEvent: { event, _ in events.append(event) })
 }
 
 extension RedisConnectionPool {

@@ -1,0 +1,90 @@
+import AsyncCache
+import AsyncCacheTesting
+import Foundation
+import TestSupport
+import Testing
+
+@testable import AsyncCacheRedis
+
+@Suite("A Redis outage, as an operator reads it", .redisServer, .timeLimit(.minutes(2)))
+struct RedisOutageTests {
+  @Test("an outage logs one warning and, once the server is back, one notice; the probes are debug")
+  func oneWarningOneNotice() async throws {
+    let server = try await RedisServer.start()
+    let logs = RecordingLogHandler()
+    let layer = try makeLayer(server, namespace: "outage") {
+      $0.logger = logs.logger(minimumLevel: .debug)
+      $0.invalidation = RedisInvalidation()
+    }
+    try layer.forwardInvalidations(to: [try MemoryLayer<String, Data>()])
+    try await layer.insert(Data("shared".utf8), for: "k")
+    // Several connections, each of which the outage will close.
+    while layer.statistics.connectionsOpened < 2 {
+      try await withThrowingTaskGroup(of: Void.self) { group in
+        for _ in 0..<64 { group.addTask { _ = try await layer.value(for: "k") } }
+        try await group.waitForAll()
+      }
+    }
+    await eventually { layer.isReceivingInvalidations }
+    logs.removeAll()
+
+    server.stop()
+    // Requests keep coming, as in a service: each fails (fast, once the breaker is open).
+    // Several probes fail before the server is back.
+    while layer.statistics.circuitOpenings < 4 {
+      _ = try? await layer.value(for: "k")
+      try await Task.sleep(for: .milliseconds(5))
+    }
+    let restarted = try await RedisServer.start(port: server.port)
+    defer { restarted.stop() }
+    // Until a read is answered (the restarted server is empty: a miss, not an error).
+    while await Result(catching: { try await layer.value(for: "k") }).isFailure {
+      try await Task.sleep(for: .milliseconds(5))
+    }
+    await eventually { layer.isReceivingInvalidations }
+
+    let records = logs.records.filter { $0.source == "RedisLayer" }
+    let loud = records.filter { $0.level >= .warning }
+    // One for the server, one for the subscription: however many connections, probes and
+    // attempts to subscribe again failed.
+    #expect(loud.count == 2, "\(loud.map(\.message))")
+    #expect(loud.contains { $0.message.hasPrefix("circuit breaker for 127.0.0.1:\(server.port) opened") })
+    #expect(loud.contains { $0.message.hasPrefix("invalidations on") })
+    #expect(loud.allSatisfy { $0.level == .warning }, "nothing louder than a warning: no data was lost")
+    let notices = records.filter { $0.level == .notice }
+    #expect(notices.count == 2, "\(notices.map(\.message))")
+    #expect(notices.contains { $0.message.hasPrefix("circuit breaker for 127.0.0.1:\(server.port) closed") })
+    #expect(notices.contains { $0.message.hasPrefix("invalidations on") && $0.message.contains("resubscribed") })
+    let probes = records.filter { $0.level == .debug && $0.message.hasPrefix("circuit breaker") }
+    #expect(probes.count == layer.statistics.circuitOpenings - 1, "each failed probe, at debug")
+    #expect(
+      records.filter { $0.message.hasPrefix("connection to") }.allSatisfy { $0.level <= .info },
+      "discarded connections are info, or debug once the breaker is open")
+  }
+
+  @Test("the breaker waits at most a second between probes by default, jitter included")
+  func probesWithinASecond() {
+    let policy = RedisCircuitBreakerPolicy()
+    #expect(policy.maximumDelay == .seconds(1))
+    for openings in 1...40 {
+      #expect(policy.delay(afterOpenings: openings, jitter: 1) <= .seconds(1))
+      #expect(policy.delay(afterOpenings: openings, jitter: 0.5) >= .milliseconds(50))
+    }
+    #expect(policy.delay(afterOpenings: 1, jitter: 1) == .milliseconds(100))
+    #expect(policy.delay(afterOpenings: 5, jitter: 1) == .seconds(1))
+  }
+}
+
+extension Result where Success: Sendable {
+  fileprivate init(catching body: () async throws(Failure) -> Success) async {
+    do {
+      self = .success(try await body())
+    } catch {
+      self = .failure(error)
+    }
+  }
+
+  fileprivate var isFailure: Bool {
+    if case .failure = self { true } else { false }
+  }
+}
