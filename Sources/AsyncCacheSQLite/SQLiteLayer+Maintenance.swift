@@ -34,13 +34,19 @@ extension SQLiteLayer {
   /// `LoadingCache` or `CacheChain` that holds the layer calls it from its own `close()`, once
   /// its writes have ended.
   ///
+  /// It says what it did, at notice: the rows it wrote (and their bytes, and the time it took),
+  /// or, when the final write failed, at error: the rows that are lost.
+  ///
   /// - Throws: the error of the final write, if it failed; the database is closed regardless.
   ///
   /// `async` although it does not suspend: a synchronous overload would lose, in `async` code,
   /// to the protocol's do-nothing default.
   public func close() async throws {
     guard lifecycle.beginClosing() else { return }
-    pending.withLock { $0.isClosed = true }
+    let (rows, bytes, clears) = pending.withLock { state in
+      state.isClosed = true
+      return (state.writes.count, state.bytes, state.clearStamp != nil)
+    }
     defer {
       store?.endReading()
       store?.connection.close()
@@ -49,7 +55,23 @@ extension SQLiteLayer {
       // Nothing happens after this: the event sequences end once read.
       eventHub.finishAll()
     }
-    try writePending(background: false)
+    let started = ContinuousClock.now
+    do {
+      try writePending(background: false)
+    } catch {
+      let (lostRows, lostBytes) = pending.withLock { ($0.writes.count, $0.bytes) }
+      layerEnvironment.log(
+        .error, "closed; the final write failed, \(lostRows) pending rows (\(lostBytes) bytes) are lost: \(error)",
+        metadata: ["rows": "\(lostRows)", "bytes": "\(lostBytes)", "error": CacheLogger.describe(error)])
+      throw error
+    }
+    let elapsed = ContinuousClock.now - started
+    let what =
+      rows == 0 && !clears
+      ? "nothing was pending"
+      : "wrote \(rows) pending rows (\(bytes) bytes)\(clears ? " and a removeAll()" : "") in \(elapsed.readable)"
+    layerEnvironment.log(
+      .notice, "closed; \(what)", metadata: ["rows": "\(rows)", "bytes": "\(bytes)", "elapsed": elapsed.readable])
   }
 
   /// Waits until the calling task is cancelled, the configuration's `gracefulShutdown` signal

@@ -95,6 +95,68 @@ struct SQLiteLayerLoggingTests {
     #expect(logs.records.isEmpty)
   }
 
+  @Test("closing says what it wrote, at notice: rows, bytes and time; or that nothing was pending")
+  func closeSaysWhatItWrote() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    let logs = RecordingLogHandler()
+    let clock = ManualClock()
+    let layer = try await SQLiteLayer<String, Data>(
+      url: url, namespace: "n", configuration: .init(clock: clock, logger: logs.logger(minimumLevel: .info)))
+    // Writes are behind. Another process holds the write lock, so the background writes fail
+    // and wait to be retried on the clock, which stands still: the rows stay pending.
+    let holder = try Probe(["sqlite-hold-write-lock", url.path])
+    #expect(await holder.line(startingWith: "locked") != nil)
+    for key in ["a", "b", "c"] { try await layer.insert(Data(repeating: 1, count: 100), for: key) }
+    await clock.waitForSleepers(1)
+    _ = await layer.statistics  // after the background writes queued on the layer's thread
+    let (rows, bytes) = layer.pending.withLock { ($0.writes.count, $0.bytes) }
+    #expect(rows == 3)
+    holder.closeInput()
+    #expect(holder.waitForExit() == 0)
+    logs.removeAll()
+
+    try await layer.close()
+    let record = try #require(logs.records.last)
+    #expect(logs.records.count == 1)
+    #expect(record.level == .notice && record.source == "SQLiteLayer")
+    #expect(record.metadata["rows"] == "3" && record.metadata["bytes"] == "\(bytes)")
+    #expect(record.metadata["database"] == url.path && record.metadata["namespace"] == "n")
+    let elapsed = try #require(record.metadata["elapsed"])
+    #expect(record.message == "closed; wrote 3 pending rows (\(bytes) bytes) in \(elapsed)")
+    #expect(try RawDatabase(url).rowCount(namespace: "n") == 3, "written")
+
+    let idle = try await SQLiteLayer<String, Data>(
+      url: url, namespace: "n", configuration: .init(logger: logs.logger(minimumLevel: .info)))
+    logs.removeAll()
+    try await idle.close()
+    #expect(logs.records.map(\.message) == ["closed; nothing was pending"])
+  }
+
+  @Test("a close whose final write fails says, at error, how many rows are lost")
+  func closeSaysWhatItLost() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    let url = folder.appending("cache.sqlite")
+    let logs = RecordingLogHandler()
+    let clock = ManualClock()
+    let layer = try await SQLiteLayer<String, String>(
+      url: url,
+      configuration: .init(busyTimeout: .milliseconds(50), clock: clock, logger: logs.logger(minimumLevel: .info)))
+    let holder = try Probe(["sqlite-hold-write-lock", url.path])
+    #expect(await holder.line(startingWith: "locked") != nil)
+    try await layer.insert("v", for: "k")  // the background write fails on the lock
+    await clock.waitForSleepers(1)  // and its retry waits on the clock, which stands still
+    await #expect(throws: PersistenceError.self) { try await layer.close() }
+    holder.closeInput()
+    #expect(holder.waitForExit() == 0)
+    let record = try #require(logs.records(atLeast: .error).first)
+    #expect(
+      record.message.hasPrefix("closed; the final write failed, 1 pending rows (") && record.metadata["rows"] == "1")
+    #expect(try RawDatabase(url).rowCount() == 0)
+  }
+
   @Test("each event has its level: data lost to corruption is an error, recoveries are warnings or notices")
   func eventLevels() {
     let failure = PersistenceError(code: .ioFailure, message: "disk I/O error")

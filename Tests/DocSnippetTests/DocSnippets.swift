@@ -164,6 +164,9 @@ private func snippet_AsyncCache_Logging_CacheLogHandler_2() async throws {
   _ = logger
 }
 
+// Sources/AsyncCache/Logging/CacheLogLevel.swift, example 1
+// Not compiled here: needs swift-log (the "In a server" article shows it)
+
 // Sources/AsyncCache/Logging/CacheLogger.swift, example 1
 private func snippet_AsyncCache_Logging_CacheLogger_1() async throws {
   let logger = CacheLogger(minimumLevel: .info) { record in print(record) }

@@ -53,7 +53,7 @@ struct FreshnessRules: Sendable, Hashable {
     self.sliding = sliding
   }
 
-  /// The longest grace that counts, in nanoseconds: 100 years. A longer one (`.seconds(.max)`
+  /// The longest grace that counts, in nanoseconds: 100 years. A longer one (`.seconds(Int64.max)`
   /// for "for ever") is taken as this, so that an expiry stays within the instants a clock holds
   /// (nanoseconds since 1970 reach 2262): saturated, it would read as never expiring, and the
   /// entry would never turn stale.

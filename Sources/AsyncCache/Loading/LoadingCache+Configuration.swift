@@ -26,7 +26,7 @@ extension LoadingCache {
     public var staleWhileRevalidate: Duration
     /// How long after it turns stale an entry is kept to be served when a load of its key fails
     /// (stale-if-error); each such failure is reported as ``CacheEvent/servedStale(key:error:)``.
-    /// Default zero. At most 100 years count: a longer one (`.seconds(.max)` for "for ever") is
+    /// Default zero. At most 100 years count: a longer one (`.seconds(Int64.max)` for "for ever") is
     /// taken as 100 years, so that stored expiries stay within the instants a clock holds.
     public var staleIfError: Duration
     /// The share of its lifetime, in `0<..<1`, after which reading a fresh entry refreshes it

@@ -22,6 +22,25 @@ public enum CacheLogLevel: String, Sendable, Hashable, Codable, CaseIterable, Co
   /// The cache cannot go on. Unused by the framework today; available to handlers and callers.
   case critical
 
+  /// The level of the same name as `level`: swift-log's `Logger.Level` (a service's
+  /// `logger.logLevel`) has these seven names, so a cache can follow the level a service set,
+  /// read once:
+  ///
+  /// ```swift
+  /// import Logging
+  ///
+  /// var logger = Logger(label: "catalog")
+  /// logger.logLevel = .debug
+  /// let cacheLogger = CacheLogger(
+  ///     minimumLevel: CacheLogLevel(logger.logLevel), forwardingTo: logger.log(level:_:metadata:source:file:function:line:))
+  /// ```
+  ///
+  /// A name that is none of the seven gives ``trace``: every record is built, and the other
+  /// logger's own level decides.
+  public init(_ level: some RawRepresentable<String>) {
+    self = CacheLogLevel(rawValue: level.rawValue) ?? .trace
+  }
+
   /// The level's rank: 0 for ``trace`` up to 6 for ``critical``.
   @inlinable
   var severity: UInt8 {

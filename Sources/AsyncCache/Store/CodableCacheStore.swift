@@ -152,18 +152,25 @@ public final class CodableCacheStore: Sendable {
     try await writes.run(key) { try await self.chain.removeValue(for: key) }
   }
 
-  /// Closes the store's layers (``CacheChain/close()``); later calls throw
-  /// ``AsyncCacheError/Code/closed``. Calling it again waits for the first call.
-  public func shutdown() async throws {
+  /// Closes the store: its layers close (``CacheChain/close()``: a SQLite layer writes what it
+  /// buffers), and later calls throw ``AsyncCacheError/Code/closed``. Calling it again waits for
+  /// the first call. The name every owner of layers in this package closes by.
+  public func close() async throws {
     try await lifecycle.close { try await self.chain.close() }
   }
 
+  /// Closes the store, as ``close()`` does: the name of Hummingbird's `PersistDriver`
+  /// requirement.
+  public func shutdown() async throws {
+    try await close()
+  }
+
   /// Waits until the calling task is cancelled, the `gracefulShutdown` signal the store was
-  /// created with returns, or ``shutdown()`` is called; then shuts the store down: the shape of
+  /// created with returns, or ``close()`` is called; then closes the store: the shape of
   /// swift-service-lifecycle's `Service` requirement, which `PersistDriver` refines.
   public func run() async throws {
     try await lifecycle.run(orUntil: gracefulShutdown)
-    try await shutdown()
+    try await close()
   }
 
   /// The expiry of the value `key` holds, to keep when it is replaced: the latest its layers

@@ -96,6 +96,29 @@ struct LoggingArticleExampleTests {
   @Test("every cache log level has the raw value of the swift-log level of the same name")
   func levels() {
     #expect(CacheLogLevel.allCases.map(\.rawValue) == Logger.Level.allCases.map(\.rawValue))
+    #expect(Logger.Level.allCases.map { CacheLogLevel($0) } == CacheLogLevel.allCases)
+  }
+
+  @Test("a cache logger follows the level a service set on its swift-log logger")
+  func followsTheServiceLevel() throws {
+    var logger = Logger(label: "catalog")
+    logger.logLevel = .debug
+    // The "In a server" article's expression:
+    let cacheLogger = CacheLogger(
+      minimumLevel: CacheLogLevel(logger.logLevel),
+      forwardingTo: logger.log(level:_:metadata:source:file:function:line:))
+    #expect(cacheLogger.minimumLevel == .debug)
+    cacheLogger.trace("below both levels: never built", source: "LoadingCache")
+    cacheLogger.debug("load finished", metadata: ["from": "origin", "key": "7"], source: "LoadingCache")
+    let entries = logger.entries.withLock { $0 }
+    #expect(entries.map(\.level) == [.debug])
+    #expect(entries.first?.message.text == "load finished")
+  }
+
+  @Test("a level name that is not one of the seven lets every record through to the other logger")
+  func unknownLevelName() {
+    enum Verbosity: String { case chatty }
+    #expect(CacheLogLevel(Verbosity.chatty) == .trace)
   }
 
   @Test("the article's quick start: a closure logger on a loading cache reports a skipped layer")

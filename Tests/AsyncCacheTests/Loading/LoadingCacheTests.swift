@@ -357,15 +357,31 @@ import Testing
   // MARK: Priority
 
   @Test func aHigherPriorityRequestEscalatesTheLoad() async throws {
-    let origin = GatedFetcher<String, Int> { _ in 1 }
+    let gate = GatedFetcher<String, Int> { _ in 1 }
+    // The load's task is escalated just after the request joins it (outside the table's lock):
+    // the origin sees it happen, and the gate opens only then.
+    let (escalations, escalated) = AsyncStream.makeStream(of: TaskPriority.self)
+    let origin = ClosureFetcher<String, Int> { key in
+      guard #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) else {
+        return try await gate.fetch(key)
+      }
+      return try await withTaskPriorityEscalationHandler {
+        try await gate.fetch(key)
+      } onPriorityEscalated: { _, priority in
+        escalated.yield(priority)
+      }
+    }
     let cache = try cache(origin: origin)
     let low = Task(priority: .low) { try await cache.value(for: "k") }
-    await origin.waitForFetches(1, for: "k")
+    await gate.waitForFetches(1, for: "k")
     let high = Task(priority: .high) { try await cache.value(for: "k") }
     await cache.waitForWaiters(2, for: "k")
-    origin.release("k")
+    if #available(macOS 26.0, iOS 26.0, tvOS 26.0, watchOS 26.0, visionOS 26.0, *) {
+      for await priority in escalations where priority >= .high { break }
+    }
+    gate.release("k")
     _ = try await (low.value, high.value)
-    let priority = try #require(origin.releasedPriorities(for: "k").first)
+    let priority = try #require(gate.releasedPriorities(for: "k").first)
     #expect(priority >= .high, "the load ran at the highest priority of its waiters")
   }
 

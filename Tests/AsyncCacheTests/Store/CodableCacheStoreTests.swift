@@ -160,12 +160,25 @@ struct CodableCacheStoreTests {
     try await other.shutdown()
     try await running.value
 
+    // close() is the same as shutdown(), PersistDriver's name: once, whichever comes first.
+    let layer = RecordingLayer(try MemoryLayer<String, Data>())
+    let closing = try CodableCacheStore(layers: [layer])
+    let service = Task { try await closing.run() }
+    try await closing.close()
+    try await service.value
+    try await closing.shutdown()
+    try await closing.close()
+    #expect(layer.calls.map(\.description) == ["close"])
+    await #expect { try await closing.set(key: "k", value: "v", expires: nil) } throws: {
+      ($0 as? AsyncCacheError)?.code == .closed
+    }
+
     let signal = OneShotSignal()
     let closed = RecordingLayer(try MemoryLayer<String, Data>())
     let graceful = try CodableCacheStore(layers: [closed], gracefulShutdown: { await signal.wait() })
-    let service = Task { try await graceful.run() }
+    let gracefulService = Task { try await graceful.run() }
     signal.fire()
-    try await service.value
+    try await gracefulService.value
     #expect(closed.calls.map(\.description) == ["close"], "the graceful shutdown signal ends run() and closes")
   }
 }
