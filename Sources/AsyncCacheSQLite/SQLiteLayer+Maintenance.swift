@@ -47,31 +47,37 @@ extension SQLiteLayer {
       state.isClosed = true
       return (state.writes.count, state.bytes, state.clearStamp != nil)
     }
-    defer {
-      store?.endReading()
-      store?.connection.close()
-      store = nil
-      isClosed = true
-      // Nothing happens after this: the event sequences end once read.
-      eventHub.finishAll()
-    }
+    // Access times, damaged and expired rows: bookkeeping the final write also does.
+    let housekeeping = touches.count + damaged.count + expired.count
     let started = ContinuousClock.now
+    var failure: (any Error)?
     do {
       try writePending(background: false)
     } catch {
-      let (lostRows, lostBytes) = pending.withLock { ($0.writes.count, $0.bytes) }
-      layerEnvironment.log(
-        .error, "closed; the final write failed, \(lostRows) pending rows (\(lostBytes) bytes) are lost: \(error)",
-        metadata: ["rows": "\(lostRows)", "bytes": "\(lostBytes)", "error": CacheLogger.describe(error)])
-      throw error
+      failure = error
     }
-    let elapsed = ContinuousClock.now - started
-    let what =
-      rows == 0 && !clears
-      ? "nothing was pending"
-      : "wrote \(rows) pending rows (\(bytes) bytes)\(clears ? " and a removeAll()" : "") in \(elapsed.readable)"
+    let lost = pending.withLock { ($0.writes.count, $0.bytes) }
+    store?.endReading()
+    store?.connection.close()
+    store = nil
+    isClosed = true
+    // Nothing happens after this: the event sequences end once read.
+    eventHub.finishAll()
+    let elapsed = (ContinuousClock.now - started).readable
+    if let failure {
+      layerEnvironment.log(
+        .error, "closed; the final write failed, \(lost.0) pending rows (\(lost.1) bytes) are lost: \(failure)",
+        metadata: ["rows": "\(lost.0)", "bytes": "\(lost.1)", "error": CacheLogger.describe(failure)])
+      throw failure
+    }
+    var done: [String] = []
+    if rows > 0 || clears {
+      done.append("wrote \(rows) pending rows (\(bytes) bytes)\(clears ? " and a removeAll()" : "")")
+    }
+    if housekeeping > 0 { done.append("\(housekeeping) access times and removals of damaged or expired rows") }
+    let what = done.isEmpty ? "nothing was pending" : done.joined(separator: ", ")
     layerEnvironment.log(
-      .notice, "closed; \(what)", metadata: ["rows": "\(rows)", "bytes": "\(bytes)", "elapsed": elapsed.readable])
+      .notice, "closed in \(elapsed); \(what)", metadata: ["rows": "\(rows)", "bytes": "\(bytes)", "elapsed": elapsed])
   }
 
   /// Waits until the calling task is cancelled, the configuration's `gracefulShutdown` signal

@@ -263,7 +263,9 @@ extension SQLiteLayer {
         (error as? SQLiteError).map { PersistenceError.sqlite($0, while: "writing \(batch.operations.count) rows") }
         ?? (error as? PersistenceError)
         ?? PersistenceError(code: .ioFailure, message: "writing failed", underlying: error)
-      record(.writeFailed(failure))
+      // A background write is retried: a warning. Another (a flush, the close) throws to its
+      // caller, whose chain logs it: debug here, so that it is not logged twice.
+      record(.writeFailed(failure), level: background ? nil : .debug)
       throw failure
     }
   }

@@ -45,6 +45,8 @@ public final class CodableCacheStore: Sendable {
   ///   - chain: The layers the values live in, top first.
   ///   - clock: The clock expiries are computed on. Default ``WallClock``; the chain's layers
   ///     created without a clock follow it.
+  ///   - logger: The logger the chain and its layers created without one follow (a SQLite
+  ///     layer's close says there what it wrote). Default `nil`: the chain's own, if any.
   ///   - duplicateError: The error ``create(key:value:expires:)`` throws for a key that exists;
   ///     by default ``AsyncCacheError/Code/duplicateKey`` naming the key. A Hummingbird service
   ///     passes `{ _ in PersistError.duplicate }`.
@@ -55,6 +57,7 @@ public final class CodableCacheStore: Sendable {
   public init(
     chain: CacheChain<String, Data>,
     clock: (any CacheClock)? = nil,
+    logger: CacheLogger? = nil,
     duplicateError: (@Sendable (String) -> any Error)? = nil,
     gracefulShutdown: (@Sendable () async throws -> Void)? = nil
   ) {
@@ -63,7 +66,7 @@ public final class CodableCacheStore: Sendable {
     self.clock = clock ?? chain.followedClock.handedOn ?? WallClock()
     self.duplicateError = duplicateError ?? { key in AsyncCacheError.duplicateKey(key) }
     self.gracefulShutdown = gracefulShutdown
-    chain.follow(CacheEnvironment(clock: self.clock))
+    chain.follow(CacheEnvironment(clock: self.clock, logger: logger))
   }
 
   /// Creates a store over a chain of `layers`, top first, whose failures are propagated.
@@ -72,12 +75,13 @@ public final class CodableCacheStore: Sendable {
   public convenience init(
     layers: [any AsyncCacheLayer<String, Data>],
     clock: (any CacheClock)? = nil,
+    logger: CacheLogger? = nil,
     duplicateError: (@Sendable (String) -> any Error)? = nil,
     gracefulShutdown: (@Sendable () async throws -> Void)? = nil
   ) throws {
     try self.init(
-      chain: CacheChain(layers.map { CacheChain.Tier($0) }), clock: clock, duplicateError: duplicateError,
-      gracefulShutdown: gracefulShutdown)
+      chain: CacheChain(layers.map { CacheChain.Tier($0) }), clock: clock, logger: logger,
+      duplicateError: duplicateError, gracefulShutdown: gracefulShutdown)
   }
 
   // MARK: PersistDriver's shape

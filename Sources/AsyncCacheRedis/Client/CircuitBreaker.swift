@@ -27,16 +27,16 @@ public struct RedisCircuitBreakerPolicy: Sendable, Hashable {
   /// How long the breaker stays open the first time, before jitter. Default 100 ms.
   public var initialDelay: Duration
   /// The longest the breaker stays open, before jitter: the longest a server that is back waits
-  /// for a probe. Default 1 second.
+  /// for a probe. Default 1 second, or the initial delay if that is longer.
   public var maximumDelay: Duration
 
   /// Creates a policy.
   public init(
-    failureThreshold: Int = 5, initialDelay: Duration = .milliseconds(100), maximumDelay: Duration = .seconds(1)
+    failureThreshold: Int = 5, initialDelay: Duration = .milliseconds(100), maximumDelay: Duration? = nil
   ) {
     self.failureThreshold = failureThreshold
     self.initialDelay = initialDelay
-    self.maximumDelay = maximumDelay
+    self.maximumDelay = maximumDelay ?? Swift.max(.seconds(1), initialDelay)
   }
 
   /// The delay after the `openings`-th opening in a row, with `jitter` in 0.5...1.

@@ -21,6 +21,9 @@ final class RedisConnectionPool: Sendable {
     var handshake: [RESPCommand]
     var circuitBreaker: RedisCircuitBreakerPolicy
     var clock: any CacheClock
+    /// The layer's record of which of its pieces cannot reach Redis, for the levels of the
+    /// breaker's openings and closings.
+    var outage = RedisOutage()
   }
 
   let options: Options
@@ -91,6 +94,7 @@ final class RedisConnectionPool: Sendable {
     }
     for connection in connections { connection.close(with: error) }
     for waiter in waiters { waiter.resume(throwing: error) }
+    options.outage.forget(server)
   }
 
   /// The breaker's state, for tests and statistics.
@@ -286,23 +290,22 @@ final class RedisConnectionPool: Sendable {
       defer { hasFailures.store(false, ordering: .relaxed) }
       return state.breaker.recordSuccess()
     }
-    if closed { onEvent(.circuitClosed(server: server), nil) }
+    if closed { onEvent(.circuitClosed(server: server), options.outage.answered(server, usual: .notice)) }
   }
 
   private func recordFailure(_ error: RedisError, opensAtOnce: Bool) {
     if error.code == .timedOut { counters.timeouts.add(1, ordering: .relaxed) }
     let now = options.clock.now
     let jitter = Double.random(in: 0.5...1)
-    let (openedUntil, openings) = state.withLock { state in
+    let openedUntil = state.withLock { state in
       hasFailures.store(true, ordering: .relaxed)
-      let until = state.breaker.recordFailure(at: now, opensAtOnce: opensAtOnce, jitter: jitter)
-      return (until, state.breaker.openings)
+      return state.breaker.recordFailure(at: now, opensAtOnce: opensAtOnce, jitter: jitter)
     }
     if let openedUntil {
       counters.circuitOpenings.add(1, ordering: .relaxed)
-      // One warning per outage: the first opening since the server last answered. A probe that
-      // fails opens it again, at debug.
-      onEvent(.circuitOpened(server: server, until: openedUntil, lastError: error), openings > 1 ? .debug : .warning)
+      // One warning per outage of the layer: the first opening while every other piece answers.
+      // A probe that fails opens it again, at debug, as do the other servers' openings.
+      onEvent(.circuitOpened(server: server, until: openedUntil, lastError: error), options.outage.failed(server))
     }
   }
 

@@ -12,6 +12,8 @@ final class RedisSubscription: Sendable {
     var operationTimeout: Duration
     var handshake: [RESPCommand]
     var healthCheckInterval: Duration
+    /// The layer's record of which of its pieces cannot reach Redis.
+    var outage = RedisOutage()
     var backoff: RedisCircuitBreakerPolicy
     var clock: any CacheClock
     /// Whether a load waits on the server now (see ``RedisSubscription/checkHealthSoon()``): the
@@ -227,19 +229,37 @@ final class RedisSubscription: Sendable {
     }?.resume()
   }
 
+  /// How long a subscription must have lived for its end not to count as a failure in a row
+  /// (at least; the health check's interval if longer): a subscription closed soon after it
+  /// opens, again and again (a proxy's idle timeout, a server that kills subscribers whose
+  /// output buffer grows), backs off up to the breaker's maximum delay instead of emptying the
+  /// layers in a tight loop.
+  static var stableLifetime: Duration { .seconds(10) }
+
   private func run() async {
     let channel = options.channels.map { String(decoding: $0, as: UTF8.self) }.joined(separator: ", ")
-    // Failures in a row; a subscription that closes before it has lived the breaker's maximum
-    // delay counts as one, so that a connection closed as soon as it subscribes is not
-    // reopened (and the layers emptied) in a tight loop.
+    // Failures in a row; a subscription that closes before it has lived `stableLifetime`
+    // counts as one.
     var failures = 0
     // Whether messages may have been missed since forwarding began.
     var missedMessages = false
-    // Whether this interruption was logged as a warning: the attempts that fail after it are
-    // logged at debug, until the subscription is back.
+    // Whether an interruption was reported and no subscription has lived `stableLifetime`
+    // since: the attempts that fail after it, and a subscription that breaks again soon after
+    // it is back (flapping), are logged at debug. The first is a warning unless the layer's
+    // outage was reported already (see RedisOutage).
     var interruptionReported = false
+    // Whether the subscription is down, and whether it went down while an interruption was
+    // still reported (a flap): its end is then debug too.
+    var isDown = false
+    var flapping = false
     func reportInterruption(_ reason: String) {
-      onEvent(.invalidationsInterrupted(channel: channel, reason: reason), interruptionReported ? .debug : nil)
+      // Told every time, so that the outage stays open while the subscription keeps failing.
+      let level = options.outage.failed("subscription")
+      if !isDown {
+        isDown = true
+        flapping = interruptionReported
+      }
+      onEvent(.invalidationsInterrupted(channel: channel, reason: reason), interruptionReported ? .debug : level)
       interruptionReported = true
     }
     while !Task.isCancelled {
@@ -263,9 +283,12 @@ final class RedisSubscription: Sendable {
       let subscribedAt = options.clock.now
       if missedMessages {
         await resynchronize()
-        onEvent(.invalidationsResubscribed(channel: channel), nil)
+        // A notice when it ends the layer's outage; debug after a flap.
+        let level = options.outage.answered("subscription", usual: .debug)
+        onEvent(.invalidationsResubscribed(channel: channel), flapping ? .debug : level)
       }
-      interruptionReported = false
+      isDown = false
+      flapping = false
       await serve(connection, messages)
       state.withLock {
         $0.isSubscribed = false
@@ -276,7 +299,12 @@ final class RedisSubscription: Sendable {
       if Task.isCancelled { return }
       missedMessages = true
       let lived = subscribedAt.duration(to: options.clock.now)
-      failures = lived >= options.backoff.maximumDelay ? 0 : failures + 1
+      if lived >= Swift.max(Self.stableLifetime, options.healthCheckInterval) {
+        failures = 0
+        interruptionReported = false
+      } else {
+        failures += 1
+      }
       let reason = closeReason.withLock { $0 }.map { "\($0)" } ?? "the subscriber connection closed"
       reportInterruption(reason)
     }

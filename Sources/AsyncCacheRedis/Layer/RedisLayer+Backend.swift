@@ -121,9 +121,10 @@ extension RedisLayer {
     ///
     /// - Parameters:
     ///   - clock: The clock of the timers (the circuit breakers').
+    ///   - outage: The layer's record of which of its pieces cannot reach Redis.
     ///   - onEvent: Where the connections' events are reported.
     init(
-      configuration: Configuration, clock: any CacheClock, counters: RedisCounters,
+      configuration: Configuration, clock: any CacheClock, counters: RedisCounters, outage: RedisOutage,
       onEvent: @escaping RedisEventSink
     ) {
       let makePool: @Sendable (RedisEndpoint) -> RedisConnectionPool = { endpoint in
@@ -132,7 +133,7 @@ extension RedisLayer {
             host: endpoint.host, port: endpoint.port, connectTimeout: configuration.connectTimeout,
             operationTimeout: configuration.operationTimeout, maximumConnections: configuration.maximumConnections,
             handshake: configuration.handshake, circuitBreaker: configuration.circuitBreaker,
-            clock: clock),
+            clock: clock, outage: outage),
           counters: counters, onEvent: onEvent)
       }
       switch configuration.servers {

@@ -64,7 +64,7 @@ extension RedisLayer {
       self.environment = environment
       // Counters of its own: its connections, timeouts and breaker are not the layer's.
       self.backend = Backend(
-        configuration: configuration, clock: clock, counters: RedisCounters(),
+        configuration: configuration, clock: clock, counters: RedisCounters(), outage: RedisOutage(),
         onEvent: { event, _ in environment.log(.debug, "dead-entry clean-up: \(event)") })
     }
 
@@ -84,13 +84,19 @@ extension RedisLayer {
       Task(priority: .background) { await self.drain() }
     }
 
-    /// Stops: drops what waits and closes the connection (a deletion in flight fails).
-    func close() {
-      state.withLock { state in
-        state.closed = true
-        state.pending = [:]
+    /// Stops: drops what waits and closes the connection (a deletion in flight fails). Returns
+    /// how many waiting deletions it dropped.
+    @discardableResult
+    func close() -> Int {
+      let dropped = state.withLock { state in
+        defer {
+          state.closed = true
+          state.pending = [:]
+        }
+        return state.closed ? 0 : state.pending.count
       }
       backend.shutDown()
+      return dropped
     }
 
     /// Entries waiting to be deleted.

@@ -112,7 +112,10 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
     // test may hold still. Expiry does.
     let clock = configuration.clock
     let onEvent = Self.reporter(to: environment, eventHub: eventHub)
-    let backend = Backend(configuration: configuration, clock: clock, counters: counters, onEvent: onEvent)
+    // One warning and one notice per outage, however many of its pieces it reaches.
+    let outage = RedisOutage(staleAfter: Swift.max(.seconds(5), configuration.circuitBreaker.maximumDelay * 2))
+    let backend = Backend(
+      configuration: configuration, clock: clock, counters: counters, outage: outage, onEvent: onEvent)
     self.backend = backend
     self.deadEntries = DeadEntryCleaner(configuration: configuration, clock: clock, environment: environment)
     let targets = Locked<[any AsyncCacheLayer<Key, Value>]>([])
@@ -146,7 +149,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
         channels: channels, trackingPrefixes: tracks ? [keyPrefix, tagsKey] : [],
         connectTimeout: configuration.connectTimeout,
         operationTimeout: configuration.operationTimeout, handshake: configuration.handshake,
-        healthCheckInterval: configuration.invalidation?.healthCheckInterval ?? .seconds(10),
+        healthCheckInterval: configuration.invalidation?.healthCheckInterval ?? .seconds(10), outage: outage,
         backoff: configuration.circuitBreaker, clock: clock, isUrgent: { flight?.isUrgent ?? false },
         probe: probe),
       counters: counters,
@@ -165,7 +168,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
 
   deinit {
     subscription?.stop()
-    deadEntries.close()
+    _ = deadEntries.close()
     backend.shutDown()
     // The observers' sequences end once they have read what is buffered.
     eventHub.finishAll()
@@ -214,10 +217,15 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
     guard lifecycle.beginClosing() else { return }
     singleFlight?.cancelDeferred()
     subscription?.stop()
-    deadEntries.close()
+    let dropped = deadEntries.close()
     backend.shutDown()
     // Nothing happens after this: the event sequences end once read.
     eventHub.finishAll()
+    // The layer buffers no write; what it drops is deletions of dead entries, which the next
+    // read of each hands over again, or its expiry ends.
+    layerEnvironment.log(
+      .notice, dropped == 0 ? "closed" : "closed; \(dropped) deletions of dead entries waiting were dropped",
+      metadata: ["droppedDeletions": "\(dropped)"])
   }
 
   // MARK: Events

@@ -59,6 +59,54 @@ public enum RedisLayerEvent: DropReportingEvent, CustomStringConvertible {
 /// (`nil`): the first failure of an outage is a warning, the ones that follow it are debug.
 typealias RedisEventSink = @Sendable (RedisLayerEvent, CacheLogLevel?) -> Void
 
+/// Which of a layer's pieces (a server's pool, the subscription) cannot reach Redis now, so
+/// that an outage logs one warning and one notice, however many pieces it reaches: a warning
+/// when the first piece fails while every other answers, debug for the failures that follow,
+/// a notice when the last failing piece answers again. A piece that has not failed again for
+/// `staleAfter` (a pool nothing sends to any more, so that nothing probes it: a cluster's seed)
+/// no longer holds the outage open. Safe from any context.
+final class RedisOutage: Sendable {
+  private let failing = Locked<[String: ContinuousClock.Instant]>([:])
+  private let staleAfter: Duration
+
+  /// - Parameter staleAfter: How long a piece's last failure holds the outage open; longer than
+  ///   the longest wait between two probes of a piece that is tried.
+  init(staleAfter: Duration = .seconds(5)) {
+    self.staleAfter = staleAfter
+  }
+
+  /// `source` failed (a breaker opened or opened again, a subscription broke or could not be
+  /// made): the level to log it at.
+  func failed(_ source: String) -> CacheLogLevel {
+    let now = ContinuousClock.now
+    return failing.withLock { failing in
+      prune(&failing, now: now)
+      defer { failing[source] = now }
+      return failing.isEmpty ? .warning : .debug
+    }
+  }
+
+  /// `source` answers again (a breaker closed, a subscription is back): the level to log it at;
+  /// `usual` when it was not failing.
+  func answered(_ source: String, usual: CacheLogLevel) -> CacheLogLevel {
+    let now = ContinuousClock.now
+    return failing.withLock { failing in
+      guard failing.removeValue(forKey: source) != nil else { return usual }
+      prune(&failing, now: now)
+      return failing.isEmpty ? .notice : .debug
+    }
+  }
+
+  /// `source` is gone (a pool shut down): it no longer holds an outage open. Logs nothing.
+  func forget(_ source: String) {
+    _ = failing.withLock { $0.removeValue(forKey: source) }
+  }
+
+  private func prune(_ failing: inout [String: ContinuousClock.Instant], now: ContinuousClock.Instant) {
+    failing = failing.filter { now - $0.value < staleAfter }
+  }
+}
+
 extension RedisLayerEvent {
   /// ``dropped(count:)``: the layer's events carry no state to pass on.
   public static func dropped(count: Int, last: RedisLayerEvent) -> RedisLayerEvent { .dropped(count: count) }

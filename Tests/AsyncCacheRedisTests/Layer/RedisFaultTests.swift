@@ -127,8 +127,7 @@ struct RedisFaultTests {
     let layer = try makeLayer(server) {
       $0.clock = clock
       $0.operationTimeout = .seconds(1)
-      $0.circuitBreaker = RedisCircuitBreakerPolicy(
-        failureThreshold: 2, initialDelay: .seconds(2), maximumDelay: .seconds(8))
+      $0.circuitBreaker = RedisCircuitBreakerPolicy(failureThreshold: 2, initialDelay: .seconds(2))
       $0.eventHandler = events.handler
     }
     try await layer.ping()

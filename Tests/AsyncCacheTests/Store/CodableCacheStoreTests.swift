@@ -146,6 +146,15 @@ struct CodableCacheStoreTests {
     #expect(try await second.get(key: "s", as: Session.self)?.visits == 3)
   }
 
+  @Test("the store's logger is the one its chain and layers follow")
+  func logger() async throws {
+    let logs = RecordingLogHandler()
+    let store = try CodableCacheStore(layers: [MemoryLayer<String, Data>()], logger: logs.logger(minimumLevel: .notice))
+    let followed = store.chain.followedLogger.value
+    #expect(followed.minimumLevel == .notice && followed.handler as? RecordingLogHandler === logs)
+    try await store.close()
+  }
+
   @Test("run() waits until cancelled or shut down, then shuts down")
   func runs() async throws {
     let memory = RecordingLayer(try MemoryLayer<String, Data>())

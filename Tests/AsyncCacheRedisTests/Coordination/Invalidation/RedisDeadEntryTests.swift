@@ -290,13 +290,18 @@ struct RedisDeadEntryTests {
     }
     let header: [UInt8] = [0xAC, 1, 0]
     _ = try await server.command("CLIENT", "PAUSE", "100000", "WRITE")
-    let layer = try makeLayer(server, namespace: "closed") { $0.operationTimeout = .seconds(100) }
+    let logs = RecordingLogHandler()
+    let layer = try makeLayer(server, namespace: "closed") {
+      $0.operationTimeout = .seconds(100)
+      $0.logger = logs.logger(minimumLevel: .notice)
+    }
     layer.deadEntries.delete([(Array("closed:a".utf8), header)])
     await eventually { layer.deadEntries.commandsInFlight == 1 }
     layer.deadEntries.delete([(Array("closed:b".utf8), header)])
     #expect(try await clients() == 1)
     try await layer.close()
     #expect(layer.deadEntries.pendingCount == 0, "what waited is dropped")
+    #expect(logs.records.map(\.message) == ["closed; 1 deletions of dead entries waiting were dropped"])
     await eventually { layer.statistics.deadEntryDeletionsFailed == 1 }
     try await eventually { try await clients() == 0 }
     layer.deadEntries.delete([(Array("closed:c".utf8), header)])
