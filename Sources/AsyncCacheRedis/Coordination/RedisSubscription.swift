@@ -253,13 +253,20 @@ final class RedisSubscription: Sendable {
     var isDown = false
     var flapping = false
     func reportInterruption(_ reason: String) {
-      // Told every time, so that the outage stays open while the subscription keeps failing.
-      let level = options.outage.failed("subscription")
-      if !isDown {
+      let first = !isDown
+      if first {
         isDown = true
         flapping = interruptionReported
       }
-      onEvent(.invalidationsInterrupted(channel: channel, reason: reason), interruptionReported ? .debug : level)
+      var level = CacheLogLevel.debug
+      // Told every time (but in a flap, which is not an outage of its own), so that the outage
+      // stays open while the subscription keeps failing; a warning the first time, if no other
+      // piece of the layer reported the outage already.
+      if !flapping {
+        let told = options.outage.failed("subscription")
+        if first { level = told }
+      }
+      onEvent(.invalidationsInterrupted(channel: channel, reason: reason), level)
       interruptionReported = true
     }
     while !Task.isCancelled {

@@ -71,6 +71,39 @@ struct RedisOutageTests {
       "discarded connections are info, or debug once the breaker is open")
   }
 
+  @Test("a subscription killed again and again soon after it is back logs one warning and one notice, and backs off")
+  func flappingSubscription() async throws {
+    let server = try await RedisServer.start()
+    let logs = RecordingLogHandler()
+    let events = EventLog<RedisLayerEvent>()
+    let layer = try makeLayer(server, namespace: "flap") {
+      $0.logger = logs.logger(minimumLevel: .debug)
+      $0.invalidation = RedisInvalidation()
+      $0.eventHandler = events.handler
+    }
+    try layer.forwardInvalidations(to: [try MemoryLayer<String, Data>()])
+    await eventually { layer.isReceivingInvalidations }
+    func resubscriptions() -> Int {
+      events.all.count { if case .invalidationsResubscribed = $0 { true } else { false } }
+    }
+    var killedAt: [ContinuousClock.Instant] = []
+    var backAt: [ContinuousClock.Instant] = []
+    for round in 1...4 {
+      _ = try await server.command("CLIENT", "KILL", "TYPE", "pubsub")
+      killedAt.append(.now)
+      await eventually { resubscriptions() == round && layer.isReceivingInvalidations }
+      backAt.append(.now)
+    }
+    let records = logs.records.filter { $0.source == "RedisLayer" && $0.message.hasPrefix("invalidations on") }
+    #expect(records.count == 8, "\(records.map(\.message))")
+    #expect(records.count { $0.level == .warning } == 1 && records.first?.level == .warning)
+    #expect(records.count { $0.level == .notice } == 1 && records.dropFirst().first?.level == .notice)
+    #expect(records.dropFirst(2).allSatisfy { $0.level == .debug }, "a flap is not an outage of its own")
+    // Backing off: the fourth took at least the third's doubled delay (100 ms doubled twice,
+    // at least half of it after jitter).
+    #expect(backAt[3] - killedAt[3] >= .milliseconds(200))
+  }
+
   @Test("the breaker waits at most a second between probes by default, jitter included")
   func probesWithinASecond() {
     let policy = RedisCircuitBreakerPolicy()
