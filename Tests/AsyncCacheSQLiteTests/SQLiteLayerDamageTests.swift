@@ -7,7 +7,7 @@ import TestSupport
 import Testing
 
 /// RELIABILITY rows 7 and 8: damaged rows and files, older and newer schemas.
-@Suite("SQLiteLayer with damaged data", .timeLimit(.minutes(2)))
+@Suite("SQLiteLayer with damaged data", .timeLimit(.minutes(3)))
 struct SQLiteLayerDamageTests {
   /// Ways to damage a stored row behind the layer's back.
   enum Damage: String, CaseIterable, Sendable {

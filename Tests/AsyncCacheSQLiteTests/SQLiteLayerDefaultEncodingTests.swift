@@ -8,7 +8,7 @@ enum Region: String, CacheKeyEncodable {
   case eu, us
 }
 
-@Suite("Keys and values encoded by default", .timeLimit(.minutes(1)))
+@Suite("Keys and values encoded by default", .timeLimit(.minutes(3)))
 struct SQLiteLayerDefaultEncodingTests {
   struct Product: Codable, Hashable, Sendable {
     var name: String

@@ -6,7 +6,7 @@ import Testing
 @testable import AsyncCache
 @testable import AsyncCacheSQLite
 
-@Suite("SQLiteLayer events end with the layer", .timeLimit(.minutes(1)))
+@Suite("SQLiteLayer events end with the layer", .timeLimit(.minutes(3)))
 struct SQLiteLayerEventEndTests {
   /// Whether `events` has ended (its buffer is finished: an iterator gets `nil` once it has read
   /// what is buffered).

@@ -7,7 +7,7 @@ import Testing
 
 @testable import AsyncCacheSQLite
 
-@Suite("SQLiteLayer logging", .timeLimit(.minutes(1)))
+@Suite("SQLiteLayer logging", .timeLimit(.minutes(3)))
 struct SQLiteLayerLoggingTests {
   @Test("a damaged row is logged as a warning with its key, the database and the namespace")
   func damagedRow() async throws {

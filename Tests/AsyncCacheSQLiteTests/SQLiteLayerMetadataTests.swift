@@ -4,7 +4,7 @@ import Foundation
 import PersistenceTestSupport
 import Testing
 
-@Suite("SQLiteLayer: entry metadata", .timeLimit(.minutes(2)))
+@Suite("SQLiteLayer: entry metadata", .timeLimit(.minutes(3)))
 struct SQLiteLayerMetadataTests {
   static let metadata = EntryMetadata(
     entityTag: #"W/"v42""#,

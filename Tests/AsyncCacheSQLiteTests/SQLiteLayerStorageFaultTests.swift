@@ -10,7 +10,7 @@ import Testing
 /// impossible these tests are skipped with the reason; the disk layer's seam-based twins always run.
 @Suite(
   "SQLiteLayer on full and read-only file systems",
-  .timeLimit(.minutes(2)),
+  .timeLimit(.minutes(3)),
   .enabled(if: TmpfsMount.unavailableReason == nil, "\(TmpfsMount.unavailableReason ?? "")")
 )
 struct SQLiteLayerStorageFaultTests {

@@ -5,7 +5,7 @@ import Foundation
 import PersistenceTestSupport
 import Testing
 
-@Suite("SQLiteLayer: tag invalidation", .timeLimit(.minutes(2)))
+@Suite("SQLiteLayer: tag invalidation", .timeLimit(.minutes(3)))
 struct SQLiteLayerTagTests {
   static func tagged(_ value: String, _ tags: Set<String>, producedAt seconds: Int64) -> CacheEntry<String> {
     CacheEntry(

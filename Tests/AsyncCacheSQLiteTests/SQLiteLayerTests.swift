@@ -5,7 +5,7 @@ import Foundation
 import PersistenceTestSupport
 import Testing
 
-@Suite("SQLiteLayer", .timeLimit(.minutes(2)))
+@Suite("SQLiteLayer", .timeLimit(.minutes(3)))
 struct SQLiteLayerTests {
   struct Photo: Codable, Hashable, Sendable {
     var id: Int

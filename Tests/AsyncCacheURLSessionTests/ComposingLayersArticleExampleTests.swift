@@ -6,7 +6,7 @@ import Testing
 
 /// The samples of the "Composing layers" article, run against a real HTTP server on a loopback
 /// port and a real folder of files.
-@Suite("Composing layers article examples", .timeLimit(.minutes(1)))
+@Suite("Composing layers article examples", .timeLimit(.minutes(3)))
 struct ComposingLayersArticleExampleTests {
   struct Photo: Hashable, Sendable {
     let id: String

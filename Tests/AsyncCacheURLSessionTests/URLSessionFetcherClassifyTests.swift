@@ -8,7 +8,7 @@ import Testing
   import FoundationNetworking
 #endif
 
-@Suite("URLSessionFetcher.classify", .timeLimit(.minutes(1)))
+@Suite("URLSessionFetcher.classify", .timeLimit(.minutes(3)))
 struct URLSessionFetcherClassifyTests {
   static let url = URL(string: "https://example.com/thing")!
 

@@ -6,7 +6,7 @@ import HTTPTestSupport
 import TestSupport
 import Testing
 
-@Suite("URLSessionFetcher with operators and LoadingCache", .timeLimit(.minutes(1)))
+@Suite("URLSessionFetcher with operators and LoadingCache", .timeLimit(.minutes(3)))
 struct URLSessionFetcherCompositionTests {
   struct User: Codable, Hashable, Sendable {
     var id: Int

@@ -14,7 +14,7 @@ import Testing
 /// connection instead of sending on for ever.
 // Serialized: on Linux a waiting transfer keeps a core busy (see the article), and several at once
 // would starve the rest of a test run on a small machine, under ThreadSanitizer above all.
-@Suite("URLSessionFetcher against hostile servers", .serialized, .timeLimit(.minutes(1)))
+@Suite("URLSessionFetcher against hostile servers", .serialized, .timeLimit(.minutes(3)))
 struct URLSessionFetcherHostileServerTests {
   /// A way to keep a transfer going forever without ever going quiet for long.
   struct Stall: Sendable, CustomTestStringConvertible {

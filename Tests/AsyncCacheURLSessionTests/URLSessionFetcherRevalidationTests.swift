@@ -59,7 +59,7 @@ func response(status: Int, fields: [(String, String)], body: Data = Data()) -> D
   return Data((text + "\r\n").utf8) + body
 }
 
-@Suite("URLSessionFetcher: validators, 304 and response freshness", .timeLimit(.minutes(1)))
+@Suite("URLSessionFetcher: validators, 304 and response freshness", .timeLimit(.minutes(3)))
 struct URLSessionFetcherRevalidationTests {
   @Test("a 200's ETag and Last-Modified become the entry's validators; a conditional request gets a 304")
   func conditionalRequest() async throws {

@@ -7,7 +7,7 @@ import Testing
   import FoundationNetworking
 #endif
 
-@Suite("URLSessionFetcher", .timeLimit(.minutes(1)))
+@Suite("URLSessionFetcher", .timeLimit(.minutes(3)))
 struct URLSessionFetcherTests {
   @Test("a 200's body arrives byte for byte, empty, small or of several megabytes", arguments: [0, 11, 4_194_311])
   func body(size: Int) async throws {

@@ -17,9 +17,10 @@ import AsyncCache
 /// after a server restart follows the same schedule: with the default maximum, a server that
 /// is back is probed, and used again, within a second (while requests come to probe it).
 ///
-/// What an outage logs: one warning when the breaker first opens (the server cannot be
-/// reached), the probes that fail at debug, and one notice when a probe succeeds and the
-/// breaker closes. Connections discarded on the way are info (debug while the breaker is open).
+/// What an outage logs, once per layer whichever of its servers (and its subscription) see it:
+/// one warning when the first breaker opens (the server cannot be reached), the probes that
+/// fail at debug, and one notice when the last breaker closes (or the subscription is back).
+/// Connections discarded on the way are info (debug while the breaker is open).
 public struct RedisCircuitBreakerPolicy: Sendable, Hashable {
   /// Failures in a row (other than failed connection attempts) that open the breaker.
   /// Default 5.

@@ -107,11 +107,12 @@ extension RedisLayer {
     /// Default `nil`: `run()` ends when its task is cancelled or the layer is closed. A layer in a
     /// `LoadingCache` is closed by the cache's own `run()` or `close()`.
     public var gracefulShutdown: (@Sendable () async throws -> Void)?
-    /// Where the layer logs every ``RedisLayerEvent``: the first opening of the circuit in an
-    /// outage, an interrupted subscription or a value it cannot read (`warning`); a circuit that
-    /// closes or a subscription that is back (`notice`); a connection made or discarded (`info`);
-    /// the probes that fail during an outage, and what it does while the server is away
-    /// (`debug`). Default: the logger of the cache or chain the layer is put in (see
+    /// Where the layer logs every ``RedisLayerEvent``: the first failure of an outage (a
+    /// circuit that opens or the subscription breaking, whichever comes first) or a value it
+    /// cannot read (`warning`); the end of the outage, when the last of them answers again, and
+    /// the layer's close, with the deletions of dead entries it dropped (`notice`); a connection
+    /// made or discarded (`info`); the rest of an outage (the probes that fail, the other
+    /// servers, the attempts to subscribe again: `debug`). Default: the logger of the cache or chain the layer is put in (see
     /// `CacheEnvironment`), else `CacheLogger.disabled`. Errors the layer throws are not logged by
     /// it: its `CacheChain` logs them.
     @FollowsCache public var logger: CacheLogger

@@ -39,7 +39,7 @@ private func popped(_ list: String, _ value: String) -> RESPValue {
   .array([.bulkString(Array(list.utf8)), .bulkString(Array(value.utf8))])
 }
 
-@Suite("RedisConnectionPool against a real redis-server", .redisServer, .timeLimit(.minutes(1)))
+@Suite("RedisConnectionPool against a real redis-server", .redisServer, .timeLimit(.minutes(3)))
 struct RedisConnectionPoolTests {
   @Test("commands share one idle connection: no other opens")
   func sharesOneConnection() async throws {

@@ -6,7 +6,7 @@ import Testing
 
 @testable import AsyncCacheRedis
 
-@Suite("A Redis outage, as an operator reads it", .redisServer, .timeLimit(.minutes(2)))
+@Suite("A Redis outage, as an operator reads it", .redisServer, .timeLimit(.minutes(3)))
 struct RedisOutageTests {
   @Test("an outage logs one warning and, once the server is back, one notice; the probes are debug")
   func oneWarningOneNotice() async throws {

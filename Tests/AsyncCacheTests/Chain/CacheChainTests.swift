@@ -4,7 +4,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite(.timeLimit(.minutes(1))) struct CacheChainTests {
+@Suite(.timeLimit(.minutes(3))) struct CacheChainTests {
   let clock = ManualClock()
 
   func memory(timeToLive: Duration? = nil) throws -> MemoryLayer<String, Int> {

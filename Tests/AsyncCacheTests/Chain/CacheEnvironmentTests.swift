@@ -6,7 +6,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("One clock and one logger per cache", .timeLimit(.minutes(1)))
+@Suite("One clock and one logger per cache", .timeLimit(.minutes(3)))
 struct CacheEnvironmentTests {
   private func disk(in directory: TemporaryDirectory, clock: (any CacheClock)? = nil) async throws -> DiskLayer<
     String, Data

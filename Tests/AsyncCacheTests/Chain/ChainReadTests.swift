@@ -3,7 +3,7 @@ import Testing
 @testable import AsyncCache
 
 /// A read-through of a chain ends once, however it goes: by what it stores, or when dropped.
-@Suite(.timeLimit(.minutes(1))) struct ChainReadTests {
+@Suite(.timeLimit(.minutes(3))) struct ChainReadTests {
   let top: MemoryLayer<String, Int>
   let middle: MemoryLayer<String, Int>
   let bottom: MemoryLayer<String, Int>

@@ -4,7 +4,7 @@ import Testing
 @testable import AsyncCache
 
 /// Whom a layer tells of an invalidation it learnt elsewhere (from an independent review).
-@Suite("Tags: whom a layer tells of an invalidation learnt elsewhere", .timeLimit(.minutes(1)))
+@Suite("Tags: whom a layer tells of an invalidation learnt elsewhere", .timeLimit(.minutes(3)))
 struct ReviewTagHandlerTests {
   @Test("a chain made without a cache, then put in one, passes the invalidation up")
   func nestedChain() throws {

@@ -30,7 +30,7 @@ final class TaggingOrigin: EntryFetcher, Sendable {
   }
 }
 
-@Suite("Tags: invalidate(tag:) on one instance", .timeLimit(.minutes(1)))
+@Suite("Tags: invalidate(tag:) on one instance", .timeLimit(.minutes(3)))
 struct TagInvalidationTests {
   let clock = ManualClock()
   let memory: MemoryLayer<String, Int>

@@ -7,7 +7,7 @@ import Testing
 
 // Probes of an independent review of tags, kept as regression tests: each states a promise of
 // invalidate(tag:) that an earlier build broke.
-@Suite("Tags: what a review broke", .timeLimit(.minutes(1)))
+@Suite("Tags: what a review broke", .timeLimit(.minutes(3)))
 struct TagReviewTests {
   let clock = ManualClock()
   let memory: MemoryLayer<String, Int>

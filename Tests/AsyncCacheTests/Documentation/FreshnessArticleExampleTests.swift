@@ -4,7 +4,7 @@ import Testing
 
 // The "Freshness and statistics" article's configuration and test, run as written, with a
 // `FakeLayer` in place of the SQLite layer (this module does not depend on AsyncCacheSQLite).
-@Suite(.timeLimit(.minutes(1))) struct FreshnessArticleExampleTests {
+@Suite(.timeLimit(.minutes(3))) struct FreshnessArticleExampleTests {
   struct Price: Equatable, Sendable { var cents: Int }
 
   @Test func theArticlesConfigurationServesStaleWhileRevalidatingAndRemembersNotFound() async throws {

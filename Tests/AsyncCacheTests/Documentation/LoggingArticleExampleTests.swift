@@ -69,7 +69,7 @@ private struct Logger: Sendable {
 
 // MARK: Tests
 
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(3)))
 struct LoggingArticleExampleTests {
   @Test("the swift-log bridge is swift-log's log method: level, message, metadata, source and location pass")
   func bridge() throws {

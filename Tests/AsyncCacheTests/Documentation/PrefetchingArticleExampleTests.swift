@@ -7,7 +7,7 @@ import Testing
 /// The "Prefetching and priorities" article's examples, compiled and run, so that it cannot
 /// drift from the API. Its origin is gated, so each test decides when photos arrive, and each
 /// reads the prefetcher's updates instead of sleeping.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(3)))
 struct PrefetchingArticleExampleTests {
   struct Photo: Codable, Sendable, Equatable {
     var id: String

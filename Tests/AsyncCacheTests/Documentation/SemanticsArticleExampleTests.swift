@@ -4,7 +4,7 @@ import Testing
 
 // The "Coalescing, cancellation and consistency" article's timeout example, run as written on a
 // manual clock, with a gated origin for `pricing`.
-@Suite(.timeLimit(.minutes(1))) struct SemanticsArticleExampleTests {
+@Suite(.timeLimit(.minutes(3))) struct SemanticsArticleExampleTests {
   struct Price: Equatable, Sendable { var cents: Int }
 
   @Test func theTimeoutExampleServesStaleAtTheSoftTimeoutAndFailsAtTheHardOne() async throws {

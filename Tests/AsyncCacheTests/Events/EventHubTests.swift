@@ -17,7 +17,7 @@ private func waitForParkedReaders(_ count: Int, on events: EventSequence<Beat>) 
   while events.subscription.buffer.parkedReaderCount < count && !Task.isCancelled { await Task.yield() }
 }
 
-@Suite("EventHub and EventSequence", .timeLimit(.minutes(1)))
+@Suite("EventHub and EventSequence", .timeLimit(.minutes(3)))
 struct EventHubTests {
   // MARK: - Buffering
 

@@ -205,7 +205,7 @@ import Testing
   }
 }
 
-@Suite(.timeLimit(.minutes(1))) struct LoadingCacheFreshnessTests {
+@Suite(.timeLimit(.minutes(3))) struct LoadingCacheFreshnessTests {
   let clock = ManualClock()
   let memory: MemoryLayer<String, Int>
   let events = LoadEventLines()

@@ -4,7 +4,7 @@ import Testing
 @testable import AsyncCache
 
 /// Review probes for 4da1b0f: per-entry limits of stale serving.
-@Suite("Freshness: stale limits, from a review", .timeLimit(.minutes(1)))
+@Suite("Freshness: stale limits, from a review", .timeLimit(.minutes(3)))
 struct ReviewStaleLimitTests {
   let clock = ManualClock()
 

@@ -3,7 +3,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("Freshness: an entry's limits on stale serving", .timeLimit(.minutes(1)))
+@Suite("Freshness: an entry's limits on stale serving", .timeLimit(.minutes(3)))
 struct StaleLimitTests {
   let clock = ManualClock()
 

@@ -2,7 +2,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("EntryMetadata", .timeLimit(.minutes(1)))
+@Suite("EntryMetadata", .timeLimit(.minutes(3)))
 struct EntryMetadataTests {
   static let full = EntryMetadata(
     entityTag: #""abc""#,

@@ -5,7 +5,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("SynchronousLookupLayer", .timeLimit(.minutes(1)))
+@Suite("SynchronousLookupLayer", .timeLimit(.minutes(3)))
 struct SynchronousLookupLayerTests {
   struct UserID: Hashable, Sendable {
     var rawValue: Int

@@ -4,7 +4,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("Per-load reports and histogram buckets, for metrics", .timeLimit(.minutes(1)))
+@Suite("Per-load reports and histogram buckets, for metrics", .timeLimit(.minutes(3)))
 struct LoadReportTests {
   @Test("every load is reported once, with its key, outcome, source, duration and attempts; hits are not")
   func everyLoadOnce() async throws {

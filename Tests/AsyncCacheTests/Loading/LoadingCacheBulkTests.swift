@@ -3,7 +3,7 @@ import AsyncCacheTesting
 import TestSupport
 import Testing
 
-@Suite("LoadingCache bulk requests", .timeLimit(.minutes(1)))
+@Suite("LoadingCache bulk requests", .timeLimit(.minutes(3)))
 struct LoadingCacheBulkTests {
 
   static func cache(_ origin: GatedFetcher<String, String>) throws -> (

@@ -48,7 +48,7 @@ private func isClosed(_ error: any Error) -> Bool {
   (error as? AsyncCacheError)?.code == .closed
 }
 
-@Suite("Closing a cache and a chain", .timeLimit(.minutes(1)))
+@Suite("Closing a cache and a chain", .timeLimit(.minutes(3)))
 struct LoadingCacheCloseTests {
   @Test("close() closes every layer once, top first, nested chains and operators included")
   func closesEveryLayer() async throws {

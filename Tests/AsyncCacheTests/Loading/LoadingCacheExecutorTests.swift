@@ -31,7 +31,7 @@ actor CachingCaller {
   }
 }
 
-@Suite(.timeLimit(.minutes(1))) struct LoadingCacheExecutorTests {
+@Suite(.timeLimit(.minutes(3))) struct LoadingCacheExecutorTests {
   /// Regression: `value(for:)` was a plain `nonisolated async` method, so a caller on an actor
   /// (the main actor of an app) hopped to the global executor and back on every hit.
   @Test func aHitNeverLeavesTheCallersExecutor() async throws {

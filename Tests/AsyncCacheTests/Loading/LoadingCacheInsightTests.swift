@@ -9,7 +9,7 @@ struct InsightTestFailure: Error, CustomStringConvertible {
   var description: String { "origin down" }
 }
 
-@Suite("LoadingCache statistics", .timeLimit(.minutes(1))) struct LoadingCacheStatisticsTests {
+@Suite("LoadingCache statistics", .timeLimit(.minutes(3))) struct LoadingCacheStatisticsTests {
   let clock = ManualClock()
 
   @Test func statisticsMatchAHandCountedScenario() async throws {
@@ -322,7 +322,7 @@ struct InsightTestFailure: Error, CustomStringConvertible {
   }
 }
 
-@Suite("Cache events", .timeLimit(.minutes(1))) struct CacheEventsTests {
+@Suite("Cache events", .timeLimit(.minutes(3))) struct CacheEventsTests {
   let clock = ManualClock()
 
   func cache(

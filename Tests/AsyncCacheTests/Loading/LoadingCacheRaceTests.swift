@@ -39,7 +39,7 @@ final class ArrivalLatch: Sendable {
 /// racing requests, loads that request each other once both run, a load that loses its last
 /// request before a retry. Each ends with the table, the dependency graph and the chain's
 /// coordinator at rest.
-@Suite(.timeLimit(.minutes(1))) struct LoadingCacheRaceTests {
+@Suite(.timeLimit(.minutes(3))) struct LoadingCacheRaceTests {
   func expectAtRest<Key, Value>(_ cache: LoadingCache<Key, Value>, sourceLocation: SourceLocation = #_sourceLocation)
     async
   {

@@ -21,7 +21,7 @@ func outcome<T>(_ body: () async throws -> T) async -> Result<T, any Error> {
 
 /// RELIABILITY.md row 18: a load that waits on itself fails at once with a typed error, and
 /// leaves nothing behind.
-@Suite(.timeLimit(.minutes(1))) struct LoadingCacheRecursionTests {
+@Suite(.timeLimit(.minutes(3))) struct LoadingCacheRecursionTests {
   /// Whether `result` failed with `recursiveLoad`.
   func isRecursive<T>(_ result: Result<T, any Error>) -> Bool {
     if case .failure(let error) = result { return (error as? AsyncCacheError)?.code == .recursiveLoad }

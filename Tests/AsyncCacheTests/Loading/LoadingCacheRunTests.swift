@@ -4,7 +4,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("Running a cache as a service", .timeLimit(.minutes(1)))
+@Suite("Running a cache as a service", .timeLimit(.minutes(3)))
 struct LoadingCacheRunTests {
   /// A graceful shutdown signal a test fires, shaped as swift-service-lifecycle's
   /// `gracefulShutdown()`: returns when fired, throws `CancellationError` when cancelled.

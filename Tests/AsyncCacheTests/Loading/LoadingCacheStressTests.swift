@@ -13,7 +13,7 @@ import Testing
 /// - any read returns the origin's value or a value the key's owner wrote;
 /// - afterwards the in-flight table and the write coordinator are empty and the memory layer's
 ///   storage is sound (no unbounded growth, no leaked waiter).
-@Suite(.timeLimit(.minutes(2))) struct LoadingCacheStressTests {
+@Suite(.timeLimit(.minutes(3))) struct LoadingCacheStressTests {
   static let taskCount = 8
   static let keyCount = 96
   static let operationsPerTask = 1200

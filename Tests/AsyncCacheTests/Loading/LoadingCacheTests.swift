@@ -5,7 +5,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite(.timeLimit(.minutes(1))) struct LoadingCacheTests {
+@Suite(.timeLimit(.minutes(3))) struct LoadingCacheTests {
   let clock = ManualClock()
   let memory: MemoryLayer<String, Int>
 

@@ -48,7 +48,7 @@ struct HastyClock: CacheClock {
 
 /// Timeouts whatever order the request's child tasks run in, a kept load's retries, and the
 /// attempts a load reports: cases a fresh-eyes review of the load timeouts found.
-@Suite("LoadingCache load timeouts, in every order", .timeLimit(.minutes(1)))
+@Suite("LoadingCache load timeouts, in every order", .timeLimit(.minutes(3)))
 struct LoadingCacheTimeoutOrderingTests {
   let clock = ManualClock()
 

@@ -6,7 +6,7 @@ import Testing
 
 /// Soft and hard load timeouts, on a manual clock: what a request gets at each deadline, what
 /// becomes of the load, and how timeouts meet writes and cancellation.
-@Suite("LoadingCache load timeouts", .timeLimit(.minutes(1)))
+@Suite("LoadingCache load timeouts", .timeLimit(.minutes(3)))
 struct LoadingCacheTimeoutTests {
   let clock = ManualClock()
   let memory: MemoryLayer<String, Int>

@@ -4,7 +4,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("AsyncPrefetcher logging", .timeLimit(.minutes(1)))
+@Suite("AsyncPrefetcher logging", .timeLimit(.minutes(3)))
 struct AsyncPrefetcherLoggingTests {
   typealias Prefetcher = AsyncPrefetcher<String, Int>
 

@@ -4,7 +4,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("CacheChain logging", .timeLimit(.minutes(1)))
+@Suite("CacheChain logging", .timeLimit(.minutes(3)))
 struct CacheChainLoggingTests {
   static func chain(
     _ lower: FakeLayer<String, Int>, policy: LayerFailurePolicy, logs: RecordingLogHandler,

@@ -3,7 +3,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("LoadingCache logging", .timeLimit(.minutes(1)))
+@Suite("LoadingCache logging", .timeLimit(.minutes(3)))
 struct LoadingCacheLoggingTests {
   struct Transient: Error, CustomStringConvertible {
     var description: String { "Transient" }

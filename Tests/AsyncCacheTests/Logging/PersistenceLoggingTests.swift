@@ -5,7 +5,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("Persistent layers logging", .timeLimit(.minutes(1)))
+@Suite("Persistent layers logging", .timeLimit(.minutes(3)))
 struct PersistenceLoggingTests {
   // MARK: DiskLayer
 

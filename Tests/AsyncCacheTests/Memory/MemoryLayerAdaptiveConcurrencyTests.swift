@@ -106,7 +106,7 @@ import Testing
 
   /// Many tasks reading and writing a refereed layer at once: its one lock guards the shadows too.
   /// Under ThreadSanitizer in CI.
-  @Test("tasks reading and writing a refereed layer at once leave it sound", .timeLimit(.minutes(1)))
+  @Test("tasks reading and writing a refereed layer at once leave it sound", .timeLimit(.minutes(3)))
   func concurrentTasksLeaveItSound() async throws {
     let memory = try MemoryLayerRefereeTests.layer(countLimit: 400)
     try await withThrowingTaskGroup(of: Void.self) { group in

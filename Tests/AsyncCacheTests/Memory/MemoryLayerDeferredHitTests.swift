@@ -8,7 +8,7 @@ import Testing
 /// operation of the layer (lookups, inserts and rewrites with new costs and lifetimes, removal,
 /// expiry, `removeExpired`, trims, `contains`, extensions, snapshot order, restore, `removeAll`),
 /// under every policy, weighted or not, with one or more segments, the two stay identical.
-@Suite(.timeLimit(.minutes(1))) struct MemoryLayerDeferredHitTests {
+@Suite(.timeLimit(.minutes(3))) struct MemoryLayerDeferredHitTests {
   static func lists(_ memory: MemoryLayer<Int, Int>) -> [[[Int]]] {
     (0..<memory.store.segments.count).map { index in
       memory.store.segments.withLock(index) { segment in

@@ -5,7 +5,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("MemoryLayer: entry metadata", .timeLimit(.minutes(1)))
+@Suite("MemoryLayer: entry metadata", .timeLimit(.minutes(3)))
 struct MemoryLayerMetadataTests {
   let clock = ManualClock()
   static let metadata = EntryMetadata(

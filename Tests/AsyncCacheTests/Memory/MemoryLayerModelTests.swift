@@ -4,7 +4,7 @@ import Testing
 @testable import AsyncCache
 
 /// Random operations against a simple model of an LRU cache, with invariants after each one.
-@Suite(.timeLimit(.minutes(1))) struct MemoryLayerModelTests {
+@Suite(.timeLimit(.minutes(3))) struct MemoryLayerModelTests {
   /// An obviously correct (and slow) least-recently-used cache.
   struct Model {
     struct Item {

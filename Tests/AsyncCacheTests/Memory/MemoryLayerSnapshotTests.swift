@@ -6,7 +6,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("MemoryLayer snapshots", .timeLimit(.minutes(1)))
+@Suite("MemoryLayer snapshots", .timeLimit(.minutes(3)))
 struct MemoryLayerSnapshotTests {
   struct UserKey: Codable, Hashable, Sendable {
     var id: Int

@@ -5,7 +5,7 @@ import Testing
 
 /// The stamps that let a hit on an entry with tags skip the check of its tags until the next
 /// invalidation (`MemorySegment+Tags.swift`): 16 bits that cycle, kept honest by a sweep.
-@Suite("MemoryLayer: stamps of entries whose tags were found alive", .timeLimit(.minutes(1)))
+@Suite("MemoryLayer: stamps of entries whose tags were found alive", .timeLimit(.minutes(3)))
 struct MemoryLayerTagStampTests {
   let clock = ManualClock()
 

@@ -4,7 +4,7 @@ import Testing
 
 /// The room a running prefetcher reserves in the admission window of a W-TinyLFU layer, fixed
 /// or adaptive (``MemoryStore/reserveWindow(entries:)``).
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(.minutes(3)))
 struct MemoryLayerWindowReservationTests {
   static func layer(
     countLimit: Int = 10_000, costLimit: Int = .max, segments: Int, policy: EvictionPolicy = .adaptive

@@ -4,7 +4,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("CoalescingLayer", .timeLimit(.minutes(1)))
+@Suite("CoalescingLayer", .timeLimit(.minutes(3)))
 struct CoalescingLayerTests {
 
   @Test("concurrent lookups of a key share one lookup of the layer; other keys have their own")

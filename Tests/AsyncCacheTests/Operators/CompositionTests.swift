@@ -4,7 +4,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("Composition", .timeLimit(.minutes(1)))
+@Suite("Composition", .timeLimit(.minutes(3)))
 struct CompositionTests {
   struct User: Hashable, Sendable, Codable {
     var id: String

@@ -5,7 +5,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("Operators", .timeLimit(.minutes(1)))
+@Suite("Operators", .timeLimit(.minutes(3)))
 struct OperatorTests {
   struct User: Hashable, Sendable, Codable {
     var id: String

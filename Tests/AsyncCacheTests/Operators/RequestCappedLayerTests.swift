@@ -4,7 +4,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("RequestCappedLayer", .timeLimit(.minutes(1)))
+@Suite("RequestCappedLayer", .timeLimit(.minutes(3)))
 struct RequestCappedLayerTests {
 
   @Test("at most N requests reach the layer; the others wait for a slot")

@@ -4,7 +4,7 @@ import Testing
 
 /// The coalescing layer's rules, driven synchronously: strings stand in for the waiters (the
 /// continuations of requests) and for the work (the task of a lookup).
-@Suite("SharedLookupsStateMachine", .timeLimit(.minutes(1)))
+@Suite("SharedLookupsStateMachine", .timeLimit(.minutes(3)))
 struct SharedLookupsStateMachineTests {
   typealias Machine = SharedLookupsStateMachine<String, String, String>
 

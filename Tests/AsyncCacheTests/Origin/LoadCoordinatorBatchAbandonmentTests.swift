@@ -86,7 +86,7 @@ final class GatedCoordinator: LoadCoordinator, Sendable {
   }
 }
 
-@Suite("A bulk request's keys that lose their requests, over a layer that coordinates loads", .timeLimit(.minutes(1)))
+@Suite("A bulk request's keys that lose their requests, over a layer that coordinates loads", .timeLimit(.minutes(3)))
 struct LoadCoordinatorBatchAbandonmentTests {
   /// memory (top) → a layer coordinated by `coordinator`, with a batch origin; single requests
   /// use an origin of their own.

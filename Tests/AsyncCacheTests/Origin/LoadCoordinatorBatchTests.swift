@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@Suite("A bulk request through a batch origin, over a layer that coordinates loads", .timeLimit(.minutes(1)))
+@Suite("A bulk request through a batch origin, over a layer that coordinates loads", .timeLimit(.minutes(3)))
 struct LoadCoordinatorBatchTests {
   /// memory (top) → the coordinated layer → memory (bottom), with a batch origin.
   struct Fixture {

@@ -4,7 +4,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("LoadingCache retries", .timeLimit(.minutes(1)))
+@Suite("LoadingCache retries", .timeLimit(.minutes(3)))
 struct LoadingCacheRetryTests {
   struct Transient: Error, Equatable {}
   struct NotFound: Error, Equatable {}

@@ -40,7 +40,7 @@ final class VersionedOrigin: EntryFetcher, Sendable {
   }
 }
 
-@Suite("LoadingCache: revalidation with an EntryFetcher", .timeLimit(.minutes(1)))
+@Suite("LoadingCache: revalidation with an EntryFetcher", .timeLimit(.minutes(3)))
 struct LoadingCacheRevalidationTests {
   let clock = ManualClock()
   let memory: MemoryLayer<String, Int>

@@ -33,7 +33,7 @@ private struct Record: Codable, Equatable {
   var flags: [Bool?]
 }
 
-@Suite("CanonicalJSON", .timeLimit(.minutes(1)))
+@Suite("CanonicalJSON", .timeLimit(.minutes(3)))
 struct CanonicalJSONTests {
   @Test("text already in NFC is returned as it is, even with members out of order")
   func nfcTextUnchanged() throws {

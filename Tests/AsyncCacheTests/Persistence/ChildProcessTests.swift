@@ -85,7 +85,7 @@ struct ChildProcessTests {
 
   @Test(
     "a child dies with the test process that started it, even one killed without a chance to clean up",
-    .enabled(if: ChildProcess.diesWithItsStarter), .timeLimit(.minutes(1)))
+    .enabled(if: ChildProcess.diesWithItsStarter), .timeLimit(.minutes(3)))
   func childrenDieWithTheTestProcess() async throws {
     // The probe starts a `sleep` whose output is the probe's; killed, the probe leaves the
     // `sleep` the only holder of that pipe, so reading it to the end waits for it to die.

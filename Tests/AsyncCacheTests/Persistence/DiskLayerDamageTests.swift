@@ -57,7 +57,7 @@ enum DiskDamage: String, CaseIterable, Sendable, CustomTestStringConvertible {
   }
 }
 
-@Suite("DiskLayer damage, collisions and hostile keys", .timeLimit(.minutes(2)))
+@Suite("DiskLayer damage, collisions and hostile keys", .timeLimit(.minutes(3)))
 struct DiskLayerDamageTests {
   // MARK: Damaged files (row 7)
 

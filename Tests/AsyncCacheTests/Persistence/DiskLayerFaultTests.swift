@@ -169,7 +169,7 @@ private func isPersistenceError(_ error: any Error, _ code: PersistenceError.Cod
   (error as? PersistenceError)?.code == code
 }
 
-@Suite("DiskLayer faults", .timeLimit(.minutes(2)))
+@Suite("DiskLayer faults", .timeLimit(.minutes(3)))
 struct DiskLayerFaultTests {
   // MARK: A full disk
 

@@ -51,7 +51,7 @@ extension Probe {
 
 /// Row 10, for real: a child process writing large values is killed with `SIGKILL` mid-write.
 @Suite(
-  "DiskLayer process kill", .timeLimit(.minutes(2)),
+  "DiskLayer process kill", .timeLimit(.minutes(3)),
   .enabled(if: Probe.unavailableReason == nil, "\(Probe.unavailableReason ?? "")"))
 struct DiskLayerKillTests {
   /// Each round starts `disk-write-loop` with its own seed, has it complete a seeded random

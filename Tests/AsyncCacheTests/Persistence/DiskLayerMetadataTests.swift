@@ -4,7 +4,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("DiskLayer: entry metadata", .timeLimit(.minutes(2)))
+@Suite("DiskLayer: entry metadata", .timeLimit(.minutes(3)))
 struct DiskLayerMetadataTests {
   static let metadata = EntryMetadata(
     entityTag: #""v42""#,

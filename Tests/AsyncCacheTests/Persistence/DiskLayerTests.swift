@@ -69,7 +69,7 @@ extension DiskLayer {
 
 // MARK: Behaviour
 
-@Suite("DiskLayer", .timeLimit(.minutes(2)))
+@Suite("DiskLayer", .timeLimit(.minutes(3)))
 struct DiskLayerTests {
   struct Profile: Codable, Hashable, Sendable {
     var name: String

@@ -42,7 +42,7 @@ struct TagInvalidationRecordTests {
   }
 }
 
-@Suite("DiskLayer: tag invalidation", .timeLimit(.minutes(1)))
+@Suite("DiskLayer: tag invalidation", .timeLimit(.minutes(3)))
 struct DiskLayerTagTests {
   @Test("an invalidated tag kills the entries filed under it, and stays recorded across a reopen")
   func survivesRestart() async throws {

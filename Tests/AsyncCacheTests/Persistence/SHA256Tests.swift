@@ -3,7 +3,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("SHA256", .timeLimit(.minutes(1)))
+@Suite("SHA256", .timeLimit(.minutes(3)))
 struct SHA256Tests {
   /// The FIPS 180-2 appendix B examples and the empty message.
   @Test(

@@ -5,7 +5,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("Tags: what a review broke, in files", .timeLimit(.minutes(1)))
+@Suite("Tags: what a review broke, in files", .timeLimit(.minutes(3)))
 struct TagReviewPersistenceTests {
   @Test("an entry killed through a lane over a file layer stays dead after a restart")
   func laneLosesInvalidationAcrossRestart() async throws {

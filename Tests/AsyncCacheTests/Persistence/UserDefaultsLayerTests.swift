@@ -7,7 +7,7 @@ import Testing
 
 // Serialized: on Linux, synchronizing any suite writes every changed suite to disk, so a test
 // running alongside would hide a layer that forgot to synchronize its own.
-@Suite("UserDefaultsLayer", .serialized, .timeLimit(.minutes(1)))
+@Suite("UserDefaultsLayer", .serialized, .timeLimit(.minutes(3)))
 struct UserDefaultsLayerTests {
   struct Preferences: Codable, Hashable, Sendable {
     var theme: String

@@ -4,7 +4,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("AsyncPrefetcher", .timeLimit(.minutes(1)))
+@Suite("AsyncPrefetcher", .timeLimit(.minutes(3)))
 struct AsyncPrefetcherTests {
   typealias Prefetcher = AsyncPrefetcher<String, String>
 

@@ -5,7 +5,7 @@ import Testing
 
 @testable import AsyncCache
 
-@Suite("MemoryPressure", .timeLimit(.minutes(1)))
+@Suite("MemoryPressure", .timeLimit(.minutes(3)))
 struct MemoryPressureTests {
   // MARK: Following a source
 

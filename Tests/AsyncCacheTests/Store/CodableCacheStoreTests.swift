@@ -7,7 +7,7 @@ import Testing
 @testable import AsyncCache
 
 /// The rules Hummingbird's `PersistDriver` documents, checked against ``CodableCacheStore``.
-@Suite("CodableCacheStore: PersistDriver's rules", .timeLimit(.minutes(1)))
+@Suite("CodableCacheStore: PersistDriver's rules", .timeLimit(.minutes(3)))
 struct CodableCacheStoreTests {
   struct Session: Codable, Hashable, Sendable {
     var user: String

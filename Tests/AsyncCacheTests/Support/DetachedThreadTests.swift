@@ -5,7 +5,7 @@ import Testing
 
 /// The threads that run socket loops ask the scheduler for short slices, so that they run soon
 /// after they wake even while the cooperative pool computes.
-@Suite(.timeLimit(.minutes(1))) struct DetachedThreadTests {
+@Suite(.timeLimit(.minutes(3))) struct DetachedThreadTests {
   /// The slice the scheduler gives the thread that runs `reactsQuickly`'s body, in nanoseconds,
   /// read from `/proc/thread-self/sched` (`nil` where the kernel does not tell: not Linux, or a
   /// kernel before EEVDF); and whether the scheduler agrees to short slices there at all (a

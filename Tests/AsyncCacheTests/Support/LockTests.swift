@@ -10,7 +10,7 @@ import Testing
 ///
 /// A lost wake-up leaves a thread asleep for ever: the threads run on a dispatch group that is
 /// waited for with a deadline, so that such a bug fails these tests instead of hanging them.
-@Suite(.timeLimit(.minutes(1))) struct LockTests {
+@Suite(.timeLimit(.minutes(3))) struct LockTests {
   /// How long the threads of a test may take: far more than they need, even under
   /// ThreadSanitizer.
   static let deadline = DispatchTimeInterval.seconds(30)

@@ -21,7 +21,7 @@ struct LoadTableWatcherTests {
   /// because the task was attached after the change that registered the load, and the watchers
   /// were not told. The task is now attached in the change that registers the load
   /// (``LoadTable/update(_:then:)``), which tells the watchers.
-  @Test("a watcher waiting for a load's task is resumed when the task is attached", .timeLimit(.minutes(1)))
+  @Test("a watcher waiting for a load's task is resumed when the task is attached", .timeLimit(.minutes(3)))
   func attachingATaskResumesWatchers() async {
     let table = LoadTable<String, Int>()
     let runner = ImmediateRunner()
