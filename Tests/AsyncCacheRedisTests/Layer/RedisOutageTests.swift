@@ -12,9 +12,13 @@ struct RedisOutageTests {
   func oneWarningOneNotice() async throws {
     let server = try await RedisServer.start()
     let logs = RecordingLogHandler()
+    // The breaker's delays and the subscription's backoff run on this clock: the test moves it
+    // to the next probe instead of waiting for it.
+    let clock = ManualClock()
     let layer = try makeLayer(server, namespace: "outage") {
       $0.logger = logs.logger(minimumLevel: .debug)
       $0.invalidation = RedisInvalidation()
+      $0.clock = clock
     }
     try layer.forwardInvalidations(to: [try MemoryLayer<String, Data>()])
     try await layer.insert(Data("shared".utf8), for: "k")
@@ -28,20 +32,29 @@ struct RedisOutageTests {
     await eventually { layer.isReceivingInvalidations }
     logs.removeAll()
 
-    server.stop()
-    // Requests keep coming, as in a service: each fails (fast, once the breaker is open).
-    // Several probes fail before the server is back.
-    while layer.statistics.circuitOpenings < 4 {
-      _ = try? await layer.value(for: "k")
-      try await Task.sleep(for: .milliseconds(5))
+    /// A request, as a service sends them: `true` when Redis answered it (a miss included).
+    /// Refused while the breaker is open, it moves the clock to when the next one may probe.
+    func request() async -> Bool {
+      do {
+        _ = try await layer.value(for: "k")
+        return true
+      } catch {
+        if let wait = (error as? RedisError)?.retryAfter { clock.advance(by: wait) }
+        return false
+      }
     }
+    server.stop()
+    // Requests keep failing (fast, once the breaker is open); several probes fail.
+    while layer.statistics.circuitOpenings < 4 { _ = await request() }
     let restarted = try await RedisServer.start(port: server.port)
     defer { restarted.stop() }
-    // Until a read is answered (the restarted server is empty: a miss, not an error).
-    while await Result(catching: { try await layer.value(for: "k") }).isFailure {
-      try await Task.sleep(for: .milliseconds(5))
+    // Until a request is answered: the next probe finds the server back (empty: a miss).
+    while await !request() {}
+    // The subscription waits out its backoff on the clock, then subscribes again.
+    while !layer.isReceivingInvalidations {
+      await waitUntil { layer.isReceivingInvalidations || clock.sleeperCount > 0 }
+      if !layer.isReceivingInvalidations { clock.advance(by: .seconds(1)) }
     }
-    await eventually { layer.isReceivingInvalidations }
     // The last piece to answer again logs the notice: the subscription says it is back once it
     // has read what it may have missed.
     await eventually { logs.records.contains { $0.level == .notice } }
@@ -116,19 +129,5 @@ struct RedisOutageTests {
     #expect(policy.delay(afterOpenings: 5, jitter: 1) == .seconds(1))
     // A policy given a longer first delay alone takes it as its longest.
     #expect(RedisCircuitBreakerPolicy(initialDelay: .seconds(2)).maximumDelay == .seconds(2))
-  }
-}
-
-extension Result where Success: Sendable {
-  fileprivate init(catching body: () async throws(Failure) -> Success) async {
-    do {
-      self = .success(try await body())
-    } catch {
-      self = .failure(error)
-    }
-  }
-
-  fileprivate var isFailure: Bool {
-    if case .failure = self { true } else { false }
   }
 }

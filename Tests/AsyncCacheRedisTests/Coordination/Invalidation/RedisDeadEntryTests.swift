@@ -247,7 +247,7 @@ struct RedisDeadEntryTests {
     let produced = WallClock().now
     for key in keys { try await layer.insert(tagged(key, producedAt: produced), for: key) }
     try await layer.invalidate(tag: "t", at: WallClock().now)
-    let paused = cluster.servers[0]
+    let paused = try #require(cluster.servers.first)
     var onPaused = 0
     for key in keys {
       let slot = Int(ClusterSlot.of(prefix: layer.keyPrefix, key: key))

@@ -14,6 +14,8 @@ func eventually(
 ) async rethrows {
   let deadline = ContinuousClock.now.advanced(by: .seconds(120))
   while !(try await condition()) {
+    // A test's time limit cancels it: the limit reports it, the wait ends.
+    if Task.isCancelled { return }
     // Checked again after the deadline: the wait may have been held up past it while the
     // condition came true.
     if ContinuousClock.now >= deadline {
