@@ -40,6 +40,8 @@ func exercise(mode: Mode, countLimit: Int, costLimit: Int64, largestCost: Int64,
     case .referee: SegmentAdmission(countShare: countLimit, costShare: costLimit, adaptation: .referee, seed: 42)
     }
   var segment = MemorySegment<Int, Int>(admission: admission)
+  // The reuse sampler of the hit-ratio curve, as MemoryStore runs it.
+  segment.sampler.start(seed: 7)
   var totals = Totals()
   var target = WindowTarget()
   var hits = 0
@@ -53,9 +55,11 @@ func exercise(mode: Mode, countLimit: Int, costLimit: Int64, largestCost: Int64,
     case 0..<5:
       if let slot = segment.find(key, hash: hash) {
         segment.recordHit(slot, hash: hash)
+        segment.sampleHit(key, at: slot)
         hits += 1
       } else {
         segment.misses &+= 1
+        segment.sampleMiss(key)
       }
     case 5..<9:
       let cost = Int64(random.next() % UInt64(largestCost + 1))
@@ -69,6 +73,7 @@ func exercise(mode: Mode, countLimit: Int, costLimit: Int64, largestCost: Int64,
         written = slot
       } else {
         written = segment.append(MemoryNode(key: key, value: step, expiry: .max, cost: cost), hash: hash)
+        segment.markIfWatched(written, key: key)
         totals.count += 1
         totals.cost += cost
         // The ghosts' vote, counted into the layer's share as MemoryStore does.
@@ -122,6 +127,11 @@ func exercise(mode: Mode, countLimit: Int, costLimit: Int64, largestCost: Int64,
   print(
     "  \(mode.name), costs up to \(largestCost): \(segment.count) entries costing \(segment.totalCost) "
       + "(window \(window), probation \(probation), protected \(protected)), \(hits) hits")
+  // Every node's cost survived its watch bit (the invariants sum the costs), and reuses were timed.
+  guard segment.sampler.histogram.total > 0 else {
+    print("the reuse sampler timed no reuse")
+    return false
+  }
   guard !tinyLFU || (probation > 0 && protected > 0) else {
     print("W-TinyLFU left probation or protected empty")
     return false
@@ -136,6 +146,23 @@ func run() -> Int32 {
   var passed = true
   if maximumCost != Int.max {
     print("the largest cost should be Int.max here")
+    passed = false
+  }
+  // The reuse histogram's buckets cover every reuse time a 32-bit Int holds, in order.
+  var next = 0
+  for index in 0..<ReuseHistogram.bucketCount - 1 {
+    let (lower, width) = ReuseHistogram.range(of: index)
+    guard lower >= 0, width > 0, lower.addingReportingOverflow(width).overflow == false else { break }
+    let first = ReuseHistogram.bucket(of: lower)
+    let last = ReuseHistogram.bucket(of: lower + width - 1)
+    if lower != next || first != index || last != index {
+      print("reuse bucket \(index) covers \(lower) to \(lower + width - 1), expected from \(next)")
+      passed = false
+    }
+    next = lower + width
+  }
+  if !(0..<ReuseHistogram.bucketCount).contains(ReuseHistogram.bucket(of: .max)) || next <= Int(Int32.max / 2) {
+    print("the reuse buckets stop at \(next), or Int.max falls outside them")
     passed = false
   }
   for mode in [Mode.leastRecentlyUsed, .ghosts, .referee] {

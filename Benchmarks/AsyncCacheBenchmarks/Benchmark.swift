@@ -8,6 +8,7 @@ enum Benchmark: String, CaseIterable {
   case memoryScale = "memory.scale"
   case memoryBytesPerEntry = "memory.bytesPerEntry"
   case memoryChurn = "memory.churn"
+  case memoryCurve = "memory.curve"
   case coalescingFanIn = "coalescing.fanIn"
   case sqliteReadHit = "sqlite.read.hit"
   case sqliteWrite = "sqlite.write"
@@ -40,6 +41,7 @@ enum Benchmark: String, CaseIterable {
     case .memoryScale: try await MemoryBenchmarks.scale(configuration)
     case .memoryBytesPerEntry: try FootprintBenchmark.bytesPerEntry(configuration)
     case .memoryChurn: try MemoryBenchmarks.churn(configuration)
+    case .memoryCurve: try CurveBenchmark.run(configuration)
     case .coalescingFanIn: try await CoalescingBenchmarks.fanIn(configuration)
     case .sqliteReadHit: try await SQLiteBenchmarks.readHit(configuration)
     case .sqliteWrite: try await SQLiteBenchmarks.write(configuration)

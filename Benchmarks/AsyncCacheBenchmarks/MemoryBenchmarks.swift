@@ -38,6 +38,9 @@ enum MemoryBenchmarks {
       fixture.oneTask("LoadingCache, observed, buffer full") { [cache = fixture.observedCache] in
         try await sumOfValues(in: cache, for: $0)
       },
+      fixture.oneTask(HitFixture.noCurveName) { [cache = fixture.noCurveCache] in
+        try await sumOfValues(in: cache, for: $0)
+      },
       fixture.oneTask("MemoryLayer (direct)") { [memory = fixture.memory] in await sumOfValues(in: memory, for: $0) },
       fixture.oneTask("Mutex-Dictionary") { [dictionary = fixture.mutexDictionary] in
         await sumOfValues(in: dictionary, for: $0)
@@ -61,6 +64,20 @@ enum MemoryBenchmarks {
       rows[index].target = .ratioAtMost(2)
     }
     rows.annotate("MemoryLayer (direct)", with: HitFixture.directNote)
+    rows.annotate(HitFixture.noCurveName, with: "informational: the plain cache's layer without its hit-ratio curve")
+    // What the hit-ratio curve costs a hit: the plain cache against the same without the curve,
+    // run by run (their lookups interleave, so a run's drift hits both).
+    if let withCurve = rows.first(where: { $0.implementation == "LoadingCache" }),
+      let without = rows.first(where: { $0.implementation == HitFixture.noCurveName }), without.value > 0
+    {
+      rows.append(
+        ResultRow(
+          benchmark: Benchmark.memoryHitOneTask.rawValue,
+          implementation: "hit-ratio curve's cost: LoadingCache over the same without it",
+          value: withCurve.value, baseline: HitFixture.noCurveName, ratio: withCurve.value / without.value,
+          target: .ratioAtMost(1.03),
+          notes: ["the medians' ratio; the curve samples about 1 lookup in 100 (memory.curve)"]))
+    }
     rows.annotate(
       "LoadingCache, observed, buffer full",
       with: "informational: every hit is an event, dropped by an observer that never reads")
@@ -290,6 +307,7 @@ enum MemoryBenchmarks {
   /// Caches holding the keys `0..<hitKeyCount` (value = key), and a pseudo-random lookup order.
   private struct HitFixture {
     static let directNote = "informational: the loading cache's layer, called directly"
+    static let noCurveName = "LoadingCache, no hit-ratio curve"
     static let tinyLFUNote = "informational: as above with .windowTinyLFU (the default policy's hit path)"
     /// The configurations whose hit must stay within the target, each a row.
     static let configurations = [
@@ -376,6 +394,9 @@ enum MemoryBenchmarks {
     /// event and drops the oldest from the observer's full buffer.
     let observedCache: LoadingCache<Int, Int>
     let observedEvents: CacheEvents<Int>
+    /// The plain cache over a layer that does not estimate its hit-ratio curve: what the curve
+    /// costs a hit.
+    let noCurveCache: LoadingCache<Int, Int>
     let originCalls: CallCounter
     let mutexDictionary = MutexDictionary()
     let actorDictionary: ActorDictionary
@@ -398,6 +419,10 @@ enum MemoryBenchmarks {
         policy: .windowTinyLFU, keys: everyKey, countLimit: 2 * run.hitKeyCount, origin: unreachable)
       observedCache = try LoadingCache(layers: [defaultPolicy.memory], origin: unreachable)
       observedEvents = observedCache.events(bufferingNewest: 1_000)
+      let noCurveMemory = try MemoryLayer<Int, Int>(
+        configuration: .init(countLimit: 2 * run.hitKeyCount, estimatesHitRatioCurve: false))
+      for key in everyKey { try noCurveMemory.insert(key, for: key) }
+      noCurveCache = try LoadingCache(layers: [noCurveMemory], origin: unreachable)
       nsCache = BoxedNSCache(keySpace: run.hitKeyCount)
       var contents: [Int: Int] = [:]
       for key in everyKey {
@@ -448,7 +473,8 @@ enum MemoryBenchmarks {
     /// Fails unless every lookup of the loading cache was a memory hit: a load would make the
     /// benchmark measure the origin instead.
     func checkEveryLookupHit() throws {
-      let loads = defaultPolicy.loads + tinyLFU.loads + observedCache.statistics.loads
+      let loads =
+        defaultPolicy.loads + tinyLFU.loads + observedCache.statistics.loads + noCurveCache.statistics.loads
       guard loads == 0, originCalls.count == 0 else {
         throw BenchmarkFailure(
           "the hit benchmark loaded \(loads) times and called the origin \(originCalls.count) times"

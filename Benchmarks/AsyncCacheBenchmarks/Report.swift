@@ -11,6 +11,8 @@ enum Unit: String {
   case milliseconds = "ms"
   /// A share, from 0 to 100.
   case percent = "%"
+  /// A difference between two shares, in percentage points.
+  case points = "points"
   /// A number of events (origin calls).
   case count = "count"
 }

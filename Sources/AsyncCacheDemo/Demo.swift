@@ -161,6 +161,7 @@ struct Demo {
         origin calls in all: \(service.callCount)
       """
     )
+    try await CurveSection.present()
   }
 
   static func report(_ what: String, _ elapsed: Duration, calls: Int) {

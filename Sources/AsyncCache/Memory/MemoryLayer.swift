@@ -74,6 +74,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
       policy: configuration.evictionPolicy,
       allowsReferee: allowsReferee,
       seed: admissionSeed,
+      samplesReuse: configuration.estimatesHitRatioCurve,
       environment: LayerEnvironment(clock: configuration.$clock, logger: configuration.$logger, source: "MemoryLayer")
     )
   }
@@ -188,7 +189,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   /// value alone (metadata is at most about 20 KB per entry, usually tens of bytes).
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a cost outside
-  ///   `0..<2^45`; ``EntryMetadataError`` when the metadata is over one of its limits. The layer
+  ///   `0..<2^44`; ``EntryMetadataError`` when the metadata is over one of its limits. The layer
   ///   is unchanged then.
   @inlinable
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
@@ -199,7 +200,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   /// `nil`). Safe from any context. Never suspends.
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a cost outside
-  ///   `0..<2^45`.
+  ///   `0..<2^44`.
   @inlinable
   public nonisolated func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) throws {
     let expiresAt = timeToLive.map { store.clock.now.advanced(by: $0) }
@@ -285,15 +286,19 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
     CacheEvents(capacity: limit, observing: [(store.eventHub, 0)])
   }
 
-  /// Hits, misses and evictions since the layer was created. O(segments).
+  /// Hits, misses and evictions since the layer was created, and the hit-ratio curve.
+  /// O(segments).
   public nonisolated var statistics: Statistics {
     let totals = store.totals
+    // The capacity the curve scales: the count limit, or what a layer bounded by cost holds.
+    let capacity = store.isBoundedByCost || store.countLimit == .max ? totals.count : store.countLimit
     return Statistics(
       count: totals.count,
       totalCost: Int(clamping: totals.cost),
       hits: totals.hits,
       misses: totals.misses,
-      evictions: totals.evictions
+      evictions: totals.evictions,
+      hitRatioCurve: store.hitRatioCurve(capacity: capacity)
     )
   }
 }
@@ -311,5 +316,15 @@ extension MemoryLayer {
     public var misses: Int
     /// Entries dropped or refused, by reason.
     public var evictions: EvictionCounts
+    /// The hit ratio an LRU cache would have at ¼×, ½×, 1×, 2× and 4× the layer's capacity (its
+    /// count limit; for a layer bounded by cost, the entries it holds), estimated from a sample
+    /// of the lookups; `nil` before the first lookup sampled, or when
+    /// ``Configuration/estimatesHitRatioCurve`` is off.
+    public var hitRatioCurve: HitRatioCurve?
+
+    /// The fraction of lookups that hit, 0 to 1; 0 before the first lookup.
+    public var hitRatio: Double {
+      hits + misses == 0 ? 0 : Double(hits) / Double(hits + misses)
+    }
   }
 }

@@ -9,7 +9,9 @@ struct MemoryNode<Key, Value> {
   @usableFromInline var value: Value
   /// Expiry in nanoseconds since 1970; `Int64.max` for never.
   @usableFromInline var expiry: Int64
-  /// The cost in the low 45 bits (``costMask``); the node's ``aliveStamp`` in the 16 above (from
+  /// The cost in the low 44 bits (``costMask``); in the next whether the segment's reuse sampler
+  /// watches the node's key (``isWatched``), so that a hit checks it with the bits it reads
+  /// anyway; the node's ``aliveStamp`` in the 16 above (from
   /// ``stampShift``), so that a hit on an entry with tags checks them without a lookup in the
   /// segment's metadata table; the ``SegmentRegion`` in the two above (from ``regionShift``), so
   /// that W-TinyLFU costs no memory per entry over LRU; and in the top bit whether the segment
@@ -21,8 +23,10 @@ struct MemoryNode<Key, Value> {
   /// The neighbour closer to the least recently used end of its list, or ``MemorySegment/none``.
   @usableFromInline var older: UInt32
 
-  /// The bits of ``costAndRegion`` that hold the cost: 2^45 - 1.
-  @usableFromInline static var costMask: UInt64 { (1 << 45) - 1 }
+  /// The bits of ``costAndRegion`` that hold the cost: 2^44 - 1.
+  @usableFromInline static var costMask: UInt64 { (1 << 44) - 1 }
+  /// The bit of ``costAndRegion`` that says whether the node's key is watched.
+  @usableFromInline static var watchBit: UInt64 { 1 << 44 }
   /// The lowest bit of ``costAndRegion`` that holds the ``aliveStamp``.
   @usableFromInline static var stampShift: UInt64 { 45 }
   /// The bits of ``costAndRegion`` that hold the ``aliveStamp``.
@@ -32,7 +36,7 @@ struct MemoryNode<Key, Value> {
   /// The bit of ``costAndRegion`` that says whether the node has metadata.
   @usableFromInline static var metadataBit: UInt64 { 1 << 63 }
 
-  /// The largest cost an entry may have: 2^45 - 1 (35 × 10^12: 32 TiB, were costs bytes), or
+  /// The largest cost an entry may have: 2^44 - 1 (17 × 10^12: 16 TiB, were costs bytes), or
   /// `Int.max` where that is smaller (32-bit platforms).
   @usableFromInline static var maximumCost: Int { Int(clamping: costMask) }
 
@@ -77,6 +81,15 @@ struct MemoryNode<Key, Value> {
   }
 
   /// Whether the segment's ``MemorySegment/metadata`` holds the node's ``EntryMetadata``.
+  /// Whether the segment's ``ReuseSampler`` watches the node's key: its next lookup is timed.
+  @inlinable
+  var isWatched: Bool {
+    @inline(__always) get { costAndRegion & Self.watchBit != 0 }
+    @inline(__always) set {
+      costAndRegion = newValue ? costAndRegion | Self.watchBit : costAndRegion & ~Self.watchBit
+    }
+  }
+
   @inlinable
   var hasMetadata: Bool {
     @inline(__always) get { costAndRegion & Self.metadataBit != 0 }

@@ -89,6 +89,9 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline var tagsCheckedAt: UInt64 = 0
   /// The next slot ``advanceTagGeneration(to:)`` sweeps.
   @usableFromInline var stampSweepSlot = 0
+  /// The lookups watched for the hit-ratio curve, and their reuse times (off until the store
+  /// starts it).
+  @usableFromInline var sampler = ReuseSampler<Key>()
 
   @usableFromInline static var initialCapacity: Int { 4 }
   /// How many hits wait in ``pendingHits`` before their moves are made together.

@@ -95,4 +95,19 @@ extension MemoryStore {
     }
     return totals
   }
+
+  /// The hit-ratio curve from every segment's reuse sampler, for a layer of `capacity` entries;
+  /// `nil` when the layer does not sample or has watched no lookup yet.
+  func hitRatioCurve(capacity: Int) -> HitRatioCurve? {
+    var reuseTimes = [Int](repeating: 0, count: ReuseHistogram.bucketCount)
+    var unresolved = 0
+    for index in 0..<segments.count {
+      segments.withLock(index) { segment in
+        let sampler = segment.sampler
+        for (bucket, count) in sampler.histogram.counts.enumerated() { reuseTimes[bucket] += Int(count) }
+        unresolved += sampler.watches.count + sampler.dropped
+      }
+    }
+    return HitRatioCurve(capacity: capacity, segments: segments.count, reuseTimes: reuseTimes, unresolved: unresolved)
+  }
 }

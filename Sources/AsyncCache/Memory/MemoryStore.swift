@@ -80,6 +80,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     policy: EvictionPolicy,
     allowsReferee: Bool = true,
     seed: UInt64,
+    samplesReuse: Bool = true,
     environment: LayerEnvironment
   ) {
     self.countLimit = countLimit
@@ -117,6 +118,11 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     self.segmentMask = segmentCount - 1
     windowTarget = policy.kind == .adaptive && !refereed ? Locked(WindowTarget()) : nil
     hasAdmissionWindow = policy.kind != .leastRecentlyUsed
+    if samplesReuse {
+      for index in 0..<segmentCount {
+        self.segments.withLock(index) { $0.sampler.start(seed: seed ^ (0x5EED_C0DE &* UInt64(index &+ 1))) }
+      }
+    }
   }
 
   /// Whether a layer's adaptive policy is chosen by a ``PolicyReferee`` rather than sized by the
@@ -228,13 +234,18 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     let result = segments.withLookupLock(index) { segment -> Lookup<Found> in
       guard let slot = segment.find(key, hash: hash) else {
         segment.misses &+= 1
+        segment.sampleMiss(key)
         return .miss
       }
       let expiry = segment.nodes[slot].expiry
       var now = Int64.max
       if expiry != .max {
         now = self.now(checking: expiry)
-        if expiry <= now { return .dropped(segment.drop(slot, because: .expired), .expired) }
+        if expiry <= now {
+          let node = segment.drop(slot, because: .expired)
+          segment.sampleMiss(key)
+          return .dropped(node, .expired)
+        }
       }
       // One bit of the node, read with its expiry, for an entry without metadata; for one with
       // tags whose check is still good, an atomic load, its stamp and two words of the segment.
@@ -243,10 +254,13 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         if recorded != 0, !segment.tagsAreKnownAlive(at: slot, recorded: recorded),
           Self.isDeadByTag(key, at: slot, in: &segment, recorded: recorded, checkingAgainst: tagInvalidations)
         {
-          return .dropped(segment.drop(slot, because: .invalidated), .invalidated)
+          let node = segment.drop(slot, because: .invalidated)
+          segment.sampleMiss(key)
+          return .dropped(node, .invalidated)
         }
       }
       segment.recordHit(slot, hash: hash)
+      segment.sampleHit(key, at: slot)
       if countingRequest { segment.requestHits &+= 1 }
       return .hit(extract(segment, slot, now))
     }

@@ -3,19 +3,22 @@ import Testing
 @testable import AsyncCache
 
 /// The bit layouts of the memory layer's storage, which must not depend on the width of `Int`:
-/// it has 32 bits on watchOS devices (arm64_32), where `1 << 45` is 0. These run on 64 bits
+/// it has 32 bits on watchOS devices (arm64_32), where `1 << 44` is 0. These run on 64 bits
 /// here; `.ci/check-32bit` runs the storage itself with a 32-bit `Int`.
 @Suite("MemorySegment bit layout")
 struct MemorySegmentLayoutTests {
   typealias Node = MemoryNode<Int, Int>
   typealias Segment = MemorySegment<Int, Int>
 
-  @Test("cost, stamp, region and metadata flag share one UInt64 on every platform: bits 0..<45, 45..<61, 61..<63, 63")
+  @Test(
+    "cost, watch flag, stamp, region and metadata flag share one UInt64 on every platform: bits 0..<44, 44, 45..<61, 61..<63, 63"
+  )
   func layoutIsFixedWidth() {
     let node = Node(key: 0, value: 0, expiry: .max, cost: 0)
     #expect(type(of: node.costAndRegion) == UInt64.self)
     #expect(type(of: node.cost) == Int64.self)
-    #expect(Node.costMask == 0x1FFF_FFFF_FFFF)
+    #expect(Node.costMask == 0x0FFF_FFFF_FFFF)
+    #expect(Node.watchBit == 1 << 44 && Node.watchBit & (Node.costMask | Node.stampMask) == 0)
     #expect(Node.stampShift == 45 && Node.stampMask == 0x1FFF_E000_0000_0000)
     #expect(Node.regionShift == 61)
     #expect(Node.costMask & Node.stampMask == 0 && Node.stampMask & (3 << Node.regionShift) == 0)
@@ -34,9 +37,10 @@ struct MemorySegmentLayoutTests {
   func regionAndCostRoundTrip(region: SegmentRegion) {
     for cost in Self.boundaryCosts {
       for stamp: UInt16 in [0, 1, 0x8001, .max] {
-        for hasMetadata in [false, true] {
+        for (hasMetadata, isWatched) in [(false, false), (true, false), (false, true), (true, true)] {
           var node = Node(key: 0, value: 0, expiry: .max, cost: cost)
           node.hasMetadata = hasMetadata
+          node.isWatched = isWatched
           node.aliveStamp = stamp
           node.region = region
           #expect(node.cost == cost)
@@ -45,21 +49,25 @@ struct MemorySegmentLayoutTests {
           #expect(node.hasMetadata == hasMetadata)
           #expect(
             node.costAndRegion
-              == (hasMetadata ? 1 << 63 : 0) | UInt64(region.rawValue) << 61 | UInt64(stamp) << 45 | UInt64(cost))
+              == (hasMetadata ? 1 << 63 : 0) | UInt64(region.rawValue) << 61 | UInt64(stamp) << 45
+              | (isWatched ? 1 << 44 : 0) | UInt64(cost))
           node.cost = 7
           node.cost = cost
           #expect(node.region == region && node.aliveStamp == stamp, "a new cost leaves the other bits alone")
           node.aliveStamp = 0
           node.aliveStamp = stamp
           #expect(node.cost == cost && node.region == region && node.hasMetadata == hasMetadata)
+          node.isWatched.toggle()
+          node.isWatched.toggle()
+          #expect(node.cost == cost && node.aliveStamp == stamp && node.isWatched == isWatched)
         }
       }
     }
   }
 
-  @Test("the largest cost is 2^45 - 1 where Int has 64 bits, Int.max where it has 32")
+  @Test("the largest cost is 2^44 - 1 where Int has 64 bits, Int.max where it has 32")
   func maximumCost() {
-    #expect(Node.maximumCost == Int(clamping: (UInt64(1) << 45) - 1))
+    #expect(Node.maximumCost == Int(clamping: (UInt64(1) << 44) - 1))
     #expect(Int64(Node.maximumCost) >= Int64(Int32.max))
     #expect(UInt64(Node.maximumCost) <= Node.costMask)
   }

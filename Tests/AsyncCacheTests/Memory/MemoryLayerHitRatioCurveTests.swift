@@ -1,0 +1,200 @@
+import Testing
+
+@testable import AsyncCache
+
+/// The hit-ratio curve a memory layer estimates of itself (`Statistics.hitRatioCurve`), against
+/// workloads whose LRU curve is known: a loop, and a skewed random trace checked against an exact
+/// LRU simulation.
+@Suite("MemoryLayer hit-ratio curve")
+struct MemoryLayerHitRatioCurveTests {
+  /// A SplitMix64 generator: the same draws on every run.
+  struct Draws: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+      state &+= 0x9E37_79B9_7F4A_7C15
+      var z = state
+      z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+      z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+      return z ^ (z >> 31)
+    }
+  }
+
+  /// Looks `key` up in `layer`, inserting it when it misses, as a loading cache does.
+  static func access(_ key: Int, in layer: MemoryLayer<Int, Int>) throws {
+    if layer.value(for: key) == nil { try layer.insert(key, for: key) }
+  }
+
+  /// The hit ratio an exact LRU cache of each of `capacities` has over `keys`: the fraction of
+  /// accesses whose stack distance (other keys used since the key's last use) is below it, counted
+  /// with a Fenwick tree over the accesses' times.
+  static func exactLRU(_ keys: [Int], capacities: [Int]) -> [Double] {
+    var tree = [Int](repeating: 0, count: keys.count + 1)
+    func add(_ time: Int, _ delta: Int) {
+      var index = time + 1
+      while index <= keys.count {
+        tree[index] += delta
+        index += index & -index
+      }
+    }
+    func keysUsedBefore(_ end: Int) -> Int {
+      var index = end
+      var sum = 0
+      while index > 0 {
+        sum += tree[index]
+        index -= index & -index
+      }
+      return sum
+    }
+    var lastUse: [Int: Int] = [:]
+    var distances: [Int] = []
+    for (time, key) in keys.enumerated() {
+      if let last = lastUse[key] {
+        distances.append(lastUse.count - keysUsedBefore(last + 1))
+        add(last, -1)
+      }
+      add(time, 1)
+      lastUse[key] = time
+    }
+    return capacities.map { capacity in
+      Double(distances.count { $0 < capacity }) / Double(keys.count)
+    }
+  }
+
+  @Test("a loop over 1,000 keys: LRU misses every lookup below 1,000 entries and hits nearly all above")
+  func loop() throws {
+    let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 600, admissionSeed: 1))
+    for _ in 0..<100 {
+      for key in 0..<1_000 { try Self.access(key, in: layer) }
+    }
+    let curve = try #require(layer.statistics.hitRatioCurve)
+    #expect(curve.points.map(\.scale) == [0.25, 0.5, 1, 2, 4])
+    #expect(curve.points.map(\.capacity) == [150, 300, 600, 1_200, 2_400])
+    for point in curve.points {
+      // Every reuse is 1,000 lookups later; the first pass and the watches still waiting at the
+      // end never reuse: 1 lookup in 100 misses at any size.
+      let expected = point.capacity < 1_000 ? 0 : 0.99
+      #expect(abs(point.hitRatio - expected) < 0.01, "at \(point.capacity) entries: \(point.hitRatio)")
+    }
+  }
+
+  @Test(
+    "a skewed trace, at three capacities: within 3 points of an exact LRU simulation at every size",
+    arguments: [200, 500, 1_000])
+  func skewed(capacity: Int) throws {
+    var draws = Draws(state: UInt64(capacity))
+    // 80% of lookups over a hot tenth of 20,000 keys, the rest over all of them.
+    let keys = (0..<200_000).map { _ in
+      Int.random(in: 0..<100, using: &draws) < 80
+        ? Int.random(in: 0..<2_000, using: &draws) : Int.random(in: 0..<20_000, using: &draws)
+    }
+    let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: capacity, admissionSeed: 7))
+    for key in keys { try Self.access(key, in: layer) }
+    let statistics = layer.statistics
+    let curve = try #require(statistics.hitRatioCurve)
+    let exact = Self.exactLRU(keys, capacities: curve.points.map(\.capacity))
+    for (point, lru) in zip(curve.points, exact) {
+      #expect(abs(point.hitRatio - lru) < 0.03, "at \(point.capacity) entries: \(point.hitRatio) vs \(lru)")
+    }
+    // About 1 lookup in 102 is watched: at most 1%.
+    let sampled = Double(curve.sampledLookups) / Double(keys.count)
+    #expect(sampled <= 0.01 && sampled > 0.008, "\(curve.sampledLookups) of \(keys.count) lookups watched")
+    #expect(statistics.hitRatio == Double(statistics.hits) / Double(keys.count))
+  }
+
+  @Test("off, or before the first lookup, there is no curve; a hit or insert never watches a key when off")
+  func offAndEmpty() throws {
+    let off = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 100, estimatesHitRatioCurve: false))
+    let on = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 100))
+    #expect(on.statistics.hitRatioCurve == nil)
+    for round in 0..<50 {
+      for key in 0..<100 {
+        try Self.access(key + round % 2, in: off)
+        try Self.access(key + round % 2, in: on)
+      }
+    }
+    #expect(off.statistics.hitRatioCurve == nil)
+    #expect(off.store.segments.withLock(0) { $0.sampler.watches.isEmpty && $0.sampler.histogram.total == 0 })
+    let curve = try #require(on.statistics.hitRatioCurve)
+    #expect(curve.sampledLookups > 0)
+  }
+
+  @Test("a watched key that is evicted and inserted again is timed from its first lookup to its next")
+  func watchSurvivesEviction() throws {
+    let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 10, evictionPolicy: .leastRecentlyUsed))
+    // Only the lookups the test chooses are watched: the countdown runs out at the next lookup,
+    // then never again.
+    func watchNext() { layer.store.segments.withLock(0) { $0.sampler.countdown = 1 } }
+    func watchNoMore() { layer.store.segments.withLock(0) { $0.sampler.countdown = .max } }
+    func sampler() -> ReuseSampler<Int> { layer.store.segments.withLock(0) { $0.sampler } }
+    watchNoMore()
+    watchNext()
+    #expect(layer.value(for: 1) == nil)  // missed: watched from lookup 1
+    watchNoMore()
+    try layer.insert(1, for: 1)
+    #expect(sampler().watches[1] == 1)
+    // The load's insert marks the node: its next hit ends the watch.
+    for key in 100..<105 { _ = layer.value(for: key) }  // lookups 2 to 6, all misses
+    #expect(layer.value(for: 1) == 1)  // lookup 7
+    let afterHit = sampler()
+    #expect(afterHit.histogram.total == 1)
+    #expect(afterHit.histogram.counts.count > 6 && afterHit.histogram.counts[6] == 1, "a reuse of 6 lookups")
+    #expect(afterHit.watches.isEmpty)
+
+    // Watched again, then evicted by ten other keys, then missed: the miss ends the watch.
+    watchNext()
+    #expect(layer.value(for: 1) == 1)  // lookup 8, watched
+    watchNoMore()
+    for key in 200..<210 { try layer.insert(key, for: key) }
+    #expect(layer.value(for: 1) == nil)  // lookup 9: evicted, a reuse of 1
+    let afterMiss = sampler()
+    #expect(afterMiss.histogram.total == 2 && afterMiss.histogram.counts[1] == 1)
+    #expect(afterMiss.watches.isEmpty)
+  }
+
+  @Test("the watches stay below a quarter of the entries, however many keys a scan watches")
+  func watchesAreBounded() throws {
+    let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 2_000, admissionSeed: 3))
+    for key in 0..<1_024 { try layer.insert(key, for: key) }
+    // Every key once: no watch ever ends. A layer of 1,024 entries keeps at most 256 watches.
+    for key in 10_000..<210_000 { _ = layer.value(for: key) }
+    let sampler = layer.store.segments.withLock(0) { $0.sampler }
+    #expect(sampler.watches.count <= 257)
+    #expect(sampler.dropped + sampler.watches.count > 1_900, "about 1 lookup in 102 watched")
+    #expect(sampler.order.count - sampler.orderStart <= 2 * 257 + 64, "the order is compacted")
+    let curve = try #require(layer.statistics.hitRatioCurve)
+    #expect(curve.points.allSatisfy { $0.hitRatio == 0 })
+  }
+
+  @Test("one watch that never ends keeps no list of the thousands that ended behind it")
+  func orderIsBounded() throws {
+    let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 2_000, admissionSeed: 5))
+    for key in 0..<1_024 { try layer.insert(key, for: key) }
+    layer.store.segments.withLock(0) { $0.sampler.countdown = 1 }
+    _ = layer.value(for: 1_000)  // watched, and never looked up again
+    // Ten keys looked up in turn: every watch ends ten lookups later. Fewer lookups than the
+    // horizon (64 × 1,024), so the first watch stays.
+    for lookup in 0..<65_000 { _ = layer.value(for: lookup % 10) }
+    let sampler = layer.store.segments.withLock(0) { $0.sampler }
+    #expect(sampler.watches[1_000] == 1)
+    #expect(sampler.order.count - sampler.orderStart <= 2 * 256 + 64 + 32)
+    #expect(sampler.histogram.total > 600, "about 1 lookup in 102 watched, each ended")
+  }
+
+  @Test("the histogram's buckets cover every reuse time once, each within an eighth of its values")
+  func histogramBuckets() {
+    var next = 0
+    for index in 0..<ReuseHistogram.bucketCount - 1 {
+      let (lower, width) = ReuseHistogram.range(of: index)
+      #expect(lower == next, "bucket \(index)")
+      #expect(ReuseHistogram.bucket(of: lower) == index && ReuseHistogram.bucket(of: lower + width - 1) == index)
+      #expect(width == 1 || width * 8 <= lower)
+      next = lower + width
+    }
+    #expect(ReuseHistogram.bucket(of: .max) == ReuseHistogram.bucketCount - 1)
+    var histogram = ReuseHistogram()
+    histogram.record(5)
+    histogram.counts[5] = .max
+    histogram.record(5)
+    #expect(histogram.counts[5] == UInt32.max / 2 + 1 && histogram.total == Int(UInt32.max / 2 + 1))
+  }
+}
