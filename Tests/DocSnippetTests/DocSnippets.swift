@@ -187,6 +187,17 @@ private func snippet_AsyncCache_Logging_CacheLogger_2() async throws {
 // Sources/AsyncCache/Logging/CacheLogger.swift, example 3
 // Not compiled here: needs swift-log (the "In a server" article shows it)
 
+// Sources/AsyncCache/Memory/HitRatioCurve.swift, example 1
+private func snippet_AsyncCache_Memory_HitRatioCurve_1() async throws {
+  let memory = try MemoryLayer<String, Data>()
+  if let curve = memory.statistics.hitRatioCurve {
+    for point in curve.points {
+      print("\(point.scale)× (\(point.capacity) entries): \(point.hitRatio)")
+    }
+  }
+  _ = memory
+}
+
 // Sources/AsyncCache/Memory/MemoryLayer+Snapshot.swift, example 1
 private func snippet_AsyncCache_Memory_MemoryLayer_Snapshot_1() async throws {
   let memory = try MemoryLayer<String, Data>()

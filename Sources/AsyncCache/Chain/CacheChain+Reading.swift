@@ -159,11 +159,15 @@ extension CacheChain {
     passedOver: (CacheEntry<Value>, Int) -> Void = { _, _ in },
     accepting accept: (CacheEntry<Value>) -> Bool
   ) async throws -> (entry: CacheEntry<Value>, tier: Int)? {
+    let clock = followedClock.value
     for index in tiers.indices {
+      let started = clock.now
       do {
         if let entry = try await tiers[index].layer.entry(for: key), !tagInvalidations.kills(entry.metadata) {
+          let took = started.duration(to: clock.now)
           let recovered = counters.withLock { counters in
             counters[index].hits += 1
+            counters[index].lookupTime.record(took)
             return counters[index].answered()
           }
           if recovered { logRecovery(tier: index) }
@@ -174,12 +178,16 @@ extension CacheChain {
           }
           continue
         }
+        let took = started.duration(to: clock.now)
         let recovered = counters.withLock { counters in
           counters[index].misses += 1
+          counters[index].lookupTime.record(took)
           return counters[index].answered()
         }
         if recovered { logRecovery(tier: index) }
       } catch {
+        let took = started.duration(to: clock.now)
+        counters.withLock { $0[index].lookupTime.record(took) }
         try handleFailure(error, tier: index, operation: .lookup, key: key)
         counters.withLock { $0[index].misses += 1 }
       }

@@ -379,9 +379,22 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
 
   // MARK: Introspection
 
-  /// Per-layer hits, misses and failures since the chain was created. Safe from any context.
+  /// Per-layer hits, misses, failures and lookup times since the chain was created. Safe from
+  /// any context.
   public nonisolated var statistics: Statistics {
-    Statistics(tiers: counters.withLock { $0 })
+    // Each histogram is copied into storage of the snapshot's own, allocated before the lock:
+    // were the storage shared, the next lookup would copy it while holding the lock.
+    var times = tiers.map { _ in LoadTimeHistogram.allocated() }
+    var snapshot = counters.withLock { counters in
+      counters.indices.map { index in
+        var tier = counters[index]
+        tier.lookupTime = LoadTimeHistogram()
+        times[index].copyContents(of: counters[index].lookupTime)
+        return tier
+      }
+    }
+    for index in snapshot.indices { snapshot[index].lookupTime = times[index] }
+    return Statistics(tiers: snapshot)
   }
 
   /// Waits until every background back-fill started so far has finished.
@@ -547,6 +560,9 @@ extension CacheChain {
     public var misses = 0
     /// Failures of this layer, whatever the policy.
     public var failures = 0
+    /// How long the layer took to answer the chain's lookups (hits, misses and failures), on the
+    /// chain's clock.
+    public var lookupTime = LoadTimeHistogram()
     /// The most recent failure.
     public var lastFailure: LayerFailure?
     /// Whether the chain went on without this layer since it last answered a lookup: its next

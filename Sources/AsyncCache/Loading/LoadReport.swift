@@ -56,6 +56,11 @@ public struct LoadReport<Key: Hashable & Sendable>: Sendable {
   public var attempts: Int
   /// Whether the load was a background refresh of a stale or aging entry.
   public var isRefresh: Bool
+  /// Who answered, for a metric's label: the name of the layer the value came from (its name in
+  /// the chain, as in ``LoadingCache/Statistics-swift.struct/layers``), `"origin"` when the
+  /// origin answered (revalidations included); `nil` when the load brought no value. A load that
+  /// served a stale value after an error names the layer that held it.
+  public var sourceName: String?
 
   /// Where the value came from when the load brought one: the index of a layer below the top,
   /// or the origin; `nil` otherwise.
@@ -64,12 +69,15 @@ public struct LoadReport<Key: Hashable & Sendable>: Sendable {
   }
 
   /// Creates a report.
-  public init(key: Key, outcome: Outcome, duration: Duration, attempts: Int, isRefresh: Bool) {
+  public init(
+    key: Key, outcome: Outcome, duration: Duration, attempts: Int, isRefresh: Bool, sourceName: String? = nil
+  ) {
     self.key = key
     self.outcome = outcome
     self.duration = duration
     self.attempts = attempts
     self.isRefresh = isRefresh
+    self.sourceName = sourceName
   }
 }
 

@@ -347,14 +347,15 @@ extension LoadingCache {
       negative = (error, expiry, policy.countLimit)
     }
     let duration = startedAt.duration(to: configuration.clock.now)
-    let answeredFromLayer: Bool = if case .success((_, .layer)) = result { true } else { false }
+    let answeringTier: Int? = if case .success((_, .layer(let tier))) = result { tier } else { nil }
     let revalidated: Bool = if case .success((_, .revalidated)) = result, staleAfter == nil { true } else { false }
     let reports = configuration.onLoadEnded
     let finished = loadTable.finish(
       id, key: key,
       .init(
         failed: failed, duration: duration, servedStale: servedStale, servedStaleAfterError: staleAfter != nil,
-        answeredFromLayer: answeredFromLayer, revalidated: revalidated, negative: negative, thenRefresh: thenRefresh))
+        answeringTier: answeringTier, askedOrigin: attempts > 0, revalidated: revalidated, negative: negative,
+        thenRefresh: thenRefresh))
     // An abandoned load is out of the table: its requests left, and it is not counted. It ended
     // as cancelled, whatever it brought.
     let abandoned = finished == nil
@@ -374,9 +375,16 @@ extension LoadingCache {
         case (false, .success((_, let source)), nil): .loaded(from: source)
         case (false, .failure(let error), _): error is CancellationError ? .cancelled : .failed(error)
         }
+      let sourceName: String? =
+        switch (abandoned, result) {
+        case (false, .success((_, .layer(let tier)))): chain.tiers.indices.contains(tier) ? chain.tiers[tier].name : nil
+        case (false, .success((_, .origin))), (false, .success((_, .revalidated))): "origin"
+        default: nil
+        }
       reports(
         LoadReport(
-          key: key, outcome: outcome, duration: duration, attempts: attempts, isRefresh: finished?.isRefresh ?? false))
+          key: key, outcome: outcome, duration: duration, attempts: attempts, isRefresh: finished?.isRefresh ?? false,
+          sourceName: sourceName))
     }
     guard let finished else { return }
     let value = result.map { $0.0 }

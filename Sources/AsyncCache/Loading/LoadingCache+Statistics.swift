@@ -12,9 +12,11 @@ extension LoadingCache {
     let counters = table.counters
     // Requests the top layer answered without a load: a memory layer counts them with its hits.
     let topHits = (front?.requestHits ?? 0) + synchronousHits.load(ordering: .relaxed)
-    var layers = chain.statistics.tiers.map { tier in
+    var layers = chain.statistics.tiers.enumerated().map { index, tier in
       LayerStatistics(
-        name: tier.name, hits: tier.hits, misses: tier.misses, failures: tier.failures, evictions: EvictionCounts())
+        name: tier.name, answered: index < counters.layerAnswersByTier.count ? counters.layerAnswersByTier[index] : 0,
+        hits: tier.hits, misses: tier.misses, failures: tier.failures, lookupTime: tier.lookupTime,
+        evictions: EvictionCounts())
     }
     for (memory, tier) in wiring.memoryLayers {
       layers[tier].evictions = layers[tier].evictions + memory.statistics.evictions
@@ -22,10 +24,14 @@ extension LoadingCache {
     // The top layer counted hits of entries the cache would not serve; those requests loaded.
     let answeredAtTop = Swift.max(topHits - counters.declinedTopHits, 0)
     layers[0].hits += answeredAtTop
+    layers[0].answered += answeredAtTop
     return Statistics(
       hits: answeredAtTop + counters.layerAnswers,
       misses: counters.originAnswers,
+      topLayerHits: answeredAtTop,
+      lowerLayerHits: counters.layerAnswers,
       loads: counters.loads,
+      originLoads: counters.originLoads,
       coalescedRequests: counters.coalesced,
       loadFailures: counters.failures,
       loadTime: counters.loadTime,
@@ -68,8 +74,19 @@ extension LoadingCache {
     public var misses: Int
     /// The share of requests that were hits, from 0 to 1; 0 before any request.
     public var hitRatio: Double { hits + misses == 0 ? 0 : Double(hits) / Double(hits + misses) }
+    /// The hits the top layer answered at once, without a load (stale values served at once
+    /// included): the cheap ones. ``hits`` is this plus ``lowerLayerHits``.
+    public var topLayerHits: Int
+    /// The hits answered by a load that found the value in a layer below the top (or in the top
+    /// layer, written there since the request missed it): after a restart, the requests a
+    /// persistent layer answers. Per layer: ``LayerStatistics/answered``.
+    public var lowerLayerHits: Int
     /// Loads started (each asks the layers below the top and, on a miss there, the origin).
     public var loads: Int
+    /// Loads that asked the origin at least once (revalidations and failed calls included); the
+    /// rest were answered by a layer, or failed before the origin (a layer's failure under
+    /// ``LayerFailurePolicy/propagate``, a cancellation).
+    public var originLoads: Int
     /// Requests that joined a load already in flight instead of starting one.
     public var coalescedRequests: Int
     /// Loads that ended with an error.
@@ -132,6 +149,11 @@ extension LoadingCache {
   public struct LayerStatistics: Sendable, Hashable {
     /// The layer's name in the chain.
     public var name: String
+    /// Requests the layer answered: for the top layer, those it answered at once
+    /// (``Statistics-swift.struct/topLayerHits``) and those a load found there; for a layer below,
+    /// those a load found there (a coalesced request counts with its load). Over all layers, the
+    /// cache's ``Statistics-swift.struct/hits``.
+    public var answered: Int
     /// Lookups the layer answered: the chain's, during loads, and for the top layer also the
     /// requests it answered without a load. A top ``MemoryLayer`` shared by several loading
     /// caches counts the request hits of all of them.
@@ -140,6 +162,10 @@ extension LoadingCache {
     public var misses: Int
     /// Failures of the layer, whatever its ``LayerFailurePolicy``.
     public var failures: Int
+    /// How long the layer took to answer the chain's lookups during loads (hits, misses and
+    /// failures alike), on the cache's clock. The top layer's hits without a load are not timed:
+    /// they never suspend, and two clock reads would double the cost of a memory hit.
+    public var lookupTime: LoadTimeHistogram
     /// Entries the layer evicted, by reason, if it is a ``MemoryLayer``; none otherwise.
     public var evictions: EvictionCounts
   }

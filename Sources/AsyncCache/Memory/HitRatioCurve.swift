@@ -15,7 +15,7 @@
 /// curve at `1×`.
 ///
 /// ```swift
-/// if let curve = layer.statistics.hitRatioCurve {
+/// if let curve = memory.statistics.hitRatioCurve {
 ///   for point in curve.points {
 ///     print("\(point.scale)× (\(point.capacity) entries): \(point.hitRatio)")
 ///   }

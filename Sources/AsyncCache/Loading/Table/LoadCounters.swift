@@ -16,6 +16,11 @@ struct LoadCounters: Sendable {
   @usableFromInline var negativeHits = 0
   /// Requests answered by a load that found the value in a layer.
   @usableFromInline var layerAnswers = 0
+  /// The same, by the index of the layer that had the value (as long as the deepest layer that
+  /// answered a load, plus one).
+  @usableFromInline var layerAnswersByTier: [Int] = []
+  /// Loads that asked the origin at least once (revalidations and failed calls included).
+  @usableFromInline var originLoads = 0
   /// Requests answered by a load that asked the origin (with its value or its error).
   @usableFromInline var originAnswers = 0
   /// Request hits the top memory layer counted for entries the cache would not serve.

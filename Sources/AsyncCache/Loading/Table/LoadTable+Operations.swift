@@ -340,8 +340,11 @@ extension LoadTable {
     var servedStale = false
     /// It answered with a stale value after an error (stale-if-error).
     var servedStaleAfterError = false
-    /// It found its value in a layer (not the origin).
-    var answeredFromLayer = false
+    /// The index of the layer it found its value in; `nil` when it did not (the origin answered,
+    /// or it failed).
+    var answeringTier: Int?
+    /// It asked the origin at least once.
+    var askedOrigin = false
     /// The origin said the entry held did not change (``LoadSource/revalidated``).
     var revalidated = false
     /// The error negative caching remembers for the key, until `expiry`, at most `limit` errors.
@@ -366,8 +369,14 @@ extension LoadTable {
       }
       if ending.revalidated { state.counters.revalidations += 1 }
       let requests = finished.waiters.count { $0.isRequest }
-      if ending.answeredFromLayer {
+      if ending.askedOrigin { state.counters.originLoads += 1 }
+      if let tier = ending.answeringTier {
         state.counters.layerAnswers += requests
+        if state.counters.layerAnswersByTier.count <= tier {
+          state.counters.layerAnswersByTier += Array(
+            repeating: 0, count: tier + 1 - state.counters.layerAnswersByTier.count)
+        }
+        state.counters.layerAnswersByTier[tier] += requests
       } else {
         state.counters.originAnswers += requests
       }
