@@ -41,7 +41,7 @@ func exercise(mode: Mode, countLimit: Int, costLimit: Int64, largestCost: Int64,
     }
   var segment = MemorySegment<Int, Int>(admission: admission)
   // The reuse sampler of the hit-ratio curve, as MemoryStore runs it.
-  segment.sampler.start(seed: 7)
+  segment.sampleCountdown = segment.sampler.start(seed: 7, segments: 1)
   var totals = Totals()
   var target = WindowTarget()
   var hits = 0

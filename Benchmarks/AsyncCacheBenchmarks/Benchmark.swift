@@ -41,7 +41,7 @@ enum Benchmark: String, CaseIterable {
     case .memoryScale: try await MemoryBenchmarks.scale(configuration)
     case .memoryBytesPerEntry: try FootprintBenchmark.bytesPerEntry(configuration)
     case .memoryChurn: try MemoryBenchmarks.churn(configuration)
-    case .memoryCurve: try CurveBenchmark.run(configuration)
+    case .memoryCurve: try await CurveBenchmark.run(configuration)
     case .coalescingFanIn: try await CoalescingBenchmarks.fanIn(configuration)
     case .sqliteReadHit: try await SQLiteBenchmarks.readHit(configuration)
     case .sqliteWrite: try await SQLiteBenchmarks.write(configuration)

@@ -16,6 +16,8 @@ enum CurveSection {
     for _ in 0..<requests { _ = try await catalogue.value(for: popularity.draw(using: &draws)) }
 
     let statistics = memory.statistics
+    // The requests' hit ratio: the layer's own counts each miss twice (the load looks again).
+    let requestHitRatio = catalogue.statistics.hitRatio
     print(
       """
 
@@ -32,7 +34,7 @@ enum CurveSection {
     for point in curve.points {
       let filled = Int((point.hitRatio * Double(width)).rounded())
       let bar = String(repeating: "█", count: filled) + String(repeating: "░", count: width - filled)
-      let label = point.scale == 1 ? "  ← its size; its own policy hit \(percent(statistics.hitRatio))" : ""
+      let label = point.scale == 1 ? "  ← its size; its own policy hit \(percent(requestHitRatio))" : ""
       let entries = point.capacity.formatted
       print(
         "  \(String(repeating: " ", count: max(0, 7 - entries.count)))\(entries) entries \(bar) "

@@ -172,6 +172,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     self.configuration = configuration
     self.wiring = wiring
     self.front = wiring.front
+    // Its requests are what the top layer's hit-ratio curve samples, not a load's second look.
+    wiring.front?.store.samplesRequestsOnly.store(true, ordering: .relaxed)
     self.synchronousFront = wiring.synchronousFront
     loadTable.setRunner(self)
     // The cache's clock, the wall clock included: layers that follow one follow the cache's.

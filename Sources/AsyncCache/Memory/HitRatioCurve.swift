@@ -57,7 +57,7 @@ extension HitRatioCurve {
     guard samples > 0, capacity > 0 else { return nil }
     sampledLookups = samples
     points = Self.scales.map { scale in
-      let entries = Int((Double(capacity) * scale).rounded())
+      let entries = Int(clamping: UInt64(Swift.min((Double(capacity) * scale).rounded(), 0x1p62)))
       let missRatio = Self.missRatio(
         entries: Double(entries) / Double(segments), reuseTimes: reuseTimes, samples: samples)
       return Point(scale: scale, capacity: entries, hitRatio: 1 - missRatio)

@@ -318,11 +318,14 @@ extension MemoryLayer {
     public var evictions: EvictionCounts
     /// The hit ratio an LRU cache would have at ¼×, ½×, 1×, 2× and 4× the layer's capacity (its
     /// count limit; for a layer bounded by cost, the entries it holds), estimated from a sample
-    /// of the lookups; `nil` before the first lookup sampled, or when
-    /// ``Configuration/estimatesHitRatioCurve`` is off.
+    /// of the lookups (of a loading cache's requests, for its top layer); `nil` before the first
+    /// lookup sampled, when the capacity is 0, or when ``Configuration/estimatesHitRatioCurve``
+    /// is off.
     public var hitRatioCurve: HitRatioCurve?
 
-    /// The fraction of lookups that hit, 0 to 1; 0 before the first lookup.
+    /// The fraction of lookups that hit, 0 to 1; 0 before the first lookup. Under a
+    /// ``LoadingCache`` each request that misses the top layer is looked up there again by its
+    /// load: read the cache's own ``LoadingCache/Statistics-swift.struct/hitRatio`` for requests.
     public var hitRatio: Double {
       hits + misses == 0 ? 0 : Double(hits) / Double(hits + misses)
     }

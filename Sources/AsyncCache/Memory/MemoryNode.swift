@@ -80,7 +80,6 @@ struct MemoryNode<Key, Value> {
     }
   }
 
-  /// Whether the segment's ``MemorySegment/metadata`` holds the node's ``EntryMetadata``.
   /// Whether the segment's ``ReuseSampler`` watches the node's key: its next lookup is timed.
   @inlinable
   var isWatched: Bool {
@@ -90,6 +89,7 @@ struct MemoryNode<Key, Value> {
     }
   }
 
+  /// Whether the segment's ``MemorySegment/metadata`` holds the node's ``EntryMetadata``.
   @inlinable
   var hasMetadata: Bool {
     @inline(__always) get { costAndRegion & Self.metadataBit != 0 }

@@ -2,22 +2,22 @@
 // hundred watches its key, and the key's next lookup records how long it took.
 
 extension MemorySegment {
-  /// Counts a hit on `slot` (counted in ``hits`` already) for the sampler: one decrement and one
-  /// bit of the node, read with its expiry, unless the hit is watched or ends a watch.
+  /// Counts a hit on `slot` for the sampler: one decrement and one bit of the node, read with
+  /// its expiry, unless the hit is watched or ends a watch.
   @inlinable
   @inline(__always)
   mutating func sampleHit(_ key: Key, at slot: Int) {
-    sampler.countdown &-= 1
-    if _slowPath(sampler.countdown <= 0 || nodes[slot].isWatched) { sampleLookup(key, at: slot) }
+    sampleCountdown &-= 1
+    if _slowPath(sampleCountdown <= 0 || nodes[slot].isWatched) { sampleLookup(key, at: slot) }
   }
 
-  /// Counts a miss (counted in ``misses`` already) for the sampler: a watched key missing now
-  /// was evicted, or never inserted, since its watch began.
+  /// Counts a miss for the sampler: a watched key missing now was evicted, or never inserted,
+  /// since its watch began.
   @inlinable
   @inline(__always)
   mutating func sampleMiss(_ key: Key) {
-    sampler.countdown &-= 1
-    if sampler.countdown <= 0 || !sampler.watches.isEmpty { sampleLookup(key, at: nil) }
+    sampleCountdown &-= 1
+    if sampleCountdown <= 0 || !sampler.watches.isEmpty { sampleLookup(key, at: nil) }
   }
 
   /// Ends the watch of `key` if it has one, and begins one if the countdown says so; `slot` is
@@ -25,7 +25,12 @@ extension MemorySegment {
   @usableFromInline
   @inline(never)
   mutating func sampleLookup(_ key: Key, at slot: Int?) {
-    let time = hits &+ misses
+    guard sampler.isOn else {
+      // Off: the countdown ran out (after 2^31 lookups where Int has 32 bits); start it again.
+      sampleCountdown = .max
+      return
+    }
+    let time = sampler.gapEnd &- sampleCountdown
     if let slot {
       if nodes[slot].isWatched {
         nodes[slot].isWatched = false
@@ -34,13 +39,15 @@ extension MemorySegment {
     } else {
       sampler.resolve(key, at: time)
     }
-    guard sampler.countdown <= 0 else { return }
-    sampler.countdown = sampler.nextGap()
+    guard sampleCountdown <= 0 else { return }
+    let gap = sampler.nextGap()
+    sampleCountdown = gap
+    sampler.gapEnd = time &+ gap
     sampler.watch(key, at: time)
     if let slot { nodes[slot].isWatched = true }
     // The oldest watches are looked at every 32 new ones, or as soon as there are too many.
-    if sampler.order.count & 31 == 0 || sampler.watches.count > ReuseSampler<Key>.limits(forEntries: count).watches {
-      sampler.dropOld(at: time, entries: count)
+    if sampler.order.count & 31 == 0 || sampler.watches.count > sampler.limit(forEntries: count) {
+      sampler.dropOld(entries: count)
     }
   }
 
@@ -49,5 +56,12 @@ extension MemorySegment {
   @inlinable
   mutating func markIfWatched(_ slot: Int, key: Key) {
     if !sampler.watches.isEmpty, sampler.watches[key] != nil { nodes[slot].isWatched = true }
+  }
+
+  /// Ends the watch of the node at `slot`, which leaves other than by eviction (it expired, was
+  /// removed or is dead by tag), as never reused.
+  @usableFromInline
+  mutating func abandonWatch(at slot: Int) {
+    if nodes[slot].isWatched { sampler.abandon(nodes[slot].key) }
   }
 }

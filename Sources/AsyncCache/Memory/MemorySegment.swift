@@ -52,6 +52,9 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline var slotCount: Int
   /// How many hits ``pendingHits`` holds.
   @usableFromInline var pendingHitCount: Int
+  /// Lookups until the ``sampler`` watches one; `Int.max` while it is off. Beside
+  /// ``pendingHitCount``: a hit writes both, on one cache line.
+  @usableFromInline var sampleCountdown = Int.max
   /// The slots of the hits whose moves up their lists are not made yet, oldest first (see
   /// ``recordHit(_:hash:)``); ``pendingHitCapacity`` of them.
   @usableFromInline var pendingHits:

@@ -295,6 +295,7 @@ extension MemoryStore {
     let removed = segments.withLock(segmentIndex(for: hash)) { segment -> Node? in
       if let reason { segment.evictions[reason] &+= 1 }
       guard let slot = segment.find(key, hash: hash) else { return nil }
+      segment.abandonWatch(at: slot)
       return segment.remove(slot: slot)
     }
     // A refused entry is reported whether or not an older one was there.
@@ -314,6 +315,7 @@ extension MemoryStore {
         let keys = observed ? segment.liveSlots.map { segment.nodes[$0].key } : []
         entryCount.wrappingSubtract(segment.count, ordering: .relaxed)
         entryCost.wrappingSubtract(segment.totalCost, ordering: .relaxed)
+        segment.sampler.abandonAll()
         // Memory pressure releases a referee's shadows too.
         return (segment.detachAllNodes(releasingReferee: reason == .memoryPressure), keys)
       }
@@ -333,6 +335,7 @@ extension MemoryStore {
         // A removal moves no other node.
         segment.forEachSlot { segment, slot in
           guard segment.nodes[slot].expiry <= now else { return }
+          segment.abandonWatch(at: slot)
           let node = segment.remove(slot: slot)
           segment.evictions[.expired] &+= 1
           account(removed: node)

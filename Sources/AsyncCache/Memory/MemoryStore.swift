@@ -68,6 +68,10 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// finds an entry filed under one, produced at or before its invalidation, removes it and
   /// misses. Read only for the entries with metadata, and only once a tag was invalidated.
   @usableFromInline let tagInvalidations = TagInvalidations()
+  /// Whether the reuse sampler samples only a loading cache's requests (``lookupSlot``'s
+  /// `countingRequest`): set when the layer becomes a loading cache's top layer, whose loads look
+  /// the key up again after the request missed it (a second lookup that is not a reuse).
+  @usableFromInline let samplesRequestsOnly = Atomic<Bool>(false)
 
   /// - Parameter costLimit: The cost limit; `Int.max` for none.
   init(
@@ -120,7 +124,10 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     hasAdmissionWindow = policy.kind != .leastRecentlyUsed
     if samplesReuse {
       for index in 0..<segmentCount {
-        self.segments.withLock(index) { $0.sampler.start(seed: seed ^ (0x5EED_C0DE &* UInt64(index &+ 1))) }
+        self.segments.withLock(index) { segment in
+          segment.sampleCountdown = segment.sampler.start(
+            seed: seed ^ (0x5EED_C0DE &* UInt64(index &+ 1)), segments: segmentCount)
+        }
       }
     }
   }
@@ -234,7 +241,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     let result = segments.withLookupLock(index) { segment -> Lookup<Found> in
       guard let slot = segment.find(key, hash: hash) else {
         segment.misses &+= 1
-        segment.sampleMiss(key)
+        if countingRequest || !samplesRequestsOnly.load(ordering: .relaxed) { segment.sampleMiss(key) }
         return .miss
       }
       let expiry = segment.nodes[slot].expiry
@@ -242,8 +249,9 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       if expiry != .max {
         now = self.now(checking: expiry)
         if expiry <= now {
+          segment.abandonWatch(at: slot)
           let node = segment.drop(slot, because: .expired)
-          segment.sampleMiss(key)
+          if countingRequest || !samplesRequestsOnly.load(ordering: .relaxed) { segment.sampleMiss(key) }
           return .dropped(node, .expired)
         }
       }
@@ -254,13 +262,14 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         if recorded != 0, !segment.tagsAreKnownAlive(at: slot, recorded: recorded),
           Self.isDeadByTag(key, at: slot, in: &segment, recorded: recorded, checkingAgainst: tagInvalidations)
         {
+          segment.abandonWatch(at: slot)
           let node = segment.drop(slot, because: .invalidated)
-          segment.sampleMiss(key)
+          if countingRequest || !samplesRequestsOnly.load(ordering: .relaxed) { segment.sampleMiss(key) }
           return .dropped(node, .invalidated)
         }
       }
       segment.recordHit(slot, hash: hash)
-      segment.sampleHit(key, at: slot)
+      if countingRequest || !samplesRequestsOnly.load(ordering: .relaxed) { segment.sampleHit(key, at: slot) }
       if countingRequest { segment.requestHits &+= 1 }
       return .hit(extract(segment, slot, now))
     }

@@ -14,15 +14,18 @@
 /// began, and the histogram of the reuse times measured. Not thread-safe: under the segment's
 /// lock.
 ///
-/// Time is the segment's own lookup count (hits and misses). Keys are spread over the segments
+/// Time is the segment's own count of the lookups it samples from (a loading cache's requests,
+/// when the layer is one's top layer; every lookup otherwise). Keys are spread over the segments
 /// by hash, so a segment's lookups are a spatial sample of the layer's: a reuse time in the
 /// segment's lookups, times the segment count, estimates it in the layer's.
+///
+/// The countdown to the next watched lookup is the segment's own ``MemorySegment/sampleCountdown``
+/// (beside the fields every hit writes): the time is ``gapEnd`` minus it.
 @usableFromInline
 struct ReuseSampler<Key: Hashable> {
-  /// Lookups until the next one is watched; `Int.max` when the sampler is off, which a lookup
-  /// counts down from for ever (2^63 lookups).
-  @usableFromInline var countdown = Int.max
-  /// The watched keys, and the lookup count when each was watched.
+  /// The time at which the countdown reaches 0.
+  var gapEnd = 0
+  /// The watched keys, and the time each was watched.
   @usableFromInline var watches: [Key: Int] = [:]
   /// The watches in the order they began (some since resolved, or begun again: a watch is current
   /// when `watches` holds its time), so that the oldest is dropped first.
@@ -31,10 +34,13 @@ struct ReuseSampler<Key: Hashable> {
   var orderStart = 0
   /// The reuse times measured.
   var histogram = ReuseHistogram()
-  /// Watches dropped unresolved: older than the horizon, or pushed out by newer ones.
+  /// Watches ended without a reuse: their entry expired, was removed or invalidated (a lookup
+  /// then misses at any size), or they were the oldest of too many.
   var dropped = 0
-  /// The random state that spaces the watched lookups (xorshift64*).
+  /// The random state that spaces the watched lookups (xorshift64*); 0 when off.
   var random: UInt64 = 0
+  /// The fewest entries the watches are bounded for: 256 over the layer's segments.
+  var minimumEntries = 256
 
   /// The mean number of lookups between two watched ones: 102, so that at most 1% are watched
   /// (the count over 900k lookups stays 6 standard deviations below 1%).
@@ -43,10 +49,14 @@ struct ReuseSampler<Key: Hashable> {
   @usableFromInline
   init() {}
 
-  /// Starts sampling, its gaps drawn from `seed`.
-  mutating func start(seed: UInt64) {
+  /// Starts sampling, its gaps drawn from `seed`, in a segment of a layer of `segments`
+  /// segments; returns the first countdown.
+  mutating func start(seed: UInt64, segments: Int) -> Int {
     random = seed | 1
-    countdown = nextGap()
+    minimumEntries = Swift.max(256 / Swift.max(segments, 1), 4)
+    let gap = nextGap()
+    gapEnd = gap
+    return gap
   }
 
   var isOn: Bool { random != 0 }
@@ -61,13 +71,12 @@ struct ReuseSampler<Key: Hashable> {
     return Self.meanGap - 50 + Int(drawn % 101)
   }
 
-  /// Watches at most, and the age (in lookups) past which a watch is dropped, for a segment
-  /// holding `count` entries: a reuse longer than 64 times the segment's entries is past what a
-  /// cache four times as large would keep unless it misses less than 1 lookup in 16, and a quarter
-  /// of the entries bounds the watches' memory (a few bytes per entry) in a scan.
-  static func limits(forEntries count: Int) -> (watches: Int, horizon: Int) {
-    let entries = Swift.max(count, 256)
-    return (entries / 4, entries.multipliedReportingOverflow(by: 64).overflow ? .max : entries * 64)
+  /// The most watches a segment holding `count` entries keeps: a quarter of its entries (of
+  /// ``minimumEntries`` at least), which bounds their memory to a few bytes per entry in a scan.
+  /// The oldest leaves first, as never reused: a long reuse that a cache four times as large would
+  /// keep may then count as a miss.
+  func limit(forEntries count: Int) -> Int {
+    Swift.max(count, minimumEntries) / 4 + 1
   }
 
   /// Begins watching `key`, looked up at `time`.
@@ -77,35 +86,54 @@ struct ReuseSampler<Key: Hashable> {
   }
 
   /// Ends the watch of `key`, looked up again at `time`, if it is watched; returns whether it was.
+  /// Records the reuse as the lookups between, the second one excluded: a key looked up again
+  /// with `n` lookups of other keys between has at most `n` keys used since, so an LRU cache of
+  /// `n + 1` entries hits.
   @discardableResult
   mutating func resolve(_ key: Key, at time: Int) -> Bool {
     guard let began = watches.removeValue(forKey: key) else { return false }
-    histogram.record(time &- began)
+    histogram.record(time &- began &- 1)
     return true
   }
 
-  /// Drops the watches older than the horizon, and the oldest while there are more than the limit
-  /// allows, for a segment of `count` entries at lookup `time`.
-  mutating func dropOld(at time: Int, entries count: Int) {
-    let (limit, horizon) = Self.limits(forEntries: count)
-    while orderStart < order.count {
+  /// Ends the watch of `key`, if any, as never reused: its entry left the layer other than by
+  /// eviction (expired, removed, invalidated), so its next lookup misses whatever the size.
+  mutating func abandon(_ key: Key) {
+    if watches.removeValue(forKey: key) != nil { dropped &+= 1 }
+  }
+
+  /// Ends every watch as never reused (the layer was emptied), and releases their storage.
+  mutating func abandonAll() {
+    dropped &+= watches.count
+    watches = [:]
+    order = []
+    orderStart = 0
+  }
+
+  /// Drops the oldest watches while there are more than the limit for a segment of `count`
+  /// entries, and compacts the order; releases storage kept for many more watches than remain.
+  mutating func dropOld(entries count: Int) {
+    let limit = limit(forEntries: count)
+    while orderStart < order.count, watches.count > limit {
       let oldest = order[orderStart]
-      let current = watches[oldest.key] == oldest.time
-      if current, time &- oldest.time <= horizon, watches.count <= limit { break }
-      if current {
+      if watches[oldest.key] == oldest.time {
         watches[oldest.key] = nil
         dropped &+= 1
       }
       orderStart &+= 1
     }
-    // Compact once the dropped prefix is half of the array, and keep only the current watches
-    // once the ended ones behind a long one are more than the limit: `order` holds at most about
-    // twice as many as `watches`.
+    // Keep only the current watches once the ended ones are more than the limit: `order` holds
+    // at most about twice as many as the limit.
     if order.count - orderStart > 2 * limit + 64 {
       order = order[orderStart...].filter { watches[$0.key] == $0.time }
       orderStart = 0
-    } else if orderStart > 64, orderStart * 2 > order.count {
-      order.removeFirst(orderStart)
+    }
+    // Storage sized for many more watches than the limit allows now (the layer shrank).
+    if watches.capacity > 4 * limit + 64 {
+      watches = Dictionary(uniqueKeysWithValues: watches.map { ($0.key, $0.value) })
+    }
+    if order.capacity > 8 * limit + 128 {
+      order = Array(order[orderStart...])
       orderStart = 0
     }
   }

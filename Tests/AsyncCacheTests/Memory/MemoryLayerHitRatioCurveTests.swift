@@ -1,3 +1,4 @@
+import AsyncCacheTesting
 import Testing
 
 @testable import AsyncCache
@@ -16,6 +17,16 @@ struct MemoryLayerHitRatioCurveTests {
       z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
       z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
       return z ^ (z >> 31)
+    }
+  }
+
+  /// Makes segment 0 of `layer` watch the lookup `lookups` from now (its countdown), keeping the
+  /// sampler's time.
+  static func watch(after lookups: Int, in layer: MemoryLayer<Int, Int>) {
+    layer.store.segments.withLock(0) { segment in
+      let now = segment.sampler.gapEnd &- segment.sampleCountdown
+      segment.sampleCountdown = lookups
+      segment.sampler.gapEnd = now &+ lookups
     }
   }
 
@@ -123,8 +134,8 @@ struct MemoryLayerHitRatioCurveTests {
     let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 10, evictionPolicy: .leastRecentlyUsed))
     // Only the lookups the test chooses are watched: the countdown runs out at the next lookup,
     // then never again.
-    func watchNext() { layer.store.segments.withLock(0) { $0.sampler.countdown = 1 } }
-    func watchNoMore() { layer.store.segments.withLock(0) { $0.sampler.countdown = .max } }
+    func watchNext() { Self.watch(after: 1, in: layer) }
+    func watchNoMore() { Self.watch(after: .max, in: layer) }
     func sampler() -> ReuseSampler<Int> { layer.store.segments.withLock(0) { $0.sampler } }
     watchNoMore()
     watchNext()
@@ -137,7 +148,9 @@ struct MemoryLayerHitRatioCurveTests {
     #expect(layer.value(for: 1) == 1)  // lookup 7
     let afterHit = sampler()
     #expect(afterHit.histogram.total == 1)
-    #expect(afterHit.histogram.counts.count > 6 && afterHit.histogram.counts[6] == 1, "a reuse of 6 lookups")
+    #expect(
+      afterHit.histogram.counts.count > 5 && afterHit.histogram.counts[5] == 1,
+      "6 lookups later, 5 between: a cache of 6 entries would hit")
     #expect(afterHit.watches.isEmpty)
 
     // Watched again, then evicted by ten other keys, then missed: the miss ends the watch.
@@ -147,7 +160,7 @@ struct MemoryLayerHitRatioCurveTests {
     for key in 200..<210 { try layer.insert(key, for: key) }
     #expect(layer.value(for: 1) == nil)  // lookup 9: evicted, a reuse of 1
     let afterMiss = sampler()
-    #expect(afterMiss.histogram.total == 2 && afterMiss.histogram.counts[1] == 1)
+    #expect(afterMiss.histogram.total == 2 && afterMiss.histogram.counts[0] == 1, "looked up again next")
     #expect(afterMiss.watches.isEmpty)
   }
 
@@ -155,10 +168,10 @@ struct MemoryLayerHitRatioCurveTests {
   func watchesAreBounded() throws {
     let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 2_000, admissionSeed: 3))
     for key in 0..<1_024 { try layer.insert(key, for: key) }
-    // Every key once: no watch ever ends. A layer of 1,024 entries keeps at most 256 watches.
+    // Every key once: no watch ever ends. A layer of 1,024 entries keeps at most 257 watches.
     for key in 10_000..<210_000 { _ = layer.value(for: key) }
     let sampler = layer.store.segments.withLock(0) { $0.sampler }
-    #expect(sampler.watches.count <= 257)
+    #expect(sampler.watches.count <= 1_024 / 4 + 1)
     #expect(sampler.dropped + sampler.watches.count > 1_900, "about 1 lookup in 102 watched")
     #expect(sampler.order.count - sampler.orderStart <= 2 * 257 + 64, "the order is compacted")
     let curve = try #require(layer.statistics.hitRatioCurve)
@@ -169,15 +182,92 @@ struct MemoryLayerHitRatioCurveTests {
   func orderIsBounded() throws {
     let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 2_000, admissionSeed: 5))
     for key in 0..<1_024 { try layer.insert(key, for: key) }
-    layer.store.segments.withLock(0) { $0.sampler.countdown = 1 }
+    Self.watch(after: 1, in: layer)
     _ = layer.value(for: 1_000)  // watched, and never looked up again
-    // Ten keys looked up in turn: every watch ends ten lookups later. Fewer lookups than the
-    // horizon (64 × 1,024), so the first watch stays.
+    // Ten keys looked up in turn: every watch ends ten lookups later; the first never does.
     for lookup in 0..<65_000 { _ = layer.value(for: lookup % 10) }
     let sampler = layer.store.segments.withLock(0) { $0.sampler }
     #expect(sampler.watches[1_000] == 1)
-    #expect(sampler.order.count - sampler.orderStart <= 2 * 256 + 64 + 32)
+    #expect(sampler.order.count - sampler.orderStart <= 2 * 257 + 64 + 32)
     #expect(sampler.histogram.total > 600, "about 1 lookup in 102 watched, each ended")
+  }
+
+  @Test("through a LoadingCache, the curve is the requests': a load's second look at the top layer is no reuse")
+  func throughALoadingCache() async throws {
+    var draws = Draws(state: 9)
+    let keys = (0..<100_000).map { _ in
+      Int.random(in: 0..<100, using: &draws) < 80
+        ? Int.random(in: 0..<1_000, using: &draws) : Int.random(in: 0..<10_000, using: &draws)
+    }
+    let memory = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 500, admissionSeed: 11))
+    let cache = try LoadingCache(layers: [memory], origin: ClosureFetcher { (key: Int) in key })
+    for key in keys { _ = try await cache.value(for: key) }
+    let curve = try #require(memory.statistics.hitRatioCurve)
+    let exact = Self.exactLRU(keys, capacities: curve.points.map(\.capacity))
+    for (point, lru) in zip(curve.points, exact) {
+      #expect(abs(point.hitRatio - lru) < 0.03, "at \(point.capacity) entries: \(point.hitRatio) vs \(lru)")
+    }
+    let sampled = Double(curve.sampledLookups) / Double(keys.count)
+    #expect(sampled <= 0.01 && sampled > 0.008, "requests are sampled, not the loads' second looks")
+  }
+
+  @Test("an entry that expires, is removed or invalidated before its key comes back is no reuse", arguments: 0..<3)
+  func entriesThatLeave(way: Int) async throws {
+    let clock = ManualClock()
+    let layer = try MemoryLayer<Int, Int>(
+      configuration: .init(countLimit: 1_000, admissionSeed: 13, clock: clock))
+    for round in 0..<200 {
+      for key in 0..<200 {
+        if layer.value(for: key) == nil {
+          let lifetime: Duration = way == 0 ? .seconds(1) : .seconds(3_600)
+          let metadata = EntryMetadata(producedAt: clock.now, tags: ["round \(round)"])
+          try layer.insert(
+            CacheEntry(key, expiresAt: clock.now.advanced(by: lifetime), metadata: metadata), for: key)
+        }
+      }
+      switch way {
+      case 0: clock.advance(by: .seconds(2))  // every entry expires
+      case 1: layer.removeAll()
+      default:
+        clock.advance(by: .milliseconds(1))
+        await layer.invalidate(tag: "round \(round)", at: clock.now)
+      }
+    }
+    #expect(layer.statistics.hits == 0)
+    let curve = try #require(layer.statistics.hitRatioCurve)
+    for point in curve.points { #expect(point.hitRatio < 0.01, "at \(point.capacity) entries: \(point.hitRatio)") }
+  }
+
+  @Test("a loop of as many keys as the layer holds hits at its size: a reuse counts the lookups between")
+  func loopAtCapacity() throws {
+    let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 10, admissionSeed: 17))
+    for _ in 0..<20_000 {
+      for key in 0..<10 { try Self.access(key, in: layer) }
+    }
+    let curve = try #require(layer.statistics.hitRatioCurve)
+    #expect(try #require(curve.hitRatio(atScale: 1)) > 0.99)
+    #expect(try #require(curve.hitRatio(atScale: 0.5)) < 0.01)
+  }
+
+  @Test("a count limit near Int.max gives a curve, not a trap")
+  func hugeCountLimit() throws {
+    let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: Int.max / 2))
+    for _ in 0..<3 {
+      for key in 0..<1_000 { try Self.access(key, in: layer) }
+    }
+    let curve = try #require(layer.statistics.hitRatioCurve)
+    #expect(curve.points.allSatisfy { $0.capacity > 0 && (0...1).contains($0.hitRatio) })
+  }
+
+  @Test("a sampler that is off stays off when its countdown runs out (after 2^31 lookups on 32 bits)")
+  func offStaysOff() throws {
+    let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: 100, estimatesHitRatioCurve: false))
+    layer.store.segments.withLock(0) { $0.sampleCountdown = 3 }
+    for _ in 0..<10 {
+      for key in 0..<100 { try Self.access(key, in: layer) }
+    }
+    #expect(layer.statistics.hitRatioCurve == nil)
+    #expect(layer.store.segments.withLock(0) { $0.sampler.watches.isEmpty && $0.sampleCountdown > 1 << 30 })
   }
 
   @Test("the histogram's buckets cover every reuse time once, each within an eighth of its values")
