@@ -62,9 +62,10 @@ extension MemoryLayer {
 
     /// Whether the layer estimates its hit-ratio curve (``Statistics/hitRatioCurve``): what it
     /// would hit at ¼× to 4× its capacity. Default `true`. About one lookup in a hundred is
-    /// watched until its key's next lookup; the rest pay one decrement and one bit of the node
-    /// (within 3% of a hit's time in `memory.hit.1task`), and the watches hold at most a quarter
-    /// as many keys as the layer (256 at least).
+    /// watched until its key's next lookup (a dictionary insert, then a removal); the rest pay
+    /// one decrement and one bit of the node they read anyway. The watches hold at most a quarter
+    /// as many keys as the layer (256 at least). `memory.hit.1task` compares a loading cache's
+    /// hit with and without it.
     public var estimatesHitRatioCurve: Bool
 
     /// The clock that expiry is read from: `now` when an entry is written; when it is looked

@@ -43,12 +43,8 @@ extension MemorySegment {
     let gap = sampler.nextGap()
     sampleCountdown = gap
     sampler.gapEnd = time &+ gap
-    sampler.watch(key, at: time)
+    sampler.watch(key, at: time, entries: count)
     if let slot { nodes[slot].isWatched = true }
-    // The oldest watches are looked at every 32 new ones, or as soon as there are too many.
-    if sampler.order.count & 31 == 0 || sampler.watches.count > sampler.limit(forEntries: count) {
-      sampler.dropOld(entries: count)
-    }
   }
 
   /// Marks the node just inserted at `slot` for `key` as watched if its key is: a miss began the

@@ -27,11 +27,6 @@ struct ReuseSampler<Key: Hashable> {
   var gapEnd = 0
   /// The watched keys, and the time each was watched.
   @usableFromInline var watches: [Key: Int] = [:]
-  /// The watches in the order they began (some since resolved, or begun again: a watch is current
-  /// when `watches` holds its time), so that the oldest is dropped first.
-  var order: [(key: Key, time: Int)] = []
-  /// Where the oldest element of `order` not yet dropped is.
-  var orderStart = 0
   /// The reuse times measured.
   var histogram = ReuseHistogram()
   /// Watches ended without a reuse: their entry expired, was removed or invalidated (a lookup
@@ -79,10 +74,12 @@ struct ReuseSampler<Key: Hashable> {
     Swift.max(count, minimumEntries) / 4 + 1
   }
 
-  /// Begins watching `key`, looked up at `time`.
-  mutating func watch(_ key: Key, at time: Int) {
+  /// Begins watching `key`, looked up at `time`, in a segment holding `count` entries; beyond
+  /// the limit, the oldest quarter of the watches ends.
+  mutating func watch(_ key: Key, at time: Int, entries count: Int) {
     watches[key] = time
-    order.append((key, time))
+    let limit = limit(forEntries: count)
+    if watches.count > limit { dropOldest(keeping: limit - limit / 4) }
   }
 
   /// Ends the watch of `key`, looked up again at `time`, if it is watched; returns whether it was.
@@ -106,36 +103,17 @@ struct ReuseSampler<Key: Hashable> {
   mutating func abandonAll() {
     dropped &+= watches.count
     watches = [:]
-    order = []
-    orderStart = 0
   }
 
-  /// Drops the oldest watches while there are more than the limit for a segment of `count`
-  /// entries, and compacts the order; releases storage kept for many more watches than remain.
-  mutating func dropOld(entries count: Int) {
-    let limit = limit(forEntries: count)
-    while orderStart < order.count, watches.count > limit {
-      let oldest = order[orderStart]
-      if watches[oldest.key] == oldest.time {
-        watches[oldest.key] = nil
-        dropped &+= 1
-      }
-      orderStart &+= 1
-    }
-    // Keep only the current watches once the ended ones are more than the limit: `order` holds
-    // at most about twice as many as the limit.
-    if order.count - orderStart > 2 * limit + 64 {
-      order = order[orderStart...].filter { watches[$0.key] == $0.time }
-      orderStart = 0
-    }
-    // Storage sized for many more watches than the limit allows now (the layer shrank).
-    if watches.capacity > 4 * limit + 64 {
-      watches = Dictionary(uniqueKeysWithValues: watches.map { ($0.key, $0.value) })
-    }
-    if order.capacity > 8 * limit + 128 {
-      order = Array(order[orderStart...])
-      orderStart = 0
-    }
+  /// Ends all but the `kept` newest watches, as never reused, and releases storage sized for
+  /// many more (the layer shrank). O(watches log watches), once every quarter of the limit's new
+  /// watches at most.
+  mutating func dropOldest(keeping kept: Int) {
+    let times = watches.values.sorted()
+    let cutoff = times[Swift.max(times.count - kept, 0)]
+    let before = watches.count
+    watches = watches.filter { $0.value >= cutoff }
+    dropped &+= before - watches.count
   }
 }
 
