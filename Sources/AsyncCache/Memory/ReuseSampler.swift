@@ -24,24 +24,24 @@
 @usableFromInline
 struct ReuseSampler<Key: Hashable> {
   /// The time at which the countdown reaches 0.
-  var gapEnd = 0
+  @usableFromInline var gapEnd = 0
   /// The watched keys, and the time each was watched.
   @usableFromInline var watches: [Key: Int] = [:]
   /// The reuse times measured.
-  var histogram = ReuseHistogram()
+  @usableFromInline var histogram = ReuseHistogram()
   /// Watches ended without a reuse: their entry expired, was removed or invalidated (a lookup
   /// then misses at any size), or they were the oldest of too many.
-  var dropped = 0
+  @usableFromInline var dropped = 0
   /// The random state that spaces the watched lookups (xorshift64*); 0 when off.
-  var random: UInt64 = 0
+  @usableFromInline var random: UInt64 = 0
   /// The fewest entries the watches are bounded for: 256 over the layer's segments.
-  var minimumEntries = 256
+  @usableFromInline var minimumEntries = 256
 
   /// The mean number of lookups between two watched ones: 102, so that at most 1% are watched
   /// (the count over 900k lookups stays 6 standard deviations below 1%).
-  static var meanGap: Int { 102 }
+  @inlinable static var meanGap: Int { 102 }
 
-  @usableFromInline
+  @inlinable
   init() {}
 
   /// Starts sampling, its gaps drawn from `seed`, in a segment of a layer of `segments`
@@ -54,10 +54,11 @@ struct ReuseSampler<Key: Hashable> {
     return gap
   }
 
-  var isOn: Bool { random != 0 }
+  @inlinable var isOn: Bool { random != 0 }
 
   /// 52 to 152 (``meanGap`` ± 50), uniformly: a watched lookup is never predictable from the last,
   /// and the count of watched lookups varies little.
+  @inlinable
   mutating func nextGap() -> Int {
     random ^= random >> 12
     random ^= random << 25
@@ -70,12 +71,14 @@ struct ReuseSampler<Key: Hashable> {
   /// ``minimumEntries`` at least), which bounds their memory to a few bytes per entry in a scan.
   /// The oldest leaves first, as never reused: a long reuse that a cache four times as large would
   /// keep may then count as a miss.
+  @inlinable
   func limit(forEntries count: Int) -> Int {
     Swift.max(count, minimumEntries) / 4 + 1
   }
 
   /// Begins watching `key`, looked up at `time`, in a segment holding `count` entries; beyond
   /// the limit, the oldest quarter of the watches ends.
+  @inlinable
   mutating func watch(_ key: Key, at time: Int, entries count: Int) {
     watches[key] = time
     let limit = limit(forEntries: count)
@@ -87,6 +90,7 @@ struct ReuseSampler<Key: Hashable> {
   /// with `n` lookups of other keys between has at most `n` keys used since, so an LRU cache of
   /// `n + 1` entries hits.
   @discardableResult
+  @inlinable
   mutating func resolve(_ key: Key, at time: Int) -> Bool {
     guard let began = watches.removeValue(forKey: key) else { return false }
     histogram.record(time &- began &- 1)
@@ -108,6 +112,7 @@ struct ReuseSampler<Key: Hashable> {
   /// Ends all but the `kept` newest watches, as never reused, and releases storage sized for
   /// many more (the layer shrank). O(watches log watches), once every quarter of the limit's new
   /// watches at most.
+  @inlinable
   mutating func dropOldest(keeping kept: Int) {
     let times = watches.values.sorted()
     let cutoff = times[Swift.max(times.count - kept, 0)]
@@ -119,16 +124,18 @@ struct ReuseSampler<Key: Hashable> {
 
 /// Reuse times, counted in buckets that are exact up to 31 and then 8 to each power of two (each
 /// within 1/8 of its values), up to 2^48 (the last bucket counts all above).
+@usableFromInline
 struct ReuseHistogram: Sendable, Hashable {
   /// The counts by bucket; empty until the first reuse is recorded.
-  var counts: [UInt32] = []
+  @usableFromInline var counts: [UInt32] = []
   /// How many reuse times were recorded.
-  var total = 0
+  @usableFromInline var total = 0
 
-  static var exactLimit: Int { 32 }
-  static var subBuckets: Int { 8 }
-  static var bucketCount: Int { exactLimit + (48 - 5) * subBuckets }
+  @inlinable static var exactLimit: Int { 32 }
+  @inlinable static var subBuckets: Int { 8 }
+  @inlinable static var bucketCount: Int { exactLimit + (48 - 5) * subBuckets }
 
+  @inlinable
   static func bucket(of value: Int) -> Int {
     guard value >= exactLimit else { return Swift.max(value, 0) }
     let exponent = Int.bitWidth - 1 - value.leadingZeroBitCount
@@ -144,6 +151,7 @@ struct ReuseHistogram: Sendable, Hashable {
     return ((subBuckets + sub) << (exponent - 3), 1 << (exponent - 3))
   }
 
+  @inlinable
   mutating func record(_ value: Int) {
     if counts.isEmpty { counts = Array(repeating: 0, count: Self.bucketCount) }
     let index = Self.bucket(of: value)
@@ -154,6 +162,7 @@ struct ReuseHistogram: Sendable, Hashable {
 
   /// Halves every count, keeping their proportions, when one would overflow (after 2^32 reuses
   /// in one bucket).
+  @inlinable
   mutating func halve() {
     total = 0
     for index in counts.indices {
