@@ -11,7 +11,8 @@ enum CurveSection {
     let memory = try MemoryLayer<Int, String>(configuration: .init(countLimit: capacity))
     // An origin that answers at once: the section measures the cache, not a service.
     let catalogue = try LoadingCache(layers: [memory], origin: ClosureFetcher { (id: Int) in "Product #\(id)" })
-    var draws = Draws(state: 0xDE_5C0)
+    // The library's SplitMix64: the same requests on every run.
+    var draws = SplitMix64(seed: 0xDE_5C0)
     let popularity = Popularity(count: products, exponent: 0.9)
     for _ in 0..<requests { _ = try await catalogue.value(for: popularity.draw(using: &draws)) }
 
@@ -70,19 +71,6 @@ struct Popularity {
       if cumulative[middle] < target { low = middle + 1 } else { high = middle }
     }
     return low
-  }
-}
-
-/// A SplitMix64 generator: the same requests on every run.
-struct Draws: RandomNumberGenerator {
-  var state: UInt64
-
-  mutating func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
   }
 }
 

@@ -8,18 +8,6 @@ import Testing
 /// LRU simulation.
 @Suite("MemoryLayer hit-ratio curve")
 struct MemoryLayerHitRatioCurveTests {
-  /// A SplitMix64 generator: the same draws on every run.
-  struct Draws: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-      state &+= 0x9E37_79B9_7F4A_7C15
-      var z = state
-      z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-      z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-      return z ^ (z >> 31)
-    }
-  }
-
   /// Makes segment 0 of `layer` watch the lookup `lookups` from now (its countdown), keeping the
   /// sampler's time.
   static func watch(after lookups: Int, in layer: MemoryLayer<Int, Int>) {
@@ -92,7 +80,7 @@ struct MemoryLayerHitRatioCurveTests {
     "a skewed trace, at three capacities: within 3 points of an exact LRU simulation at every size",
     arguments: [200, 500, 1_000])
   func skewed(capacity: Int) throws {
-    var draws = Draws(state: UInt64(capacity))
+    var draws = SplitMix64(seed: UInt64(capacity))
     // 80% of lookups over a hot tenth of 20,000 keys, the rest over all of them.
     let keys = (0..<200_000).map { _ in
       Int.random(in: 0..<100, using: &draws) < 80
@@ -193,7 +181,7 @@ struct MemoryLayerHitRatioCurveTests {
 
   @Test("through a LoadingCache, the curve is the requests': a load's second look at the top layer is no reuse")
   func throughALoadingCache() async throws {
-    var draws = Draws(state: 9)
+    var draws = SplitMix64(seed: 9)
     let keys = (0..<100_000).map { _ in
       Int.random(in: 0..<100, using: &draws) < 80
         ? Int.random(in: 0..<1_000, using: &draws) : Int.random(in: 0..<10_000, using: &draws)
