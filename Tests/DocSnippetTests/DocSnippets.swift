@@ -486,6 +486,9 @@ private func snippet_AsyncCache_Pressure_SystemMemoryPressure_2() async throws {
 // Sources/AsyncCache/Store/CodableCacheStore.swift, example 1
 // Not compiled here: needs Hummingbird (the "In a server" article shows it)
 
+// Sources/AsyncCache/Tracing/CacheTracer.swift, example 1
+// Not compiled here: needs swift-distributed-tracing (the "Tracing" article shows it)
+
 // Sources/AsyncCacheRedis/Layer/RedisLayer+Configuration.swift, example 1
 private func snippet_AsyncCacheRedis_Layer_RedisLayer_Configuration_1() async throws {
   var configuration = RedisLayer<String, Data>.Configuration(cluster: [
@@ -639,6 +642,21 @@ private func snippet_AsyncCacheTesting_RecordingLogHandler_1() async throws {
   }
   _ = memory
   _ = disk
+}
+
+// Sources/AsyncCacheTesting/RecordingTracer.swift, example 1
+private func snippet_AsyncCacheTesting_RecordingTracer_1() async throws {
+  let origin = ClosureFetcher<Int, Int> { $0 }
+  func aLoadIsTracedUnderItsRequest() async throws {
+      let tracer = RecordingTracer()
+      let cache = try LoadingCache(layers: [MemoryLayer<Int, Int>()], origin: origin,
+                                   configuration: .init(tracer: tracer))
+      _ = try await tracer.withSpan("request") { _ in try await cache.value(for: 1) }
+      let load = try #require(await tracer.waitForEndedSpans(named: "cache.load").first)
+      #expect(load.attributes["cache.source"] == "origin")
+      #expect(load.parent == tracer.spans(named: "request").first?.id)
+  }
+  _ = origin
 }
 
 // Sources/AsyncCacheTesting/RequestCappedLayer+Testing.swift, example 1

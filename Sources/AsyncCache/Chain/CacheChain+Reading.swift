@@ -160,10 +160,19 @@ extension CacheChain {
     accepting accept: (CacheEntry<Value>) -> Bool
   ) async throws -> (entry: CacheEntry<Value>, tier: Int)? {
     let clock = followedClock.value
+    let tracing = tracingLayers
     for index in tiers.indices {
       let started = clock.now
       do {
-        if let entry = try await tiers[index].layer.entry(for: key), !tagInvalidations.kills(entry.metadata) {
+        let found = try await traceLayer("cache.layer.lookup", tier: index, key: key, tracing) { span in
+          // An entry dead by tag is a miss.
+          let entry = try await tiers[index].layer.entry(for: key).flatMap {
+            tagInvalidations.kills($0.metadata) ? nil : $0
+          }
+          span?.set("cache.hit", entry != nil)
+          return entry
+        }
+        if let entry = found {
           let took = started.duration(to: clock.now)
           let recovered = counters.withLock { counters in
             counters[index].hits += 1
@@ -224,5 +233,27 @@ extension CacheChain {
     // A commit never fails the read it writes back: its failures are recorded, not thrown.
     _ = await write(entry, for: key, to: range, operation: operation, propagating: false, revalidating: revalidated)
     return true
+  }
+}
+
+extension CacheChain {
+  // MARK: Tracing
+
+  /// The tracer of the layer operations, when the chain's tracer asks for them.
+  nonisolated var tracingLayers: CacheTracing? {
+    followedTracer.value.flatMap { $0.tracesLayerOperations ? $0 : nil }
+  }
+
+  /// Runs `body`, an operation of layer `index` on `key`, in a span named `operation` when
+  /// `tracing` is set (see ``CacheTracer/tracesLayerOperations``).
+  nonisolated func traceLayer<T>(
+    _ operation: String, tier index: Int, key: Key, _ tracing: CacheTracing?, _ body: (TracedSpan?) async throws -> T
+  ) async rethrows -> T {
+    guard let tracing else { return try await body(nil) }
+    return try await tracing.span(operation) { span in
+      span.set("cache.layer", tiers[index].name)
+      span.set("cache.key", String(describing: key))
+      return try await body(span)
+    }
   }
 }

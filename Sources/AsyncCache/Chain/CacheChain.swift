@@ -63,6 +63,10 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     /// The clock handed to the chain's layers created without one (see ``CacheEnvironment``).
     /// Default `nil`: the clock of the cache or chain the chain is put in, if any.
     public var clock: (any CacheClock)?
+    /// Puts each layer lookup and write of the chain's reads in a span, if the tracer asks for
+    /// layer operations (see ``CacheTracer/tracesLayerOperations``). Default `nil`: the tracer
+    /// of the cache or chain the chain is put in, if any.
+    public var tracer: (any CacheTracer)?
     /// An async function that returns when the service running the chain (``CacheChain/run()``)
     /// should shut down gracefully: pass swift-service-lifecycle's `gracefulShutdown`. Default
     /// `nil`: `run()` ends when its task is cancelled or the chain is closed.
@@ -74,12 +78,14 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       onFailure: (@Sendable (LayerFailure) -> Void)? = nil,
       logger: CacheLogger? = nil,
       clock: (any CacheClock)? = nil,
+      tracer: (any CacheTracer)? = nil,
       gracefulShutdown: (@Sendable () async throws -> Void)? = nil
     ) {
       self.backfill = backfill
       self.onFailure = onFailure
       self._logger = .logger(logger)
       self.clock = clock
+      self.tracer = tracer
       self.gracefulShutdown = gracefulShutdown
     }
   }
@@ -102,6 +108,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// Whom the chain tells of the tag invalidations its layers learn from elsewhere, after it
   /// records them: the cache or chain it is in.
   nonisolated let followedTagHandler = Followed<TagInvalidationHandler?>(given: nil, fallback: nil)
+  /// The tracer of the chain's layer operations: its configuration's, or the one of the cache
+  /// or chain it is in.
+  nonisolated let followedTracer: Followed<CacheTracing?>
 
   nonisolated let coordinator = WriteCoordinator<Key>()
   /// Delivers the chain's own events (layer failures) to its observers and to `onFailure`.
@@ -130,6 +139,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     self.configuration = configuration
     self.followedLogger = Followed(given: configuration.$logger, fallback: .disabled)
     self.followedClock = Followed(given: configuration.clock, fallback: WallClock())
+    self.followedTracer = Followed(given: configuration.tracer.map { Optional(CacheTracing($0)) }, fallback: nil)
     var handler: (@Sendable (CacheEvent<Key>) -> Void)?
     if let onFailure = configuration.onFailure {
       handler = { event in
@@ -152,7 +162,8 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     if let handler = environment.tagInvalidationHandler { followedTagHandler.follow(handler) }
     let followsLogger = followedLogger.follow(environment.logger)
     let followsClock = followedClock.follow(environment.clock)
-    if followsLogger || followsClock { handEnvironmentToTiers() }
+    let followsTracer = environment.tracer.map { followedTracer.follow($0) } ?? false
+    if followsLogger || followsClock || followsTracer { handEnvironmentToTiers() }
   }
 
   /// Hands the chain's clock and logger, if it was given or follows them, to every tier, with
@@ -166,7 +177,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       tagInvalidationHandler: { news in
         if case .tag(let tag, let instant) = news { invalidations.record(tag, at: instant) }
         outer.value?(news)
-      })
+      }, tracer: followedTracer.handedOn ?? nil)
     for tier in tiers { tier.layer.follow(environment) }
   }
 
@@ -419,11 +430,14 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     propagating: Bool,
     revalidating revalidated: CacheEntry<Value>? = nil
   ) async -> (any Error)? {
+    let tracing = tracingLayers
     for index in range {
       do {
         let layer = tiers[index].layer
-        if let revalidated, try await layer.revalidate(entry, for: key, replacing: revalidated) { continue }
-        try await layer.insert(entry, for: key)
+        try await traceLayer("cache.layer.write", tier: index, key: key, tracing) { _ in
+          if let revalidated, try await layer.revalidate(entry, for: key, replacing: revalidated) { return }
+          try await layer.insert(entry, for: key)
+        }
       } catch {
         let disposition = Self.disposition(of: error, policy: tiers[index].failurePolicy)
         let thrown = propagating && disposition != .skip

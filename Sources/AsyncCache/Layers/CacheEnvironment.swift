@@ -34,6 +34,10 @@ public struct CacheEnvironment: Sendable {
   /// requests away from its loads in flight. `nil` when the cache or chain hands none.
   package var tagInvalidationHandler: TagInvalidationHandler?
 
+  /// The tracer to follow (chains do; layers ignore it); `nil` when the cache or chain was
+  /// given none.
+  package var tracer: CacheTracing?
+
   /// Creates an environment; `nil` for what it does not set.
   public init(clock: (any CacheClock)? = nil, logger: CacheLogger? = nil) {
     self.clock = clock
@@ -43,11 +47,13 @@ public struct CacheEnvironment: Sendable {
   /// Creates an environment with a handler of the tag invalidations layers learn from
   /// elsewhere.
   package init(
-    clock: (any CacheClock)?, logger: CacheLogger?, tagInvalidationHandler: TagInvalidationHandler?
+    clock: (any CacheClock)?, logger: CacheLogger?, tagInvalidationHandler: TagInvalidationHandler?,
+    tracer: CacheTracing? = nil
   ) {
     self.clock = clock
     self.logger = logger
     self.tagInvalidationHandler = tagInvalidationHandler
+    self.tracer = tracer
   }
 }
 

@@ -165,7 +165,13 @@ extension LoadingCache {
     // The batch's body runs as each of its loads (see LoadDependencies).
     let loads = items.map { LoadIdentity(table: ObjectIdentifier(loadTable), load: $0.id) }
     let task = Task(priority: priority) {
-      await LoadDependencies.$current.withValue(.batch(loads)) { await self.runBatch(items, origin: origin) }
+      await LoadDependencies.$current.withValue(.batch(loads)) {
+        guard let tracing = self.tracing else { return await self.runBatch(items, origin: origin) }
+        await tracing.span("cache.load_batch") { span in
+          span.set("cache.keys.count", items.count)
+          await self.runBatch(items, origin: origin)
+        }
+      }
       self.loadTable.taskEnded(items.map(\.id))
     }
     return LoadLaunch(ids: items.map(\.id), task: task, isBatch: true)

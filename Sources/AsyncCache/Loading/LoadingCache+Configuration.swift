@@ -90,6 +90,10 @@ extension LoadingCache {
     /// the task that ends the load, before its requests resume: keep it short, and do not wait
     /// there for the cache. Default `nil`.
     public var onLoadEnded: (@Sendable (LoadReport<Key>) -> Void)?
+    /// Puts each load, each origin call and, if it asks, each layer operation of a load in a
+    /// span (see ``CacheTracer`` and <doc:Tracing>). Handed to the cache's chain, unless the
+    /// chain was given its own. Hits get no span. Default `nil`: no spans.
+    public var tracer: (any CacheTracer)?
     /// An async function that returns when the service running the cache (``LoadingCache/run()``)
     /// should shut down gracefully, and throws when its task is cancelled: pass
     /// swift-service-lifecycle's `gracefulShutdown`. ``LoadingCache/run()`` then closes the
@@ -117,6 +121,7 @@ extension LoadingCache {
       loadTimeouts: LoadTimeouts = .none,
       logger: CacheLogger? = nil,
       onLoadEnded: (@Sendable (LoadReport<Key>) -> Void)? = nil,
+      tracer: (any CacheTracer)? = nil,
       gracefulShutdown: (@Sendable () async throws -> Void)? = nil,
       followsMemoryPressureWhileRunning: Bool = true
     ) {
@@ -133,6 +138,7 @@ extension LoadingCache {
       self.loadTimeouts = loadTimeouts
       self._logger = .logger(logger)
       self.onLoadEnded = onLoadEnded
+      self.tracer = tracer
       self.gracefulShutdown = gracefulShutdown
       self.followsMemoryPressureWhileRunning = followsMemoryPressureWhileRunning
     }

@@ -250,7 +250,10 @@ extension LoadingCache {
   func startLoad(_ load: LoadTable<Key, Value>.StartedLoad) -> Task<Void, Never> {
     let identity = LoadIdentity(table: ObjectIdentifier(loadTable), load: load.id)
     return Task(priority: load.priority) {
-      await LoadDependencies.$current.withValue(.load(identity)) { await self.run(load) }
+      await LoadDependencies.$current.withValue(.load(identity)) {
+        guard let tracing = self.tracing else { return await self.run(load, span: nil) }
+        await tracing.span("cache.load") { span in await self.run(load, span: span) }
+      }
       self.loadTable.taskEnded([load.id])
     }
   }
@@ -262,11 +265,13 @@ extension LoadingCache {
   /// the lookup goes on to the layers below and the origin, keeping the stale entry to serve if
   /// they fail (stale-if-error). A refresh serves nothing stale at once: it is the one that
   /// brings the fresh value.
-  private func run(_ load: LoadTable<Key, Value>.StartedLoad) async {
+  private func run(_ load: LoadTable<Key, Value>.StartedLoad, span: TracedSpan?) async {
     let (id, key) = (load.id, load.key)
     let startedAt = configuration.clock.now
     logLoadStarted(key)
     let isRefresh = checksFreshness && load.isRefresh
+    span?.set("cache.key", String(describing: key))
+    span?.set("cache.refresh", isRefresh)
     if eventHub.isObserved { eventHub.emit(isRefresh ? .refreshStarted(key: key) : .loadStarted(key: key)) }
     var result: Result<(Value, LoadSource), any Error>
     var found: FreshnessRules.State?
@@ -288,7 +293,7 @@ extension LoadingCache {
     }
     finish(
       id, key: key, startedAt: startedAt, with: result, attempts: attempts, servedStale: found == .stale,
-      staleAfter: staleAfter, thenRefresh: refreshAfterwards)
+      staleAfter: staleAfter, thenRefresh: refreshAfterwards, span: span)
   }
 
   /// The read-through of `load`: the layers, then the origin. `read` ends here, whatever
@@ -326,6 +331,7 @@ extension LoadingCache {
   ///     (stale-if-error).
   ///   - thenRefresh: Start a background refresh of `key` once the load is out of the table, in
   ///     the same critical section: no request can start a second one in between.
+  ///   - span: The load's span, told how it ended.
   func finish(
     _ id: UInt64,
     key: Key,
@@ -334,7 +340,8 @@ extension LoadingCache {
     attempts: Int,
     servedStale: Bool = false,
     staleAfter: (any Error)? = nil,
-    thenRefresh: Bool = false
+    thenRefresh: Bool = false,
+    span: TracedSpan? = nil
   ) {
     // A load that answers with a stale value after an error failed all the same.
     let failed: Bool = if case .failure = result { true } else { staleAfter != nil }
@@ -367,29 +374,65 @@ extension LoadingCache {
         reportEnd(of: key, with: result, staleAfter: staleAfter, attempts: attempts, duration: duration)
       }
     }
-    if let reports {
-      let outcome: LoadReport<Key>.Outcome =
-        switch (abandoned, result, staleAfter) {
-        case (true, _, _): .cancelled
-        case (false, .success, let error?): .servedStale(after: error)
-        case (false, .success((_, let source)), nil): .loaded(from: source)
-        case (false, .failure(let error), _): error is CancellationError ? .cancelled : .failed(error)
-        }
-      let sourceName: String? =
-        switch (abandoned, result) {
-        case (false, .success((_, .layer(let tier)))): chain.tiers.indices.contains(tier) ? chain.tiers[tier].name : nil
-        case (false, .success((_, .origin))), (false, .success((_, .revalidated))): "origin"
-        default: nil
-        }
-      reports(
-        LoadReport(
-          key: key, outcome: outcome, duration: duration, attempts: attempts, isRefresh: finished?.isRefresh ?? false,
-          sourceName: sourceName))
+    if reports != nil || span != nil {
+      let report = LoadReport(
+        key: key, outcome: outcome(abandoned: abandoned, result, staleAfter: staleAfter), duration: duration,
+        attempts: attempts, isRefresh: finished?.isRefresh ?? false,
+        sourceName: abandoned ? nil : sourceName(of: result))
+      if let span { describe(report, in: span) }
+      reports?(report)
     }
     guard let finished else { return }
     let value = result.map { $0.0 }
     let source = result.map { $0.1 }
     for waiter in finished.waiters { waiter.resume(value: value, source: source, key: key) }
+  }
+
+  /// How a load that ended with `result` (then served a stale value after `staleAfter`, if
+  /// set) is reported; `abandoned` when its requests all left.
+  private func outcome(
+    abandoned: Bool, _ result: Result<(Value, LoadSource), any Error>, staleAfter: (any Error)?
+  ) -> LoadReport<Key>.Outcome {
+    switch (abandoned, result, staleAfter) {
+    case (true, _, _): .cancelled
+    case (false, .success, let error?): .servedStale(after: error)
+    case (false, .success((_, let source)), nil): .loaded(from: source)
+    case (false, .failure(let error), _): error is CancellationError ? .cancelled : .failed(error)
+    }
+  }
+
+  /// The name of who answered a load that ended with `result`: a layer's name in the chain, or
+  /// `origin`; `nil` when it brought no value.
+  private func sourceName(of result: Result<(Value, LoadSource), any Error>) -> String? {
+    switch result {
+    case .success((_, .layer(let tier))): chain.tiers.indices.contains(tier) ? chain.tiers[tier].name : nil
+    case .success((_, .origin)), .success((_, .revalidated)): "origin"
+    case .failure: nil
+    }
+  }
+
+  /// Tells the span of a load how it ended (see ``CacheTracer``).
+  private func describe(_ report: LoadReport<Key>, in span: TracedSpan) {
+    span.set("cache.outcome", report.outcome.name)
+    if let source = report.sourceName { span.set("cache.source", source) }
+    span.set("cache.attempts", report.attempts)
+    switch report.outcome {
+    case .failed(let error), .servedStale(after: let error): span.record(error)
+    case .loaded, .cancelled: break
+    }
+  }
+
+  /// Calls the origin, attempt `attempt` of a load, in a span of its own when the cache has a
+  /// tracer; `describing` sets the span's key attributes.
+  func traceOrigin<Success>(
+    attempt: Int, describing: (TracedSpan) -> Void, _ call: () async throws -> Success
+  ) async throws -> Success {
+    guard let tracing else { return try await call() }
+    return try await tracing.span("cache.origin.fetch") { span in
+      describing(span)
+      span.set("cache.attempt", attempt)
+      return try await call()
+    }
   }
 
   /// Reports the end of a load of `key`: with a value, an error, or an error and the stale value
@@ -421,8 +464,10 @@ extension LoadingCache {
     return try await retrying(keys: [key]) {
       try await loadTable.passGate([load.id], urgentAt: load.urgentAt)
       calls += 1
-      if let entryOrigin { return try await entryOrigin.fetchEntry(key, current: current) }
-      return .value(try await origin.fetch(key))
+      return try await traceOrigin(attempt: calls, describing: { $0.set("cache.key", String(describing: key)) }) {
+        if let entryOrigin { return try await entryOrigin.fetchEntry(key, current: current) }
+        return .value(try await origin.fetch(key))
+      }
     }
   }
 

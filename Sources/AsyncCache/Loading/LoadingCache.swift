@@ -85,6 +85,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   @usableFromInline let checksFreshness: Bool
   /// Requests wait for loads within the configuration's ``LoadTimeouts``.
   @usableFromInline let hasLoadTimeouts: Bool
+  /// The tracer of the loads, if the configuration names one.
+  let tracing: CacheTracing?
   /// The lead of a refresh ahead or an extension, when every value has the same lifetime.
   @usableFromInline let configuredLead: ConfiguredLead
   /// A hit on an entry that expires more than this after now is fresh with nothing due (see
@@ -137,6 +139,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       sliding: configuration.slidingExpiration)
     self.checksFreshness = freshness.checksHits
     self.hasLoadTimeouts = configuration.loadTimeouts.isEnabled
+    self.tracing = configuration.tracer.map(CacheTracing.init)
     self.configuredLead =
       if configuration.timeToLiveForValue != nil {
         .perValue
@@ -182,7 +185,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
     chain.follow(
       CacheEnvironment(
         clock: configuration.clock, logger: configuration.$logger,
-        tagInvalidationHandler: { [loadTable] _ in loadTable.detachLoads() }))
+        tagInvalidationHandler: { [loadTable] _ in loadTable.detachLoads() },
+        tracer: tracing))
   }
 
   /// Creates a loading cache over `layers`, top first, whose failures are propagated.

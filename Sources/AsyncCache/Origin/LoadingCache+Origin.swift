@@ -373,7 +373,10 @@ extension LoadingCache {
         guard !wanted.isEmpty else { throw CancellationError() }
         try await loadTable.passGate(wanted.map(\.id), urgentAt: BatchItem.urgentAt(of: wanted))
         attempts += 1
-        return try await origin.fetch(wanted.map(\.key))
+        let keys = wanted.map(\.key)
+        return try await traceOrigin(attempt: attempts, describing: { $0.set("cache.keys.count", keys.count) }) {
+          try await origin.fetch(keys)
+        }
       }
       asked = Set(wanted.map(\.key))
       return .success(values)
