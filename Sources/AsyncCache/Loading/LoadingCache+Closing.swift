@@ -32,9 +32,28 @@ extension LoadingCache {
       // Closed under the load table's lock, where requests join loads.
       atFirst: { loadTable.close() },
       onCancel: { self.cancelLoads() },
-      { await self.finishWork() })
+      { try await self.closeInOrder() })
+  }
+
+  /// The work of ``close()``, run once: the loads and prefetchers end, then the layers close;
+  /// then it logs what it did, at notice.
+  private func closeInOrder() async throws {
     defer { eventHub.finishAll() }
-    try await chain.close()
+    let started = ContinuousClock.now
+    let loads = statistics.loadsInFlight
+    let cancelledBefore = loadsEndedCancelled.load(ordering: .relaxed)
+    let prefetchers = await finishWork()
+    let cancelled = loadsEndedCancelled.load(ordering: .relaxed) - cancelledBefore
+    var failure: (any Error)?
+    do {
+      try await chain.close()
+    } catch {
+      failure = error
+    }
+    logClosed(
+      after: ContinuousClock.now - started, loads: loads, cancelled: cancelled,
+      prefetchers: prefetchers, failure: failure)
+    if let failure { throw failure }
   }
 
   /// Throws when the caller is a load of this cache, or a load that one of this cache's loads
@@ -50,8 +69,9 @@ extension LoadingCache {
         + "which close() would wait for; close the cache from outside its loads, or from Task.detached")
   }
 
-  /// Stops the prefetchers and waits for the loads in flight.
-  private func finishWork() async {
+  /// Stops the prefetchers and waits for the loads in flight. Returns how many prefetchers it
+  /// stopped.
+  private func finishWork() async -> Int {
     let stops = prefetchers.withLock { prefetchers in
       defer { prefetchers.removeAll() }
       return Array(prefetchers.values)
@@ -59,6 +79,7 @@ extension LoadingCache {
     for stop in stops { await stop() }
     // Loads abandoned by their requests are out of `loads` but may still be running their body.
     await loadTable.waitUntil { $0.isIdle }
+    return stops.count
   }
 
   /// Cancels every load in flight.

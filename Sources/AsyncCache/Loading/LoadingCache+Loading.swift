@@ -366,6 +366,7 @@ extension LoadingCache {
     // An abandoned load is out of the table: its requests left, and it is not counted. It ended
     // as cancelled, whatever it brought.
     let abandoned = finished == nil
+    if abandoned || result.isCancellation { loadsEndedCancelled.add(1, ordering: .relaxed) }
     // Reported before the requests resume: a request that got its value finds its load reported.
     if eventHub.isObserved {
       if abandoned {
@@ -521,5 +522,12 @@ extension LoadingCache {
     let jitter = configuration.timeToLiveJitter
     if jitter > 0 { lifetime = lifetime * (1 - jitter * configuration.randomUnit()) }
     return freshness.expiry(now: configuration.clock.now, lifetime: lifetime)
+  }
+}
+
+extension Result where Failure == any Error {
+  /// Whether it is a failure with `CancellationError`.
+  fileprivate var isCancellation: Bool {
+    if case .failure(let error) = self { error is CancellationError } else { false }
   }
 }

@@ -99,4 +99,31 @@ extension LoadingCache {
     let shown = keys.prefix(5).map { CacheLogger.describe($0, limit: 60) }.joined(separator: ", ")
     return ["keys": "\(keys.count): \(shown)\(keys.count > 5 ? ", …" : "")"]
   }
+
+  /// `.notice`: the cache closed (``close()``): the loads in flight it waited for, those
+  /// cancelled, the prefetchers it stopped, and its layers closed; `.error` when a layer failed
+  /// to close (the chain logged which).
+  func logClosed(after elapsed: Duration, loads: Int, cancelled: Int, prefetchers: Int, failure: (any Error)?) {
+    let logger = configuration.logger
+    guard logger.isEnabled(for: .notice) else { return }
+    var done: [String] = []
+    done.append(
+      loads == 0
+        ? "no loads in flight"
+        : "waited for \(loads) \(loads == 1 ? "load" : "loads") in flight (\(cancelled) cancelled)")
+    if prefetchers > 0 { done.append("stopped \(prefetchers) \(prefetchers == 1 ? "prefetcher" : "prefetchers")") }
+    let layers = chain.tiers.count
+    done.append(
+      failure == nil
+        ? "closed \(layers) \(layers == 1 ? "layer" : "layers")"
+        : "closed \(layers) \(layers == 1 ? "layer" : "layers"), one failed: \(CacheLogger.describe(failure!))")
+    var metadata = [
+      "elapsed": elapsed.readable, "loads": "\(loads)", "cancelled": "\(cancelled)", "prefetchers": "\(prefetchers)",
+      "layers": "\(layers)",
+    ]
+    if let failure { metadata["error"] = CacheLogger.describe(failure) }
+    logger.log(
+      failure == nil ? .notice : .error, "closed in \(elapsed.readable): \(done.joined(separator: ", "))",
+      metadata: metadata, source: Self.component)
+  }
 }

@@ -70,6 +70,8 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
   /// index in the chain: the first that offers one (see ``LoadCoordinator``).
   let coordination: (tier: Int, coordinator: any LoadCoordinator<Key, Value>)?
   @usableFromInline let nextWaiterID = Atomic<UInt64>(0)
+  /// Loads that ended cancelled, abandoned by their requests or not: what ``close()`` reports.
+  let loadsEndedCancelled = Atomic<Int>(0)
   /// Closing (stopping prefetchers, finishing loads, which later calls wait for too) and
   /// running.
   let lifecycle = Lifecycle("LoadingCache", refusingSecondRunOf: "cache")

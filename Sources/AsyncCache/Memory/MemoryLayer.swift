@@ -253,9 +253,15 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   /// have delivered what they buffered. The layer stays usable, unobserved by them. Called by
   /// the ``LoadingCache/close()`` or ``CacheChain/close()`` that holds it. Safe from any
   /// context; never suspends, never throws.
+  ///
+  /// It says what it dropped, at notice: the entries, and their total cost when they have costs.
   public nonisolated func close() async throws {
+    let (count, cost) = (store.count, store.totalCost)
     store.removeAll()
     store.eventHub.finishAll()
+    layerEnvironment.log(
+      .notice, "closed; dropped \(count) \(count == 1 ? "entry" : "entries")\(cost > 0 ? " (total cost \(cost))" : "")",
+      metadata: ["count": "\(count)", "cost": "\(cost)"])
   }
 
   /// The clock the layer reads: its configuration's, the one it follows, or the ``WallClock``.

@@ -303,6 +303,19 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: Environ
     return expired.count
   }
 
+  // MARK: Closing
+
+  /// Says, at notice, that nothing was left to write: each write was durable when it returned.
+  /// The layer stays usable. Called by the ``LoadingCache/close()`` or ``CacheChain/close()``
+  /// that holds it.
+  public func close() async throws {
+    layerEnvironment.log(
+      .notice,
+      "closed; nothing was pending, each write was durable when it returned; \(index.count) "
+        + "\(index.count == 1 ? "entry" : "entries") (\(index.totalBytes) bytes) stay in the directory",
+      metadata: ["count": "\(index.count)", "bytes": "\(index.totalBytes)"])
+  }
+
   // MARK: Introspection
 
   /// The number of entries held, expired ones included until they are removed. O(1).
