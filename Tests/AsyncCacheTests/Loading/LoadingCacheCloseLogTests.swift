@@ -132,7 +132,8 @@ struct LoadingCacheCloseLogTests {
     try await cache.close()
     let line = try #require(closeLines(logs).first)
     #expect(line.level == .notice)
-    #expect(line.message == "closed; nothing was pending, each change was written as it was made; 2 entries stay in the suite")
+    #expect(
+      line.message == "closed; nothing was pending, each change was written as it was made; 2 entries stay in the suite")
     #expect(line.metadata["suite"] == suite)
   }
 }
