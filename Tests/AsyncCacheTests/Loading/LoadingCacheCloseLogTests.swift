@@ -133,7 +133,8 @@ struct LoadingCacheCloseLogTests {
     let line = try #require(closeLines(logs).first)
     #expect(line.level == .notice)
     #expect(
-      line.message == "closed; nothing was pending, each change was written as it was made; 2 entries stay in the suite")
+      line.message == "closed; nothing was pending, each change was written as it was made; 2 entries stay in the suite"
+    )
     #expect(line.metadata["suite"] == suite)
   }
 }
