@@ -12,14 +12,18 @@ import AsyncCache
 ///
 /// Once the delay has passed, one operation is let through as a probe (the others still fail
 /// fast). Its success closes the breaker; its failure opens it again for twice the delay, up
-/// to ``maximumDelay``. Each delay is shortened by a random factor between 0.5 and 1 (jitter),
+/// to ``maximumDelay``, counted from when the probe went (a probe that waited out its connect
+/// timeout adds no time). A server that answers but cannot serve yet (`LOADING` its dataset
+/// after a restart, `MASTERDOWN` for a replica) fails the probe too. Each delay is shortened by a random factor between 0.5 and 1 (jitter),
 /// so that a fleet of instances does not probe a recovering server in step. Reconnecting
 /// after a server restart follows the same schedule: with the default maximum, a server that
 /// is back is probed, and used again, within a second (while requests come to probe it).
 ///
 /// What an outage logs, once per layer whichever of its servers (and its subscription) see it:
 /// one warning when the first breaker opens (the server cannot be reached), the probes that
-/// fail at debug, and one notice when the last breaker closes (or the subscription is back).
+/// fail at debug (``RedisLayerEvent/probeFailed(server:until:lastError:)``, told apart from a
+/// first opening, ``RedisLayerEvent/circuitOpened(server:until:lastError:)``), and one notice
+/// when the last breaker closes (or the subscription is back).
 /// Connections discarded on the way are info (debug while the breaker is open).
 public struct RedisCircuitBreakerPolicy: Sendable, Hashable {
   /// Failures in a row (other than failed connection attempts) that open the breaker.
@@ -70,8 +74,18 @@ struct CircuitBreaker {
     case reject(retryAt: CacheInstant?)
   }
 
+  /// How a failure opened the breaker.
+  struct Opening: Hashable {
+    /// Operations fail fast until then.
+    var until: CacheInstant
+    /// The failure was the probe's: the breaker was open already, and opens again.
+    var isReopening: Bool
+  }
+
   let policy: RedisCircuitBreakerPolicy
   private(set) var state = State.closed
+  /// When the probe in flight was let through.
+  private(set) var probeStartedAt: CacheInstant?
   private(set) var consecutiveFailures = 0
   /// Openings since the last success, which set the next delay.
   private(set) var openings = 0
@@ -88,10 +102,12 @@ struct CircuitBreaker {
     case .open(let until):
       guard now >= until else { return .reject(retryAt: until) }
       state = .halfOpen(probing: true)
+      probeStartedAt = now
       return .probe
     case .halfOpen(let probing):
       guard !probing else { return .reject(retryAt: nil) }
       state = .halfOpen(probing: true)
+      probeStartedAt = now
       return .probe
     }
   }
@@ -100,26 +116,35 @@ struct CircuitBreaker {
   mutating func recordSuccess() -> Bool {
     consecutiveFailures = 0
     openings = 0
+    probeStartedAt = nil
     defer { state = .closed }
     return state != .closed
   }
 
-  /// Records a failure; returns the instant the breaker is open until, when this opened it.
-  mutating func recordFailure(at now: CacheInstant, opensAtOnce: Bool, jitter: Double) -> CacheInstant? {
+  /// Records a failure; returns how it opened the breaker, when it did.
+  ///
+  /// A failed probe opens it again for the next delay counted from when the probe was let
+  /// through, not from its failure: a probe that took its whole connect timeout (a server that
+  /// drops packets) does not add that time to the wait for the next one.
+  mutating func recordFailure(at now: CacheInstant, opensAtOnce: Bool, jitter: Double) -> Opening? {
     consecutiveFailures += 1
+    let from: CacheInstant
     switch state {
     case .open:
       // An operation admitted before the breaker opened: it is open already.
       return nil
     case .closed:
       guard opensAtOnce || consecutiveFailures >= policy.failureThreshold else { return nil }
+      from = now
     case .halfOpen:
-      break
+      from = Swift.min(probeStartedAt ?? now, now)
     }
+    let isReopening = state != .closed
     openings += 1
-    let until = now.advanced(by: policy.delay(afterOpenings: openings, jitter: jitter))
+    let until = Swift.max(from.advanced(by: policy.delay(afterOpenings: openings, jitter: jitter)), now)
     state = .open(until: until)
-    return until
+    probeStartedAt = nil
+    return Opening(until: until, isReopening: isReopening)
   }
 
   /// The probe ended without telling whether the server is well (it was cancelled): the next

@@ -66,11 +66,10 @@ final class RedisConnectionPool: Sendable {
   ///   `CancellationError` (when `cancellable`).
   func send(_ writer: RESPCommandWriter, cancellable: Bool = true) async throws -> [RESPValue] {
     let (connection, isProbe) = try await acquire()
+    let replies: [RESPValue]
     do {
-      let replies = try await connection.send(
+      replies = try await connection.send(
         encoded: writer.bytes, replies: writer.commandCount, cancellable: cancellable)
-      if hasFailures.load(ordering: .relaxed) { recordSuccess() }
-      return replies
     } catch {
       // A connection that fails tells the breaker once, as it closes, however many commands
       // it fails. A probe that failed without that (cancelled, or sent on a connection that had
@@ -78,6 +77,26 @@ final class RedisConnectionPool: Sendable {
       if isProbe { state.withLock { $0.breaker.abandonProbe() } }
       throw error
     }
+    // A server that answers but cannot serve yet is not back: it fails the probe, or opens the
+    // breaker.
+    if let refusal = Self.notReady(replies) {
+      let error = RedisError(
+        code: .serverError, message: "\(server) answers but cannot serve yet: \(refusal.prefix(200))")
+      recordFailure(error, opensAtOnce: true)
+      throw error
+    }
+    if hasFailures.load(ordering: .relaxed) { recordSuccess() }
+    return replies
+  }
+
+  /// The error reply among `replies` that says the server cannot serve yet: `LOADING` (it is
+  /// loading its dataset, after a restart) or `MASTERDOWN` (a replica that lost its master).
+  static func notReady(_ replies: [RESPValue]) -> String? {
+    for reply in replies {
+      guard case .error(let text) = reply else { continue }
+      if text.hasPrefix("LOADING") || text.hasPrefix("MASTERDOWN") { return text }
+    }
+    return nil
   }
 
   /// Closes every connection; operations in flight and later ones fail with
@@ -297,15 +316,22 @@ final class RedisConnectionPool: Sendable {
     if error.code == .timedOut { counters.timeouts.add(1, ordering: .relaxed) }
     let now = options.clock.now
     let jitter = Double.random(in: 0.5...1)
-    let openedUntil = state.withLock { state in
+    let opening = state.withLock { state in
       hasFailures.store(true, ordering: .relaxed)
       return state.breaker.recordFailure(at: now, opensAtOnce: opensAtOnce, jitter: jitter)
     }
-    if let openedUntil {
+    guard let opening else { return }
+    // Told whatever the opening, so that a failing probe holds the outage open.
+    let level = options.outage.failed(server)
+    if opening.isReopening {
+      // The outage's warning was logged as the breaker first opened: a probe is debug.
+      counters.failedProbes.add(1, ordering: .relaxed)
+      onEvent(.probeFailed(server: server, until: opening.until, lastError: error), .debug)
+    } else {
       counters.circuitOpenings.add(1, ordering: .relaxed)
-      // One warning per outage of the layer: the first opening while every other piece answers.
-      // A probe that fails opens it again, at debug, as do the other servers' openings.
-      onEvent(.circuitOpened(server: server, until: openedUntil, lastError: error), options.outage.failed(server))
+      // One warning per outage of the layer: the first opening while every other piece answers;
+      // the other servers' openings at debug.
+      onEvent(.circuitOpened(server: server, until: opening.until, lastError: error), level)
     }
   }
 

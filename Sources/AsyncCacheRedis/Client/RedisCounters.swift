@@ -12,6 +12,7 @@ final class RedisCounters: Sendable {
   let connectionsOpened = Atomic<Int>(0)
   let connectionsDiscarded = Atomic<Int>(0)
   let circuitOpenings = Atomic<Int>(0)
+  let failedProbes = Atomic<Int>(0)
   let discardedValues = Atomic<Int>(0)
   let redirects = Atomic<Int>(0)
   let topologyRefreshes = Atomic<Int>(0)

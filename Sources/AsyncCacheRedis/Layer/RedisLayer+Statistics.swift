@@ -22,8 +22,11 @@ extension RedisLayer {
     public var connectionsOpened = 0
     /// Connections closed because they failed (a timeout, a protocol error, a broken socket).
     public var connectionsDiscarded = 0
-    /// Times the circuit breaker opened.
+    /// Times the circuit breaker opened: the first failures of outages (a probe that fails opens
+    /// it again, and counts as a failed probe instead).
     public var circuitOpenings = 0
+    /// Probes of an open circuit breaker that failed, opening it again.
+    public var failedProbes = 0
     /// Stored values under the namespace the layer could not read.
     public var discardedValues = 0
     /// Commands a cluster redirected (`MOVED` or `ASK`) that the layer sent again.
@@ -68,6 +71,7 @@ extension RedisLayer {
       connectionsOpened: counters.connectionsOpened.load(ordering: .relaxed),
       connectionsDiscarded: counters.connectionsDiscarded.load(ordering: .relaxed),
       circuitOpenings: counters.circuitOpenings.load(ordering: .relaxed),
+      failedProbes: counters.failedProbes.load(ordering: .relaxed),
       discardedValues: counters.discardedValues.load(ordering: .relaxed),
       redirects: counters.redirects.load(ordering: .relaxed),
       topologyRefreshes: counters.topologyRefreshes.load(ordering: .relaxed),

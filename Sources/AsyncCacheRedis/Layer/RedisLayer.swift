@@ -263,6 +263,7 @@ public final actor RedisLayer<Key: Hashable & Sendable, Value: Sendable>: Enviro
       if let level { level } else {
         switch event {
         case .connected, .connectionDiscarded: .info
+        case .probeFailed: .debug
         case .valueDiscarded, .invalidationsInterrupted, .circuitOpened: .warning
         case .circuitClosed, .topologyChanged, .invalidationsResubscribed: .notice
         case .dropped, .expiredOnArrival: .warning

@@ -8,8 +8,14 @@ public enum RedisLayerEvent: DropReportingEvent, CustomStringConvertible {
   /// it); it is never reused.
   case connectionDiscarded(server: String, reason: RedisError)
   /// The circuit breaker opened after `lastError`: operations fail fast until `until`, then
-  /// one probes the server.
+  /// one probes the server. A probe that fails opens it again as
+  /// ``probeFailed(server:until:lastError:)``.
   case circuitOpened(server: String, until: CacheInstant, lastError: RedisError)
+  /// The probe that the open circuit breaker let through failed (`lastError`): the server
+  /// still cannot be reached, or cannot serve yet. Operations fail fast until `until`, then
+  /// another probes. Unlike ``circuitOpened(server:until:lastError:)``, the first failure of an
+  /// outage, it is logged at debug.
+  case probeFailed(server: String, until: CacheInstant, lastError: RedisError)
   /// A probe succeeded and the circuit breaker closed.
   case circuitClosed(server: String)
   /// A stored value under the layer's namespace was not one this layer can read (written by
@@ -39,6 +45,8 @@ public enum RedisLayerEvent: DropReportingEvent, CustomStringConvertible {
     case .connectionDiscarded(let server, let reason): "connection to \(server) discarded: \(reason)"
     case .circuitOpened(let server, let until, let lastError):
       "circuit breaker for \(server) opened until \(until) after: \(lastError)"
+    case .probeFailed(let server, let until, let lastError):
+      "circuit breaker for \(server) probed and opened again until \(until) after: \(lastError)"
     case .circuitClosed(let server): "circuit breaker for \(server) closed: the server answers again"
     case .valueDiscarded(let key, let reason): "value for key \(key.debugDescription) discarded: \(reason)"
     case .invalidationsInterrupted(let channel, let reason):

@@ -1,6 +1,7 @@
 import AsyncCache
 import AsyncCacheTesting
 import Foundation
+import PersistenceTestSupport
 import TestSupport
 import Testing
 
@@ -45,7 +46,7 @@ struct RedisOutageTests {
     }
     server.stop()
     // Requests keep failing (fast, once the breaker is open); several probes fail.
-    while layer.statistics.circuitOpenings < 4 { _ = await request() }
+    while layer.statistics.circuitOpenings + layer.statistics.failedProbes < 4 { _ = await request() }
     let restarted = try await RedisServer.start(port: server.port)
     defer { restarted.stop() }
     // Until a request is answered: the next probe finds the server back (empty: a miss).
@@ -78,7 +79,11 @@ struct RedisOutageTests {
     // server's pool saw it first.
     let openings = records.filter { $0.message.hasPrefix("circuit breaker for 127.0.0.1:\(server.port) opened") }
     #expect(openings.count == layer.statistics.circuitOpenings)
-    #expect(openings.count(where: { $0.level != .debug }) <= 1, "each failed probe, at debug")
+    #expect(openings.count(where: { $0.level != .debug }) <= 1)
+    // Each failed probe says so, at debug: an observer tells it from the outage's first opening.
+    let probes = records.filter { $0.message.hasPrefix("circuit breaker for 127.0.0.1:\(server.port) probed") }
+    #expect(probes.count == layer.statistics.failedProbes && probes.count >= 3, "\(probes.map(\.message))")
+    #expect(probes.allSatisfy { $0.level == .debug })
     #expect(
       records.filter { $0.message.hasPrefix("connection to") }.allSatisfy { $0.level <= .info },
       "discarded connections are info, or debug once the breaker is open")
@@ -115,6 +120,62 @@ struct RedisOutageTests {
     // Backing off: the fourth took at least the third's doubled delay (100 ms doubled twice,
     // at least half of it after jitter).
     #expect(backAt[3] - killedAt[3] >= .milliseconds(200))
+  }
+
+  @Test("a server loading its dataset after a restart answers LOADING: the breaker stays open until it serves")
+  func loadingKeepsTheBreakerOpen() async throws {
+    let directory = try TemporaryDirectory("redis-loading")
+    defer { directory.remove() }
+    let persisted = ["--dir", directory.url.path, "--dbfilename", "dump.rdb"]
+    // A dataset to load, saved by a first server.
+    let first = try await RedisServer.start(persisted)
+    for batch in 0..<10 {
+      var words = ["MSET"]
+      // Random values, which the dump cannot compress: the server reads 1 KiB per 8 keys or so.
+      for index in 0..<300 { words += ["key\(batch)-\(index)", (0..<3).map { _ in UUID().uuidString }.joined()] }
+      _ = try await RedisServer.command(RESPCommand(words.map { Array($0.utf8) }), port: first.port)
+    }
+    _ = try await first.command("SAVE")
+    first.stop(killing: false)
+    // Restarted on the same port, it loads for 15 s (5 ms a key) and answers LOADING meanwhile
+    // (it serves clients every 1 KiB it reads: every 40 ms or so).
+    let loading = try await RedisServer.start(
+      persisted + ["--key-load-delay", "5000", "--loading-process-events-interval-bytes", "1024"],
+      port: first.port, readyWhen: "Loading RDB")
+    defer { loading.stop() }
+    let logs = RecordingLogHandler()
+    let clock = ManualClock()
+    let layer = try makeLayer(loading, namespace: "loading") {
+      $0.logger = logs.logger(minimumLevel: .debug)
+      $0.clock = clock
+    }
+    // Wait until the server answers LOADING (it may read its first bytes before it serves).
+    await eventually {
+      guard case .error(let text)? = try? await loading.command("GET", "x") else { return false }
+      return text.hasPrefix("LOADING")
+    }
+
+    let refused = await #expect(throws: RedisError.self) { try await layer.value(for: "k") }
+    #expect(
+      refused?.code == .serverError && refused?.message.contains("LOADING") == true, "\(String(describing: refused))")
+    #expect(layer.statistics.circuitOpenings == 1, "an answer that says it cannot serve opens the breaker")
+    // Once the delay has passed, the probe finds it still loading: the breaker opens again.
+    clock.advance(by: .seconds(1))
+    await #expect(throws: RedisError.self) { try await layer.value(for: "k") }
+    #expect(layer.statistics.failedProbes == 1)
+    await #expect { try await layer.value(for: "k") } throws: { ($0 as? RedisError)?.code == .unavailable }
+
+    // It serves again (here a new server on the port, so that the test need not wait out the
+    // load): the next probe closes the breaker.
+    loading.stop()
+    let serving = try await RedisServer.start(port: first.port)
+    defer { serving.stop() }
+    clock.advance(by: .seconds(1))
+    #expect(try await layer.value(for: "k") == nil)
+    let records = logs.records
+    #expect(records.filter { $0.level >= .warning }.count == 1, "\(records.map(\.message))")
+    #expect(records.contains { $0.level == .debug && $0.message.contains("probed and opened again") })
+    #expect(records.contains { $0.level == .notice && $0.message.contains("closed") })
   }
 
   @Test("the breaker waits at most a second between probes by default, jitter included")

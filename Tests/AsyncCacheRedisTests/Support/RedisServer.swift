@@ -57,8 +57,11 @@ final class RedisServer: Sendable {
   var endpoint: RedisEndpoint { RedisEndpoint(host: "127.0.0.1", port: port) }
 
   /// Starts a server with `arguments` added to the defaults (`--save "" --appendonly no`), on
-  /// `port` or a free one, and returns once it accepts connections.
-  static func start(_ arguments: [String] = [], port: Int? = nil) async throws -> RedisServer {
+  /// `port` or a free one, and returns once it accepts connections (once its log says
+  /// `readyWhen`).
+  static func start(
+    _ arguments: [String] = [], port: Int? = nil, readyWhen: String = "Ready to accept connections"
+  ) async throws -> RedisServer {
     guard let executable else {
       throw ServerError("redis-server is required here (CI=true) but is not installed. \(skipMessage)")
     }
@@ -66,7 +69,7 @@ final class RedisServer: Sendable {
     for _ in 0..<5 {
       let chosen = try port ?? freePort()
       do {
-        return try await launch(executable, port: chosen, arguments: arguments)
+        return try await launch(executable, port: chosen, arguments: arguments, readyWhen: readyWhen)
       } catch {
         lastError = error
         // A port chosen here may have been taken by another process in between: try another.
@@ -76,7 +79,9 @@ final class RedisServer: Sendable {
     throw lastError ?? ServerError("redis-server did not start")
   }
 
-  private static func launch(_ executable: String, port: Int, arguments: [String]) async throws -> RedisServer {
+  private static func launch(
+    _ executable: String, port: Int, arguments: [String], readyWhen: String
+  ) async throws -> RedisServer {
     let pipe = Pipe()
     let process = try ChildProcess(
       URL(fileURLWithPath: executable),
@@ -96,7 +101,7 @@ final class RedisServer: Sendable {
           let data = handle.availableData
           if data.isEmpty { break }
           output.append(data)
-          if !reported && output.contains("Ready to accept connections") {
+          if !reported && output.contains(readyWhen) {
             reported = true
             continuation.resume(returning: true)
           }
