@@ -30,6 +30,15 @@ private func snippet_AsyncCache_Chain_CacheChain_1() async throws {
   _ = data
 }
 
+// Sources/AsyncCache/Chain/LayerLookupReport.swift, example 1
+private func snippet_AsyncCache_Chain_LayerLookupReport_1() async throws {
+  _ = try LoadingCache<String, Data>(layers: [MemoryLayer<String, Data>()], origin: ClosureFetcher { try await render($0) },
+  configuration: .init(onLayerLookup: { lookup in
+      print(lookup.layerName, lookup.outcome, lookup.duration)
+  })
+  )
+}
+
 // Sources/AsyncCache/Events/EventSequence.swift, example 1
 private func snippet_AsyncCache_Events_EventSequence_1() async throws {
   let cache = try LoadingCache<String, Data>(layers: [MemoryLayer<String, Data>()], origin: ClosureFetcher { try await render($0) })

@@ -161,6 +161,7 @@ extension CacheChain {
   ) async throws -> (entry: CacheEntry<Value>, tier: Int)? {
     let clock = followedClock.value
     let tracing = tracingLayers
+    let observe = followedLookupObserver.value
     for index in tiers.indices {
       let started = clock.now
       do {
@@ -180,6 +181,7 @@ extension CacheChain {
             return counters[index].answered()
           }
           if recovered { logRecovery(tier: index) }
+          observe?(LayerLookupReport(tierIndex: index, layerName: tiers[index].name, outcome: .hit, duration: took))
           if accept(entry) { return (entry, index) }
           passedOver(entry, index)
           if fallback == nil || entry.expiresAt ?? .distantFuture > fallback!.entry.expiresAt ?? .distantFuture {
@@ -194,9 +196,12 @@ extension CacheChain {
           return counters[index].answered()
         }
         if recovered { logRecovery(tier: index) }
+        observe?(LayerLookupReport(tierIndex: index, layerName: tiers[index].name, outcome: .miss, duration: took))
       } catch {
         let took = started.duration(to: clock.now)
         counters.withLock { $0[index].lookupTime.record(took) }
+        observe?(
+          LayerLookupReport(tierIndex: index, layerName: tiers[index].name, outcome: .failed(error), duration: took))
         try handleFailure(error, tier: index, operation: .lookup, key: key)
         counters.withLock { $0[index].misses += 1 }
       }

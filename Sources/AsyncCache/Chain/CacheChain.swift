@@ -67,6 +67,11 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     /// layer operations (see ``CacheTracer/tracesLayerOperations``). Default `nil`: the tracer
     /// of the cache or chain the chain is put in, if any.
     public var tracer: (any CacheTracer)?
+    /// Called with every layer lookup of the chain's reads (see ``LayerLookupReport``): the
+    /// layer, hit, miss or failure, and how long it took. Called synchronously on the task that
+    /// looked up: keep it short. Default `nil`: the observer of the cache or chain the chain is
+    /// put in, if any.
+    public var onLookup: (@Sendable (LayerLookupReport) -> Void)?
     /// An async function that returns when the service running the chain (``CacheChain/run()``)
     /// should shut down gracefully: pass swift-service-lifecycle's `gracefulShutdown`. Default
     /// `nil`: `run()` ends when its task is cancelled or the chain is closed.
@@ -79,6 +84,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       logger: CacheLogger? = nil,
       clock: (any CacheClock)? = nil,
       tracer: (any CacheTracer)? = nil,
+      onLookup: (@Sendable (LayerLookupReport) -> Void)? = nil,
       gracefulShutdown: (@Sendable () async throws -> Void)? = nil
     ) {
       self.backfill = backfill
@@ -86,6 +92,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       self._logger = .logger(logger)
       self.clock = clock
       self.tracer = tracer
+      self.onLookup = onLookup
       self.gracefulShutdown = gracefulShutdown
     }
   }
@@ -111,6 +118,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
   /// The tracer of the chain's layer operations: its configuration's, or the one of the cache
   /// or chain it is in.
   nonisolated let followedTracer: Followed<CacheTracing?>
+  /// Who is told of each lookup: the configuration's observer, or the one of the cache or chain
+  /// the chain is in.
+  nonisolated let followedLookupObserver: Followed<LayerLookupObserver?>
 
   nonisolated let coordinator = WriteCoordinator<Key>()
   /// Delivers the chain's own events (layer failures) to its observers and to `onFailure`.
@@ -140,6 +150,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     self.followedLogger = Followed(given: configuration.$logger, fallback: .disabled)
     self.followedClock = Followed(given: configuration.clock, fallback: WallClock())
     self.followedTracer = Followed(given: configuration.tracer.map { Optional(CacheTracing($0)) }, fallback: nil)
+    self.followedLookupObserver = Followed(given: configuration.onLookup.map { Optional($0) }, fallback: nil)
     var handler: (@Sendable (CacheEvent<Key>) -> Void)?
     if let onFailure = configuration.onFailure {
       handler = { event in
@@ -163,7 +174,8 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     let followsLogger = followedLogger.follow(environment.logger)
     let followsClock = followedClock.follow(environment.clock)
     let followsTracer = environment.tracer.map { followedTracer.follow($0) } ?? false
-    if followsLogger || followsClock || followsTracer { handEnvironmentToTiers() }
+    let followsObserver = environment.onLookup.map { followedLookupObserver.follow($0) } ?? false
+    if followsLogger || followsClock || followsTracer || followsObserver { handEnvironmentToTiers() }
   }
 
   /// Hands the chain's clock and logger, if it was given or follows them, to every tier, with
@@ -177,7 +189,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       tagInvalidationHandler: { news in
         if case .tag(let tag, let instant) = news { invalidations.record(tag, at: instant) }
         outer.value?(news)
-      }, tracer: followedTracer.handedOn ?? nil)
+      }, tracer: followedTracer.handedOn ?? nil, onLookup: followedLookupObserver.handedOn ?? nil)
     for tier in tiers { tier.layer.follow(environment) }
   }
 

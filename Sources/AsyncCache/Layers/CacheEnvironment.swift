@@ -38,6 +38,10 @@ public struct CacheEnvironment: Sendable {
   /// given none.
   package var tracer: CacheTracing?
 
+  /// The observer of layer lookups to follow (chains do; layers ignore it); `nil` when the
+  /// cache or chain was given none.
+  package var onLookup: LayerLookupObserver?
+
   /// Creates an environment; `nil` for what it does not set.
   public init(clock: (any CacheClock)? = nil, logger: CacheLogger? = nil) {
     self.clock = clock
@@ -48,12 +52,13 @@ public struct CacheEnvironment: Sendable {
   /// elsewhere.
   package init(
     clock: (any CacheClock)?, logger: CacheLogger?, tagInvalidationHandler: TagInvalidationHandler?,
-    tracer: CacheTracing? = nil
+    tracer: CacheTracing? = nil, onLookup: LayerLookupObserver? = nil
   ) {
     self.clock = clock
     self.logger = logger
     self.tagInvalidationHandler = tagInvalidationHandler
     self.tracer = tracer
+    self.onLookup = onLookup
   }
 }
 

@@ -94,6 +94,12 @@ extension LoadingCache {
     /// span (see ``CacheTracer`` and <doc:Tracing>). Handed to the cache's chain, unless the
     /// chain was given its own. Hits get no span. Default `nil`: no spans.
     public var tracer: (any CacheTracer)?
+    /// Called with every layer lookup of the cache's loads (see ``LayerLookupReport``): the
+    /// layer, hit, miss or failure, and how long it took; what a per-layer latency histogram
+    /// records. Handed to the cache's chain, unless the chain was given its own
+    /// (``CacheChain/Configuration-swift.struct/onLookup``). Hits of a top ``MemoryLayer`` are
+    /// not lookups of the chain. Called synchronously: keep it short. Default `nil`.
+    public var onLayerLookup: (@Sendable (LayerLookupReport) -> Void)?
     /// An async function that returns when the service running the cache (``LoadingCache/run()``)
     /// should shut down gracefully, and throws when its task is cancelled: pass
     /// swift-service-lifecycle's `gracefulShutdown`. ``LoadingCache/run()`` then closes the
@@ -122,6 +128,7 @@ extension LoadingCache {
       logger: CacheLogger? = nil,
       onLoadEnded: (@Sendable (LoadReport<Key>) -> Void)? = nil,
       tracer: (any CacheTracer)? = nil,
+      onLayerLookup: (@Sendable (LayerLookupReport) -> Void)? = nil,
       gracefulShutdown: (@Sendable () async throws -> Void)? = nil,
       followsMemoryPressureWhileRunning: Bool = true
     ) {
@@ -139,6 +146,7 @@ extension LoadingCache {
       self._logger = .logger(logger)
       self.onLoadEnded = onLoadEnded
       self.tracer = tracer
+      self.onLayerLookup = onLayerLookup
       self.gracefulShutdown = gracefulShutdown
       self.followsMemoryPressureWhileRunning = followsMemoryPressureWhileRunning
     }

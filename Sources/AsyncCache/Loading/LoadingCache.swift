@@ -188,7 +188,7 @@ public final class LoadingCache<Key: Hashable & Sendable, Value: Sendable>: Send
       CacheEnvironment(
         clock: configuration.clock, logger: configuration.$logger,
         tagInvalidationHandler: { [loadTable] _ in loadTable.detachLoads() },
-        tracer: tracing))
+        tracer: tracing, onLookup: configuration.onLayerLookup))
   }
 
   /// Creates a loading cache over `layers`, top first, whose failures are propagated.
