@@ -13,26 +13,39 @@
 ///
 /// Each reading (``readUsage()``) takes the first of these that applies, and compares the share
 /// in use with the thresholds of its ``Configuration-swift.struct``:
-/// 1. cgroup v2: `sys/fs/cgroup/memory.current` against `sys/fs/cgroup/memory.max`, unless the
-///    limit is `max`;
-/// 2. cgroup v1: `sys/fs/cgroup/memory/memory.usage_in_bytes` against
-///    `sys/fs/cgroup/memory/memory.limit_in_bytes`, unless the limit means "unlimited";
+/// 1. cgroup v2: `memory.current` against `memory.max` of the process's group under
+///    `sys/fs/cgroup`, unless the limit is `max`;
+/// 2. cgroup v1: `memory.usage_in_bytes` against `memory.limit_in_bytes` of the process's group
+///    under `sys/fs/cgroup/memory`, unless the limit means "unlimited";
 /// 3. the machine: `MemTotal - MemAvailable` against `MemTotal`, from `proc/meminfo`.
 ///
+/// The process's group is the one `proc/self/cgroup` names, read again at each reading (a
+/// process can be moved): for v2 the path of the line `0::/path`, for v1 that of the `memory`
+/// controller's line (such as `7:memory:/path`), joined to the mount. So a systemd service with
+/// `MemoryMax=` is measured against its own limit, and a container with a cgroup namespace of
+/// its own, whose line reads `0::/`, against the group at the root of the mount, its own. A
+/// group without a limit is bound by its parent's: the source reads the nearest group with a
+/// limit, from the process's own up to the root of the mount, and compares that group's usage
+/// (its children's included) with its limit. When `proc/self/cgroup` cannot be read or names no
+/// group of a hierarchy, the source reads the group at the root of the mount; it does so too,
+/// and logs why once at ``CacheLogLevel/debug``, when the group it names is not under the mount
+/// (a stale path, a group outside the process's cgroup namespace) or the file has malformed
+/// lines.
+///
 /// A cgroup limit of 2⁶² bytes or more (v1 writes 9223372036854771712 for "no limit") or at
-/// least the machine's `MemTotal` counts as unlimited. A cgroup whose files are missing,
-/// unreadable or malformed is skipped for the next source, so a container without a limit and
-/// a host without cgroups both fall back to the machine's figures; only a missing or malformed
+/// least the machine's `MemTotal` counts as unlimited. A group whose files are missing,
+/// unreadable or malformed is passed over for its parent, and a hierarchy without a group
+/// that gives a reading for the next source, so a container without a limit and a host
+/// without cgroups both fall back to the machine's figures; only a missing or malformed
 /// `proc/meminfo` makes a reading fail, with a ``MemoryUsageReadError``. Paths are relative to
-/// ``Configuration-swift.struct/root`` (tests point it at a fixture directory). The cgroup read
-/// is the one mounted at `sys/fs/cgroup` (what a container sees as its own), not a nested
-/// group named in `/proc/self/cgroup`.
+/// ``Configuration-swift.struct/root`` (tests point it at a fixture directory).
 ///
 /// ``levels()`` reads once at once, then every ``Configuration-swift.struct/interval`` slept on
 /// the configured clock, and yields each level that differs from the previous one. A reading
 /// that fails is skipped (the level stays what it was) and logged with
-/// ``Configuration-swift.struct/logger``. Each reading opens and reads two or
-/// three small files: a few microseconds, in the polling task, never on the caller's.
+/// ``Configuration-swift.struct/logger``. Each reading opens and reads a few small files
+/// (`proc/self/cgroup`, two per group it tries, `proc/meminfo`): some microseconds, in the
+/// polling task, never on the caller's.
 ///
 /// The type compiles on every platform, but only Linux has the files; on Apple platforms use
 /// `DispatchMemoryPressureSource`. Safe from any context.
@@ -54,7 +67,8 @@ public final class LinuxMemoryPressureSource: MemoryPressureSource {
     /// Where the poll loop of ``LinuxMemoryPressureSource/levels()`` logs readings that fail
     /// (see <doc:CacheLogging>): the first of a run of failures at ``CacheLogLevel/warning``, the
     /// next ones at ``CacheLogLevel/debug``, and the first success after them at
-    /// ``CacheLogLevel/info``. Default ``CacheLogger/disabled``.
+    /// ``CacheLogLevel/info``. Readings also log, once at ``CacheLogLevel/debug``, why they
+    /// cannot use the group `proc/self/cgroup` names. Default ``CacheLogger/disabled``.
     public var logger: CacheLogger
 
     /// Creates a configuration.
@@ -81,6 +95,10 @@ public final class LinuxMemoryPressureSource: MemoryPressureSource {
   /// Limits from this many bytes up count as unlimited (v1's "no limit" is `Int64.max` rounded
   /// down to a page).
   private static let unlimitedFloor: UInt64 = 1 << 62
+
+  /// What was logged last about each kind of trouble with `proc/self/cgroup`, so that the poll,
+  /// which reads every interval, logs each once.
+  private let loggedNotes = Locked<[String: String]>([:])
 
   /// Creates a source. Reads nothing until ``readUsage()`` or ``levels()``.
   ///
@@ -159,8 +177,8 @@ public final class LinuxMemoryPressureSource: MemoryPressureSource {
   /// Reads the memory usage now, from the first source that applies (see
   /// ``LinuxMemoryPressureSource``).
   ///
-  /// Blocking file I/O of two or three small files; safe from any context, but keep it off
-  /// the main thread's hot paths.
+  /// Blocking file I/O of a few small files; safe from any context, but keep it off the main
+  /// thread's hot paths.
   ///
   /// - Throws: ``MemoryUsageReadError`` when no cgroup applies and `proc/meminfo` is missing,
   ///   unreadable or lacks `MemTotal` or `MemAvailable`.
@@ -172,28 +190,102 @@ public final class LinuxMemoryPressureSource: MemoryPressureSource {
       machine = .failure(error)
     }
     let machineTotal = try? machine.get().limitBytes
+    // Unreadable (no procfs, not Linux): the groups at the roots of the mounts.
+    let cgroups = (try? Self.readFile(path("proc/self/cgroup"))).map(ProcessCgroups.init(parsing:))
+    if let cgroups, let line = cgroups.firstMalformedLine {
+      noteOnce(
+        "proc/self/cgroup", "proc/self/cgroup has lines that are not hierarchy:controllers:path; they are ignored",
+        metadata: ["count": "\(cgroups.malformedLineCount)", "line": line])
+    }
     if let usage = readCgroup(
-      .cgroupV2, limit: "sys/fs/cgroup/memory.max", usage: "sys/fs/cgroup/memory.current",
+      .cgroupV2, mount: "sys/fs/cgroup", group: cgroups?.unified, limit: "memory.max", usage: "memory.current",
       machineTotal: machineTotal)
     {
       return usage
     }
     if let usage = readCgroup(
-      .cgroupV1, limit: "sys/fs/cgroup/memory/memory.limit_in_bytes",
-      usage: "sys/fs/cgroup/memory/memory.usage_in_bytes", machineTotal: machineTotal)
+      .cgroupV1, mount: "sys/fs/cgroup/memory", group: cgroups?.memory, limit: "memory.limit_in_bytes",
+      usage: "memory.usage_in_bytes", machineTotal: machineTotal)
     {
       return usage
     }
     return try machine.get()
   }
 
-  /// The cgroup's reading, or `nil` when a file is missing or malformed or the limit counts as
-  /// unlimited.
+  /// The reading of the nearest group with a limit, from the process's own up to the root of
+  /// the mount, or `nil` when none has one.
   private func readCgroup(
+    _ source: MemoryUsage.Source, mount: String, group: ProcessCgroups.Group?, limit: String, usage: String,
+    machineTotal: UInt64?
+  ) -> MemoryUsage? {
+    for directory in groupDirectories(source, mount: path(mount), group: group) {
+      if let reading = readGroup(
+        source, limit: directory + "/" + limit, usage: directory + "/" + usage, machineTotal: machineTotal)
+      {
+        return reading
+      }
+    }
+    return nil
+  }
+
+  /// The directories of the process's group in a hierarchy and of its ancestors up to the root
+  /// of the mount, nearest first; the root of the mount alone when `proc/self/cgroup` names no
+  /// group in it, or one that is not under the mount.
+  private func groupDirectories(_ source: MemoryUsage.Source, mount: String, group: ProcessCgroups.Group?) -> [String] {
+    let components: [String]
+    switch group {
+    case nil:
+      return [mount]
+    case .unreachable(let written):
+      noteMissingGroup(source, mount: mount, group: written, reason: "outside the process's view of the hierarchy")
+      return [mount]
+    case .path(let found):
+      components = found
+    }
+    var directories = [mount]
+    var directory = mount
+    for component in components {
+      directory += "/" + component
+      directories.append(directory)
+    }
+    // A path from another cgroup namespace, or a group removed since (v2 then appends
+    // " (deleted)"), is not under the mount.
+    guard components.isEmpty || Self.exists(directory) else {
+      noteMissingGroup(
+        source, mount: mount, group: "/" + components.joined(separator: "/"), reason: "no such directory")
+      return [mount]
+    }
+    return directories.reversed()
+  }
+
+  /// Logs that the group `proc/self/cgroup` names cannot be used, unless the mount is no cgroup
+  /// hierarchy at all (as `sys/fs/cgroup` is not one for v2 where v1 is mounted there).
+  private func noteMissingGroup(_ source: MemoryUsage.Source, mount: String, group: String, reason: String) {
+    guard configuration.logger.isEnabled(for: .debug), Self.exists(mount + "/cgroup.procs") else { return }
+    noteOnce(
+      "\(source)", "cannot find the process's cgroup under its mount; reading the group at the root of the mount",
+      metadata: ["hierarchy": "\(source)", "group": group, "mount": mount, "reason": reason])
+  }
+
+  /// Logs at debug, unless the same was the last thing logged under `topic`.
+  private func noteOnce(_ topic: String, _ message: String, metadata: [String: String]) {
+    guard configuration.logger.isEnabled(for: .debug) else { return }
+    let note = message + " " + metadata.sorted { $0.key < $1.key }.description
+    let isNew = loggedNotes.withLock { notes in
+      guard notes[topic] != note else { return false }
+      notes[topic] = note
+      return true
+    }
+    if isNew { configuration.logger.debug(message, metadata: metadata, source: "LinuxMemoryPressureSource") }
+  }
+
+  /// The group's reading, or `nil` when a file is missing or malformed or the limit counts as
+  /// unlimited.
+  private func readGroup(
     _ source: MemoryUsage.Source, limit limitPath: String, usage usagePath: String, machineTotal: UInt64?
   ) -> MemoryUsage? {
-    guard let limitText = try? Self.readFile(path(limitPath)),
-      let usageText = try? Self.readFile(path(usagePath)),
+    guard let limitText = try? Self.readFile(limitPath),
+      let usageText = try? Self.readFile(usagePath),
       let limit = UInt64(Self.trimmed(limitText)), limit > 0, limit < Self.unlimitedFloor,
       let used = UInt64(Self.trimmed(usageText))
     else { return nil }
@@ -232,6 +324,10 @@ public final class LinuxMemoryPressureSource: MemoryPressureSource {
 
   private func path(_ relative: String) -> String {
     configuration.root.hasSuffix("/") ? configuration.root + relative : configuration.root + "/" + relative
+  }
+
+  private static func exists(_ path: String) -> Bool {
+    access(path, F_OK) == 0
   }
 
   private static func trimmed(_ text: String) -> Substring {

@@ -3,9 +3,11 @@
 public struct MemoryUsage: Sendable, Hashable, CustomStringConvertible {
   /// Where a reading comes from.
   public enum Source: Sendable, Hashable, CustomStringConvertible {
-    /// cgroup v2: `memory.current` against `memory.max`.
+    /// cgroup v2: `memory.current` against `memory.max`, of the process's group or of its
+    /// nearest ancestor with a limit.
     case cgroupV2
-    /// cgroup v1: `memory.usage_in_bytes` against `memory.limit_in_bytes`.
+    /// cgroup v1: `memory.usage_in_bytes` against `memory.limit_in_bytes`, of the process's
+    /// group or of its nearest ancestor with a limit.
     case cgroupV1
     /// The whole machine: `MemTotal - MemAvailable` against `MemTotal`, from `/proc/meminfo`.
     case procMeminfo

@@ -79,7 +79,7 @@ struct MemoryPressureTests {
 
   @Test("cgroup v2 is read first when it has a limit")
   func cgroupV2() throws {
-    let root = try Fixture()
+    let root = try MemoryPressureFixture()
     defer { root.remove() }
     root.write("sys/fs/cgroup/memory.max", "1073741824\n")
     root.write("sys/fs/cgroup/memory.current", "536870912\n")
@@ -93,7 +93,7 @@ struct MemoryPressureTests {
 
   @Test("a cgroup v2 limit of max, or at least the machine's memory, falls back to cgroup v1, then meminfo")
   func cgroupV2Unlimited() throws {
-    let root = try Fixture()
+    let root = try MemoryPressureFixture()
     defer { root.remove() }
     root.write("sys/fs/cgroup/memory.max", "max\n")
     root.write("sys/fs/cgroup/memory.current", "536870912\n")
@@ -115,7 +115,7 @@ struct MemoryPressureTests {
 
   @Test("cgroup v1's unlimited sentinel, or a limit above the machine's memory, falls back to meminfo")
   func cgroupV1Unlimited() throws {
-    let root = try Fixture()
+    let root = try MemoryPressureFixture()
     defer { root.remove() }
     root.write("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n")
     root.write("sys/fs/cgroup/memory/memory.usage_in_bytes", "1024\n")
@@ -133,7 +133,7 @@ struct MemoryPressureTests {
 
   @Test("the v1 sentinel counts as unlimited even when meminfo cannot be read")
   func cgroupV1SentinelWithoutMeminfo() throws {
-    let root = try Fixture()
+    let root = try MemoryPressureFixture()
     defer { root.remove() }
     root.write("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n")
     root.write("sys/fs/cgroup/memory/memory.usage_in_bytes", "1024\n")
@@ -145,7 +145,7 @@ struct MemoryPressureTests {
 
   @Test("malformed cgroup files fall back to the next source")
   func malformedCgroup() throws {
-    let root = try Fixture()
+    let root = try MemoryPressureFixture()
     defer { root.remove() }
     root.write("sys/fs/cgroup/memory.max", "lots\n")
     root.write("sys/fs/cgroup/memory.current", "1024\n")
@@ -163,7 +163,7 @@ struct MemoryPressureTests {
 
   @Test("meminfo is parsed by name; missing or malformed meminfo is a typed error")
   func meminfo() throws {
-    let root = try Fixture()
+    let root = try MemoryPressureFixture()
     defer { root.remove() }
     let missing = MemoryUsageReadError(path: root.path("proc/meminfo"), reason: .unreadable(errno: ENOENT))
     #expect(throws: missing) { try root.source().readUsage() }
@@ -228,7 +228,7 @@ struct MemoryPressureTests {
 
   @Test("polling yields each threshold crossing once, on the clock's interval, and stops when the sequence ends")
   func polling() async throws {
-    let root = try Fixture()
+    let root = try MemoryPressureFixture()
     defer { root.remove() }
     let clock = ManualClock()
     root.writeCgroupV2(used: 500, limit: 1000)
@@ -284,7 +284,7 @@ struct MemoryPressureTests {
 
   @Test("a reading above the thresholds at the start is yielded at once")
   func startsUnderPressure() async throws {
-    let root = try Fixture()
+    let root = try MemoryPressureFixture()
     defer { root.remove() }
     let clock = ManualClock()
     root.writeCgroupV2(used: 960, limit: 1000)
@@ -336,38 +336,4 @@ private actor SignalLayer: AsyncCacheLayer {
   func removeValue(for key: String) {}
   func removeAll() {}
   nonisolated func handleMemoryPressure(_ level: MemoryPressureLevel) async { continuation.yield(level) }
-}
-
-/// A fixture root directory: files are written under it at test time.
-private struct Fixture {
-  let directory: TemporaryDirectory
-
-  init() throws { directory = try TemporaryDirectory("memory-pressure") }
-
-  func path(_ relative: String) -> String { directory.appending(relative).path }
-
-  func source(clock: any CacheClock = WallClock()) throws -> LinuxMemoryPressureSource {
-    try LinuxMemoryPressureSource(configuration: .init(interval: .seconds(1), clock: clock, root: directory.url.path))
-  }
-
-  func write(_ relative: String, _ text: String) {
-    let url = directory.appending(relative)
-    try! FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-    try! Data(text.utf8).write(to: url)
-  }
-
-  func writeCgroupV2(used: Int, limit: Int) {
-    write("sys/fs/cgroup/memory.max", "\(limit)\n")
-    write("sys/fs/cgroup/memory.current", "\(used)\n")
-  }
-
-  func writeMeminfo(totalKB: Int, availableKB: Int) {
-    write("proc/meminfo", "MemTotal:       \(totalKB) kB\nMemFree:        1 kB\nMemAvailable:   \(availableKB) kB\n")
-  }
-
-  func remove(_ relative: String) {
-    try? FileManager.default.removeItem(at: directory.appending(relative))
-  }
-
-  func remove() { directory.remove() }
 }
