@@ -36,6 +36,7 @@ public final class CodableCacheStore: Sendable {
   public let clock: any CacheClock
   private let duplicateError: @Sendable (String) -> any Error
   private let gracefulShutdown: (@Sendable () async throws -> Void)?
+  private let followsMemoryPressureWhileRunning: Bool
   private let writes = KeyedSerialization<String>()
   private let lifecycle = Lifecycle("CodableCacheStore")
 
@@ -54,18 +55,23 @@ public final class CodableCacheStore: Sendable {
   ///     (``run()``) should shut down gracefully: pass swift-service-lifecycle's
   ///     `gracefulShutdown`. Default `nil`: `run()` ends when its task is cancelled or the store
   ///     is shut down.
+  ///   - followsMemoryPressureWhileRunning: Whether ``run()`` follows the platform's memory
+  ///     pressure while it runs (``CacheChain/followSystemMemoryPressure()``), as a
+  ///     ``LoadingCache`` does. Default `true`.
   public init(
     chain: CacheChain<String, Data>,
     clock: (any CacheClock)? = nil,
     logger: CacheLogger? = nil,
     duplicateError: (@Sendable (String) -> any Error)? = nil,
-    gracefulShutdown: (@Sendable () async throws -> Void)? = nil
+    gracefulShutdown: (@Sendable () async throws -> Void)? = nil,
+    followsMemoryPressureWhileRunning: Bool = true
   ) {
     self.chain = chain
     // One clock for the store and its layers: a chain given one lends it to a store given none.
     self.clock = clock ?? chain.followedClock.handedOn ?? WallClock()
     self.duplicateError = duplicateError ?? { key in AsyncCacheError.duplicateKey(key) }
     self.gracefulShutdown = gracefulShutdown
+    self.followsMemoryPressureWhileRunning = followsMemoryPressureWhileRunning
     chain.follow(CacheEnvironment(clock: self.clock, logger: logger))
   }
 
@@ -77,11 +83,13 @@ public final class CodableCacheStore: Sendable {
     clock: (any CacheClock)? = nil,
     logger: CacheLogger? = nil,
     duplicateError: (@Sendable (String) -> any Error)? = nil,
-    gracefulShutdown: (@Sendable () async throws -> Void)? = nil
+    gracefulShutdown: (@Sendable () async throws -> Void)? = nil,
+    followsMemoryPressureWhileRunning: Bool = true
   ) throws {
     try self.init(
       chain: CacheChain(layers.map { CacheChain.Tier($0) }), clock: clock, logger: logger,
-      duplicateError: duplicateError, gracefulShutdown: gracefulShutdown)
+      duplicateError: duplicateError, gracefulShutdown: gracefulShutdown,
+      followsMemoryPressureWhileRunning: followsMemoryPressureWhileRunning)
   }
 
   // MARK: PersistDriver's shape
@@ -170,10 +178,17 @@ public final class CodableCacheStore: Sendable {
   }
 
   /// Waits until the calling task is cancelled, the `gracefulShutdown` signal the store was
-  /// created with returns, or ``close()`` is called; then closes the store: the shape of
-  /// swift-service-lifecycle's `Service` requirement, which `PersistDriver` refines.
+  /// created with returns, or ``close()`` is called, following the platform's memory pressure
+  /// meanwhile (unless created with `followsMemoryPressureWhileRunning: false`); then closes
+  /// the store: the shape of swift-service-lifecycle's `Service` requirement, which
+  /// `PersistDriver` refines.
   public func run() async throws {
-    try await lifecycle.run(orUntil: gracefulShutdown)
+    var work: (@Sendable () async -> Void)?
+    if followsMemoryPressureWhileRunning {
+      let chain = chain
+      work = { await chain.followSystemMemoryPressure() }
+    }
+    try await lifecycle.run(orUntil: gracefulShutdown, meanwhile: work)
     try await close()
   }
 

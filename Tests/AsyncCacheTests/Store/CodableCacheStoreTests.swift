@@ -190,4 +190,21 @@ struct CodableCacheStoreTests {
     try await gracefulService.value
     #expect(closed.calls.map(\.description) == ["close"], "the graceful shutdown signal ends run() and closes")
   }
+
+  @Test("run() follows memory pressure while it runs, as a LoadingCache's does, unless told not to")
+  func runFollowsMemoryPressure() async throws {
+    for follows in [true, false] {
+      let logs = RecordingLogHandler()
+      let store = try CodableCacheStore(
+        layers: [MemoryLayer<String, Data>()], logger: logs.logger(), followsMemoryPressureWhileRunning: follows)
+      let service = Task { try await store.run() }
+      if follows {
+        await logs.waitForRecords { $0.message == "following memory pressure" }
+      }
+      try await store.close()
+      try await service.value
+      let followed = logs.records.contains { $0.message == "following memory pressure" }
+      #expect(followed == follows)
+    }
+  }
 }
