@@ -26,24 +26,29 @@ extension LoadingCache {
   ///   origin asked, or a `Task` either starts (which inherits their task-local values) — which
   ///   `close()` would wait for: close from outside, or from `Task.detached`.
   public func close() async throws {
+    // What was in flight as closing began, counted before a cancelled caller cancels anything.
+    let atStart = Locked((loads: 0, cancelled: 0, at: ContinuousClock.now))
     // Cancelling the caller cancels the loads; the work itself runs to its end either way.
     try await lifecycle.close(
       checking: checkNotClosingFromItsOwnLoad,
-      // Closed under the load table's lock, where requests join loads.
-      atFirst: { loadTable.close() },
+      atFirst: {
+        // Closed under the load table's lock, where requests join loads.
+        loadTable.close()
+        let loads = loadTable.loadsRunning
+        let cancelled = loadsEndedCancelled.load(ordering: .relaxed)
+        atStart.withLock { $0 = (loads, cancelled, ContinuousClock.now) }
+      },
       onCancel: { self.cancelLoads() },
-      { try await self.closeInOrder() })
+      { try await self.closeInOrder(after: atStart.withLock { $0 }) })
   }
 
   /// The work of ``close()``, run once: the loads and prefetchers end, then the layers close;
-  /// then it logs what it did, at notice.
-  private func closeInOrder() async throws {
+  /// then it logs what it did, at notice. `start` is what was in flight as closing began.
+  private func closeInOrder(after start: (loads: Int, cancelled: Int, at: ContinuousClock.Instant)) async throws {
     defer { eventHub.finishAll() }
-    let started = ContinuousClock.now
-    let loads = statistics.loadsInFlight
-    let cancelledBefore = loadsEndedCancelled.load(ordering: .relaxed)
+    let (started, loads) = (start.at, start.loads)
     let prefetchers = await finishWork()
-    let cancelled = loadsEndedCancelled.load(ordering: .relaxed) - cancelledBefore
+    let cancelled = loadsEndedCancelled.load(ordering: .relaxed) - start.cancelled
     var failure: (any Error)?
     do {
       try await chain.close()

@@ -499,6 +499,12 @@ extension LoadTable {
     state.withLock { $0.machine.waiterCount(for: key) }
   }
 
+  /// The loads whose body runs now: those registered, and those abandoned by their requests
+  /// that have not ended yet.
+  var loadsRunning: Int {
+    state.withLock { Swift.max($0.machine.running.count, $0.machine.loads.count) }
+  }
+
   /// No load and no waiter is registered.
   var isEmpty: Bool {
     state.withLock { $0.machine.isEmpty }
