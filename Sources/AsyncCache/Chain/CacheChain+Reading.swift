@@ -200,8 +200,11 @@ extension CacheChain {
       } catch {
         let took = started.duration(to: clock.now)
         counters.withLock { $0[index].lookupTime.record(took) }
-        observe?(
-          LayerLookupReport(tierIndex: index, layerName: tiers[index].name, outcome: .failed(error), duration: took))
+        // A lookup cut short by a cancellation did not fail: it is not reported.
+        if !(error is CancellationError) {
+          observe?(
+            LayerLookupReport(tierIndex: index, layerName: tiers[index].name, outcome: .failed(error), duration: took))
+        }
         try handleFailure(error, tier: index, operation: .lookup, key: key)
         counters.withLock { $0[index].misses += 1 }
       }

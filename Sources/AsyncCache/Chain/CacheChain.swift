@@ -69,8 +69,9 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
     public var tracer: (any CacheTracer)?
     /// Called with every layer lookup of the chain's reads (see ``LayerLookupReport``): the
     /// layer, hit, miss or failure, and how long it took. Called synchronously on the task that
-    /// looked up: keep it short. Default `nil`: the observer of the cache or chain the chain is
-    /// put in, if any.
+    /// looked up: keep it short. Default `nil`: the observer of the cache the chain is put in,
+    /// if any. A chain nested in another is one layer of it, reported by the outer chain; it
+    /// follows no observer of the outer one's (each lookup is reported once).
     public var onLookup: (@Sendable (LayerLookupReport) -> Void)?
     /// An async function that returns when the service running the chain (``CacheChain/run()``)
     /// should shut down gracefully: pass swift-service-lifecycle's `gracefulShutdown`. Default
@@ -189,7 +190,7 @@ public final actor CacheChain<Key: Hashable & Sendable, Value: Sendable>: AsyncC
       tagInvalidationHandler: { news in
         if case .tag(let tag, let instant) = news { invalidations.record(tag, at: instant) }
         outer.value?(news)
-      }, tracer: followedTracer.handedOn ?? nil, onLookup: followedLookupObserver.handedOn ?? nil)
+      }, tracer: followedTracer.handedOn ?? nil)
     for tier in tiers { tier.layer.follow(environment) }
   }
 

@@ -4,6 +4,7 @@
 /// reporter records as a per-layer latency histogram.
 ///
 /// Reads that look layers up are a chain's own (``CacheChain/value(for:)``) and a cache's loads.
+/// A lookup cut short by a cancellation (a load its requests abandoned) is not reported.
 /// A hit that a cache's top ``MemoryLayer`` answers without suspending is not a lookup of the
 /// chain (a hit costs nothing more for the reports): count those with
 /// ``LoadingCache/Statistics-swift.struct/topLayerHits``.
@@ -31,6 +32,15 @@ public struct LayerLookupReport: Sendable {
       case .failed: "failed"
       }
     }
+
+    /// The error the layer threw; `nil` for a hit or a miss.
+    public var error: (any Error)? {
+      if case .failed(let error) = self { error } else { nil }
+    }
+
+    /// The ``error``'s type, for OpenTelemetry's `error.type` attribute: its type's name,
+    /// `AsyncCacheError.<code>` for the library's own errors; `nil` without an error.
+    public var errorType: String? { error.map(openTelemetryErrorType) }
 
     public var description: String {
       switch self {

@@ -34,6 +34,20 @@ public struct LoadReport<Key: Hashable & Sendable>: Sendable {
       }
     }
 
+    /// The error the load failed with (also when it served a stale value after it); `nil`
+    /// when it loaded a value or was cancelled.
+    public var error: (any Error)? {
+      switch self {
+      case .failed(let error), .servedStale(after: let error): error
+      case .loaded, .cancelled: nil
+      }
+    }
+
+    /// The ``error``'s type, for OpenTelemetry's `error.type` attribute (a low-cardinality
+    /// label): its type's name, `AsyncCacheError.<code>` for the library's own errors; `nil`
+    /// without an error.
+    public var errorType: String? { error.map(openTelemetryErrorType) }
+
     public var description: String {
       switch self {
       case .loaded(let source): "loaded from \(source)"

@@ -127,8 +127,8 @@ extension LoadingCache {
       loadTimeouts: LoadTimeouts = .none,
       logger: CacheLogger? = nil,
       onLoadEnded: (@Sendable (LoadReport<Key>) -> Void)? = nil,
-      tracer: (any CacheTracer)? = nil,
       onLayerLookup: (@Sendable (LayerLookupReport) -> Void)? = nil,
+      tracer: (any CacheTracer)? = nil,
       gracefulShutdown: (@Sendable () async throws -> Void)? = nil,
       followsMemoryPressureWhileRunning: Bool = true
     ) {

@@ -271,7 +271,6 @@ extension LoadingCache {
     logLoadStarted(key)
     let isRefresh = checksFreshness && load.isRefresh
     span?.set("cache.key", String(describing: key))
-    span?.set("cache.refresh", isRefresh)
     if eventHub.isObserved { eventHub.emit(isRefresh ? .refreshStarted(key: key) : .loadStarted(key: key)) }
     var result: Result<(Value, LoadSource), any Error>
     var found: FreshnessRules.State?
@@ -414,6 +413,8 @@ extension LoadingCache {
 
   /// Tells the span of a load how it ended (see ``CacheTracer``).
   private func describe(_ report: LoadReport<Key>, in span: TracedSpan) {
+    // Read at the end: a load may become a refresh while it runs.
+    span.set("cache.refresh", report.isRefresh)
     span.set("cache.outcome", report.outcome.name)
     if let source = report.sourceName { span.set("cache.source", source) }
     span.set("cache.attempts", report.attempts)

@@ -105,7 +105,7 @@ extension LoadingCache {
   /// to close (the chain logged which).
   func logClosed(after elapsed: Duration, loads: Int, cancelled: Int, prefetchers: Int, failure: (any Error)?) {
     let logger = configuration.logger
-    guard logger.isEnabled(for: .notice) else { return }
+    guard logger.isEnabled(for: failure == nil ? .notice : .error) else { return }
     var done: [String] = []
     done.append(
       loads == 0
@@ -116,7 +116,8 @@ extension LoadingCache {
     done.append(
       failure == nil
         ? "closed \(layers) \(layers == 1 ? "layer" : "layers")"
-        : "closed \(layers) \(layers == 1 ? "layer" : "layers"), one failed: \(CacheLogger.describe(failure!))")
+        : "closed \(layers) \(layers == 1 ? "layer" : "layers"); the first that failed: \(CacheLogger.describe(failure!))"
+    )
     var metadata = [
       "elapsed": elapsed.readable, "loads": "\(loads)", "cancelled": "\(cancelled)", "prefetchers": "\(prefetchers)",
       "layers": "\(layers)",

@@ -17,9 +17,10 @@
 /// let cache = try LoadingCache(layers: layers, origin: origin, configuration: .init(tracer: DistributedTracer()))
 /// ```
 ///
-/// The cache starts a `cache.load` span for each load, a `cache.origin.fetch` span for each
-/// origin call, retries included, and, when ``tracesLayerOperations``, a span for each layer
-/// lookup and write of a load; <doc:Tracing> lists them with their attributes. A load's span is a
+/// The cache starts a `cache.load` span for each load (a `cache.load_batch` span for each batch
+/// of a batch origin), a `cache.origin.fetch` span for each origin call, retries included, and,
+/// when ``tracesLayerOperations``, a span for each layer lookup and write of the chain;
+/// <doc:Tracing> lists them with their attributes. A load's span is a
 /// child of the span of the request that started the load, since the load's task inherits that
 /// request's task-local values. Hits get no span, and cost nothing more with a tracer set.
 public protocol CacheTracer: Sendable {
@@ -30,6 +31,10 @@ public protocol CacheTracer: Sendable {
   /// if it has one, and ends the span when `operation` returns or throws. An error thrown out of
   /// `operation` is the tracer's to record, as swift-distributed-tracing's `withSpan` does; the
   /// cache has set the span's `error.type` (``errorType(of:)``), but for a cancellation.
+  ///
+  /// It must call `operation` exactly once, on the calling task, and return what it returns
+  /// (or throw what it throws): the load waits for it, and ``LoadingCache/close()`` waits for
+  /// the load.
   func withSpan<T>(_ operationName: String, _ operation: (Span) async throws -> T) async rethrows -> T
 
   /// Sets the attribute `name` of `span` to a string.
@@ -47,8 +52,9 @@ public protocol CacheTracer: Sendable {
   /// Default: nothing more.
   func recordError(_ error: any Error, on span: Span)
 
-  /// Whether each layer lookup and write of a load gets a span of its own, as well as each load
-  /// and origin call. Default `false`: layer operations are many, and usually fast.
+  /// Whether each layer lookup and write of the chain (a load's, a back-fill's, an insert's)
+  /// gets a span of its own, as well as each load and origin call. Default `false`: layer
+  /// operations are many, and usually fast.
   var tracesLayerOperations: Bool { get }
 }
 
@@ -68,7 +74,13 @@ extension CacheTracer {
   /// The `error.type` of `error`, as OpenTelemetry asks for it (a low-cardinality name): its
   /// type's name, with the code of the library's own errors (`AsyncCacheError.timedOut`).
   public func errorType(of error: any Error) -> String {
-    if let error = error as? AsyncCacheError { return "AsyncCacheError.\(error.code)" }
-    return String(describing: type(of: error))
+    openTelemetryErrorType(error)
   }
+}
+
+/// OpenTelemetry's `error.type` of `error`: its type's name, `AsyncCacheError.<code>` for the
+/// library's own errors.
+func openTelemetryErrorType(_ error: any Error) -> String {
+  if let error = error as? AsyncCacheError { return "AsyncCacheError.\(error.code)" }
+  return String(describing: type(of: error))
 }

@@ -13,7 +13,7 @@ import AsyncCache
 /// Once the delay has passed, one operation is let through as a probe (the others still fail
 /// fast). Its success closes the breaker; its failure opens it again for twice the delay, up
 /// to ``maximumDelay``, counted from when the probe went (a probe that waited out its connect
-/// timeout adds no time). A server that answers but cannot serve yet (`LOADING` its dataset
+/// timeout adds no time, but for the first delay). A server that answers but cannot serve yet (`LOADING` its dataset
 /// after a restart, `MASTERDOWN` for a replica) fails the probe too. Each delay is shortened by a random factor between 0.5 and 1 (jitter),
 /// so that a fleet of instances does not probe a recovering server in step. Reconnecting
 /// after a server restart follows the same schedule: with the default maximum, a server that
@@ -125,7 +125,8 @@ struct CircuitBreaker {
   ///
   /// A failed probe opens it again for the next delay counted from when the probe was let
   /// through, not from its failure: a probe that took its whole connect timeout (a server that
-  /// drops packets) does not add that time to the wait for the next one.
+  /// drops packets) does not add that time to the wait for the next one, which is still at
+  /// least the (jittered) first delay after the failure.
   mutating func recordFailure(at now: CacheInstant, opensAtOnce: Bool, jitter: Double) -> Opening? {
     consecutiveFailures += 1
     let from: CacheInstant
@@ -141,7 +142,12 @@ struct CircuitBreaker {
     }
     let isReopening = state != .closed
     openings += 1
-    let until = Swift.max(from.advanced(by: policy.delay(afterOpenings: openings, jitter: jitter)), now)
+    // At least a jittered first delay after the failure, so that probes of a server that drops
+    // packets (a probe as long as the delay) do not follow each other back to back, nor in step
+    // across a fleet.
+    let until = Swift.max(
+      from.advanced(by: policy.delay(afterOpenings: openings, jitter: jitter)),
+      now.advanced(by: policy.delay(afterOpenings: 1, jitter: jitter)))
     state = .open(until: until)
     probeStartedAt = nil
     return Opening(until: until, isReopening: isReopening)

@@ -102,18 +102,19 @@ struct CircuitBreakerTests {
     let firstOpening = breaker.recordFailure(at: start, opensAtOnce: true, jitter: 1)
     let first = try #require(firstOpening)
     #expect(admit(&breaker, at: first.until) == .probe)
-    // The probe's connect took 150 ms to fail; the next delay (200 ms) counts from its start.
-    let failedAt = first.until.advanced(by: .milliseconds(150))
+    // The probe's connect took 50 ms to fail; the next delay (200 ms) counts from its start.
+    let failedAt = first.until.advanced(by: .milliseconds(50))
     let secondOpening = breaker.recordFailure(at: failedAt, opensAtOnce: true, jitter: 1)
     let second = try #require(secondOpening)
     #expect(second.until == first.until.advanced(by: .milliseconds(200)))
     #expect(admit(&breaker, at: second.until) == .probe)
-    // A probe slower than the delay (350 ms, the maximum): the next may go at once.
+    // A probe slower than the delay (350 ms, the maximum): the next may go after the first
+    // delay (100 ms), not back to back.
     let slowFailure = second.until.advanced(by: .seconds(2))
     let thirdOpening = breaker.recordFailure(at: slowFailure, opensAtOnce: true, jitter: 1)
     let third = try #require(thirdOpening)
-    #expect(third.until == slowFailure)
-    #expect(admit(&breaker, at: slowFailure) == .probe)
+    #expect(third.until == slowFailure.advanced(by: .milliseconds(100)))
+    #expect(admit(&breaker, at: third.until) == .probe)
   }
 
   private func admit(_ breaker: inout CircuitBreaker, at now: CacheInstant) -> CircuitBreaker.Admission {

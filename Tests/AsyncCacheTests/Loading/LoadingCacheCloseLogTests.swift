@@ -14,6 +14,35 @@ private final actor UnclosableLayer: AsyncCacheLayer {
   nonisolated func close() async throws { throw TestError("cannot close") }
 }
 
+/// An origin that holds every fetch until `open()` and ignores cancellation meanwhile.
+private final class StubbornFetcher: AsyncFetcher, Sendable {
+  private let gate = Locked<(waiting: [CheckedContinuation<Void, Never>], isOpen: Bool, calls: Int)>(([], false, 0))
+
+  func fetch(_ key: String) async throws -> Int {
+    await withCheckedContinuation { continuation in
+      let now = gate.withLock { gate -> Bool in
+        gate.calls += 1
+        if gate.isOpen { return true }
+        gate.waiting.append(continuation)
+        return false
+      }
+      if now { continuation.resume() }
+    }
+    return key.count
+  }
+
+  var calls: Int { gate.withLock { $0.calls } }
+
+  func open() {
+    let waiting = gate.withLock { gate in
+      gate.isOpen = true
+      defer { gate.waiting = [] }
+      return gate.waiting
+    }
+    for continuation in waiting { continuation.resume() }
+  }
+}
+
 @Suite("What closing logs", .timeLimit(.minutes(3)))
 struct LoadingCacheCloseLogTests {
   private func closeLines(_ logs: RecordingLogHandler) -> [CacheLogRecord] {
@@ -93,7 +122,7 @@ struct LoadingCacheCloseLogTests {
     await #expect(throws: AsyncCacheError.self) { try await cache.close() }
     let summary = try #require(closeLines(logs).last)
     #expect(summary.level == .error)
-    #expect(summary.message.contains("no loads in flight, closed 2 layers, one failed:"), "\(summary)")
+    #expect(summary.message.contains("no loads in flight, closed 2 layers; the first that failed:"), "\(summary)")
     #expect(summary.metadata["error"]?.contains("broken") == true, "\(summary.metadata)")
   }
 
@@ -136,5 +165,52 @@ struct LoadingCacheCloseLogTests {
       line.message == "closed; nothing was pending, each change was written as it was made; 2 entries stay in the suite"
     )
     #expect(line.metadata["suite"] == suite)
+  }
+
+  @Test("a failed close is logged at error under a logger that drops notices")
+  func failedCloseUnderAWarningLogger() async throws {
+    let logs = RecordingLogHandler()
+    let cache = try LoadingCache(
+      tiers: [.init(try MemoryLayer<String, Int>()), .init(UnclosableLayer(), failurePolicy: .skip, name: "broken")],
+      origin: ClosureFetcher { _ in 1 }, configuration: .init(logger: logs.logger(minimumLevel: .warning)))
+    await #expect(throws: AsyncCacheError.self) { try await cache.close() }
+    let summary = try #require(closeLines(logs).last)
+    #expect(summary.level == .error)
+  }
+
+  @Test("a load its requests abandoned before close, still running, is one close waited for")
+  func abandonedLoadStillRunning() async throws {
+    let logs = RecordingLogHandler()
+    let origin = StubbornFetcher()
+    let cache = try LoadingCache(
+      layers: [try MemoryLayer<String, Int>()], origin: origin, configuration: .init(logger: logs.logger()))
+    let request = Task { try await cache.value(for: "a") }
+    while origin.calls < 1, !Task.isCancelled { await Task.yield() }
+    request.cancel()
+    await #expect(throws: CancellationError.self) { try await request.value }
+    let closing = Task { try await cache.close() }
+    while !cache.isClosed, !Task.isCancelled { await Task.yield() }
+    origin.open()
+    try await closing.value
+    let summary = try #require(closeLines(logs).last)
+    #expect(summary.message.hasSuffix(": waited for 1 load in flight (1 cancelled), closed 1 layer"), "\(summary)")
+  }
+
+  @Test("a close cancelled at once counts the loads it cancelled, whichever task runs first")
+  func cancelledAtOnceManyTimes() async throws {
+    for _ in 0..<50 {
+      let logs = RecordingLogHandler()
+      let origin = GatedFetcher<String, Int> { $0.count }
+      let cache = try LoadingCache(
+        layers: [try MemoryLayer<String, Int>()], origin: origin, configuration: .init(logger: logs.logger()))
+      let request = Task { try await cache.value(for: "a") }
+      await origin.waitForFetches(1, for: "a")
+      let closing = Task { try await cache.close() }
+      closing.cancel()
+      try await closing.value
+      _ = try? await request.value
+      let summary = try #require(closeLines(logs).last)
+      #expect(summary.message.hasSuffix(": waited for 1 load in flight (1 cancelled), closed 1 layer"), "\(summary)")
+    }
   }
 }

@@ -70,4 +70,36 @@ struct LoadingCacheLayerLookupTests {
     #expect(chainReports.withLock { $0 } == 1)
     #expect(cacheReports.withLock { $0 } == 1)
   }
+
+  @Test("a nested chain is one layer of its outer chain: each lookup is reported once")
+  func nestedChain() async throws {
+    let reports = Locked<[LayerLookupReport]>([])
+    let inner = try CacheChain<Int, Int>([.init(FakeLayer<Int, Int>(), name: "disk")])
+    let origin = GatedFetcher<Int, Int> { $0 }
+    origin.open()
+    let cache = try LoadingCache(
+      tiers: [.init(MemoryLayer<Int, Int>(), name: "memory"), .init(inner, name: "inner")], origin: origin,
+      configuration: .init(onLayerLookup: { report in reports.withLock { $0.append(report) } }))
+    #expect(try await cache.value(for: 1) == 1)
+    let seen = reports.withLock { $0 }.map { "\($0.tierIndex):\($0.layerName):\($0.outcome)" }
+    #expect(seen == ["0:memory:miss", "1:inner:miss"])
+  }
+
+  @Test("a lookup cut short by a cancellation is not reported as a failure")
+  func cancelledLookup() async throws {
+    let reports = Locked<[LayerLookupReport]>([])
+    let disk = FakeLayer<Int, Int>()
+    let cache = try LoadingCache(
+      tiers: [.init(MemoryLayer<Int, Int>(), name: "memory"), .init(disk, name: "disk")],
+      origin: UnimplementedFetcher<Int, Int>(),
+      configuration: .init(onLayerLookup: { report in reports.withLock { $0.append(report) } }))
+    disk.hold(.lookup)
+    let request = Task { try await cache.value(for: 1) }
+    await disk.waitForHeld(1, .lookup)
+    request.cancel()
+    await #expect(throws: CancellationError.self) { try await request.value }
+    try await cache.close()  // waits for the abandoned load
+    let disks = reports.withLock { $0 }.filter { $0.layerName == "disk" }
+    #expect(disks.allSatisfy { $0.outcome.name != "failed" }, "\(disks.map(\.outcome))")
+  }
 }
