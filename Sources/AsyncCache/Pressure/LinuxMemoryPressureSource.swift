@@ -24,9 +24,10 @@
 /// controller's line (such as `7:memory:/path`), joined to the mount. So a systemd service with
 /// `MemoryMax=` is measured against its own limit, and a container with a cgroup namespace of
 /// its own, whose line reads `0::/`, against the group at the root of the mount, its own. A
-/// group without a limit is bound by its parent's: the source reads the nearest group with a
-/// limit, from the process's own up to the root of the mount, and compares that group's usage
-/// (its children's included) with its limit. When `proc/self/cgroup` cannot be read or names no
+/// group is bound by its ancestors' limits as well as its own: of the groups with a limit, from
+/// the process's own up to the root of the mount, the source reads the one nearest its limit
+/// (its usage, its children's included, against its limit), so a service without a limit, or
+/// with a loose one, in a slice near a tighter limit is under pressure. When `proc/self/cgroup` cannot be read or names no
 /// group of a hierarchy, the source reads the group at the root of the mount; it does so too,
 /// and logs why once at ``CacheLogLevel/debug``, when the group it names is not under the mount
 /// (a stale path, a group outside the process's cgroup namespace) or the file has malformed
@@ -212,20 +213,29 @@ public final class LinuxMemoryPressureSource: MemoryPressureSource {
     return try machine.get()
   }
 
-  /// The reading of the nearest group with a limit, from the process's own up to the root of
-  /// the mount, or `nil` when none has one.
+  /// The reading of the group that binds: of the groups with a limit, from the process's own
+  /// up to the root of the mount, the one nearest its limit (the nearest of them on a tie), or
+  /// `nil` when none has one. A parent's limit binds its children whatever their own, so a
+  /// service with a loose limit of its own in a slice near a tighter one is under pressure.
   private func readCgroup(
     _ source: MemoryUsage.Source, mount: String, group: ProcessCgroups.Group?, limit: String, usage: String,
     machineTotal: UInt64?
   ) -> MemoryUsage? {
+    var binding: MemoryUsage?
     for directory in groupDirectories(source, mount: path(mount), group: group) {
-      if let reading = readGroup(
-        source, limit: directory + "/" + limit, usage: directory + "/" + usage, machineTotal: machineTotal)
-      {
-        return reading
-      }
+      guard
+        let reading = readGroup(
+          source, limit: directory + "/" + limit, usage: directory + "/" + usage, machineTotal: machineTotal)
+      else { continue }
+      if let current = binding, Self.fraction(current) >= Self.fraction(reading) { continue }
+      binding = reading
     }
-    return nil
+    return binding
+  }
+
+  /// How full a group is: its usage over its limit.
+  private static func fraction(_ usage: MemoryUsage) -> Double {
+    Double(usage.usedBytes) / Double(usage.limitBytes)
   }
 
   /// The directories of the process's group in a hierarchy and of its ancestors up to the root

@@ -37,13 +37,15 @@ struct LinuxMemoryPressureSourceCgroupTests {
     #expect(logs.records.isEmpty)
   }
 
-  @Test("a cgroup v2 group without a limit is measured by its nearest ancestor with one")
+  @Test("a cgroup v2 group without a limit is measured by its ancestors' limits")
   func limitedAncestorV2() throws {
     let root = try MemoryPressureFixture()
     defer { root.remove() }
     root.writeMeminfo(totalKB: 16_000_000, availableKB: 8_000_000)
     root.write("sys/fs/cgroup/cgroup.procs", "1\n")
-    root.writeCgroupV2(group: "system.slice", used: 900 * Self.mebibyte, limit: 1024 * Self.mebibyte)
+    // The grandparent is further from its limit than the parent (49% against 75%): the parent
+    // binds.
+    root.writeCgroupV2(group: "system.slice", used: 500 * Self.mebibyte, limit: 1024 * Self.mebibyte)
     root.writeCgroupV2(group: "system.slice/apps.slice", used: 1536 * Self.mebibyte, limit: 2048 * Self.mebibyte)
     root.writeCgroupV2(group: "system.slice/apps.slice/app.service", used: 300 * Self.mebibyte, limit: nil)
     root.write("proc/self/cgroup", "0::/system.slice/apps.slice/app.service\n")
@@ -62,7 +64,7 @@ struct LinuxMemoryPressureSourceCgroupTests {
 
     // Without the parent's limit, the grandparent's.
     root.write("sys/fs/cgroup/system.slice/apps.slice/memory.max", "max\n")
-    #expect(try source.readUsage() == MemoryUsage(source: .cgroupV2, usedBytes: 900 << 20, limitBytes: 1024 << 20))
+    #expect(try source.readUsage() == MemoryUsage(source: .cgroupV2, usedBytes: 500 << 20, limitBytes: 1024 << 20))
 
     // Without any, the machine's figures.
     root.write("sys/fs/cgroup/system.slice/memory.max", "max\n")
@@ -97,7 +99,7 @@ struct LinuxMemoryPressureSourceCgroupTests {
     root.write("sys/fs/cgroup/unified/cgroup.procs", "1\n")
     root.write("sys/fs/cgroup/memory/cgroup.procs", "1\n")
     root.writeCgroupV1(group: "", used: 6000 * Self.mebibyte, limit: nil)
-    root.writeCgroupV1(group: "user.slice", used: 700 * Self.mebibyte, limit: 1024 * Self.mebibyte)
+    root.writeCgroupV1(group: "user.slice", used: 300 * Self.mebibyte, limit: 1024 * Self.mebibyte)
     root.writeCgroupV1(group: "user.slice/job.scope", used: 128 * Self.mebibyte, limit: 256 * Self.mebibyte)
     root.write(
       "proc/self/cgroup",
@@ -112,7 +114,7 @@ struct LinuxMemoryPressureSourceCgroupTests {
 
     #expect(try source.readUsage() == MemoryUsage(source: .cgroupV1, usedBytes: 128 << 20, limitBytes: 256 << 20))
     root.writeCgroupV1(group: "user.slice/job.scope", used: 128 * Self.mebibyte, limit: nil)
-    #expect(try source.readUsage() == MemoryUsage(source: .cgroupV1, usedBytes: 700 << 20, limitBytes: 1024 << 20))
+    #expect(try source.readUsage() == MemoryUsage(source: .cgroupV1, usedBytes: 300 << 20, limitBytes: 1024 << 20))
     #expect(logs.records.isEmpty, "sys/fs/cgroup is no v2 hierarchy here: its missing group is not news")
   }
 
@@ -232,5 +234,20 @@ struct LinuxMemoryPressureSourceCgroupTests {
         #expect(usage.source == .cgroupV1 && usage.limitBytes == limit)
       }
     #endif
+  }
+
+  /// A slice's smaller limit binds its children whatever their own (a service with MemoryMax=2G
+  /// in a slice with MemoryMax=1G): the slice at 98% is the reading, not the service's 44%.
+  @Test func aTighterAncestorBinds() throws {
+    let mebibyte = 1 << 20
+    let root = try MemoryPressureFixture()
+    defer { root.remove() }
+    root.writeMeminfo(totalKB: 16_000_000, availableKB: 8_000_000)
+    root.write("sys/fs/cgroup/cgroup.procs", "1\n")
+    root.writeCgroupV2(group: "apps.slice", used: 1000 * mebibyte, limit: 1024 * mebibyte)
+    root.writeCgroupV2(group: "apps.slice/app.service", used: 900 * mebibyte, limit: 2048 * mebibyte)
+    root.write("proc/self/cgroup", "0::/apps.slice/app.service\n")
+    let usage = try root.source().readUsage()
+    #expect(usage.limitBytes == UInt64(1024 * mebibyte) && usage.usedBytes == UInt64(1000 * mebibyte), "\(usage)")
   }
 }
