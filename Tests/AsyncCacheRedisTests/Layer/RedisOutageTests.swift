@@ -24,7 +24,7 @@ struct RedisOutageTests {
     try layer.forwardInvalidations(to: [try MemoryLayer<String, Data>()])
     try await layer.insert(Data("shared".utf8), for: "k")
     // Several connections, each of which the outage will close.
-    while layer.statistics.connectionsOpened < 2 {
+    while layer.statistics.connectionsOpened < 2, !Task.isCancelled {
       try await withThrowingTaskGroup(of: Void.self) { group in
         for _ in 0..<64 { group.addTask { _ = try await layer.value(for: "k") } }
         try await group.waitForAll()
@@ -46,13 +46,15 @@ struct RedisOutageTests {
     }
     server.stop()
     // Requests keep failing (fast, once the breaker is open); several probes fail.
-    while layer.statistics.circuitOpenings + layer.statistics.failedProbes < 4 { _ = await request() }
+    while layer.statistics.circuitOpenings + layer.statistics.failedProbes < 4, !Task.isCancelled {
+      _ = await request()
+    }
     let restarted = try await RedisServer.start(port: server.port)
     defer { restarted.stop() }
     // Until a request is answered: the next probe finds the server back (empty: a miss).
-    while await !request() {}
+    while await !request(), !Task.isCancelled {}
     // The subscription waits out its backoff on the clock, then subscribes again.
-    while !layer.isReceivingInvalidations {
+    while !layer.isReceivingInvalidations, !Task.isCancelled {
       await waitUntil { layer.isReceivingInvalidations || clock.sleeperCount > 0 }
       if !layer.isReceivingInvalidations { clock.advance(by: .seconds(1)) }
     }
