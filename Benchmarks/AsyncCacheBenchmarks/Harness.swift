@@ -41,6 +41,31 @@ struct Measurement {
   }
 }
 
+/// What `treatment` costs over `control`, the same workload without one thing: the median of
+/// their paired ratios, each pair run back to back in alternating order (A B, B A, A B, ...),
+/// so that neither the position in a round nor the drift between rounds favours one of them.
+/// Returns the ratios too, for their spread.
+func measurePairedRatio(
+  _ treatment: Contender, over control: Contender, pairs: Int
+) async throws -> (median: Double, ratios: [Double]) {
+  for contender in [treatment, control] {
+    try await contender.prepare()
+    _ = try await contender.run()
+  }
+  var ratios: [Double] = []
+  for pair in 0..<pairs {
+    var times: (treatment: Double, control: Double) = (0, 0)
+    for first in [pair.isMultiple(of: 2), !pair.isMultiple(of: 2)] {
+      let contender = first ? treatment : control
+      try await contender.prepare()
+      let elapsed = try await contender.run().nanoseconds
+      if first { times.treatment = elapsed } else { times.control = elapsed }
+    }
+    if times.control > 0 { ratios.append(times.treatment / times.control) }
+  }
+  return (Measurement(name: "ratios", samples: ratios).median, ratios)
+}
+
 /// Measures `contenders` in interleaved rounds (A B C, A B C, ...), after `warmUpRounds` untimed
 /// rounds, so that machine noise and frequency drift hit every contender alike.
 ///
