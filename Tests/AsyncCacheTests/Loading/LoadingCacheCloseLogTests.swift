@@ -49,6 +49,15 @@ struct LoadingCacheCloseLogTests {
     logs.records.filter { $0.message.hasPrefix("closed") }
   }
 
+  /// A cache over one memory layer, its origin gated, logging to the records returned.
+  private func gatedCache() throws -> (RecordingLogHandler, GatedFetcher<String, Int>, LoadingCache<String, Int>) {
+    let logs = RecordingLogHandler()
+    let origin = GatedFetcher<String, Int> { $0.count }
+    let cache = try LoadingCache(
+      layers: [try MemoryLayer<String, Int>()], origin: origin, configuration: .init(logger: logs.logger()))
+    return (logs, origin, cache)
+  }
+
   @Test("the cache says what it waited for and how many layers it closed; the memory layer what it dropped")
   func cacheAndMemory() async throws {
     let logs = RecordingLogHandler()
@@ -82,10 +91,7 @@ struct LoadingCacheCloseLogTests {
 
   @Test("a cancelled close counts the loads it cancelled")
   func cancelledLoads() async throws {
-    let logs = RecordingLogHandler()
-    let origin = GatedFetcher<String, Int> { $0.count }
-    let cache = try LoadingCache(
-      layers: [try MemoryLayer<String, Int>()], origin: origin, configuration: .init(logger: logs.logger()))
+    let (logs, origin, cache) = try gatedCache()
     let request = Task { try await cache.value(for: "a") }
     await origin.waitForFetches(1, for: "a")
     let closing = Task { try await cache.close() }
@@ -99,10 +105,7 @@ struct LoadingCacheCloseLogTests {
 
   @Test("the prefetchers close stopped are counted")
   func prefetchers() async throws {
-    let logs = RecordingLogHandler()
-    let origin = GatedFetcher<String, Int> { $0.count }
-    let cache = try LoadingCache(
-      layers: [try MemoryLayer<String, Int>()], origin: origin, configuration: .init(logger: logs.logger()))
+    let (logs, origin, cache) = try gatedCache()
     let prefetcher = try AsyncPrefetcher(cache: cache, keys: ["a", "b", "c"])
     let run = Task { try await prefetcher.run() }
     await origin.waitForFetches(1)
@@ -199,10 +202,7 @@ struct LoadingCacheCloseLogTests {
   @Test("a close cancelled at once counts the loads it cancelled, whichever task runs first")
   func cancelledAtOnceManyTimes() async throws {
     for _ in 0..<50 {
-      let logs = RecordingLogHandler()
-      let origin = GatedFetcher<String, Int> { $0.count }
-      let cache = try LoadingCache(
-        layers: [try MemoryLayer<String, Int>()], origin: origin, configuration: .init(logger: logs.logger()))
+      let (logs, origin, cache) = try gatedCache()
       let request = Task { try await cache.value(for: "a") }
       await origin.waitForFetches(1, for: "a")
       let closing = Task { try await cache.close() }

@@ -5,6 +5,15 @@ import Testing
 
 @Suite(.timeLimit(.minutes(3)))
 struct LoadingCacheTracingTests {
+  /// A cache over one memory layer, its origin gated, tracing to the tracer returned.
+  private func gatedCache() throws -> (RecordingTracer, GatedFetcher<Int, Int>, LoadingCache<Int, Int>) {
+    let tracer = RecordingTracer()
+    let origin = GatedFetcher<Int, Int> { $0 }
+    let cache = try LoadingCache(
+      layers: [try MemoryLayer<Int, Int>()], origin: origin, configuration: .init(tracer: tracer))
+    return (tracer, origin, cache)
+  }
+
   @Test func aLoadIsASpanUnderItsRequestWithTheOriginCallUnderIt() async throws {
     let tracer = RecordingTracer()
     let origin = GatedFetcher<Int, Int> { $0 * 10 }
@@ -34,10 +43,7 @@ struct LoadingCacheTracingTests {
   }
 
   @Test func coalescedRequestsShareOneLoadSpan() async throws {
-    let tracer = RecordingTracer()
-    let origin = GatedFetcher<Int, Int> { $0 }
-    let cache = try LoadingCache(
-      layers: [try MemoryLayer<Int, Int>()], origin: origin, configuration: .init(tracer: tracer))
+    let (tracer, origin, cache) = try gatedCache()
     let requests = (0..<3).map { _ in Task { try await cache.value(for: 1) } }
     await cache.waitForRequests(3, for: 1)
     await origin.waitForFetches(1, for: 1)
@@ -49,10 +55,7 @@ struct LoadingCacheTracingTests {
   }
 
   @Test func aFailedLoadRecordsItsErrorAndItsType() async throws {
-    let tracer = RecordingTracer()
-    let origin = GatedFetcher<Int, Int> { $0 }
-    let cache = try LoadingCache(
-      layers: [try MemoryLayer<Int, Int>()], origin: origin, configuration: .init(tracer: tracer))
+    let (tracer, origin, cache) = try gatedCache()
     let request = Task { try await cache.value(for: 1) }
     await origin.waitForFetches(1, for: 1)
     #expect(origin.release(1, throwing: TestError("down")) == 1)
@@ -69,10 +72,7 @@ struct LoadingCacheTracingTests {
   }
 
   @Test func aLoadItsRequestsLeftIsCancelledNotFailed() async throws {
-    let tracer = RecordingTracer()
-    let origin = GatedFetcher<Int, Int> { $0 }
-    let cache = try LoadingCache(
-      layers: [try MemoryLayer<Int, Int>()], origin: origin, configuration: .init(tracer: tracer))
+    let (tracer, origin, cache) = try gatedCache()
     let request = Task { try await cache.value(for: 1) }
     await origin.waitForFetches(1, for: 1)
     request.cancel()
