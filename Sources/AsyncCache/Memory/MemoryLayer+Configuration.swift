@@ -64,8 +64,11 @@ extension MemoryLayer {
     /// would hit at ¼× to 4× its capacity. Default `true`. About one lookup in a hundred is
     /// watched until its key's next lookup (a dictionary insert, then a removal); the rest pay
     /// one decrement and one bit of the node they read anyway. The watches hold at most a quarter
-    /// as many keys as the layer (256 at least). `memory.hit.1task` compares a loading cache's
-    /// hit with and without it.
+    /// as many keys as the layer (256 at least). A layer bounded by a count limit of 51,200 or
+    /// more also keeps a sample of one key in a hundred, to count the distinct keys of long
+    /// reuses: a hit on one of those takes the sample's lock, and the others pay a
+    /// multiplication and a comparison. `memory.hit.1task` compares a loading cache's hit with
+    /// and without it.
     public var estimatesHitRatioCurve: Bool
 
     /// The clock that expiry is read from: `now` when an entry is written; when it is looked

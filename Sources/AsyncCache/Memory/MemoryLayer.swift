@@ -57,8 +57,12 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
 
   /// Creates a memory layer as ``init(configuration:admissionSeed:)`` does; with `allowsReferee`
   /// false, an adaptive layer sizes its window with the ghosts whatever its size (for the tests
-  /// that hold the ghosts to their reference model in a small layer).
-  init(configuration: Configuration, admissionSeed: UInt64, allowsReferee: Bool) throws {
+  /// that hold the ghosts to their reference model in a small layer); `keySampling` for the tests
+  /// of the hit-ratio curve's counted distances in a small layer.
+  init(
+    configuration: Configuration, admissionSeed: UInt64, allowsReferee: Bool,
+    keySampling: KeySample.Parameters = .standard
+  ) throws {
     try configuration.validate()
     self.configuration = configuration
     self.store = MemoryStore(
@@ -75,6 +79,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
       allowsReferee: allowsReferee,
       seed: admissionSeed,
       samplesReuse: configuration.estimatesHitRatioCurve,
+      keySampling: keySampling,
       environment: LayerEnvironment(clock: configuration.$clock, logger: configuration.$logger, source: "MemoryLayer")
     )
   }

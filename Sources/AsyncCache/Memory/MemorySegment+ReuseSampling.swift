@@ -2,22 +2,29 @@
 // hundred watches its key, and the key's next lookup records how long it took.
 
 extension MemorySegment {
-  /// Counts a hit on `slot` for the sampler: one decrement and one bit of the node, read with
-  /// its expiry, unless the hit is watched or ends a watch.
+  /// Counts a hit on `slot` (of `key`, whose hash is `hash`) for the sampler: one decrement and
+  /// one bit of the node, read with its expiry (and with the layer's `keys`, a multiplication and
+  /// a comparison), unless the hit is watched, ends a watch or is of a sampled key.
   @inlinable
   @inline(__always)
-  mutating func sampleHit(_ key: Key, at slot: Int) {
+  mutating func sampleHit(_ key: Key, hash: Int, at slot: Int, keys: KeySample?) {
     sampleCountdown &-= 1
-    if _slowPath(sampleCountdown <= 0 || nodes[slot].isWatched) { sampleLookup(key, at: slot) }
+    if _slowPath(
+      sampleCountdown <= 0 || nodes[slot].isWatched || KeySample.mixed(hash) < keySampleThreshold)
+    {
+      sampleLookup(key, hash: hash, at: slot, keys: keys)
+    }
   }
 
   /// Counts a miss for the sampler: a watched key missing now was evicted, or never inserted,
   /// since its watch began.
   @inlinable
   @inline(__always)
-  mutating func sampleMiss(_ key: Key) {
+  mutating func sampleMiss(_ key: Key, hash: Int, keys: KeySample?) {
     sampleCountdown &-= 1
-    if sampleCountdown <= 0 || !sampler.watches.isEmpty { sampleLookup(key, at: nil) }
+    if sampleCountdown <= 0 || !sampler.watches.isEmpty || KeySample.mixed(hash) < keySampleThreshold {
+      sampleLookup(key, hash: hash, at: nil, keys: keys)
+    }
   }
 
   /// Ends the watch of `key` if it has one, and begins one if the countdown says so; `slot` is
@@ -28,7 +35,7 @@ extension MemorySegment {
   /// inlined, so that the hit path stays small.
   @inlinable
   @inline(never)
-  mutating func sampleLookup(_ key: Key, at slot: Int?) {
+  mutating func sampleLookup(_ key: Key, hash: Int, at slot: Int?, keys: KeySample?) {
     guard sampler.isOn else {
       // Off: the countdown ran out (after 2^31 lookups where Int has 32 bits); start it again.
       sampleCountdown = .max
@@ -38,16 +45,18 @@ extension MemorySegment {
     if let slot {
       if nodes[slot].isWatched {
         nodes[slot].isWatched = false
-        sampler.resolve(key, at: time)
+        sampler.resolve(key, at: time, sample: keys)
       }
     } else {
-      sampler.resolve(key, at: time)
+      sampler.resolve(key, at: time, sample: keys)
     }
+    // The key's own access counts after the window it ends, and before the one it begins.
+    if let keys, case let mixed = KeySample.mixed(hash), mixed < keySampleThreshold { keys.access(mixed) }
     guard sampleCountdown <= 0 else { return }
     let gap = sampler.nextGap()
     sampleCountdown = gap
     sampler.gapEnd = time &+ gap
-    sampler.watch(key, at: time, entries: count)
+    sampler.watch(key, at: time, keys: keys?.position ?? 0, entries: count)
     if let slot { nodes[slot].isWatched = true }
   }
 

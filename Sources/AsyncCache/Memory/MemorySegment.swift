@@ -55,6 +55,9 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   /// Lookups until the ``sampler`` watches one; `Int.max` while it is off. Beside
   /// ``pendingHitCount``: a hit writes both, on one cache line.
   @usableFromInline var sampleCountdown = Int.max
+  /// ``KeySample/threshold`` when the layer keeps a ``KeySample``, else 0: a hit on a key whose
+  /// mixed hash is below it is an access to a sampled key.
+  @usableFromInline var keySampleThreshold: UInt64 = 0
   /// The slots of the hits whose moves up their lists are not made yet, oldest first (see
   /// ``recordHit(_:hash:)``); ``pendingHitCapacity`` of them.
   @usableFromInline var pendingHits:

@@ -100,14 +100,23 @@ extension MemoryStore {
   /// `nil` when the layer does not sample or has watched no lookup yet.
   func hitRatioCurve(capacity: Int) -> HitRatioCurve? {
     var reuseTimes = [Int](repeating: 0, count: ReuseHistogram.bucketCount)
+    var modelled = reuseTimes
+    var distances = reuseTimes
     var unresolved = 0
     for index in 0..<segments.count {
       segments.withLock(index) { segment in
         let sampler = segment.sampler
-        for (bucket, count) in sampler.histogram.counts.enumerated() { reuseTimes[bucket] += Int(count) }
+        for (bucket, count) in sampler.histogram.counts.enumerated() {
+          reuseTimes[bucket] += Int(count)
+          modelled[bucket] += Int(count)
+        }
+        for (bucket, count) in sampler.countedReuseTimes.counts.enumerated() { reuseTimes[bucket] += Int(count) }
+        for (bucket, count) in sampler.distances.counts.enumerated() { distances[bucket] += Int(count) }
         unresolved += sampler.watches.count + sampler.dropped
       }
     }
-    return HitRatioCurve(capacity: capacity, segments: segments.count, reuseTimes: reuseTimes, unresolved: unresolved)
+    return HitRatioCurve(
+      capacity: capacity, segments: segments.count, reuseTimes: reuseTimes, modelled: modelled,
+      distances: distances, unresolved: unresolved)
   }
 }

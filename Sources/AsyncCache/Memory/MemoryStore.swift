@@ -72,6 +72,10 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   /// `countingRequest`): set when the layer becomes a loading cache's top layer, whose loads look
   /// the key up again after the request missed it (a second lookup that is not a reuse).
   @usableFromInline let samplesRequestsOnly = Atomic<Bool>(false)
+  /// The spatial sample of keys that counts long reuses' distinct keys for the hit-ratio curve:
+  /// kept by a layer that samples, bounded by a count limit of at least
+  /// ``KeySample/Parameters/minimumCapacity`` entries (and not by cost).
+  @usableFromInline let keySample: KeySample?
 
   /// - Parameter costLimit: The cost limit; `Int.max` for none.
   init(
@@ -85,6 +89,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     allowsReferee: Bool = true,
     seed: UInt64,
     samplesReuse: Bool = true,
+    keySampling: KeySample.Parameters = .standard,
     environment: LayerEnvironment
   ) {
     self.countLimit = countLimit
@@ -122,11 +127,16 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     self.segmentMask = segmentCount - 1
     windowTarget = policy.kind == .adaptive && !refereed ? Locked(WindowTarget()) : nil
     hasAdmissionWindow = policy.kind != .leastRecentlyUsed
+    keySample =
+      samplesReuse && !isBoundedByCost && countLimit != .max && countLimit >= keySampling.minimumCapacity
+      ? KeySample(capacity: countLimit, parameters: keySampling) : nil
     if samplesReuse {
+      let keyThreshold = keySample?.threshold ?? 0
       for index in 0..<segmentCount {
         self.segments.withLock(index) { segment in
           segment.sampleCountdown = segment.sampler.start(
             seed: seed ^ (0x5EED_C0DE &* UInt64(index &+ 1)), segments: segmentCount)
+          segment.keySampleThreshold = keyThreshold
         }
       }
     }
@@ -241,7 +251,9 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     let result = segments.withLookupLock(index) { segment -> Lookup<Found> in
       guard let slot = segment.find(key, hash: hash) else {
         segment.misses &+= 1
-        if countingRequest || !samplesRequestsOnly.load(ordering: .relaxed) { segment.sampleMiss(key) }
+        if countingRequest || !samplesRequestsOnly.load(ordering: .relaxed) {
+          segment.sampleMiss(key, hash: hash, keys: keySample)
+        }
         return .miss
       }
       let expiry = segment.nodes[slot].expiry
@@ -251,7 +263,9 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         if expiry <= now {
           segment.abandonWatch(at: slot)
           let node = segment.drop(slot, because: .expired)
-          if countingRequest || !samplesRequestsOnly.load(ordering: .relaxed) { segment.sampleMiss(key) }
+          if countingRequest || !samplesRequestsOnly.load(ordering: .relaxed) {
+            segment.sampleMiss(key, hash: hash, keys: keySample)
+          }
           return .dropped(node, .expired)
         }
       }
@@ -264,12 +278,16 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         {
           segment.abandonWatch(at: slot)
           let node = segment.drop(slot, because: .invalidated)
-          if countingRequest || !samplesRequestsOnly.load(ordering: .relaxed) { segment.sampleMiss(key) }
+          if countingRequest || !samplesRequestsOnly.load(ordering: .relaxed) {
+            segment.sampleMiss(key, hash: hash, keys: keySample)
+          }
           return .dropped(node, .invalidated)
         }
       }
       segment.recordHit(slot, hash: hash)
-      if countingRequest || !samplesRequestsOnly.load(ordering: .relaxed) { segment.sampleHit(key, at: slot) }
+      if countingRequest || !samplesRequestsOnly.load(ordering: .relaxed) {
+        segment.sampleHit(key, hash: hash, at: slot, keys: keySample)
+      }
       if countingRequest { segment.requestHits &+= 1 }
       return .hit(extract(segment, slot, now))
     }

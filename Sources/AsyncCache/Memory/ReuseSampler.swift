@@ -8,7 +8,9 @@
 // by up to 14 points from one hash seed to the next on that trace; a lookup in a hundred, drawn
 // at random, samples a hot key as often as it is asked for (within 2.3 points on the same runs).
 // The reuse times go through the average eviction time model (AET: Hu et al., "Kinetic Modeling
-// of Data Eviction in Cache", USENIX ATC 2016), which needs no stack of keys.
+// of Data Eviction in Cache", USENIX ATC 2016), which needs no stack of keys. Where a window is
+// long enough to hold 2,048 keys of the layer's spatial sample (`KeySample`: one key in a
+// hundred, as SHARDS), its count of distinct keys replaces the model's guess.
 
 /// The reuse-time sampling of one memory segment: which of its lookups are watched, when each
 /// began, and the histogram of the reuse times measured. Not thread-safe: under the segment's
@@ -25,10 +27,31 @@
 struct ReuseSampler<Key: Hashable> {
   /// The time at which the countdown reaches 0.
   @usableFromInline var gapEnd = 0
-  /// The watched keys, and the time each was watched.
-  @usableFromInline var watches: [Key: Int] = [:]
-  /// The reuse times measured.
+  /// When a watch began: the segment's time, and the layer's ``KeySample`` position (0 without
+  /// one).
+  @usableFromInline
+  struct Watch: Sendable {
+    @usableFromInline var time: Int
+    @usableFromInline var keys: Int
+
+    @inlinable
+    init(time: Int, keys: Int) {
+      self.time = time
+      self.keys = keys
+    }
+  }
+
+  /// The watched keys, and when each was watched.
+  @usableFromInline var watches: [Key: Watch] = [:]
+  /// The reuse times of the watches the model judges: those whose window held fewer than
+  /// ``KeySample/countedFrom`` of the layer's sampled keys (every one, without a sample).
   @usableFromInline var histogram = ReuseHistogram()
+  /// The reuse times of the other watches, whose windows were counted: with ``histogram``, every
+  /// reuse time, from which the model finds its eviction time.
+  @usableFromInline var countedReuseTimes = ReuseHistogram()
+  /// The distances of the counted watches, in keys of the layer: their window's sampled keys
+  /// times ``KeySample/scale``.
+  @usableFromInline var distances = ReuseHistogram()
   /// Watches ended without a reuse: their entry expired, was removed or invalidated (a lookup
   /// then misses at any size), or they were the oldest of too many.
   @usableFromInline var dropped = 0
@@ -76,11 +99,11 @@ struct ReuseSampler<Key: Hashable> {
     Swift.max(count, minimumEntries) / 4 + 1
   }
 
-  /// Begins watching `key`, looked up at `time`, in a segment holding `count` entries; beyond
-  /// the limit, the oldest quarter of the watches ends.
+  /// Begins watching `key`, looked up at `time` (and at `keys` in the layer's ``KeySample``), in
+  /// a segment holding `count` entries; beyond the limit, the oldest quarter of the watches ends.
   @inlinable
-  mutating func watch(_ key: Key, at time: Int, entries count: Int) {
-    watches[key] = time
+  mutating func watch(_ key: Key, at time: Int, keys: Int, entries count: Int) {
+    watches[key] = Watch(time: time, keys: keys)
     let limit = limit(forEntries: count)
     if watches.count > limit { dropOldest(keeping: limit - limit / 4) }
   }
@@ -88,12 +111,24 @@ struct ReuseSampler<Key: Hashable> {
   /// Ends the watch of `key`, looked up again at `time`, if it is watched; returns whether it was.
   /// Records the reuse as the lookups between, the second one excluded: a key looked up again
   /// with `n` lookups of other keys between has at most `n` keys used since, so an LRU cache of
-  /// `n + 1` entries hits.
+  /// `n + 1` entries hits. With the layer's `sample`, a window that held at least
+  /// ``KeySample/countedFrom`` of its keys is recorded by its count of distinct keys instead
+  /// (more than any size of the curve when the sample no longer reaches back to it).
   @discardableResult
   @inlinable
-  mutating func resolve(_ key: Key, at time: Int) -> Bool {
+  mutating func resolve(_ key: Key, at time: Int, sample: KeySample?) -> Bool {
     guard let began = watches.removeValue(forKey: key) else { return false }
-    histogram.record(time &- began &- 1)
+    let reuseTime = time &- began.time &- 1
+    // Fewer sampled accesses since than `countedFrom` (the lock-free check) hold fewer keys.
+    if let sample, sample.position &- began.keys >= sample.countedFrom {
+      let counted = sample.keys(since: began.keys) ?? .max
+      if counted >= sample.countedFrom {
+        countedReuseTimes.record(reuseTime)
+        distances.record(counted == .max ? .max : counted &* sample.scale)
+        return true
+      }
+    }
+    histogram.record(reuseTime)
     return true
   }
 
@@ -114,10 +149,10 @@ struct ReuseSampler<Key: Hashable> {
   /// watches at most.
   @inlinable
   mutating func dropOldest(keeping kept: Int) {
-    let times = watches.values.sorted()
+    let times = watches.values.map(\.time).sorted()
     let cutoff = times[Swift.max(times.count - kept, 0)]
     let before = watches.count
-    watches = watches.filter { $0.value >= cutoff }
+    watches = watches.filter { $0.value.time >= cutoff }
     dropped &+= before - watches.count
   }
 }

@@ -1,0 +1,170 @@
+import AsyncCacheTesting
+import Testing
+
+@testable import AsyncCache
+
+/// The hit-ratio curve's counted distances: the layer's spatial sample of keys (`KeySample`),
+/// which counts the distinct keys of a watched lookup's window where the model would guess them.
+@Suite("MemoryLayer hit-ratio curve: counted distances")
+struct MemoryLayerKeySampleTests {
+  typealias Curve = MemoryLayerHitRatioCurveTests
+
+  /// Every key sampled, each standing for one, the count used from `countedFrom` keys: distances
+  /// are exact in a small layer.
+  static func everyKey(countedFrom: Int) -> KeySample.Parameters {
+    .init(threshold: .max, scale: 1, countedFrom: countedFrom)
+  }
+
+  static func layer(
+    countLimit: Int, segments: Int = 1, countedFrom: Int = 1, seed: UInt64 = 1
+  ) throws -> MemoryLayer<Int, Int> {
+    try MemoryLayer(
+      configuration: .init(countLimit: countLimit, segmentCount: segments, evictionPolicy: .leastRecentlyUsed),
+      admissionSeed: seed, allowsReferee: true, keySampling: everyKey(countedFrom: countedFrom))
+  }
+
+  @Test("the sample counts each key used since a position once, and forgets only what is past its horizon")
+  func countsDistinctKeys() throws {
+    // A capacity of 1,000 keeps 1.5 × 4,000 / 100 + 64 = 124 sampled keys past any window.
+    let sample = KeySample(capacity: 1_000)
+    var draws = SplitMix64(seed: 42)
+    var accessed: [UInt64] = []
+    var checks = 0
+    for step in 0..<200_000 {
+      // Mostly a few hundred ids, sometimes a new one: the marks grow past compaction.
+      let id =
+        Int.random(in: 0..<10, using: &draws) == 0
+        ? UInt64(1_000_000 + step) : UInt64.random(in: 0..<300, using: &draws)
+      #expect(sample.position == accessed.count)
+      sample.access(id)
+      accessed.append(id)
+      guard step % 997 == 0 else { continue }
+      for back in [0, 1, 63, 64, 65, 511, 512, 513, 5_000, 60_000] where back <= accessed.count {
+        let start = accessed.count - back
+        let distinct = Set(accessed[start...]).count
+        if let counted = sample.keys(since: start) {
+          #expect(counted == distinct, "since \(start) of \(accessed.count)")
+        } else {
+          // Forgotten: then more keys were used since than the horizon.
+          #expect(distinct >= sample.horizon, "since \(start): \(distinct) keys, forgotten")
+        }
+        checks += 1
+      }
+    }
+    #expect(checks > 1_000)
+    #expect(sample.keys(since: 0) == nil)
+    // The keys it remembers are those of the newest positions only.
+    let remembered = sample.state.withLock { $0.latest.count }
+    #expect(remembered < 4 * sample.horizon + 2 * 65_536 / 10, "\(remembered) keys remembered")
+  }
+
+  @Test("a few keys used for ever keep the sample small, and a key used once long ago is still counted")
+  func fewKeysForEver() {
+    let sample = KeySample(capacity: 1_000)  // a horizon of 124 keys
+    sample.access(1_000_000)  // once, at position 0
+    for step in 0..<1_000_000 { sample.access(UInt64(step % 100)) }
+    #expect(sample.keys(since: 0) == 101)
+    #expect(sample.keys(since: 1) == 100)
+    #expect(sample.keys(since: sample.position - 50) == 50)
+    let (words, sparse, latest) = sample.state.withLock { ($0.marks.count, $0.sparse.count, $0.latest.count) }
+    #expect(words <= 2 * 1_024 + 8, "\(words) words of marks")
+    #expect(sparse <= sample.horizon && latest == 101, "\(sparse) sparse positions, \(latest) keys")
+  }
+
+  @Test("a layer keeps the sample from a count limit of 51,200 entries, and not when bounded by cost or off")
+  func whichLayersSample() throws {
+    func sample(_ configuration: MemoryLayer<Int, Int>.Configuration) throws -> KeySample? {
+      try MemoryLayer<Int, Int>(configuration: configuration).store.keySample
+    }
+    #expect(KeySample.Parameters.standard.minimumCapacity == 51_200)
+    #expect(try sample(.init(countLimit: 51_200)) != nil)
+    #expect(try sample(.init(countLimit: 51_199)) == nil)
+    #expect(try sample(.init(countLimit: 100_000, estimatesHitRatioCurve: false)) == nil)
+    #expect(try sample(.init(costLimit: 1 << 30, cost: { $0 })) == nil)
+    #expect(try sample(.init()) == nil)
+  }
+
+  @Test("a window of enough sampled keys is recorded by its distinct keys; a shorter one by its reuse time")
+  func windowIsCountedOrModelled() throws {
+    for countedFrom in [1, 3, 4] {
+      let layer = try Self.layer(countLimit: 100, countedFrom: countedFrom)
+      Curve.watch(after: .max, in: layer)
+      Curve.watch(after: 1, in: layer)
+      // Key 0 watched; then 5 lookups of 3 keys; then key 0 again.
+      for key in [0, 1, 2, 1, 2, 3, 0] { try Curve.access(key, in: layer) }
+      let sampler = layer.store.segments.withLock(0) { $0.sampler }
+      #expect(sampler.watches.isEmpty)
+      if countedFrom <= 3 {
+        #expect(sampler.countedReuseTimes.total == 1)
+        #expect(sampler.countedReuseTimes.counts[ReuseHistogram.bucket(of: 5)] == 1)
+        #expect(sampler.distances.total == 1)
+        #expect(sampler.distances.counts[ReuseHistogram.bucket(of: 3)] == 1)
+        #expect(sampler.histogram.total == 0)
+        // A distance of 3: an LRU cache of 4 entries or more hits; every size here does.
+        let curve = try #require(layer.statistics.hitRatioCurve)
+        #expect(curve.points.allSatisfy { $0.hitRatio == 1 }, "\(curve.points)")
+      } else {
+        #expect(sampler.distances.total == 0)
+        #expect(sampler.countedReuseTimes.total == 0)
+        #expect(sampler.histogram.total == 1)
+        #expect(sampler.histogram.counts[ReuseHistogram.bucket(of: 5)] == 1)
+      }
+    }
+  }
+
+  @Test("a window the sample no longer reaches is past every size: a miss at 4×")
+  func forgottenWindowMissesEverywhere() throws {
+    // 100 entries: the sample keeps 1.5 × 400 + 64 = 664 keys past a window.
+    let layer = try Self.layer(countLimit: 100)
+    let horizon = try #require(layer.store.keySample).horizon
+    Curve.watch(after: .max, in: layer)
+    Curve.watch(after: 1, in: layer)
+    try Curve.access(0, in: layer)
+    Curve.watch(after: .max, in: layer)
+    // Enough new keys that the sample compacts past the watch's start.
+    for key in 1...70_000 where !Task.isCancelled { try Curve.access(key, in: layer) }
+    #expect(try #require(layer.store.keySample).keys(since: 0) == nil)
+    try Curve.access(0, in: layer)
+    let sampler = layer.store.segments.withLock(0) { $0.sampler }
+    #expect(sampler.distances.total == 1)
+    #expect(sampler.distances.counts.last == 1, "recorded past every bucket: more than \(horizon) keys")
+    let curve = try #require(layer.statistics.hitRatioCurve)
+    #expect(curve.points.allSatisfy { $0.hitRatio == 0 }, "\(curve.points)")
+  }
+
+  @Test(
+    "where windows of one length hold very different keys, counted distances follow exact LRU and the model does not",
+    arguments: [1, 4])
+  func phasedTrace(segments: Int) throws {
+    // Phase one loops over 1,500 keys: a reuse 1,499 lookups later, 1,499 keys between. Phase
+    // two loops over 400 keys, each looked up 4 times in a row: a reuse 1,597 lookups later has
+    // 399 keys between. The model, which gives windows of one length one count of keys, cannot
+    // tell them apart. (Distances clear of the curve's sizes: the histogram's buckets are an
+    // eighth of their values wide.)
+    var keys: [Int] = []
+    for _ in 0..<40 { keys += 0..<1_500 }
+    for _ in 0..<40 {
+      for key in 10_000..<10_400 { keys += [key, key, key, key] }
+    }
+    let counted = try Self.layer(countLimit: 500, segments: segments, countedFrom: 256)
+    let modelOnly = try MemoryLayer<Int, Int>(
+      configuration: .init(countLimit: 500, segmentCount: segments, evictionPolicy: .leastRecentlyUsed),
+      admissionSeed: 1, allowsReferee: true)
+    #expect(modelOnly.store.keySample == nil)
+    for key in keys where !Task.isCancelled {
+      try Curve.access(key, in: counted)
+      try Curve.access(key, in: modelOnly)
+    }
+    let curve = try #require(counted.statistics.hitRatioCurve)
+    let modelled = try #require(modelOnly.statistics.hitRatioCurve)
+    let exact = Curve.exactLRU(keys, capacities: curve.points.map(\.capacity))
+    // About 1,200 lookups watched: within 6 points (4 standard deviations of the sample).
+    for (point, lru) in zip(curve.points, exact) {
+      #expect(abs(point.hitRatio - lru) < 0.06, "at \(point.capacity) entries: \(point.hitRatio) vs \(lru)")
+    }
+    // At 1,000 entries LRU hits phase two and misses phase one's loop; the model, which sees
+    // reuses of about 1,500 lookups in both, hits both.
+    let atTwice = try #require(modelled.hitRatio(atScale: 2))
+    #expect(abs(atTwice - exact[3]) > 0.2, "the model at 1,000 entries: \(atTwice) vs \(exact[3])")
+  }
+}
