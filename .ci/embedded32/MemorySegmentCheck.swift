@@ -40,8 +40,11 @@ func exercise(mode: Mode, countLimit: Int, costLimit: Int64, largestCost: Int64,
     case .referee: SegmentAdmission(countShare: countLimit, costShare: costLimit, adaptation: .referee, seed: 42)
     }
   var segment = MemorySegment<Int, Int>(admission: admission)
-  // The reuse sampler of the hit-ratio curve, as MemoryStore runs it.
+  // The reuse sampler of the hit-ratio curve, as MemoryStore runs it, with a key sample of every
+  // key counted from 8 (so that the check sees both counted and modelled windows).
   segment.sampleCountdown = segment.sampler.start(seed: 7, segments: 1)
+  let keys = KeySample(capacity: countLimit, parameters: .init(threshold: .max, scale: 1, countedFrom: 8))
+  segment.keySampleThreshold = keys.threshold
   var totals = Totals()
   var target = WindowTarget()
   var hits = 0
@@ -55,11 +58,11 @@ func exercise(mode: Mode, countLimit: Int, costLimit: Int64, largestCost: Int64,
     case 0..<5:
       if let slot = segment.find(key, hash: hash) {
         segment.recordHit(slot, hash: hash)
-        segment.sampleHit(key, at: slot)
+        segment.sampleHit(key, hash: hash, at: slot, keys: keys)
         hits += 1
       } else {
         segment.misses &+= 1
-        segment.sampleMiss(key)
+        segment.sampleMiss(key, hash: hash, keys: keys)
       }
     case 5..<9:
       let cost = Int64(random.next() % UInt64(largestCost + 1))
@@ -73,7 +76,7 @@ func exercise(mode: Mode, countLimit: Int, costLimit: Int64, largestCost: Int64,
         written = slot
       } else {
         written = segment.append(MemoryNode(key: key, value: step, expiry: .max, cost: cost), hash: hash)
-        segment.markIfWatched(written, key: key)
+        segment.markIfWatched(written, hash: hash)
         totals.count += 1
         totals.cost += cost
         // The ghosts' vote, counted into the layer's share as MemoryStore does.
@@ -128,8 +131,8 @@ func exercise(mode: Mode, countLimit: Int, costLimit: Int64, largestCost: Int64,
     "  \(mode.name), costs up to \(largestCost): \(segment.count) entries costing \(segment.totalCost) "
       + "(window \(window), probation \(probation), protected \(protected)), \(hits) hits")
   // Every node's cost survived its watch bit (the invariants sum the costs), and reuses were timed.
-  guard segment.sampler.histogram.total > 0 else {
-    print("the reuse sampler timed no reuse")
+  guard segment.sampler.histogram.total > 0, segment.sampler.distances.total > 0 else {
+    print("the reuse sampler timed no reuse, or counted no window")
     return false
   }
   guard !tinyLFU || (probation > 0 && protected > 0) else {
@@ -164,6 +167,27 @@ func run() -> Int32 {
   if !(0..<ReuseHistogram.bucketCount).contains(ReuseHistogram.bucket(of: .max)) || next <= Int(Int32.max / 2) {
     print("the reuse buckets stop at \(next), or Int.max falls outside them")
     passed = false
+  }
+  // The key sample's positions and counts, against a count of every key since, through
+  // compactions (the marks' words and blocks, the sparse positions).
+  var sample = KeySampleState()
+  var accessed: [UInt64] = []
+  var random = SplitMix64(seed: 3)
+  for step in 0..<150_000 {
+    let id = random.next() % 10 == 0 ? UInt64(1_000_000 + step) : random.next() % 300
+    sample.access(id, horizon: 400)
+    accessed.append(id)
+    guard step % 9_973 == 0 else { continue }
+    for back in [0, 1, 64, 513, 5_000, 70_000] where back <= accessed.count {
+      let start = accessed.count - back
+      var seen: [UInt64: Bool] = [:]
+      for id in accessed[start...] { seen[id] = true }
+      let counted = sample.keys(since: start)
+      if counted.map({ $0 != seen.count }) ?? (seen.count < 400) {
+        print("the key sample counted \(counted ?? -1) keys since \(start), where \(seen.count) were")
+        passed = false
+      }
+    }
   }
   for mode in [Mode.leastRecentlyUsed, .ghosts, .referee] {
     passed = exercise(mode: mode, countLimit: 200, costLimit: 5_000, largestCost: 100, steps: 6_000) && passed

@@ -45,10 +45,10 @@ extension MemorySegment {
     if let slot {
       if nodes[slot].isWatched {
         nodes[slot].isWatched = false
-        sampler.resolve(key, at: time, sample: keys)
+        sampler.resolve(hash: hash, at: time, sample: keys)
       }
     } else {
-      sampler.resolve(key, at: time, sample: keys)
+      sampler.resolve(hash: hash, at: time, sample: keys)
     }
     // The key's own access counts after the window it ends, and before the one it begins.
     if let keys, case let mixed = KeySample.mixed(hash), mixed < keySampleThreshold { keys.access(mixed) }
@@ -56,21 +56,21 @@ extension MemorySegment {
     let gap = sampler.nextGap()
     sampleCountdown = gap
     sampler.gapEnd = time &+ gap
-    sampler.watch(key, at: time, keys: keys?.position ?? 0, entries: count)
+    sampler.watch(hash: hash, at: time, keys: keys?.position ?? 0, entries: count)
     if let slot { nodes[slot].isWatched = true }
   }
 
-  /// Marks the node just inserted at `slot` for `key` as watched if its key is: a miss began the
+  /// Marks the node just inserted at `slot` (for a key whose hash is `hash`) as watched if its key is: a miss began the
   /// watch, and the load that followed it inserted the key.
   @inlinable
-  mutating func markIfWatched(_ slot: Int, key: Key) {
-    if !sampler.watches.isEmpty, sampler.watches[key] != nil { nodes[slot].isWatched = true }
+  mutating func markIfWatched(_ slot: Int, hash: Int) {
+    if !sampler.watches.isEmpty, sampler.watches[hash: hash] != nil { nodes[slot].isWatched = true }
   }
 
   /// Ends the watch of the node at `slot`, which leaves other than by eviction (it expired, was
   /// removed or is dead by tag), as never reused.
   @usableFromInline
   mutating func abandonWatch(at slot: Int) {
-    if nodes[slot].isWatched { sampler.abandon(nodes[slot].key) }
+    if nodes[slot].isWatched { sampler.abandon(hash: nodes[slot].key.hashValue) }
   }
 }

@@ -97,7 +97,7 @@ struct MemorySegment<Key: Hashable, Value>: ~Copyable {
   @usableFromInline var stampSweepSlot = 0
   /// The lookups watched for the hit-ratio curve, and their reuse times (off until the store
   /// starts it).
-  @usableFromInline var sampler = ReuseSampler<Key>()
+  @usableFromInline var sampler = ReuseSampler()
 
   @usableFromInline static var initialCapacity: Int { 4 }
   /// How many hits wait in ``pendingHits`` before their moves are made together.

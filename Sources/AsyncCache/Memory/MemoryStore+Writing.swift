@@ -191,7 +191,7 @@ extension MemoryStore {
       } else {
         written = segment.append(Node(key: key, value: entry.value, expiry: expiry, cost: entryCost), hash: hash)
         segment.setMetadata(entry.metadata, at: written, key: key)
-        segment.markIfWatched(written, key: key)
+        segment.markIfWatched(written, hash: hash)
         self.entryCount.wrappingAdd(1, ordering: .relaxed)
         self.entryCost.wrappingAdd(entryCost, ordering: .relaxed)
         if windowTarget != nil { adaptWindow(of: &segment, toInsertOf: hash) }

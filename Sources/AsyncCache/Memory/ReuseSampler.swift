@@ -24,7 +24,7 @@
 /// The countdown to the next watched lookup is the segment's own ``MemorySegment/sampleCountdown``
 /// (beside the fields every hit writes): the time is ``gapEnd`` minus it.
 @usableFromInline
-struct ReuseSampler<Key: Hashable> {
+struct ReuseSampler {
   /// The time at which the countdown reaches 0.
   @usableFromInline var gapEnd = 0
   /// When a watch began: the segment's time, and the layer's ``KeySample`` position (0 without
@@ -41,8 +41,8 @@ struct ReuseSampler<Key: Hashable> {
     }
   }
 
-  /// The watched keys, and when each was watched.
-  @usableFromInline var watches: [Key: Watch] = [:]
+  /// The watched keys, by hash, and when each was watched.
+  @usableFromInline var watches = WatchTable()
   /// The reuse times of the watches the model judges: those whose window held fewer than
   /// ``KeySample/countedFrom`` of the layer's sampled keys (every one, without a sample).
   @usableFromInline var histogram = ReuseHistogram()
@@ -99,16 +99,16 @@ struct ReuseSampler<Key: Hashable> {
     Swift.max(count, minimumEntries) / 4 + 1
   }
 
-  /// Begins watching `key`, looked up at `time` (and at `keys` in the layer's ``KeySample``), in
+  /// Begins watching the key whose hash is `hash`, looked up at `time` (and at `keys` in the layer's ``KeySample``), in
   /// a segment holding `count` entries; beyond the limit, the oldest quarter of the watches ends.
   @inlinable
-  mutating func watch(_ key: Key, at time: Int, keys: Int, entries count: Int) {
-    watches[key] = Watch(time: time, keys: keys)
+  mutating func watch(hash: Int, at time: Int, keys: Int, entries count: Int) {
+    watches.insert(Watch(time: time, keys: keys), forHash: hash)
     let limit = limit(forEntries: count)
     if watches.count > limit { dropOldest(keeping: limit - limit / 4) }
   }
 
-  /// Ends the watch of `key`, looked up again at `time`, if it is watched; returns whether it was.
+  /// Ends the watch of the key whose hash is `hash`, looked up again at `time`, if it is watched; returns whether it was.
   /// Records the reuse as the lookups between, the second one excluded: a key looked up again
   /// with `n` lookups of other keys between has at most `n` keys used since, so an LRU cache of
   /// `n + 1` entries hits. With the layer's `sample`, a window that held at least
@@ -116,8 +116,8 @@ struct ReuseSampler<Key: Hashable> {
   /// (more than any size of the curve when the sample no longer reaches back to it).
   @discardableResult
   @inlinable
-  mutating func resolve(_ key: Key, at time: Int, sample: KeySample?) -> Bool {
-    guard let began = watches.removeValue(forKey: key) else { return false }
+  mutating func resolve(hash: Int, at time: Int, sample: KeySample?) -> Bool {
+    guard let began = watches.remove(hash: hash) else { return false }
     let reuseTime = time &- began.time &- 1
     // Fewer sampled accesses since than `countedFrom` (the lock-free check) hold fewer keys.
     if let sample, sample.position &- began.keys >= sample.countedFrom {
@@ -132,16 +132,16 @@ struct ReuseSampler<Key: Hashable> {
     return true
   }
 
-  /// Ends the watch of `key`, if any, as never reused: its entry left the layer other than by
+  /// Ends the watch of the key whose hash is `hash`, if any, as never reused: its entry left the layer other than by
   /// eviction (expired, removed, invalidated), so its next lookup misses whatever the size.
-  mutating func abandon(_ key: Key) {
-    if watches.removeValue(forKey: key) != nil { dropped &+= 1 }
+  mutating func abandon(hash: Int) {
+    if watches.remove(hash: hash) != nil { dropped &+= 1 }
   }
 
   /// Ends every watch as never reused (the layer was emptied), and releases their storage.
   mutating func abandonAll() {
     dropped &+= watches.count
-    watches = [:]
+    watches = WatchTable()
   }
 
   /// Ends all but the `kept` newest watches, as never reused, and releases storage sized for
@@ -149,10 +149,10 @@ struct ReuseSampler<Key: Hashable> {
   /// watches at most.
   @inlinable
   mutating func dropOldest(keeping kept: Int) {
-    let times = watches.values.map(\.time).sorted()
+    let times = watches.all.map { $0.time }.sorted()
     let cutoff = times[Swift.max(times.count - kept, 0)]
     let before = watches.count
-    watches = watches.filter { $0.value.time >= cutoff }
+    watches.keep { $0.time >= cutoff }
     dropped &+= before - watches.count
   }
 }

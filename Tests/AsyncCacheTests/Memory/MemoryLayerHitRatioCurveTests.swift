@@ -124,13 +124,13 @@ struct MemoryLayerHitRatioCurveTests {
     // then never again.
     func watchNext() { Self.watch(after: 1, in: layer) }
     func watchNoMore() { Self.watch(after: .max, in: layer) }
-    func sampler() -> ReuseSampler<Int> { layer.store.segments.withLock(0) { $0.sampler } }
+    func sampler() -> ReuseSampler { layer.store.segments.withLock(0) { $0.sampler } }
     watchNoMore()
     watchNext()
     #expect(layer.value(for: 1) == nil)  // missed: watched from lookup 1
     watchNoMore()
     try layer.insert(1, for: 1)
-    #expect(sampler().watches[1]?.time == 1)
+    #expect(sampler().watches[hash: 1.hashValue]?.time == 1)
     // The load's insert marks the node: its next hit ends the watch.
     for key in 100..<105 { _ = layer.value(for: key) }  // lookups 2 to 6, all misses
     #expect(layer.value(for: 1) == 1)  // lookup 7
@@ -174,7 +174,7 @@ struct MemoryLayerHitRatioCurveTests {
     // Ten keys looked up in turn: every watch ends ten lookups later; the first never does.
     for lookup in 0..<65_000 { _ = layer.value(for: lookup % 10) }
     let sampler = layer.store.segments.withLock(0) { $0.sampler }
-    #expect(sampler.watches[1_000]?.time == 1)
+    #expect(sampler.watches[hash: 1_000.hashValue]?.time == 1)
     #expect(sampler.watches.count <= 11 && sampler.dropped == 0)
     #expect(sampler.histogram.total > 600, "about 1 lookup in 102 watched, each ended")
   }

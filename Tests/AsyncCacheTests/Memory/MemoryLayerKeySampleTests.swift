@@ -58,6 +58,38 @@ struct MemoryLayerKeySampleTests {
     #expect(remembered < 4 * sample.horizon + 2 * 65_536 / 10, "\(remembered) keys remembered")
   }
 
+  @Test("the watch table agrees with a dictionary through inserts, removals, growth and keeps")
+  func watchTableMatchesDictionary() {
+    var table = WatchTable()
+    var reference: [Int: ReuseSampler.Watch] = [:]
+    var draws = SplitMix64(seed: 7)
+    for step in 0..<100_000 {
+      // Hashes from a small range collide on their home slots; some are negative.
+      let hash = Int.random(in: -300..<300, using: &draws) &* 0x1_0000_0001
+      switch Int.random(in: 0..<10, using: &draws) {
+      case 0..<5:
+        let watch = ReuseSampler.Watch(time: step, keys: step / 2)
+        table.insert(watch, forHash: hash)
+        reference[hash] = watch
+      case 5..<9:
+        #expect(table.remove(hash: hash)?.time == reference.removeValue(forKey: hash)?.time)
+      default:
+        if step % 1_000 == 0 {
+          table.keep { $0.time % 3 != 0 }
+          reference = reference.filter { $0.value.time % 3 != 0 }
+        }
+      }
+      #expect(table.count == reference.count)
+      if step % 97 == 0 {
+        for probe in -300..<300 {
+          let probed = probe &* 0x1_0000_0001
+          #expect(table[hash: probed]?.time == reference[probed]?.time)
+        }
+      }
+    }
+    #expect(table.all.map(\.time).sorted() == reference.values.map(\.time).sorted())
+  }
+
   @Test("a few keys used for ever keep the sample small, and a key used once long ago is still counted")
   func fewKeysForEver() {
     let sample = KeySample(capacity: 1_000)  // a horizon of 124 keys
@@ -69,6 +101,29 @@ struct MemoryLayerKeySampleTests {
     let (words, sparse, latest) = sample.state.withLock { ($0.marks.count, $0.sparse.count, $0.latest.count) }
     #expect(words <= 2 * 1_024 + 8, "\(words) words of marks")
     #expect(sparse <= sample.horizon && latest == 101, "\(sparse) sparse positions, \(latest) keys")
+  }
+
+  @Test("segments hit from several tasks at once share the sample, and the curve still adds up")
+  func concurrentSegments() async throws {
+    let layer = try Self.layer(countLimit: 2_000, segments: 4, countedFrom: 64)
+    await withTaskGroup(of: Void.self) { group in
+      for task in 0..<4 {
+        group.addTask {
+          var draws = SplitMix64(seed: UInt64(task))
+          for _ in 0..<20_000 where !Task.isCancelled {
+            let key = Int.random(in: 0..<6_000, using: &draws)
+            if layer.value(for: key) == nil { try? layer.insert(key, for: key) }
+          }
+        }
+      }
+      // Read while they run.
+      group.addTask { _ = layer.statistics.hitRatioCurve }
+    }
+    let curve = try #require(layer.statistics.hitRatioCurve)
+    let distances = (0..<4).map { index in layer.store.segments.withLock(index) { $0.sampler.distances.total } }
+    #expect(distances.reduce(0, +) > 0, "no window was counted")
+    #expect(curve.points.allSatisfy { (0...1).contains($0.hitRatio) })
+    #expect(zip(curve.points, curve.points.dropFirst()).allSatisfy { $0.hitRatio <= $1.hitRatio + 1e-9 })
   }
 
   @Test("a layer keeps the sample from a count limit of 51,200 entries, and not when bounded by cost or off")

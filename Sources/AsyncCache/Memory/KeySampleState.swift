@@ -1,0 +1,141 @@
+// The logic of the layer's spatial sample of keys (`KeySample`, which holds it under a lock): kept
+// apart so that the 32-bit check (`.ci/check-32bit`, Embedded Swift) runs it.
+
+extension KeySample {
+  /// What a sample keeps and when the curve uses its counts.
+  struct Parameters: Sendable {
+    /// The sampled hashes: below this, once mixed (``KeySample/mixed(_:)``).
+    var threshold: UInt64
+    /// The keys one sampled key stands for.
+    var scale: Int
+    /// The fewest sampled keys in a window for the curve to use the window's count rather than
+    /// the model.
+    var countedFrom: Int
+
+    /// One key in a hundred, counted from 2,048 sampled keys (within 2.2%, one standard
+    /// deviation).
+    static let standard = Parameters(threshold: UInt64.max / 100, scale: 100, countedFrom: 2_048)
+
+    /// The smallest count limit for which a layer keeps a sample: below it, four times the
+    /// capacity holds fewer than ``countedFrom`` sampled keys, so no count would be used.
+    var minimumCapacity: Int { countedFrom * scale / 4 }
+
+    /// The sampled keys a window must still count beyond to be past every size of the curve, in
+    /// a layer of `capacity` entries: 1.5 times those of four times the capacity.
+    func horizon(capacity: Int) -> Int {
+      Int(Swift.min(Double(capacity) * 4 / Double(scale) * 1.5, 0x1p30)) + 64
+    }
+  }
+
+  /// The hash's bits, mixed so that the sample does not follow the bits segments and buckets
+  /// are chosen by.
+  @inlinable
+  static func mixed(_ hash: Int) -> UInt64 {
+    let mixed = UInt64(truncatingIfNeeded: hash) &* 0x9E37_79B9_7F4A_7C15
+    return mixed ^ (mixed >> 31)
+  }
+}
+
+/// The sampled accesses, in order, and where each sampled key was last used. Not thread-safe.
+struct KeySampleState: Sendable {
+  /// The positions handed out so far: the next access's.
+  var sequence = 0
+  /// The position of the first bit of ``marks`` (a multiple of 512).
+  var base = 0
+  /// A bit per position from ``base``: set while that access is its key's latest.
+  var marks: [UInt64] = []
+  /// The set bits of ``marks``, by block of 8 words.
+  var blockCounts: [Int32] = []
+  /// The latest accesses before ``base``, in order: the older positions, kept sparse (a key
+  /// not used for a long time).
+  var sparse: [Int] = []
+  /// The position below which the latest accesses were dropped (more than the horizon since): a
+  /// window that starts there is past every size of the curve.
+  var forgottenBefore = 0
+  /// Each sampled key's latest position, by mixed hash (two keys whose 64-bit hashes match
+  /// count as one).
+  var latest: [UInt64: Int] = [:]
+  /// The word count of ``marks`` past which its older half is moved to ``sparse``.
+  var compactionPoint = 1_024
+
+  /// Records an access to the sampled key of mixed hash `mixed`, keeping the newest `horizon`
+  /// latest accesses at least. Stops at the last position `Int` holds (2^31 - 1 sampled
+  /// accesses where `Int` has 32 bits: some 2 × 10^11 lookups).
+  mutating func access(_ mixed: UInt64, horizon: Int) {
+    guard sequence < Int.max else { return }
+    if let previous = latest[mixed] {
+      if previous >= base {
+        let offset = previous - base
+        marks[offset >> 6] &= ~(1 << UInt64(offset & 63))
+        blockCounts[offset >> 9] -= 1
+      } else if previous >= forgottenBefore {
+        let index = Self.firstIndex(atLeast: previous, in: sparse)
+        if index < sparse.count, sparse[index] == previous { sparse.remove(at: index) }
+      }
+    }
+    let position = sequence
+    sequence += 1
+    latest[mixed] = position
+    let offset = position - base
+    if offset >> 6 >= marks.count { marks.append(0) }
+    if offset >> 9 >= blockCounts.count { blockCounts.append(0) }
+    marks[offset >> 6] |= 1 << UInt64(offset & 63)
+    blockCounts[offset >> 9] += 1
+    if marks.count > compactionPoint { compact(horizon: horizon) }
+  }
+
+  /// The sampled keys used at or after `start` (a position), each once; `nil` when `start` is
+  /// older than the sample keeps, which means more than its horizon of them.
+  func keys(since start: Int) -> Int? {
+    guard start >= forgottenBefore else { return nil }
+    var count = sparse.count - Self.firstIndex(atLeast: start, in: sparse)
+    let offset = Swift.max(start - base, 0)
+    let firstWord = offset >> 6
+    guard firstWord < marks.count else { return count }
+    let firstBlock = offset >> 9
+    for block in (firstBlock + 1)..<blockCounts.count { count += Int(blockCounts[block]) }
+    let blockEnd = Swift.min((firstBlock + 1) << 3, marks.count)
+    count += (marks[firstWord] >> UInt64(offset & 63)).nonzeroBitCount
+    for word in (firstWord + 1)..<Swift.max(blockEnd, firstWord + 1) { count += marks[word].nonzeroBitCount }
+    return count
+  }
+
+  /// The index of the first of the sorted `positions` at least `position`.
+  static func firstIndex(atLeast position: Int, in positions: [Int]) -> Int {
+    var (low, high) = (0, positions.count)
+    while low < high {
+      let middle = (low + high) / 2
+      if positions[middle] < position { low = middle + 1 } else { high = middle }
+    }
+    return low
+  }
+
+  /// Moves the older half of the marks' blocks to the sparse positions, then forgets the oldest
+  /// latest accesses beyond the newest `horizon` (and their keys). The marks then stay within
+  /// twice the compaction point, and the sparse positions within the horizon.
+  mutating func compact(horizon: Int) {
+    let moved = blockCounts.count / 2
+    for word in 0..<Swift.min(moved << 3, marks.count) {
+      var bits = marks[word]
+      while bits != 0 {
+        sparse.append(base + word << 6 + bits.trailingZeroBitCount)
+        bits &= bits &- 1
+      }
+    }
+    marks.removeFirst(Swift.min(moved << 3, marks.count))
+    blockCounts.removeFirst(moved)
+    base += moved << 9
+    let dense = blockCounts.reduce(0) { $0 + Int($1) }
+    let excess = sparse.count + dense - horizon
+    if excess > 0 {
+      let dropped = Swift.min(excess, sparse.count)
+      if dropped > 0 {
+        forgottenBefore = sparse[dropped - 1] + 1
+        sparse.removeFirst(dropped)
+        let forgotten = forgottenBefore
+        latest = latest.filter { $0.value >= forgotten }
+      }
+    }
+    compactionPoint = Swift.max(marks.count * 2, 1_024)
+  }
+}
