@@ -8,13 +8,14 @@ final class KeySample {
   @usableFromInline let scale: Int
   @usableFromInline let countedFrom: Int
   let horizon: Int
-  var state = KeySampleState()
+  var state: KeySampleState
 
   init(capacity: Int, parameters: Parameters = .standard) {
     threshold = parameters.threshold
     scale = parameters.scale
     countedFrom = parameters.countedFrom
     horizon = parameters.horizon(capacity: capacity)
+    state = KeySampleState(horizon: horizon)
   }
 
   @usableFromInline var position: Int { state.sequence }

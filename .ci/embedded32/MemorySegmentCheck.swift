@@ -170,7 +170,7 @@ func run() -> Int32 {
   }
   // The key sample's positions and counts, against a count of every key since, through
   // compactions (the marks' words and blocks, the sparse positions).
-  var sample = KeySampleState()
+  var sample = KeySampleState(horizon: 400)
   var accessed: [UInt64] = []
   var random = SplitMix64(seed: 3)
   for step in 0..<150_000 {

@@ -42,7 +42,8 @@ public struct HitRatioCurve: Sendable, Hashable {
   public var points: [Point]
 
   /// The lookups watched so far: the estimate's sample. Below a few thousand (a few hundred
-  /// thousand lookups), the curve is rough.
+  /// thousand lookups), the curve is rough. (A layer that has watched 40,000 watches fewer,
+  /// each standing for more lookups: this counts watches, not what they weigh.)
   public var sampledLookups: Int
 
   /// The estimate at `scale` times the layer's capacity (one of ``scales``), or `nil`.
@@ -56,11 +57,15 @@ extension HitRatioCurve {
   /// reuse times (counts by ``ReuseHistogram`` bucket, in each segment's lookups: `reuseTimes`
   /// all of them, `modelled` those the model judges), the `distances` counted in the layer's
   /// ``KeySample`` (in keys of the layer), and the watches that ended without a reuse (dropped,
-  /// or still waiting: counted as never reused).
-  init?(capacity: Int, segments: Int, reuseTimes: [Int], modelled: [Int], distances: [Int], unresolved: Int) {
+  /// or still waiting: counted as never reused), each count weighed by the lookups its watch
+  /// stands for; `sampledLookups` watches in all.
+  init?(
+    capacity: Int, segments: Int, reuseTimes: [Int], modelled: [Int], distances: [Int], unresolved: Int,
+    sampledLookups: Int
+  ) {
     let samples = reuseTimes.reduce(0, +) + unresolved
     guard samples > 0, capacity > 0 else { return nil }
-    sampledLookups = samples
+    self.sampledLookups = sampledLookups
     points = Self.scales.map { scale in
       let entries = Int(clamping: UInt64(Swift.min((Double(capacity) * scale).rounded(), 0x1p62)))
       let eviction = Self.evictionTime(

@@ -31,7 +31,7 @@ final class KeySample: Sendable {
   /// The sampled keys a window must still count beyond to be past every size of the curve
   /// (``Parameters/horizon(capacity:)``).
   let horizon: Int
-  let state = Locked(KeySampleState())
+  let state: Locked<KeySampleState>
   /// The state's ``KeySampleState/sequence``, published for reading without the lock.
   let published = Atomic<Int>(0)
 
@@ -41,6 +41,7 @@ final class KeySample: Sendable {
     scale = parameters.scale
     countedFrom = parameters.countedFrom
     horizon = parameters.horizon(capacity: capacity)
+    state = Locked(KeySampleState(horizon: horizon))
   }
 
   /// The position the next access will have: where a watch that starts now counts from. Read

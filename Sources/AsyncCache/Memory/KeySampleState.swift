@@ -37,7 +37,19 @@ extension KeySample {
 }
 
 /// The sampled accesses, in order, and where each sampled key was last used. Not thread-safe.
+///
+/// Every operation is O(log n) in the sampled keys it keeps, but compaction, which is O(n) once
+/// every n or so accesses (n about twice the horizon: for a layer of a million entries, some
+/// 100,000 keys, a few milliseconds).
 struct KeySampleState: Sendable {
+  /// A latest access older than the marks: its position, its key, and whether it is still
+  /// its key's latest.
+  struct Sparse: Sendable {
+    var position: Int
+    var key: UInt64
+    var isLive = true
+  }
+
   /// The positions handed out so far: the next access's.
   var sequence = 0
   /// The position of the first bit of ``marks`` (a multiple of 512).
@@ -46,36 +58,50 @@ struct KeySampleState: Sendable {
   var marks: [UInt64] = []
   /// The set bits of ``marks``, by block of 8 words.
   var blockCounts: [Int32] = []
-  /// The latest accesses before ``base``, in order: the older positions, kept sparse (a key
-  /// not used for a long time).
-  var sparse: [Int] = []
+  /// The key of each access from ``base``, by position.
+  var keysByPosition: [UInt64] = []
+  /// The accesses before ``base`` that were their keys' latest when the marks moved past them,
+  /// in order (a key not used for a long time). One whose key was used since is dead: its
+  /// ``sparseLive`` bit is 0.
+  var sparse: [Sparse] = []
+  /// A Fenwick tree over ``sparse``: 1 for each live entry. Counts them before an index in
+  /// O(log n), and ends one in O(log n).
+  var sparseLive: [Int32] = []
+  /// How many of ``sparse`` are live.
+  var sparseLiveCount = 0
   /// The position below which the latest accesses were dropped (more than the horizon since): a
   /// window that starts there is past every size of the curve.
   var forgottenBefore = 0
-  /// Each sampled key's latest position, by mixed hash (two keys whose 64-bit hashes match
-  /// count as one).
+  /// Each sampled key's latest position, by mixed hash (two keys whose hashes match count as
+  /// one).
   var latest: [UInt64: Int] = [:]
-  /// The word count of ``marks`` past which its older half is moved to ``sparse``.
-  var compactionPoint = 1_024
+  /// The word count of ``marks`` past which its older half moves to ``sparse``: about two
+  /// horizons of positions (``init(horizon:)``).
+  var compactionPoint: Int
+
+  /// A state that keeps at least `horizon` latest accesses.
+  init(horizon: Int) {
+    compactionPoint = Swift.max(horizon / 32, 16)
+  }
 
   /// Records an access to the sampled key of mixed hash `mixed`, keeping the newest `horizon`
   /// latest accesses at least. Stops at the last position `Int` holds (2^31 - 1 sampled
   /// accesses where `Int` has 32 bits: some 2 × 10^11 lookups).
   mutating func access(_ mixed: UInt64, horizon: Int) {
     guard sequence < Int.max else { return }
-    if let previous = latest[mixed] {
+    let position = sequence
+    if let previous = latest.updateValue(position, forKey: mixed) {
       if previous >= base {
         let offset = previous - base
         marks[offset >> 6] &= ~(1 << UInt64(offset & 63))
         blockCounts[offset >> 9] -= 1
       } else if previous >= forgottenBefore {
-        let index = Self.firstIndex(atLeast: previous, in: sparse)
-        if index < sparse.count, sparse[index] == previous { sparse.remove(at: index) }
+        let index = firstSparse(atLeast: previous)
+        if index < sparse.count, sparse[index].position == previous { endSparse(at: index) }
       }
     }
-    let position = sequence
     sequence += 1
-    latest[mixed] = position
+    keysByPosition.append(mixed)
     let offset = position - base
     if offset >> 6 >= marks.count { marks.append(0) }
     if offset >> 9 >= blockCounts.count { blockCounts.append(0) }
@@ -88,7 +114,7 @@ struct KeySampleState: Sendable {
   /// older than the sample keeps, which means more than its horizon of them.
   func keys(since start: Int) -> Int? {
     guard start >= forgottenBefore else { return nil }
-    var count = sparse.count - Self.firstIndex(atLeast: start, in: sparse)
+    var count = sparseLiveCount - liveSparse(before: firstSparse(atLeast: start))
     let offset = Swift.max(start - base, 0)
     let firstWord = offset >> 6
     guard firstWord < marks.count else { return count }
@@ -100,42 +126,69 @@ struct KeySampleState: Sendable {
     return count
   }
 
-  /// The index of the first of the sorted `positions` at least `position`.
-  static func firstIndex(atLeast position: Int, in positions: [Int]) -> Int {
-    var (low, high) = (0, positions.count)
+  /// The index of the first of ``sparse`` whose position is at least `position`.
+  func firstSparse(atLeast position: Int) -> Int {
+    var (low, high) = (0, sparse.count)
     while low < high {
       let middle = (low + high) / 2
-      if positions[middle] < position { low = middle + 1 } else { high = middle }
+      if sparse[middle].position < position { low = middle + 1 } else { high = middle }
     }
     return low
   }
 
-  /// Moves the older half of the marks' blocks to the sparse positions, then forgets the oldest
-  /// latest accesses beyond the newest `horizon` (and their keys). The marks then stay within
-  /// twice the compaction point, and the sparse positions within the horizon.
+  /// The live entries of ``sparse`` before `index`.
+  func liveSparse(before index: Int) -> Int {
+    var (node, count) = (index, 0)
+    while node > 0 {
+      count += Int(sparseLive[node - 1])
+      node &= node - 1
+    }
+    return count
+  }
+
+  /// Ends the live entry of ``sparse`` at `index`: its key was used again.
+  mutating func endSparse(at index: Int) {
+    guard sparse[index].isLive else { return }
+    sparse[index].isLive = false
+    var node = index + 1
+    while node <= sparseLive.count {
+      sparseLive[node - 1] -= 1
+      node += node & -node
+    }
+    sparseLiveCount -= 1
+  }
+
+  /// Moves the older half of the marks' blocks to ``sparse`` (dropping its dead entries), then
+  /// forgets the oldest latest accesses beyond the newest `horizon`, and their keys.
   mutating func compact(horizon: Int) {
+    var kept = sparse.filter { $0.isLive }
     let moved = blockCounts.count / 2
     for word in 0..<Swift.min(moved << 3, marks.count) {
       var bits = marks[word]
       while bits != 0 {
-        sparse.append(base + word << 6 + bits.trailingZeroBitCount)
+        let offset = (word << 6) + bits.trailingZeroBitCount
+        kept.append(Sparse(position: base + offset, key: keysByPosition[offset]))
         bits &= bits &- 1
       }
     }
     marks.removeFirst(Swift.min(moved << 3, marks.count))
     blockCounts.removeFirst(moved)
+    keysByPosition.removeFirst(Swift.min(moved << 9, keysByPosition.count))
     base += moved << 9
     let dense = blockCounts.reduce(0) { $0 + Int($1) }
-    let excess = sparse.count + dense - horizon
+    let excess = kept.count + dense - horizon
     if excess > 0 {
-      let dropped = Swift.min(excess, sparse.count)
-      if dropped > 0 {
-        forgottenBefore = sparse[dropped - 1] + 1
-        sparse.removeFirst(dropped)
-        let forgotten = forgottenBefore
-        latest = latest.filter { $0.value >= forgotten }
+      let dropped = Swift.min(excess, kept.count)
+      for entry in kept[..<dropped] where latest[entry.key] == entry.position {
+        latest.removeValue(forKey: entry.key)
       }
+      forgottenBefore = kept[dropped - 1].position + 1
+      kept.removeFirst(dropped)
     }
-    compactionPoint = Swift.max(marks.count * 2, 1_024)
+    sparse = kept
+    sparseLiveCount = kept.count
+    // A Fenwick tree of ones: node i counts the entries (i - lowbit(i), i].
+    sparseLive = kept.indices.map { Int32(($0 + 1) & -($0 + 1)) }
+    compactionPoint = Swift.max(marks.count * 2, compactionPoint)
   }
 }

@@ -53,11 +53,12 @@ extension MemorySegment {
     // The key's own access counts after the window it ends, and before the one it begins.
     if let keys, case let mixed = KeySample.mixed(hash), mixed < keySampleThreshold { keys.access(mixed) }
     guard sampleCountdown <= 0 else { return }
+    // The watch first, with the weight of the gap that ended; then the next gap.
+    sampler.watch(hash: hash, at: time, keys: keys?.position ?? 0, entries: count)
+    if let slot { nodes[slot].isWatched = true }
     let gap = sampler.nextGap()
     sampleCountdown = gap
     sampler.gapEnd = time &+ gap
-    sampler.watch(hash: hash, at: time, keys: keys?.position ?? 0, entries: count)
-    if let slot { nodes[slot].isWatched = true }
   }
 
   /// Marks the node just inserted at `slot` (for a key whose hash is `hash`) as watched if its key is: a miss began the
@@ -68,9 +69,9 @@ extension MemorySegment {
   }
 
   /// Ends the watch of the node at `slot`, which leaves other than by eviction (it expired, was
-  /// removed or is dead by tag), as never reused.
+  /// removed or is dead by tag), as never reused; `hash` is its key's, when the caller has it.
   @usableFromInline
-  mutating func abandonWatch(at slot: Int) {
-    if nodes[slot].isWatched { sampler.abandon(hash: nodes[slot].key.hashValue) }
+  mutating func abandonWatch(at slot: Int, hash: Int? = nil) {
+    if nodes[slot].isWatched { sampler.abandon(hash: hash ?? nodes[slot].key.hashValue) }
   }
 }

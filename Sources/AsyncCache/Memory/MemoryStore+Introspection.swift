@@ -103,6 +103,7 @@ extension MemoryStore {
     var modelled = reuseTimes
     var distances = reuseTimes
     var unresolved = 0
+    var watched = 0
     for index in 0..<segments.count {
       segments.withLock(index) { segment in
         let sampler = segment.sampler
@@ -112,11 +113,12 @@ extension MemoryStore {
         }
         for (bucket, count) in sampler.countedReuseTimes.counts.enumerated() { reuseTimes[bucket] += Int(count) }
         for (bucket, count) in sampler.distances.counts.enumerated() { distances[bucket] += Int(count) }
-        unresolved += sampler.watches.count + sampler.dropped
+        unresolved += sampler.pendingWeight + sampler.dropped
+        watched += sampler.watched
       }
     }
     return HitRatioCurve(
       capacity: capacity, segments: segments.count, reuseTimes: reuseTimes, modelled: modelled,
-      distances: distances, unresolved: unresolved)
+      distances: distances, unresolved: unresolved, sampledLookups: watched)
   }
 }

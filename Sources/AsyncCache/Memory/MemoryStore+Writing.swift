@@ -295,7 +295,7 @@ extension MemoryStore {
     let removed = segments.withLock(segmentIndex(for: hash)) { segment -> Node? in
       if let reason { segment.evictions[reason] &+= 1 }
       guard let slot = segment.find(key, hash: hash) else { return nil }
-      segment.abandonWatch(at: slot)
+      segment.abandonWatch(at: slot, hash: hash)
       return segment.remove(slot: slot)
     }
     // A refused entry is reported whether or not an older one was there.

@@ -261,7 +261,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
       if expiry != .max {
         now = self.now(checking: expiry)
         if expiry <= now {
-          segment.abandonWatch(at: slot)
+          segment.abandonWatch(at: slot, hash: hash)
           let node = segment.drop(slot, because: .expired)
           if countingRequest || !samplesRequestsOnly.load(ordering: .relaxed) {
             segment.sampleMiss(key, hash: hash, keys: keySample)
@@ -276,7 +276,7 @@ final class MemoryStore<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         if recorded != 0, !segment.tagsAreKnownAlive(at: slot, recorded: recorded),
           Self.isDeadByTag(key, at: slot, in: &segment, recorded: recorded, checkingAgainst: tagInvalidations)
         {
-          segment.abandonWatch(at: slot)
+          segment.abandonWatch(at: slot, hash: hash)
           let node = segment.drop(slot, because: .invalidated)
           if countingRequest || !samplesRequestsOnly.load(ordering: .relaxed) {
             segment.sampleMiss(key, hash: hash, keys: keySample)

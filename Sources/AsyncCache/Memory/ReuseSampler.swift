@@ -28,16 +28,18 @@ struct ReuseSampler {
   /// The time at which the countdown reaches 0.
   @usableFromInline var gapEnd = 0
   /// When a watch began: the segment's time, and the layer's ``KeySample`` position (0 without
-  /// one).
+  /// one); and the lookups it stands for, `2^level` at the ``level`` its gap was drawn at.
   @usableFromInline
   struct Watch: Sendable {
     @usableFromInline var time: Int
     @usableFromInline var keys: Int
+    @usableFromInline var weight: Int
 
     @inlinable
-    init(time: Int, keys: Int) {
+    init(time: Int, keys: Int, weight: Int = 1) {
       self.time = time
       self.keys = keys
+      self.weight = weight
     }
   }
 
@@ -59,6 +61,18 @@ struct ReuseSampler {
   @usableFromInline var random: UInt64 = 0
   /// The fewest entries the watches are bounded for: 256 over the layer's segments.
   @usableFromInline var minimumEntries = 256
+  /// How far the sampling has thinned: gaps are ``meanGap`` times `2^level` lookups on average.
+  @usableFromInline var level = 0
+  /// The watches begun (each once, whatever its weight).
+  @usableFromInline var watched = 0
+  /// The watches after which the level rises for the first time (then after twice as many
+  /// more, and so on): the segment's share of 40,000 (a curve within a few tenths of a point of
+  /// what its sample would show with every lookup watched).
+  @usableFromInline var thinningStart = 40_000
+  /// The weight of the watch the running countdown will begin: `2^level` when its gap was drawn.
+  @usableFromInline var gapWeight = 1
+  /// The highest level: one lookup in 102 × 2^10 (about 100,000).
+  @inlinable static var maximumLevel: Int { 10 }
 
   /// The mean number of lookups between two watched ones: 102, so that at most 1% are watched
   /// (the count over 900k lookups stays 6 standard deviations below 1%).
@@ -72,6 +86,7 @@ struct ReuseSampler {
   mutating func start(seed: UInt64, segments: Int) -> Int {
     random = seed | 1
     minimumEntries = Swift.max(256 / Swift.max(segments, 1), 4)
+    thinningStart = Swift.max(40_000 / Swift.max(segments, 1), 64)
     let gap = nextGap()
     gapEnd = gap
     return gap
@@ -79,15 +94,20 @@ struct ReuseSampler {
 
   @inlinable var isOn: Bool { random != 0 }
 
-  /// 52 to 152 (``meanGap`` ± 50), uniformly: a watched lookup is never predictable from the last,
-  /// and the count of watched lookups varies little.
+  /// The lookups the watches still waiting stand for.
+  @usableFromInline var pendingWeight: Int { watches.all.reduce(0) { $0 &+ $1.weight } }
+
+  /// 52 to 152 (``meanGap`` ± 50), uniformly, times `2^level`: a watched lookup is never
+  /// predictable from the last, and the count of watched lookups varies little. The watch it
+  /// ends in will weigh `2^level`.
   @inlinable
   mutating func nextGap() -> Int {
     random ^= random >> 12
     random ^= random << 25
     random ^= random >> 27
     let drawn = (random &* 0x2545_F491_4F6C_DD1D) >> 33
-    return Self.meanGap - 50 + Int(drawn % 101)
+    gapWeight = 1 << level
+    return (Self.meanGap - 50 + Int(drawn % 101)) << level
   }
 
   /// The most watches a segment holding `count` entries keeps: a quarter of its entries (of
@@ -103,7 +123,12 @@ struct ReuseSampler {
   /// a segment holding `count` entries; beyond the limit, the oldest quarter of the watches ends.
   @inlinable
   mutating func watch(hash: Int, at time: Int, keys: Int, entries count: Int) {
-    watches.insert(Watch(time: time, keys: keys), forHash: hash)
+    if let replaced = watches[hash: hash] { dropped &+= replaced.weight }
+    watches.insert(Watch(time: time, keys: keys, weight: gapWeight), forHash: hash)
+    watched &+= 1
+    // Thinning: after `thinningStart` watches, half the rate; after twice as many more (four
+    // times the lookups), half again; and so on. Each watch weighs the lookups it stands for.
+    if level < Self.maximumLevel, watched >= thinningStart &* ((2 << level) &- 1) { level += 1 }
     let limit = limit(forEntries: count)
     if watches.count > limit { dropOldest(keeping: limit - limit / 4) }
   }
@@ -123,24 +148,25 @@ struct ReuseSampler {
     if let sample, sample.position &- began.keys >= sample.countedFrom {
       let counted = sample.keys(since: began.keys) ?? .max
       if counted >= sample.countedFrom {
-        countedReuseTimes.record(reuseTime)
-        distances.record(counted == .max ? .max : counted &* sample.scale)
+        countedReuseTimes.record(reuseTime, weight: began.weight)
+        let distance = counted.multipliedReportingOverflow(by: sample.scale)
+        distances.record(distance.overflow ? .max : distance.partialValue, weight: began.weight)
         return true
       }
     }
-    histogram.record(reuseTime)
+    histogram.record(reuseTime, weight: began.weight)
     return true
   }
 
   /// Ends the watch of the key whose hash is `hash`, if any, as never reused: its entry left the layer other than by
   /// eviction (expired, removed, invalidated), so its next lookup misses whatever the size.
   mutating func abandon(hash: Int) {
-    if watches.remove(hash: hash) != nil { dropped &+= 1 }
+    if let watch = watches.remove(hash: hash) { dropped &+= watch.weight }
   }
 
   /// Ends every watch as never reused (the layer was emptied), and releases their storage.
   mutating func abandonAll() {
-    dropped &+= watches.count
+    dropped &+= pendingWeight
     watches = WatchTable()
   }
 
@@ -151,9 +177,9 @@ struct ReuseSampler {
   mutating func dropOldest(keeping kept: Int) {
     let times = watches.all.map { $0.time }.sorted()
     let cutoff = times[Swift.max(times.count - kept, 0)]
-    let before = watches.count
+    let before = pendingWeight
     watches.keep { $0.time >= cutoff }
-    dropped &+= before - watches.count
+    dropped &+= before - pendingWeight
   }
 }
 
@@ -187,12 +213,13 @@ struct ReuseHistogram: Sendable, Hashable {
   }
 
   @inlinable
-  mutating func record(_ value: Int) {
+  mutating func record(_ value: Int, weight: Int = 1) {
     if counts.isEmpty { counts = Array(repeating: 0, count: Self.bucketCount) }
     let index = Self.bucket(of: value)
-    if counts[index] == .max { halve() }
-    counts[index] += 1
-    total += 1
+    let added = UInt32(truncatingIfNeeded: Swift.min(weight, 1 << 20))
+    if counts[index] > .max - added { halve() }
+    counts[index] += added
+    total += Int(added)
   }
 
   /// Halves every count, keeping their proportions, when one would overflow (after 2^32 reuses

@@ -1,7 +1,8 @@
 /// The watches of a segment's ``ReuseSampler``, by the hash of the key watched: an open-addressing
 /// table (linear probing, at most half full) of 24-byte slots, keyed by the hash the lookup
 /// computed anyway, so a watch begun or ended neither hashes its key again nor calls the key's
-/// `==`. Two watched keys whose hashes match are one watch (a 64-bit hash: rarely).
+/// `==`. Two watched keys whose hashes match are one watch (rare with 64-bit hashes; where `Int`
+/// has 32 bits, among a few thousand watches, still rare).
 @usableFromInline
 struct WatchTable: Sendable {
   /// A slot: the key's hash, and when its watch began; `time` is `Int.min` when empty.
@@ -59,6 +60,10 @@ struct WatchTable: Sendable {
     if (count + 1) * 2 > slots.count { resize(to: Swift.max(16, slots.count * 2)) }
     let index = position(of: hash)
     if slots[index].isEmpty { count += 1 }
+    var watch = watch
+    // `Int.min` marks an empty slot: a watch begun then (time wraps where `Int` has 32 bits)
+    // is a lookup later.
+    if watch.time == .min { watch.time = .min + 1 }
     slots[index] = Slot(hash: hash, watch: watch)
   }
 
