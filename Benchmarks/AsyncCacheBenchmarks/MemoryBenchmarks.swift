@@ -77,8 +77,8 @@ enum MemoryBenchmarks {
     let noCurve = { [cache = fixture.noCurveCache] (keys: [Int]) in try await sumOfValues(in: cache, for: keys) }
     // A young layer: its first 3M hits, which the curve samples at 1 in 102.
     let young = try await measureBlockRatio(curveTwin, over: noCurve, slices: slices, blocks: run.isQuick ? 20 : 80)
-    // A layer that has served 27M hits, by which the curve has watched 80,000 lookups and thins
-    // its sampling to 1 in 408 (each watch then weighs 4).
+    // A layer that has served 27M hits: past 120,000 watches (some 20M lookups), the curve
+    // watches 1 lookup in 408, each watch weighing 4.
     if !run.isQuick {
       for _ in 0..<24 {
         checksumSink.wrappingAdd(try await curveTwin(fixture.keys), ordering: .relaxed)

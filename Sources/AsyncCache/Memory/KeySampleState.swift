@@ -38,9 +38,9 @@ extension KeySample {
 
 /// The sampled accesses, in order, and where each sampled key was last used. Not thread-safe.
 ///
-/// Every operation is O(log n) in the sampled keys it keeps, but compaction, which is O(n) once
-/// every n or so accesses (n about twice the horizon: for a layer of a million entries, some
-/// 100,000 keys, a few milliseconds).
+/// An access is O(log n) in the sampled keys it keeps; a count adds up to n / 512 block counts;
+/// compaction is O(n), about once every horizon of accesses (for a layer of a million entries,
+/// some 60,000 keys: well under a millisecond).
 struct KeySampleState: Sendable {
   /// A latest access older than the marks: its position, its key, and whether it is still
   /// its key's latest.
@@ -177,7 +177,9 @@ struct KeySampleState: Sendable {
     base += moved << 9
     let dense = blockCounts.reduce(0) { $0 + Int($1) }
     let excess = kept.count + dense - horizon
-    if excess > 0 {
+    // Only sparse entries are forgotten: when the dense half alone holds more than the horizon
+    // (a loop over a few more keys than it), there may be none.
+    if excess > 0, !kept.isEmpty {
       let dropped = Swift.min(excess, kept.count)
       for entry in kept[..<dropped] where latest[entry.key] == entry.position {
         latest.removeValue(forKey: entry.key)

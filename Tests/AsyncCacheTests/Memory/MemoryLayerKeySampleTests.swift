@@ -189,7 +189,7 @@ struct MemoryLayerKeySampleTests {
     for _ in 0..<120 { keys += 0..<300 }
     for _ in 0..<48 { keys += 10_000..<11_500 }
     let layer = try MemoryLayer<Int, Int>(
-      configuration: .init(countLimit: 500, segmentCount: 1, evictionPolicy: .leastRecentlyUsed))
+      configuration: .init(countLimit: 500, segmentCount: 1, evictionPolicy: .leastRecentlyUsed, admissionSeed: 5))
     layer.store.segments.withLock(0) { $0.sampler.thinningStart = 30 }
     for key in keys where !Task.isCancelled { try Curve.access(key, in: layer) }
     let sampler = layer.store.segments.withLock(0) { $0.sampler }
@@ -200,6 +200,37 @@ struct MemoryLayerKeySampleTests {
     for (point, lru) in zip(curve.points, exact) {
       #expect(abs(point.hitRatio - lru) < 0.08, "at \(point.capacity) entries: \(point.hitRatio) vs \(lru)")
     }
+  }
+
+  @Test("a loop over a few more keys than the horizon, every older access dead at compaction, is counted")
+  func loopJustPastTheHorizon() throws {
+    let sample = KeySample(capacity: 1_000)  // a horizon of 124 keys
+    for step in 0..<5_000 { sample.access(UInt64(step % 130)) }
+    #expect(sample.keys(since: sample.position - 130) == 130)
+    #expect(sample.keys(since: sample.position - 1) == 1)
+  }
+
+  @Test("thinned watches that are dropped, abandoned or still waiting are weighed as the resolved ones are")
+  func thinnedWatchesAreAccountedByWeight() throws {
+    let layer = try MemoryLayer<Int, Int>(
+      configuration: .init(countLimit: 64, segmentCount: 1, evictionPolicy: .leastRecentlyUsed, admissionSeed: 3))
+    layer.store.segments.withLock(0) { $0.sampler.thinningStart = 10 }
+    // A scan watches keys that never come back (the oldest dropped past the limit), a loop
+    // watches keys that do, and removals abandon some.
+    var begun = 0
+    for round in 0..<40 where !Task.isCancelled {
+      for key in 0..<2_000 { try Curve.access(round.isMultiple(of: 2) ? key : 1_000_000 * round + key, in: layer) }
+      for key in stride(from: 0, to: 64, by: 7) { layer.removeValue(for: key) }
+      begun = layer.store.segments.withLock(0) { $0.sampler.watched }
+    }
+    let sampler = layer.store.segments.withLock(0) { $0.sampler }
+    #expect(sampler.level >= 3, "level \(sampler.level) after \(begun) watches")
+    #expect(sampler.dropped > 0)
+    // Each watch weighs the gap that chose it: the weights add up to about the lookups / 102.
+    let weighed = sampler.histogram.total + sampler.countedReuseTimes.total + sampler.pendingWeight + sampler.dropped
+    let lookups = 40 * 2_000
+    #expect(abs(Double(weighed) / Double(lookups) * 102 - 1) < 0.15, "\(weighed) weighed over \(lookups) lookups")
+    #expect(weighed > sampler.watched * 2, "weights above 1 were counted as 1")
   }
 
   @Test("a layer keeps the sample from a count limit of 51,200 entries, and not when bounded by cost or off")
