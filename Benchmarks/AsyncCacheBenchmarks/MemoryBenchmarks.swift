@@ -75,17 +75,27 @@ enum MemoryBenchmarks {
     }
     let curveTwin = { [cache = fixture.curveTwinCache] (keys: [Int]) in try await sumOfValues(in: cache, for: keys) }
     let noCurve = { [cache = fixture.noCurveCache] (keys: [Int]) in try await sumOfValues(in: cache, for: keys) }
-    // A young layer: its first 3M hits, which the curve samples at 1 in 102.
-    let young = try await measureBlockRatio(curveTwin, over: noCurve, slices: slices, blocks: run.isQuick ? 20 : 80)
-    // A layer that has served 27M hits: past 120,000 watches (some 20M lookups), the curve
-    // watches 1 lookup in 408, each watch weighing 4.
+    // The hits each twin has served when a measurement begins: a measurement's untimed pass over
+    // every slice, then one run of each block.
+    var served = 0
+    func measure(blocks: Int) async throws -> (median: Double, ratios: [Double]) {
+      defer { served += (slices.count + blocks) * blockSize }
+      return try await measureBlockRatio(curveTwin, over: noCurve, slices: slices, blocks: blocks)
+    }
+    // A young layer: its first 3M hits (full runs), which the curve samples at 1 in 102.
+    let young = try await measure(blocks: run.isQuick ? 20 : 80)
+    let youngServed = served
+    // A layer that has served 27M hits (full runs): past 120,000 watches (some 20M lookups),
+    // the curve watches 1 lookup in 408, each watch weighing 4.
     if !run.isQuick {
       for _ in 0..<24 {
         checksumSink.wrappingAdd(try await curveTwin(fixture.keys), ordering: .relaxed)
         checksumSink.wrappingAdd(try await noCurve(fixture.keys), ordering: .relaxed)
       }
+      served += 24 * fixture.keys.count
     }
-    let cost = try await measureBlockRatio(curveTwin, over: noCurve, slices: slices, blocks: run.isQuick ? 40 : 400)
+    let steadyServed = served
+    let cost = try await measure(blocks: run.isQuick ? 40 : 400)
     func spread(_ ratios: [Double]) -> String {
       let sorted = ratios.sorted()
       func percentile(_ fraction: Double) -> String {
@@ -98,7 +108,7 @@ enum MemoryBenchmarks {
     rows.append(
       ResultRow(
         benchmark: Benchmark.memoryHitOneTask.rawValue,
-        implementation: "hit-ratio curve's cost, a young layer (its first 3M hits)",
+        implementation: "hit-ratio curve's cost, a young layer (its first \(abbreviated(youngServed)) hits)",
         value: plainValue, baseline: HitFixture.noCurveName, ratio: young.median,
         notes: [
           "informational: the median of \(young.ratios.count) ratios of two pairs of runs of \(abbreviated(blockSize)) "
@@ -111,7 +121,8 @@ enum MemoryBenchmarks {
         value: plainValue, baseline: HitFixture.noCurveName, ratio: cost.median, target: .ratioAtMost(1.03),
         notes: [
           "the median of \(cost.ratios.count) ratios of two pairs of runs of \(abbreviated(blockSize)) hits, one pair in "
-            + "each order (\(spread(cost.ratios))), twin caches that have served 27M hits (quick runs: 4M); in this "
+            + "each order (\(spread(cost.ratios))), twin caches that have served "
+            + "\(abbreviated(steadyServed)) hits; in this "
             + "layer of \(abbreviated(2 * run.hitKeyCount)) entries 1 key in 100 is sampled too (memory.curve)"
         ]))
     rows.annotate(

@@ -50,6 +50,18 @@ struct LoadingCacheCloseLogTests {
   }
 
   /// A cache over one memory layer, its origin gated, logging to the records returned.
+  /// Starts a request whose fetch the origin holds, then closes the cache from a task cancelled
+  /// at once; returns the close's summary line and the request.
+  private func closeCancelledAtOnceWithALoadInFlight() async throws -> (CacheLogRecord, Task<Int, any Error>) {
+    let (logs, origin, cache) = try gatedCache()
+    let request = Task { try await cache.value(for: "a") }
+    await origin.waitForFetches(1, for: "a")
+    let closing = Task { try await cache.close() }
+    closing.cancel()
+    try await closing.value
+    return (try #require(closeLines(logs).last), request)
+  }
+
   private func gatedCache() throws -> (RecordingLogHandler, GatedFetcher<String, Int>, LoadingCache<String, Int>) {
     let logs = RecordingLogHandler()
     let origin = GatedFetcher<String, Int> { $0.count }
@@ -91,14 +103,8 @@ struct LoadingCacheCloseLogTests {
 
   @Test("a cancelled close counts the loads it cancelled")
   func cancelledLoads() async throws {
-    let (logs, origin, cache) = try gatedCache()
-    let request = Task { try await cache.value(for: "a") }
-    await origin.waitForFetches(1, for: "a")
-    let closing = Task { try await cache.close() }
-    closing.cancel()
-    try await closing.value
+    let (summary, request) = try await closeCancelledAtOnceWithALoadInFlight()
     await #expect(throws: CancellationError.self) { try await request.value }
-    let summary = try #require(closeLines(logs).last)
     #expect(summary.message.hasSuffix(": waited for 1 load in flight (1 cancelled), closed 1 layer"), "\(summary)")
     #expect(summary.metadata["cancelled"] == "1")
   }
@@ -202,14 +208,8 @@ struct LoadingCacheCloseLogTests {
   @Test("a close cancelled at once counts the loads it cancelled, whichever task runs first")
   func cancelledAtOnceManyTimes() async throws {
     for _ in 0..<50 {
-      let (logs, origin, cache) = try gatedCache()
-      let request = Task { try await cache.value(for: "a") }
-      await origin.waitForFetches(1, for: "a")
-      let closing = Task { try await cache.close() }
-      closing.cancel()
-      try await closing.value
+      let (summary, request) = try await closeCancelledAtOnceWithALoadInFlight()
       _ = try? await request.value
-      let summary = try #require(closeLines(logs).last)
       #expect(summary.message.hasSuffix(": waited for 1 load in flight (1 cancelled), closed 1 layer"), "\(summary)")
     }
   }

@@ -15,6 +15,13 @@ struct MemoryLayerKeySampleTests {
     .init(threshold: .max, scale: 1, countedFrom: countedFrom)
   }
 
+  /// How many values `histogram` recorded in the bucket of `value` (0 before its first record,
+  /// when it has no buckets).
+  static func recorded(_ value: Int, in histogram: ReuseHistogram) -> UInt32 {
+    let bucket = ReuseHistogram.bucket(of: value)
+    return bucket < histogram.counts.count ? histogram.counts[bucket] : 0
+  }
+
   static func layer(
     countLimit: Int, segments: Int = 1, countedFrom: Int = 1, seed: UInt64 = 1
   ) throws -> MemoryLayer<Int, Int> {
@@ -258,9 +265,9 @@ struct MemoryLayerKeySampleTests {
       #expect(sampler.watches.isEmpty)
       if countedFrom <= 3 {
         #expect(sampler.countedReuseTimes.total == 1)
-        #expect(sampler.countedReuseTimes.counts[ReuseHistogram.bucket(of: 5)] == 1)
+        #expect(Self.recorded(5, in: sampler.countedReuseTimes) == 1)
         #expect(sampler.distances.total == 1)
-        #expect(sampler.distances.counts[ReuseHistogram.bucket(of: 3)] == 1)
+        #expect(Self.recorded(3, in: sampler.distances) == 1)
         #expect(sampler.histogram.total == 0)
         // A distance of 3: an LRU cache of 4 entries or more hits; every size here does.
         let curve = try #require(layer.statistics.hitRatioCurve)
@@ -269,7 +276,7 @@ struct MemoryLayerKeySampleTests {
         #expect(sampler.distances.total == 0)
         #expect(sampler.countedReuseTimes.total == 0)
         #expect(sampler.histogram.total == 1)
-        #expect(sampler.histogram.counts[ReuseHistogram.bucket(of: 5)] == 1)
+        #expect(Self.recorded(5, in: sampler.histogram) == 1)
       }
     }
   }
