@@ -12,7 +12,7 @@ struct UserID: RawRepresentable, Hashable, Sendable {
   var rawValue: String
 }
 
-struct Price: Sendable {}
+struct Price: Codable, Equatable, Sendable {}
 struct Product: Codable, Sendable {}
 struct Preferences: Codable, Sendable {}
 struct Avatar: Sendable {}
