@@ -11,8 +11,8 @@ final class KeySample {
   var state: KeySampleState
 
   init(capacity: Int, parameters: Parameters = .standard) {
-    threshold = parameters.threshold
-    scale = parameters.scale
+    threshold = parameters.threshold(capacity: capacity)
+    scale = parameters.scale(capacity: capacity)
     countedFrom = parameters.countedFrom
     horizon = parameters.horizon(capacity: capacity)
     state = KeySampleState(horizon: horizon)

@@ -43,7 +43,8 @@ func exercise(mode: Mode, countLimit: Int, costLimit: Int64, largestCost: Int64,
   // The reuse sampler of the hit-ratio curve, as MemoryStore runs it, with a key sample of every
   // key counted from 8 (so that the check sees both counted and modelled windows).
   segment.sampleCountdown = segment.sampler.start(seed: 7, segments: 1)
-  let keys = KeySample(capacity: countLimit, parameters: .init(threshold: .max, scale: 1, countedFrom: 8))
+  let keys = KeySample(
+    capacity: countLimit, parameters: .init(minimumScale: 1, countedFrom: 8, countedFromCapacities: 0))
   segment.keySampleThreshold = keys.threshold
   var totals = Totals()
   var target = WindowTarget()

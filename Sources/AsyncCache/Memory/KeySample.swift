@@ -1,19 +1,19 @@
 // What more memory would buy, for long reuses: how many distinct keys a watched lookup's key
-// waited behind, counted in a spatial sample of one key in a hundred (SHARDS: Waldspurger et al.,
-// "Efficient MRC Construction with SHARDS", FAST 2015).
+// waited behind, counted in a spatial sample of one key in a hundred, or fewer in a large layer
+// (SHARDS: Waldspurger et al., "Efficient MRC Construction with SHARDS", FAST 2015).
 //
 // The average eviction time model (`HitRatioCurve`) turns a reuse time into the keys an LRU cache
 // holds meanwhile by assuming that a window of a given length holds about the same number of
 // distinct keys wherever it falls. Over long windows real traces break that: in the ARC paper's
 // P3 trace, at four times 131,072 entries, the model said 77.5% where LRU hits 79.6%, in every
 // run. The sample counts the distinct keys of each window instead. A count of n sampled keys
-// estimates 100 n keys within about 1/sqrt(n): the curve uses it from 2,048 sampled keys (within
-// 2.2%), the model below.
+// estimates n times the scale (100 keys, or more in a large layer) within about 1/sqrt(n): the
+// curve uses it from 2,048 sampled keys (within 2.2%), the model below.
 
 import Synchronization
 
-/// The layer's spatial sample of keys: every access to a key whose hash falls in the lowest
-/// hundredth, in order, and for each such key where its latest access is; shared by the layer's
+/// The layer's spatial sample of keys: every access to a key whose hash falls below the
+/// ``threshold`` (the lowest hundredth, or less in a layer of more than 131,072 entries), in order, and for each such key where its latest access is; shared by the layer's
 /// segments (each reads it under its own lock, then this one's), so that a window's count covers
 /// the whole layer whatever the segment count.
 ///
@@ -37,8 +37,8 @@ final class KeySample: Sendable {
 
   /// A sample for a layer of `capacity` entries.
   init(capacity: Int, parameters: Parameters = .standard) {
-    threshold = parameters.threshold
-    scale = parameters.scale
+    threshold = parameters.threshold(capacity: capacity)
+    scale = parameters.scale(capacity: capacity)
     countedFrom = parameters.countedFrom
     horizon = parameters.horizon(capacity: capacity)
     state = Locked(KeySampleState(horizon: horizon))

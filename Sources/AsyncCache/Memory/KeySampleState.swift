@@ -4,26 +4,45 @@
 extension KeySample {
   /// What a sample keeps and when the curve uses its counts.
   struct Parameters: Sendable {
-    /// The sampled hashes: below this, once mixed (``KeySample/mixed(_:)``).
-    var threshold: UInt64
-    /// The keys one sampled key stands for.
-    var scale: Int
+    /// The fewest keys one sampled key stands for: at most one key in `minimumScale` is
+    /// sampled.
+    var minimumScale: Int
     /// The fewest sampled keys in a window for the curve to use the window's count rather than
     /// the model.
     var countedFrom: Int
+    /// In a layer large enough, the keys (in capacities) from which a window is counted: the
+    /// scale grows with the capacity so that ``countedFrom`` sampled keys stand for this many
+    /// capacities' keys. 0 keeps ``minimumScale`` at every capacity.
+    var countedFromCapacities: Double
 
-    /// One key in a hundred, counted from 2,048 sampled keys (within 2.2%, one standard
-    /// deviation).
-    static let standard = Parameters(threshold: UInt64.max / 100, scale: 100, countedFrom: 2_048)
+    /// One key in a hundred, or fewer in a layer of more than 131,072 entries: windows are
+    /// counted from 2,048 sampled keys (within 2.2%, one standard deviation), which stand for
+    /// 204,800 keys, or 1.5625 capacities in a larger layer. So the sample of a large layer
+    /// keeps about 7,900 keys and costs a hit as little whatever the capacity, and its counts
+    /// start where they did on the ARC paper's P3 trace at 131,072 entries, whose 4× the model
+    /// alone read 2 points low.
+    static let standard = Parameters(minimumScale: 100, countedFrom: 2_048, countedFromCapacities: 1.5625)
 
     /// The smallest count limit for which a layer keeps a sample: below it, four times the
     /// capacity holds fewer than ``countedFrom`` sampled keys, so no count would be used.
-    var minimumCapacity: Int { countedFrom * scale / 4 }
+    var minimumCapacity: Int { countedFrom * minimumScale / 4 }
+
+    /// The keys one sampled key stands for in a layer of `capacity` entries.
+    func scale(capacity: Int) -> Int {
+      let scaled = Double(capacity) * countedFromCapacities / Double(countedFrom)
+      return Swift.max(minimumScale, Int(Swift.min(scaled.rounded(.up), 0x1p30)))
+    }
+
+    /// The sampled hashes in a layer of `capacity` entries: the mixed hashes below this.
+    func threshold(capacity: Int) -> UInt64 {
+      let scale = scale(capacity: capacity)
+      return scale <= 1 ? .max : UInt64.max / UInt64(scale)
+    }
 
     /// The sampled keys a window must still count beyond to be past every size of the curve, in
     /// a layer of `capacity` entries: 1.5 times those of four times the capacity.
     func horizon(capacity: Int) -> Int {
-      Int(Swift.min(Double(capacity) * 4 / Double(scale) * 1.5, 0x1p30)) + 64
+      Int(Swift.min(Double(capacity) * 4 / Double(scale(capacity: capacity)) * 1.5, 0x1p30)) + 64
     }
   }
 
@@ -73,8 +92,8 @@ struct KeySampleState: Sendable {
   /// window that starts there is past every size of the curve.
   var forgottenBefore = 0
   /// Each sampled key's latest position, by mixed hash (two keys whose hashes match count as
-  /// one).
-  var latest: [UInt64: Int] = [:]
+  /// one): a table of 16-byte slots that hashes nothing again, one probe per access.
+  var latest = HashedTable<LatestAccess>()
   /// The word count of ``marks`` past which its older half moves to ``sparse``: about two
   /// horizons of positions (``init(horizon:)``).
   var compactionPoint: Int
@@ -90,7 +109,7 @@ struct KeySampleState: Sendable {
   mutating func access(_ mixed: UInt64, horizon: Int) {
     guard sequence < Int.max else { return }
     let position = sequence
-    if let previous = latest.updateValue(position, forKey: mixed) {
+    if let previous = latest.updateValue(LatestAccess(position: position), forHash: mixed)?.position {
       if previous >= base {
         let offset = previous - base
         marks[offset >> 6] &= ~(1 << UInt64(offset & 63))
@@ -181,8 +200,8 @@ struct KeySampleState: Sendable {
     // (a loop over a few more keys than it), there may be none.
     if excess > 0, !kept.isEmpty {
       let dropped = Swift.min(excess, kept.count)
-      for entry in kept[..<dropped] where latest[entry.key] == entry.position {
-        latest.removeValue(forKey: entry.key)
+      for entry in kept[..<dropped] where latest[entry.key]?.position == entry.position {
+        latest.removeValue(forHash: entry.key)
       }
       forgottenBefore = kept[dropped - 1].position + 1
       kept.removeFirst(dropped)
@@ -193,4 +212,13 @@ struct KeySampleState: Sendable {
     sparseLive = kept.indices.map { Int32(($0 + 1) & -($0 + 1)) }
     compactionPoint = Swift.max(marks.count * 2, compactionPoint)
   }
+}
+
+/// A sampled key's latest access in a ``KeySampleState``: its position, never negative, so that
+/// `Int.min` marks an empty slot.
+struct LatestAccess: HashedTableValue {
+  @usableFromInline var position: Int
+
+  @usableFromInline static var vacant: LatestAccess { LatestAccess(position: .min) }
+  @usableFromInline var isVacant: Bool { position == .min }
 }

@@ -63,13 +63,14 @@ extension MemoryLayer {
     /// Whether the layer estimates its hit-ratio curve (``Statistics/hitRatioCurve``): what it
     /// would hit at ¼× to 4× its capacity. Default `true`. About one lookup in a hundred is
     /// watched until its key's next lookup (an insert into a small table keyed by the hash the
-    /// lookup computed, then a removal); once the layer has watched 40,000 lookups, half as
+    /// lookup computed, then a removal); once the layer has watched 20,000 lookups, half as
     /// many, and so on, each watch weighing the lookups it stands for. The rest pay one
     /// decrement and one bit of the node they read anyway. The watches hold at most a quarter as
     /// many keys as the layer (256 at least). A layer bounded by a count limit of 51,200 or more
-    /// (and not by cost) also keeps a sample of one key in a hundred, to count the distinct keys
-    /// of long reuses: a lookup of one of those takes the sample's lock, and the others pay a
-    /// multiplication and a comparison. `memory.hit.1task` compares a loading cache's hit with
+    /// (and not by cost) also keeps a sample of one key in a hundred (fewer beyond 131,072
+    /// entries: about 7,900 keys in all), to count the distinct keys of long reuses: a lookup of
+    /// one of those takes the sample's lock, and the others pay a multiplication and a
+    /// comparison. `memory.hit.1task` compares a loading cache's hit with
     /// and without it.
     public var estimatesHitRatioCurve: Bool
 

@@ -99,14 +99,16 @@ extension MemoryStore {
   /// The hit-ratio curve from every segment's reuse sampler, for a layer of `capacity` entries;
   /// `nil` when the layer does not sample or has watched no lookup yet.
   func hitRatioCurve(capacity: Int) -> HitRatioCurve? {
-    var reuseTimes = [Int](repeating: 0, count: ReuseHistogram.bucketCount)
-    var modelled = reuseTimes
-    var distances = reuseTimes
+    var parts: [(time: Int, reuseTimes: [Int], modelled: [Int])] = []
+    var distances = [Int](repeating: 0, count: ReuseHistogram.bucketCount)
     var unresolved = 0
     var watched = 0
     for index in 0..<segments.count {
       segments.withLock(index) { segment in
         let sampler = segment.sampler
+        guard sampler.isOn else { return }
+        var reuseTimes = [Int](repeating: 0, count: ReuseHistogram.bucketCount)
+        var modelled = reuseTimes
         for (bucket, count) in sampler.histogram.counts.enumerated() {
           reuseTimes[bucket] += Int(count)
           modelled[bucket] += Int(count)
@@ -115,10 +117,15 @@ extension MemoryStore {
         for (bucket, count) in sampler.distances.counts.enumerated() { distances[bucket] += Int(count) }
         unresolved += sampler.pendingWeight + sampler.dropped
         watched += sampler.watched
+        // The lookups the segment has sampled from: its time.
+        parts.append((Swift.max(sampler.gapEnd &- segment.sampleCountdown, 0), reuseTimes, modelled))
       }
     }
+    let lookups = Double(parts.reduce(0) { $0 + $1.time })
+    guard lookups > 0 else { return nil }
     return HitRatioCurve(
-      capacity: capacity, segments: segments.count, reuseTimes: reuseTimes, modelled: modelled,
+      capacity: capacity,
+      segments: parts.map { .init(share: Double($0.time) / lookups, reuseTimes: $0.reuseTimes, modelled: $0.modelled) },
       distances: distances, unresolved: unresolved, sampledLookups: watched)
   }
 }

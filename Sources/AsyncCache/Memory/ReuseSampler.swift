@@ -19,7 +19,10 @@
 /// Time is the segment's own count of the lookups it samples from (a loading cache's requests,
 /// when the layer is one's top layer; every lookup otherwise). Keys are spread over the segments
 /// by hash, so a segment's lookups are a spatial sample of the layer's: a reuse time in the
-/// segment's lookups, times the segment count, estimates it in the layer's.
+/// segment's lookups, over the segment's share of the layer's lookups, estimates it in the
+/// layer's (``HitRatioCurve/SegmentReuse``). Shares are unequal where a segment holds a popular
+/// key: times the segment count, as the curve first converted them, a loop with a hot key read
+/// 87% at half the capacity where LRU hits 50%.
 ///
 /// The countdown to the next watched lookup is the segment's own ``MemorySegment/sampleCountdown``
 /// (beside the fields every hit writes): the time is ``gapEnd`` minus it.
@@ -30,17 +33,27 @@ struct ReuseSampler {
   /// When a watch began: the segment's time, and the layer's ``KeySample`` position (0 without
   /// one); and the lookups it stands for, `2^level` at the ``level`` its gap was drawn at.
   @usableFromInline
-  struct Watch: Sendable {
+  struct Watch: HashedTableValue {
     @usableFromInline var time: Int
     @usableFromInline var keys: Int
     @usableFromInline var weight: Int
 
+    /// A watch begun at `time`; at `Int.min`, which marks an empty slot of the ``WatchTable``
+    /// (time wraps where `Int` has 32 bits), a lookup later.
     @inlinable
     init(time: Int, keys: Int, weight: Int = 1) {
-      self.time = time
+      self.time = time == .min ? .min + 1 : time
       self.keys = keys
       self.weight = weight
     }
+
+    @inlinable static var vacant: Watch {
+      var watch = Watch(time: 0, keys: 0, weight: 0)
+      watch.time = .min
+      return watch
+    }
+
+    @inlinable var isVacant: Bool { time == .min }
   }
 
   /// The watched keys, by hash, and when each was watched.
@@ -66,9 +79,10 @@ struct ReuseSampler {
   /// The watches begun (each once, whatever its weight).
   @usableFromInline var watched = 0
   /// The watches after which the level rises for the first time (then after twice as many
-  /// more, and so on): the segment's share of 40,000 (a curve within a few tenths of a point of
-  /// what its sample would show with every lookup watched).
-  @usableFromInline var thinningStart = 40_000
+  /// more, and so on): the segment's share of 20,000 (a curve within about a third of a point
+  /// of what its sample would show with every lookup watched; 40,000 cost a young layer's hits
+  /// some 2% more for its first 4 million lookups, for a tenth of a point).
+  @usableFromInline var thinningStart = 20_000
   /// The weight of the watch the running countdown will begin: `2^level` when its gap was drawn.
   @usableFromInline var gapWeight = 1
   /// The highest level: one lookup in 102 × 2^10 (about 100,000).
@@ -86,7 +100,7 @@ struct ReuseSampler {
   mutating func start(seed: UInt64, segments: Int) -> Int {
     random = seed | 1
     minimumEntries = Swift.max(256 / Swift.max(segments, 1), 4)
-    thinningStart = Swift.max(40_000 / Swift.max(segments, 1), 64)
+    thinningStart = Swift.max(20_000 / Swift.max(segments, 1), 64)
     let gap = nextGap()
     gapEnd = gap
     return gap
@@ -95,7 +109,7 @@ struct ReuseSampler {
   @inlinable var isOn: Bool { random != 0 }
 
   /// The lookups the watches still waiting stand for.
-  @usableFromInline var pendingWeight: Int { watches.all.reduce(0) { $0 &+ $1.weight } }
+  @usableFromInline var pendingWeight: Int { watches.values.reduce(0) { $0 &+ $1.weight } }
 
   /// 52 to 152 (``meanGap`` ± 50), uniformly, times `2^level`: a watched lookup is never
   /// predictable from the last, and the count of watched lookups varies little. The watch it
@@ -123,8 +137,9 @@ struct ReuseSampler {
   /// a segment holding `count` entries; beyond the limit, the oldest quarter of the watches ends.
   @inlinable
   mutating func watch(hash: Int, at time: Int, keys: Int, entries count: Int) {
-    if let replaced = watches[hash: hash] { dropped &+= replaced.weight }
-    watches.insert(Watch(time: time, keys: keys, weight: gapWeight), forHash: hash)
+    if let replaced = watches.insert(Watch(time: time, keys: keys, weight: gapWeight), forHash: hash) {
+      dropped &+= replaced.weight
+    }
     watched &+= 1
     // Thinning: after `thinningStart` watches, half the rate; after twice as many more (four
     // times the lookups), half again; and so on. Each watch weighs the lookups it stands for.
@@ -175,7 +190,7 @@ struct ReuseSampler {
   /// watches at most.
   @inlinable
   mutating func dropOldest(keeping kept: Int) {
-    let times = watches.all.map { $0.time }.sorted()
+    let times = watches.values.map { $0.time }.sorted()
     let cutoff = times[Swift.max(times.count - kept, 0)]
     let before = pendingWeight
     watches.keep { $0.time >= cutoff }

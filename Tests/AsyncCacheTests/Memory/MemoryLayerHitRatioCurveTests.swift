@@ -236,6 +236,50 @@ struct MemoryLayerHitRatioCurveTests {
     #expect(try #require(curve.hitRatio(atScale: 0.5)) < 0.01)
   }
 
+  @Test("a segment's reuse times count in the layer's lookups: over its share, not times the segment count")
+  func segmentSharesConvertReuseTimes() throws {
+    // Every key comes back after 1,000 of the layer's lookups; segment 0 sees three quarters of
+    // them (750 of its own), segment 1 a quarter (250). An LRU cache of fewer than 1,000 entries
+    // hits none; of more, all.
+    func histogram(_ reuseTime: Int, count: Int) -> [Int] {
+      var counts = [Int](repeating: 0, count: ReuseHistogram.bucketCount)
+      counts[ReuseHistogram.bucket(of: reuseTime)] = count
+      return counts
+    }
+    let segments = [
+      HitRatioCurve.SegmentReuse(
+        share: 0.75, reuseTimes: histogram(750, count: 3_000), modelled: histogram(750, count: 3_000)),
+      HitRatioCurve.SegmentReuse(
+        share: 0.25, reuseTimes: histogram(250, count: 1_000), modelled: histogram(250, count: 1_000)),
+    ]
+    let curve = try #require(
+      HitRatioCurve(capacity: 2_000, segments: segments, distances: [], unresolved: 0, sampledLookups: 4_000))
+    // 500 entries: the quarter in segment 1 came back after 250 of its lookups, but 1,000 of the
+    // layer's: no hit (the segment count, 2, would have said 500 and a hit).
+    #expect(try #require(curve.hitRatio(atScale: 0.25)) < 0.01)
+    #expect(try #require(curve.hitRatio(atScale: 1)) > 0.99)
+  }
+
+  @Test("a hot key's segment sees more lookups, and the curve still follows LRU")
+  func hotKeySegment() throws {
+    // A loop over 1,000 keys with one hot key looked up between any two: LRU hits the hot key
+    // from 2 entries, and the loop from 1,001.
+    let layer = try MemoryLayer<Int, Int>(
+      configuration: .init(countLimit: 1_000, segmentCount: 4, evictionPolicy: .leastRecentlyUsed, admissionSeed: 3))
+    let hot = -1
+    for _ in 0..<300 where !Task.isCancelled {
+      for key in 0..<1_000 {
+        try Self.access(key, in: layer)
+        try Self.access(hot, in: layer)
+      }
+    }
+    let curve = try #require(layer.statistics.hitRatioCurve)
+    for (scale, exact) in [(0.25, 0.5), (0.5, 0.5), (2.0, 1.0), (4.0, 1.0)] {
+      let estimate = try #require(curve.hitRatio(atScale: scale))
+      #expect(abs(estimate - exact) < 0.03, "\(scale)×: \(estimate), LRU \(exact)")
+    }
+  }
+
   @Test("a count limit near Int.max gives a curve, not a trap")
   func hugeCountLimit() throws {
     let layer = try MemoryLayer<Int, Int>(configuration: .init(countLimit: Int.max / 2))

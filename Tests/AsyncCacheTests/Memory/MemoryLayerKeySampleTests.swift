@@ -12,7 +12,7 @@ struct MemoryLayerKeySampleTests {
   /// Every key sampled, each standing for one, the count used from `countedFrom` keys: distances
   /// are exact in a small layer.
   static func everyKey(countedFrom: Int) -> KeySample.Parameters {
-    .init(threshold: .max, scale: 1, countedFrom: countedFrom)
+    .init(minimumScale: 1, countedFrom: countedFrom, countedFromCapacities: 0)
   }
 
   /// How many values `histogram` recorded in the bucket of `value` (0 before its first record,
@@ -78,7 +78,9 @@ struct MemoryLayerKeySampleTests {
 
   @Test("with a horizon of 60,000 keys, latest accesses move to the sparse positions, end there, and are forgotten")
   func sparsePositions() throws {
-    let sample = KeySample(capacity: 1_000_000)  // a horizon of 60,064 keys
+    // One key in 100 at a million entries, for a horizon of 60,064 keys.
+    let sample = KeySample(
+      capacity: 1_000_000, parameters: .init(minimumScale: 100, countedFrom: 2_048, countedFromCapacities: 0))
     let result = Self.checkCounts(
       of: sample, steps: 300_000, recurring: 40_000, fresh: 2, backs: [1, 1_000, 50_000, 100_000, 150_000, 300_000],
       checkEvery: 19_997, seed: 5)
@@ -92,7 +94,7 @@ struct MemoryLayerKeySampleTests {
     #expect(remembered <= 5 * sample.horizon, "\(remembered) keys remembered")
   }
 
-  @Test("the watch table agrees with a dictionary through inserts, removals, growth and keeps")
+  @Test("the hashed table agrees with a dictionary through inserts, replacements, removals, growth and keeps")
   func watchTableMatchesDictionary() {
     var table = WatchTable()
     var reference: [Int: ReuseSampler.Watch] = [:]
@@ -104,8 +106,9 @@ struct MemoryLayerKeySampleTests {
       switch Int.random(in: 0..<10, using: &draws) {
       case 0..<5:
         let watch = ReuseSampler.Watch(time: step, keys: step / 2)
-        table.insert(watch, forHash: hash)
-        reference[hash] = watch
+        if table.insert(watch, forHash: hash)?.time != reference.updateValue(watch, forKey: hash)?.time {
+          mismatches += 1
+        }
       case 5..<9:
         if table.remove(hash: hash)?.time != reference.removeValue(forKey: hash)?.time { mismatches += 1 }
       default:
@@ -123,7 +126,7 @@ struct MemoryLayerKeySampleTests {
       }
     }
     #expect(mismatches == 0)
-    #expect(table.all.map(\.time).sorted() == reference.values.map(\.time).sorted())
+    #expect(table.values.map(\.time).sorted() == reference.values.map(\.time).sorted())
   }
 
   @Test("a few keys used for ever keep the sample small, and a key used once long ago is still counted")
@@ -238,6 +241,30 @@ struct MemoryLayerKeySampleTests {
     let lookups = 40 * 2_000
     #expect(abs(Double(weighed) / Double(lookups) * 102 - 1) < 0.15, "\(weighed) weighed over \(lookups) lookups")
     #expect(weighed > sampler.watched * 2, "weights above 1 were counted as 1")
+  }
+
+  @Test("beyond 131,072 entries the sample thins with the capacity, and keeps about 7,900 keys")
+  func sampleThinsWithCapacity() {
+    let standard = KeySample.Parameters.standard
+    for (capacity, scale) in [(51_200, 100), (131_072, 100), (131_073, 101), (200_000, 153), (1_000_000, 763)] {
+      let sample = KeySample(capacity: capacity)
+      #expect(sample.scale == scale, "capacity \(capacity)")
+      #expect(sample.threshold == UInt64.max / UInt64(scale), "capacity \(capacity)")
+      // 2,048 sampled keys stand for 1.5625 capacities once the scale grows.
+      if scale > 100 {
+        #expect(Double(2_048 * (scale - 1)) < 1.5625 * Double(capacity), "capacity \(capacity)")
+        #expect(Double(2_048 * scale) >= 1.5625 * Double(capacity), "capacity \(capacity)")
+      }
+      #expect(sample.horizon == standard.horizon(capacity: capacity))
+    }
+    for capacity in [131_072, 200_000, 1_000_000, 10_000_000, 1 << 40] {
+      #expect((7_800...8_000).contains(KeySample(capacity: capacity).horizon), "capacity \(capacity)")
+    }
+    #expect(KeySample(capacity: .max).scale == 1 << 30, "the scale is capped, and does not trap")
+    // The keys sampled are 1 in `scale`: over 2M hashes, 13,072 expected at 1 in 153.
+    let threshold = KeySample(capacity: 200_000).threshold
+    let sampled = (0..<2_000_000).count { KeySample.mixed($0.hashValue) < threshold }
+    #expect(abs(Double(sampled) / (2_000_000 / 153) - 1) < 0.05, "\(sampled) sampled")
   }
 
   @Test("a layer keeps the sample from a count limit of 51,200 entries, and not when bounded by cost or off")
