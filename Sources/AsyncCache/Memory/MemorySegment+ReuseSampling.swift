@@ -51,7 +51,9 @@ extension MemorySegment {
       sampler.resolve(hash: hash, at: time, sample: keys)
     }
     // The key's own access counts after the window it ends, and before the one it begins.
-    if let keys, case let mixed = KeySample.mixed(hash), mixed < keySampleThreshold { keys.access(mixed) }
+    if let keys, case let mixed = KeySample.mixed(hash), mixed < keySampleThreshold {
+      sampler.recordAccess(mixed, in: keys)
+    }
     guard sampleCountdown <= 0 else { return }
     // The watch first, with the weight of the gap that ended; then the next gap.
     sampler.watch(hash: hash, at: time, keys: keys?.position ?? 0, entries: count)

@@ -85,6 +85,10 @@ struct ReuseSampler {
   @usableFromInline var thinningStart = 20_000
   /// The weight of the watch the running countdown will begin: `2^level` when its gap was drawn.
   @usableFromInline var gapWeight = 1
+  /// The sampled keys this segment recorded last in the layer's ``KeySample``, by their mixed
+  /// hash's lowest 3 bits, and the sample's position then (`Int.min` for none); empty until the
+  /// first.
+  @usableFromInline var recentlyRecorded: [(key: UInt64, position: Int)] = []
   /// The highest level: one lookup in 102 × 2^10 (about 100,000).
   @inlinable static var maximumLevel: Int { 10 }
 
@@ -171,6 +175,27 @@ struct ReuseSampler {
     }
     histogram.record(reuseTime, weight: began.weight)
     return true
+  }
+
+  /// Records an access to the sampled key of mixed hash `mixed` in the layer's `sample`, unless
+  /// this segment recorded it fewer than ``KeySample/repeatWindow`` positions ago (among 8 keys
+  /// it recorded, one per value of the hash's lowest 3 bits). So a popular sampled key
+  /// takes the sample's lock once every 64 sampled accesses of the layer at most, not at each of
+  /// its lookups on every core; its latest access, as the sample knows it, is then up to 64
+  /// positions old, which a window of 2,048 or more counts as it would have (unless it began
+  /// within those 64 positions, and the key was not looked up since).
+  @inlinable
+  mutating func recordAccess(_ mixed: UInt64, in sample: KeySample) {
+    if recentlyRecorded.isEmpty { recentlyRecorded = Array(repeating: (0, .min), count: 8) }
+    let slot = Int(truncatingIfNeeded: mixed & 7)
+    let position = sample.position
+    let recent = recentlyRecorded[slot]
+    let isRecent = (0..<KeySample.repeatWindow).contains(position &- recent.position)
+    if recent.key == mixed, isRecent { return }
+    sample.access(mixed)
+    // Another key keeps its slot until its window ends: a popular key is not pushed out by each
+    // other key that shares its slot.
+    if !isRecent || recent.key == mixed { recentlyRecorded[slot] = (mixed, position) }
   }
 
   /// Ends the watch of the key whose hash is `hash`, if any, as never reused: its entry left the layer other than by

@@ -243,6 +243,30 @@ struct MemoryLayerKeySampleTests {
     #expect(weighed > sampler.watched * 2, "weights above 1 were counted as 1")
   }
 
+  @Test("a popular sampled key is recorded once every 64 sampled accesses, and the counts still follow LRU")
+  func popularSampledKey() throws {
+    // A loop over 3,000 keys with a hot key looked up between any two, every key sampled and
+    // every window counted: LRU hits the hot key from 2 entries, the loop from 3,001.
+    let layer = try Self.layer(countLimit: 1_000)
+    let sample = try #require(layer.store.keySample)
+    let hot = -1
+    var lookups = 0
+    for _ in 0..<20 where !Task.isCancelled {
+      for key in 0..<3_000 {
+        try Curve.access(key, in: layer)
+        try Curve.access(hot, in: layer)
+        lookups += 2
+      }
+    }
+    // 60,000 accesses of the loop's keys, and of the hot key's 60,000 one in 64.
+    #expect((60_000...61_000).contains(sample.position), "\(sample.position) positions for \(lookups) lookups")
+    let curve = try #require(layer.statistics.hitRatioCurve)
+    for (scale, exact) in [(0.25, 0.5), (2.0, 0.5), (4.0, 1.0)] {
+      let estimate = try #require(curve.hitRatio(atScale: scale))
+      #expect(abs(estimate - exact) < 0.03, "\(scale)×: \(estimate), LRU \(exact)")
+    }
+  }
+
   @Test("beyond 131,072 entries the sample thins with the capacity, and keeps about 7,900 keys")
   func sampleThinsWithCapacity() {
     let standard = KeySample.Parameters.standard
