@@ -18,8 +18,6 @@ final class KeySample {
     state = KeySampleState(horizon: horizon)
   }
 
-  @inlinable static var repeatWindow: Int { 64 }
-
   @usableFromInline var position: Int { state.sequence }
 
   @usableFromInline func access(_ mixed: UInt64) { state.access(mixed, horizon: horizon) }

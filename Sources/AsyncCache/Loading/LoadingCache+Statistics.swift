@@ -19,7 +19,8 @@ extension LoadingCache {
         evictions: EvictionCounts())
     }
     for (memory, tier) in wiring.memoryLayers {
-      layers[tier].evictions = layers[tier].evictions + memory.statistics.evictions
+      // The counters alone: `memory.statistics` would also compute the layer's hit-ratio curve.
+      layers[tier].evictions = layers[tier].evictions + memory.store.totals.evictions
     }
     // The top layer counted hits of entries the cache would not serve; those requests loaded.
     let answeredAtTop = Swift.max(topHits - counters.declinedTopHits, 0)

@@ -69,8 +69,8 @@ extension HitRatioCurve {
   ///
   /// A segment's reuse times are in its own lookups: divided by its share, they are in the
   /// layer's. Shares differ when a segment holds popular keys (under a Zipf workload, from 0.6
-  /// to 3 times the mean over 32 segments), so the layer's eviction time is found over every
-  /// segment's times converted, not over their sum.
+  /// to 3 times the mean over 32 segments), so every segment's histogram is moved to the
+  /// layer's time before the layer's eviction time is found. O(segments × buckets).
   init?(
     capacity: Int, segments: [SegmentReuse], distances: [Int], unresolved: Int, sampledLookups: Int
   ) {
@@ -78,66 +78,69 @@ extension HitRatioCurve {
     guard samples > 0, capacity > 0 else { return nil }
     self.sampledLookups = sampledLookups
     let segments = segments.filter { $0.share > 0 }
+    var layerTimes = [Double](repeating: 0, count: ReuseHistogram.bucketCount)
+    for segment in segments {
+      for index in segment.reuseTimes.indices where segment.reuseTimes[index] != 0 {
+        let (lower, width) = ReuseHistogram.range(of: index)
+        Self.spread(
+          Double(segment.reuseTimes[index]), over: Double(lower) / segment.share,
+          to: Double(lower + width) / segment.share, into: &layerTimes)
+      }
+    }
     points = Self.scales.map { scale in
       let entries = Int(clamping: UInt64(Swift.min((Double(capacity) * scale).rounded(), 0x1p62)))
-      let eviction = Self.evictionTime(entries: Double(entries), segments: segments, samples: samples)
+      let eviction = Self.evictionTime(entries: Double(entries), reuseTimes: layerTimes, samples: Double(samples))
       var hits = Self.count(below: Double(entries), in: distances)
       for segment in segments { hits += Self.count(below: eviction * segment.share, in: segment.modelled) }
       return Point(scale: scale, capacity: entries, hitRatio: Swift.min(Swift.max(hits / Double(samples), 0), 1))
     }
   }
 
-  /// How long an entry stays in an LRU cache of `entries`, in the layer's lookups, by the
-  /// average eviction time model: the time `T` at which the integral of P(reuse time > t) from 0
-  /// reaches `entries`; a lookup whose reuse time is shorter hits. A reuse time of a segment is
-  /// its time in the segment's lookups over the segment's share; a bucket's reuse times count as
-  /// spread evenly over it, and the `samples` not in any segment's histogram as never reused.
-  /// Infinite when the integral never reaches `entries`: every reuse recorded hits.
-  static func evictionTime(entries: Double, segments: [SegmentReuse], samples: Int) -> Double {
-    // Each segment's nonzero buckets: their lower bound, width and count.
-    let buckets = segments.map { segment in
-      segment.reuseTimes.indices.compactMap { index -> (lower: Double, width: Double, count: Double)? in
-        guard segment.reuseTimes[index] != 0 else { return nil }
-        let (lower, width) = ReuseHistogram.range(of: index)
-        return (Double(lower), Double(width), Double(segment.reuseTimes[index]))
+  /// Adds `count` values spread evenly over `lower ..< upper` to `histogram` (counts by
+  /// ``ReuseHistogram`` bucket), each bucket its share of the range; values past the last
+  /// bucket's start count in the last.
+  static func spread(_ count: Double, over lower: Double, to upper: Double, into histogram: inout [Double]) {
+    let last = histogram.count - 1
+    let lastStart = Double(ReuseHistogram.range(of: last).lower)
+    guard lower < lastStart, upper > lower else {
+      histogram[lower < lastStart ? ReuseHistogram.bucket(of: Int(lower)) : last] += count
+      return
+    }
+    var index = ReuseHistogram.bucket(of: Int(lower))
+    while index <= last {
+      let (start, width) = ReuseHistogram.range(of: index)
+      let end = index == last ? Double.infinity : Double(start + width)
+      let overlap = Swift.min(upper, end) - Swift.max(lower, Double(start))
+      if overlap > 0 { histogram[index] += count * overlap / (upper - lower) }
+      if end >= upper { break }
+      index += 1
+    }
+  }
+
+  /// How long an entry stays in an LRU cache of `entries`, by the average eviction time model:
+  /// the time `T` at which the integral of P(reuse time > t) from 0 reaches `entries`; a lookup
+  /// whose reuse time is shorter hits. `reuseTimes` counts by ``ReuseHistogram`` bucket (a
+  /// bucket's values spread evenly over it) of `samples`, the rest never reused. Infinite when
+  /// the integral never reaches `entries`: every reuse recorded hits.
+  static func evictionTime(entries: Double, reuseTimes: [Double], samples: Double) -> Double {
+    var above = samples  // samples whose reuse time is past the current bucket's start
+    var remaining = entries
+    for index in reuseTimes.indices {
+      let count = reuseTimes[index]
+      let (lower, width) = ReuseHistogram.range(of: index)
+      let start = above / samples
+      let drop = count / samples
+      let area = Double(width) * (start - drop / 2)
+      if area >= remaining {
+        // Where in the bucket the integral reaches `entries`: P falls linearly across it.
+        guard drop != 0 else { return Double(lower) + remaining / start }
+        let discriminant = Swift.max(start * start - 2 * drop * remaining / Double(width), 0)
+        return Double(lower) + (start - discriminant.squareRoot()) * Double(width) / drop
       }
+      remaining -= area
+      above -= count
     }
-    let recorded = buckets.reduce(0.0) { $0 + $1.reduce(0) { $0 + $1.count } }
-    let neverReused = Double(samples) - recorded
-    let target = entries * Double(samples)
-    /// The integral, times `samples`, up to `time`: a bucket's part is that of the share of
-    /// its values above each t, falling linearly across the bucket.
-    func area(until time: Double) -> Double {
-      var area = neverReused * time
-      for (segment, buckets) in zip(segments, buckets) {
-        let time = time * segment.share
-        var part = 0.0
-        for bucket in buckets {
-          let end = bucket.lower + bucket.width
-          let covered =
-            time <= bucket.lower
-            ? time
-            : time < end
-              ? time - (time - bucket.lower) * (time - bucket.lower) / (2 * bucket.width)
-              : bucket.lower + bucket.width / 2
-          part += bucket.count * covered
-        }
-        area += part / segment.share
-      }
-      return area
-    }
-    guard target > 0 else { return 0 }
-    var (low, high) = (0.0, 1.0)
-    while area(until: high) < target {
-      (low, high) = (high, high * 2)
-      if high > 0x1p62 { return .infinity }
-    }
-    // The area grows with the time: halve the interval until it is within a millionth.
-    while high - low > Swift.max(high * 1e-6, 1e-6) {
-      let middle = (low + high) / 2
-      if area(until: middle) < target { low = middle } else { high = middle }
-    }
-    return (low + high) / 2
+    return .infinity
   }
 
   /// The values of `histogram` (counts by ``ReuseHistogram`` bucket) below `limit`, a bucket's

@@ -44,10 +44,6 @@ final class KeySample: Sendable {
     state = Locked(KeySampleState(horizon: horizon))
   }
 
-  /// The positions within which a segment records a repeated access to the key it recorded
-  /// last only once (``ReuseSampler/recordAccess(_:in:)``).
-  @inlinable static var repeatWindow: Int { 64 }
-
   /// The position the next access will have: where a watch that starts now counts from. Read
   /// without the lock.
   @usableFromInline var position: Int { published.load(ordering: .acquiring) }

@@ -18,7 +18,7 @@ extension KeySample {
     /// One key in a hundred, or fewer in a layer of more than 131,072 entries: windows are
     /// counted from 2,048 sampled keys (within 2.2%, one standard deviation), which stand for
     /// 204,800 keys, or 1.5625 capacities in a larger layer. So the sample of a large layer
-    /// keeps about 7,900 keys and costs a hit as little whatever the capacity, and its counts
+    /// remembers 7,900 to about 17,000 keys and costs a hit as little whatever the capacity, and its counts
     /// start where they did on the ARC paper's P3 trace at 131,072 entries, whose 4× the model
     /// alone read 2 points low.
     static let standard = Parameters(minimumScale: 100, countedFrom: 2_048, countedFromCapacities: 1.5625)
@@ -45,6 +45,10 @@ extension KeySample {
       Int(Swift.min(Double(capacity) * 4 / Double(scale(capacity: capacity)) * 1.5, 0x1p30)) + 64
     }
   }
+
+  /// The positions within which a segment records repeated accesses to a sampled key once
+  /// (``ReuseSampler/recordAccess(_:in:)``).
+  @inlinable static var repeatWindow: Int { 64 }
 
   /// The hash's bits, mixed so that the sample does not follow the bits segments and buckets
   /// are chosen by.

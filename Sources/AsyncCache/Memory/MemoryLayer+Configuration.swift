@@ -68,7 +68,7 @@ extension MemoryLayer {
     /// decrement and one bit of the node they read anyway. The watches hold at most a quarter as
     /// many keys as the layer (256 at least). A layer bounded by a count limit of 51,200 or more
     /// (and not by cost) also keeps a sample of one key in a hundred (fewer beyond 131,072
-    /// entries: about 7,900 keys in all), to count the distinct keys of long reuses: a lookup of
+    /// entries: 7,900 to about 17,000 keys in all), to count the distinct keys of long reuses: a lookup of
     /// one of those takes the sample's lock, and the others pay a multiplication and a
     /// comparison. `memory.hit.1task` compares a loading cache's hit with
     /// and without it.

@@ -99,7 +99,7 @@ extension MemoryStore {
   /// The hit-ratio curve from every segment's reuse sampler, for a layer of `capacity` entries;
   /// `nil` when the layer does not sample or has watched no lookup yet.
   func hitRatioCurve(capacity: Int) -> HitRatioCurve? {
-    var parts: [(time: Int, reuseTimes: [Int], modelled: [Int])] = []
+    var parts: [(lookups: Double, reuseTimes: [Int], modelled: [Int])] = []
     var distances = [Int](repeating: 0, count: ReuseHistogram.bucketCount)
     var unresolved = 0
     var watched = 0
@@ -117,15 +117,17 @@ extension MemoryStore {
         for (bucket, count) in sampler.distances.counts.enumerated() { distances[bucket] += Int(count) }
         unresolved += sampler.pendingWeight + sampler.dropped
         watched += sampler.watched
-        // The lookups the segment has sampled from: its time.
-        parts.append((Swift.max(sampler.gapEnd &- segment.sampleCountdown, 0), reuseTimes, modelled))
+        // The lookups the segment has sampled from (at least one: a segment with reuse times
+        // has a share).
+        let lookups = Double(Swift.max(sampler.lookups(countdown: segment.sampleCountdown), 1))
+        parts.append((lookups, reuseTimes, modelled))
       }
     }
-    let lookups = Double(parts.reduce(0) { $0 + $1.time })
+    let lookups = parts.reduce(0) { $0 + $1.lookups }
     guard lookups > 0 else { return nil }
     return HitRatioCurve(
       capacity: capacity,
-      segments: parts.map { .init(share: Double($0.time) / lookups, reuseTimes: $0.reuseTimes, modelled: $0.modelled) },
+      segments: parts.map { .init(share: $0.lookups / lookups, reuseTimes: $0.reuseTimes, modelled: $0.modelled) },
       distances: distances, unresolved: unresolved, sampledLookups: watched)
   }
 }

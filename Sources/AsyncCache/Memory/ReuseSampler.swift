@@ -10,7 +10,8 @@
 // The reuse times go through the average eviction time model (AET: Hu et al., "Kinetic Modeling
 // of Data Eviction in Cache", USENIX ATC 2016), which needs no stack of keys. Where a window is
 // long enough to hold 2,048 keys of the layer's spatial sample (`KeySample`: one key in a
-// hundred, as SHARDS), its count of distinct keys replaces the model's guess.
+// hundred as SHARDS, or fewer in a layer of more than 131,072 entries), its count of distinct
+// keys replaces the model's guess.
 
 /// The reuse-time sampling of one memory segment: which of its lookups are watched, when each
 /// began, and the histogram of the reuse times measured. Not thread-safe: under the segment's
@@ -30,6 +31,10 @@
 struct ReuseSampler {
   /// The time at which the countdown reaches 0.
   @usableFromInline var gapEnd = 0
+  /// The lookups of every gap drawn so far: minus the countdown, the lookups the segment has
+  /// sampled from, for its share of the layer's (which `gapEnd`, an `Int` that wraps after
+  /// 2^31 lookups where `Int` has 32 bits, cannot give).
+  @usableFromInline var drawn: UInt64 = 0
   /// When a watch began: the segment's time, and the layer's ``KeySample`` position (0 without
   /// one); and the lookups it stands for, `2^level` at the ``level`` its gap was drawn at.
   @usableFromInline
@@ -85,10 +90,25 @@ struct ReuseSampler {
   @usableFromInline var thinningStart = 20_000
   /// The weight of the watch the running countdown will begin: `2^level` when its gap was drawn.
   @usableFromInline var gapWeight = 1
-  /// The sampled keys this segment recorded last in the layer's ``KeySample``, by their mixed
-  /// hash's lowest 3 bits, and the sample's position then (`Int.min` for none); empty until the
-  /// first.
-  @usableFromInline var recentlyRecorded: [(key: UInt64, position: Int)] = []
+  /// A sampled key this segment recorded in the layer's ``KeySample``: its mixed hash, the
+  /// sample's position then (`Int.min` for none), and whether it came back within its window.
+  @usableFromInline
+  struct RecordedKey: Sendable {
+    @usableFromInline var key: UInt64
+    @usableFromInline var position: Int
+    @usableFromInline var cameBack: Bool
+
+    @inlinable
+    init(key: UInt64, position: Int, cameBack: Bool) {
+      self.key = key
+      self.position = position
+      self.cameBack = cameBack
+    }
+  }
+
+  /// The sampled keys this segment recorded, one for each value of their mixed hash's lowest 3
+  /// bits (``recordAccess(_:in:)``); empty until the first.
+  @usableFromInline var recentlyRecorded: [RecordedKey] = []
   /// The highest level: one lookup in 102 × 2^10 (about 100,000).
   @inlinable static var maximumLevel: Int { 10 }
 
@@ -112,6 +132,13 @@ struct ReuseSampler {
 
   @inlinable var isOn: Bool { random != 0 }
 
+  /// The lookups sampled from so far, given the running `countdown`.
+  @inlinable
+  func lookups(countdown: Int) -> UInt64 {
+    let remaining = UInt64(Swift.max(countdown, 0))
+    return drawn > remaining ? drawn - remaining : 0
+  }
+
   /// The lookups the watches still waiting stand for.
   @usableFromInline var pendingWeight: Int { watches.values.reduce(0) { $0 &+ $1.weight } }
 
@@ -123,9 +150,11 @@ struct ReuseSampler {
     random ^= random >> 12
     random ^= random << 25
     random ^= random >> 27
-    let drawn = (random &* 0x2545_F491_4F6C_DD1D) >> 33
+    let draw = (random &* 0x2545_F491_4F6C_DD1D) >> 33
     gapWeight = 1 << level
-    return (Self.meanGap - 50 + Int(drawn % 101)) << level
+    let gap = (Self.meanGap - 50 + Int(draw % 101)) << level
+    drawn &+= UInt64(gap)
+    return gap
   }
 
   /// The most watches a segment holding `count` entries keeps: a quarter of its entries (of
@@ -178,24 +207,36 @@ struct ReuseSampler {
   }
 
   /// Records an access to the sampled key of mixed hash `mixed` in the layer's `sample`, unless
-  /// this segment recorded it fewer than ``KeySample/repeatWindow`` positions ago (among 8 keys
-  /// it recorded, one per value of the hash's lowest 3 bits). So a popular sampled key
-  /// takes the sample's lock once every 64 sampled accesses of the layer at most, not at each of
-  /// its lookups on every core; its latest access, as the sample knows it, is then up to 64
-  /// positions old, which a window of 2,048 or more counts as it would have (unless it began
-  /// within those 64 positions, and the key was not looked up since).
+  /// this segment recorded it fewer than ``KeySample/repeatWindow`` positions ago. The segment
+  /// remembers one key for each value of the hash's lowest 3 bits: the last one recorded,
+  /// except that a key that came back within its window keeps its slot until the window ends.
+  /// So a popular sampled key takes the sample's lock about once every 64 sampled accesses of
+  /// the layer (and once more each time it takes its slot back from a key seen once), not at
+  /// each of its lookups on every core; of two popular keys that share a slot, the second
+  /// still takes the lock at most of its lookups.
+  ///
+  /// The latest access of a key, as the sample knows it, is then up to 64 positions old: a
+  /// window that began within those 64 positions may miss the key. At most one key per slot
+  /// of each segment is in that state at a time, out of the 2,048 or more a counted window
+  /// holds.
   @inlinable
   mutating func recordAccess(_ mixed: UInt64, in sample: KeySample) {
-    if recentlyRecorded.isEmpty { recentlyRecorded = Array(repeating: (0, .min), count: 8) }
+    if recentlyRecorded.isEmpty {
+      recentlyRecorded = Array(repeating: RecordedKey(key: 0, position: .min, cameBack: false), count: 8)
+    }
     let slot = Int(truncatingIfNeeded: mixed & 7)
     let position = sample.position
     let recent = recentlyRecorded[slot]
     let isRecent = (0..<KeySample.repeatWindow).contains(position &- recent.position)
-    if recent.key == mixed, isRecent { return }
+    if recent.key == mixed, isRecent {
+      recentlyRecorded[slot].cameBack = true
+      return
+    }
     sample.access(mixed)
-    // Another key keeps its slot until its window ends: a popular key is not pushed out by each
-    // other key that shares its slot.
-    if !isRecent || recent.key == mixed { recentlyRecorded[slot] = (mixed, position) }
+    if recent.key == mixed || !isRecent || !recent.cameBack {
+      let cameBack = recent.key == mixed && recent.cameBack
+      recentlyRecorded[slot] = RecordedKey(key: mixed, position: position, cameBack: cameBack)
+    }
   }
 
   /// Ends the watch of the key whose hash is `hash`, if any, as never reused: its entry left the layer other than by

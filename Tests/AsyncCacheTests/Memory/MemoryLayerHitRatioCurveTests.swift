@@ -13,6 +13,7 @@ struct MemoryLayerHitRatioCurveTests {
   static func watch(after lookups: Int, in layer: MemoryLayer<Int, Int>) {
     layer.store.segments.withLock(0) { segment in
       let now = segment.sampler.gapEnd &- segment.sampleCountdown
+      segment.sampler.drawn = segment.sampler.lookups(countdown: segment.sampleCountdown) &+ UInt64(lookups)
       segment.sampleCountdown = lookups
       segment.sampler.gapEnd = now &+ lookups
     }
@@ -260,6 +261,72 @@ struct MemoryLayerHitRatioCurveTests {
     #expect(try #require(curve.hitRatio(atScale: 1)) > 0.99)
   }
 
+  @Test("with equal shares, moving the segments' reuse times to the layer's time changes no estimate")
+  func equalSharesMatchSegmentTime() throws {
+    var draws = SplitMix64(seed: 11)
+    for _ in 0..<50 {
+      // Four segments of random reuse times, each a quarter of the lookups, some never reused.
+      let segments = (0..<4).map { _ in
+        var counts = [Int](repeating: 0, count: ReuseHistogram.bucketCount)
+        for _ in 0..<200 {
+          counts[
+            ReuseHistogram.bucket(of: Int.random(in: 0..<(1 << Int.random(in: 2..<24, using: &draws)), using: &draws))] +=
+            1
+        }
+        return HitRatioCurve.SegmentReuse(share: 0.25, reuseTimes: counts, modelled: counts)
+      }
+      let unresolved = Int.random(in: 0..<100, using: &draws)
+      let capacity = Int.random(in: 100..<1_000_000, using: &draws)
+      let curve = try #require(
+        HitRatioCurve(capacity: capacity, segments: segments, distances: [], unresolved: unresolved, sampledLookups: 1))
+      // In segment time, as the curve was computed before shares: a quarter of the entries.
+      let merged = (0..<ReuseHistogram.bucketCount).map { bucket in segments.reduce(0) { $0 + $1.reuseTimes[bucket] } }
+      let samples = Double(merged.reduce(0, +) + unresolved)
+      for point in curve.points {
+        let eviction = HitRatioCurve.evictionTime(
+          entries: Double(point.capacity) / 4, reuseTimes: merged.map(Double.init), samples: samples)
+        let expected = HitRatioCurve.count(below: eviction, in: merged) / samples
+        #expect(
+          abs(point.hitRatio - expected) < 0.005, "\(point.scale)× of \(capacity): \(point.hitRatio), \(expected)")
+      }
+    }
+  }
+
+  @Test("a segment's lookups, for its share, are the gaps drawn less the countdown, in 64 bits")
+  func segmentLookups() {
+    var sampler = ReuseSampler()
+    var countdown = sampler.start(seed: 3, segments: 1)
+    var consumed: UInt64 = 0
+    for _ in 0..<1_000 {
+      consumed += UInt64(countdown)
+      countdown = sampler.nextGap()
+    }
+    #expect(sampler.lookups(countdown: countdown) == consumed)
+    #expect(sampler.lookups(countdown: countdown - 5) == consumed + 5)
+    #expect(sampler.lookups(countdown: .max) == 0, "a countdown set past the gaps drawn (tests) gives 0, not a wrap")
+    // Past 2^32 lookups (where `Int` has 32 bits, the segment's time has wrapped by then).
+    sampler.drawn = 1 << 40
+    #expect(sampler.lookups(countdown: 100) == (1 << 40) - 100)
+  }
+
+  @Test("spreading a range over the histogram keeps its count, in the buckets the range covers")
+  func spreadKeepsCounts() {
+    var draws = SplitMix64(seed: 5)
+    for _ in 0..<200 {
+      var histogram = [Double](repeating: 0, count: ReuseHistogram.bucketCount)
+      let lower = Double.random(in: 0..<0x1p50, using: &draws) / Double(1 << Int.random(in: 0..<50, using: &draws))
+      let upper = lower + Double.random(in: 0.5..<4, using: &draws) * Swift.max(lower / 8, 1)
+      HitRatioCurve.spread(7, over: lower, to: upper, into: &histogram)
+      #expect(abs(histogram.reduce(0, +) - 7) < 1e-9)
+      for index in histogram.indices where histogram[index] > 0 {
+        let (start, width) = ReuseHistogram.range(of: index)
+        let end = index == histogram.count - 1 ? Double.infinity : Double(start + width)
+        #expect(
+          end > lower && (Double(start) < upper || index == histogram.count - 1), "\(lower)..<\(upper) in \(index)")
+      }
+    }
+  }
+
   @Test("a hot key's segment sees more lookups, and the curve still follows LRU")
   func hotKeySegment() throws {
     // A loop over 1,000 keys with one hot key looked up between any two: LRU hits the hot key
@@ -267,14 +334,17 @@ struct MemoryLayerHitRatioCurveTests {
     let layer = try MemoryLayer<Int, Int>(
       configuration: .init(countLimit: 1_000, segmentCount: 4, evictionPolicy: .leastRecentlyUsed, admissionSeed: 3))
     let hot = -1
-    for _ in 0..<300 where !Task.isCancelled {
-      for key in 0..<1_000 {
-        try Self.access(key, in: layer)
-        try Self.access(hot, in: layer)
-      }
+    var trace: [Int] = []
+    for _ in 0..<300 {
+      for key in 0..<1_000 { trace += [key, hot] }
     }
+    for key in trace where !Task.isCancelled { try Self.access(key, in: layer) }
     let curve = try #require(layer.statistics.hitRatioCurve)
-    for (scale, exact) in [(0.25, 0.5), (0.5, 0.5), (2.0, 1.0), (4.0, 1.0)] {
+    let scales = [0.25, 0.5, 2, 4]
+    let exact = Self.exactLRU(trace, capacities: scales.map { Int($0 * 1_000) })
+    try #require(exact.count == scales.count)
+    #expect(abs(exact[1] - 0.5) < 0.01 && exact[2] > 0.99, "\(exact)")
+    for (scale, exact) in zip(scales, exact) {
       let estimate = try #require(curve.hitRatio(atScale: scale))
       #expect(abs(estimate - exact) < 0.03, "\(scale)×: \(estimate), LRU \(exact)")
     }
