@@ -23,7 +23,8 @@ enum CurveBenchmark {
     guard let directory = run.tracesDirectory else { return workloads }
     for (name, capacities) in [
       ("OLTP", run.isQuick ? [2_000] : [1_000, 2_000, 5_000, 10_000]),
-      ("P3", run.isQuick ? [] : [8_192, 32_768, 131_072]),
+      // 262,144: a layer whose key sample is thinner than 1 in 100 (1 in 200).
+      ("P3", run.isQuick ? [] : [8_192, 32_768, 131_072, 262_144]),
     ] where !capacities.isEmpty {
       let path = URL(fileURLWithPath: directory).appendingPathComponent("\(name).lis").path
       guard FileManager.default.fileExists(atPath: path) else { continue }
