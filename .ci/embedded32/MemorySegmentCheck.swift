@@ -169,6 +169,31 @@ func run() -> Int32 {
     print("the reuse buckets stop at \(next), or Int.max falls outside them")
     passed = false
   }
+  // The curve reads every bucket, the last ones past 2^31 included, as Doubles: each bucket's
+  // span starts in that bucket.
+  for index in 0..<ReuseHistogram.bucketCount
+  where ReuseHistogram.bucket(of: ReuseHistogram.span(of: index).lower) != index {
+    print("reuse bucket \(index) does not hold the start of its span")
+    passed = false
+  }
+  // A loop over 1,000 keys, watched in two segments of unequal shares: LRU hits every lookup
+  // from 1,000 entries, none below.
+  func loop(_ segmentTime: Int, count: Int) -> [Int] {
+    var counts = [Int](repeating: 0, count: ReuseHistogram.bucketCount)
+    counts[ReuseHistogram.bucket(of: segmentTime)] = count
+    return counts
+  }
+  let segments = [
+    HitRatioCurve.SegmentReuse(share: 0.75, reuseTimes: loop(749, count: 300), modelled: loop(749, count: 300)),
+    HitRatioCurve.SegmentReuse(share: 0.25, reuseTimes: loop(249, count: 100), modelled: loop(249, count: 100)),
+  ]
+  if let curve = HitRatioCurve(capacity: 2_000, segments: segments, distances: [], unresolved: 0, sampledLookups: 400),
+    let small = curve.hitRatio(atScale: 0.25), let large = curve.hitRatio(atScale: 1), small < 0.01, large > 0.99
+  {
+  } else {
+    print("the hit-ratio curve of a loop over 1,000 keys is wrong at 500 or 2,000 entries")
+    passed = false
+  }
   // The key sample's positions and counts, against a count of every key since, through
   // compactions (the marks' words and blocks, the sparse positions).
   var sample = KeySampleState(horizon: 400)

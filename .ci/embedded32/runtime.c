@@ -91,6 +91,17 @@ void free(void *pointer) { (void)pointer; }
 // Hashing seeds: any fixed bytes make the run repeatable.
 void arc4random_buf(void *buffer, size_t n) { memset(buffer, 7, n); }
 
+// `Double.rounded()` (the hit-ratio curve's capacities): halfway cases away from zero, as C's.
+// Values past 2^52 are whole already; the others fit a long long.
+double round(double x) {
+  if (!(x == x) || x >= 4503599627370496.0 || x <= -4503599627370496.0) return x;
+  double whole = (double)(long long)x;  // towards zero
+  double rest = x - whole;
+  if (rest >= 0.5) return whole + 1.0;
+  if (rest <= -0.5) return whole - 1.0;
+  return whole;
+}
+
 _Noreturn void abort(void) { wasi_proc_exit(134); }
 
 unsigned long __stack_chk_guard = 0x5eed5eed;

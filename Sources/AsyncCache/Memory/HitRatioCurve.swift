@@ -81,10 +81,10 @@ extension HitRatioCurve {
     var layerTimes = [Double](repeating: 0, count: ReuseHistogram.bucketCount)
     for segment in segments {
       for index in segment.reuseTimes.indices where segment.reuseTimes[index] != 0 {
-        let (lower, width) = ReuseHistogram.range(of: index)
+        let (lower, width) = ReuseHistogram.span(of: index)
         Self.spread(
-          Double(segment.reuseTimes[index]), over: Double(lower) / segment.share,
-          to: Double(lower + width) / segment.share, into: &layerTimes)
+          Double(segment.reuseTimes[index]), over: lower / segment.share, to: (lower + width) / segment.share,
+          into: &layerTimes)
       }
     }
     points = Self.scales.map { scale in
@@ -101,16 +101,17 @@ extension HitRatioCurve {
   /// bucket's start count in the last.
   static func spread(_ count: Double, over lower: Double, to upper: Double, into histogram: inout [Double]) {
     let last = histogram.count - 1
-    let lastStart = Double(ReuseHistogram.range(of: last).lower)
+    guard lower >= 0, upper.isFinite else { return }
+    let lastStart = ReuseHistogram.span(of: last).lower
     guard lower < lastStart, upper > lower else {
-      histogram[lower < lastStart ? ReuseHistogram.bucket(of: Int(lower)) : last] += count
+      histogram[ReuseHistogram.bucket(of: lower)] += count
       return
     }
-    var index = ReuseHistogram.bucket(of: Int(lower))
+    var index = ReuseHistogram.bucket(of: lower)
     while index <= last {
-      let (start, width) = ReuseHistogram.range(of: index)
-      let end = index == last ? Double.infinity : Double(start + width)
-      let overlap = Swift.min(upper, end) - Swift.max(lower, Double(start))
+      let (start, width) = ReuseHistogram.span(of: index)
+      let end = index == last ? Double.infinity : start + width
+      let overlap = Swift.min(upper, end) - Swift.max(lower, start)
       if overlap > 0 { histogram[index] += count * overlap / (upper - lower) }
       if end >= upper { break }
       index += 1
@@ -127,15 +128,16 @@ extension HitRatioCurve {
     var remaining = entries
     for index in reuseTimes.indices {
       let count = reuseTimes[index]
-      let (lower, width) = ReuseHistogram.range(of: index)
+      let (lower, width) = ReuseHistogram.span(of: index)
       let start = above / samples
       let drop = count / samples
-      let area = Double(width) * (start - drop / 2)
+      let area = width * (start - drop / 2)
       if area >= remaining {
-        // Where in the bucket the integral reaches `entries`: P falls linearly across it.
-        guard drop != 0 else { return Double(lower) + remaining / start }
-        let discriminant = Swift.max(start * start - 2 * drop * remaining / Double(width), 0)
-        return Double(lower) + (start - discriminant.squareRoot()) * Double(width) / drop
+        // Where in the bucket the integral reaches `entries`: P falls linearly across it, so
+        // `start x - drop x² / (2 width) = remaining`, solved in the form that does not cancel
+        // when `drop` is tiny next to `start`.
+        let discriminant = Swift.max(start * start - 2 * drop * remaining / width, 0)
+        return lower + 2 * remaining / (start + discriminant.squareRoot())
       }
       remaining -= area
       above -= count
@@ -148,9 +150,9 @@ extension HitRatioCurve {
   static func count(below limit: Double, in histogram: [Int]) -> Double {
     var count = 0.0
     for index in histogram.indices where histogram[index] != 0 {
-      let (lower, width) = ReuseHistogram.range(of: index)
-      if Double(lower) >= limit { break }
-      count += Double(histogram[index]) * Swift.min((limit - Double(lower)) / Double(width), 1)
+      let (lower, width) = ReuseHistogram.span(of: index)
+      if lower >= limit { break }
+      count += Double(histogram[index]) * Swift.min((limit - lower) / width, 1)
     }
     return count
   }

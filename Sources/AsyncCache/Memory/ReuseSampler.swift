@@ -90,19 +90,22 @@ struct ReuseSampler {
   @usableFromInline var thinningStart = 20_000
   /// The weight of the watch the running countdown will begin: `2^level` when its gap was drawn.
   @usableFromInline var gapWeight = 1
-  /// A sampled key this segment recorded in the layer's ``KeySample``: its mixed hash, the
-  /// sample's position then (`Int.min` for none), and whether it came back within its window.
+  /// A slot of ``recentlyRecorded``: the sampled key this segment last kept there, the
+  /// sample's position when it was recorded (`Int.min` for none), whether it came back within
+  /// its window, and the last key that came back in this slot.
   @usableFromInline
   struct RecordedKey: Sendable {
     @usableFromInline var key: UInt64
     @usableFromInline var position: Int
     @usableFromInline var cameBack: Bool
+    @usableFromInline var returned: UInt64?
 
     @inlinable
-    init(key: UInt64, position: Int, cameBack: Bool) {
+    init(key: UInt64, position: Int, cameBack: Bool, returned: UInt64?) {
       self.key = key
       self.position = position
       self.cameBack = cameBack
+      self.returned = returned
     }
   }
 
@@ -123,6 +126,7 @@ struct ReuseSampler {
   /// segments; returns the first countdown.
   mutating func start(seed: UInt64, segments: Int) -> Int {
     random = seed | 1
+    drawn = 0
     minimumEntries = Swift.max(256 / Swift.max(segments, 1), 4)
     thinningStart = Swift.max(20_000 / Swift.max(segments, 1), 64)
     let gap = nextGap()
@@ -208,12 +212,12 @@ struct ReuseSampler {
 
   /// Records an access to the sampled key of mixed hash `mixed` in the layer's `sample`, unless
   /// this segment recorded it fewer than ``KeySample/repeatWindow`` positions ago. The segment
-  /// remembers one key for each value of the hash's lowest 3 bits: the last one recorded,
-  /// except that a key that came back within its window keeps its slot until the window ends.
-  /// So a popular sampled key takes the sample's lock about once every 64 sampled accesses of
-  /// the layer (and once more each time it takes its slot back from a key seen once), not at
-  /// each of its lookups on every core; of two popular keys that share a slot, the second
-  /// still takes the lock at most of its lookups.
+  /// keeps one key for each value of the hash's lowest 3 bits: a key keeps its slot until its
+  /// window ends, except that a key that came back in that slot before takes it from one that
+  /// has not (yet). So a popular sampled key takes the sample's lock about once every 64
+  /// sampled accesses of the layer (once more when it takes its slot back), however many other
+  /// keys share its slot, rather than at each of its lookups on every core; of two popular keys
+  /// that share a slot, the second takes the lock at each of its lookups.
   ///
   /// The latest access of a key, as the sample knows it, is then up to 64 positions old: a
   /// window that began within those 64 positions may miss the key. At most one key per slot
@@ -222,7 +226,8 @@ struct ReuseSampler {
   @inlinable
   mutating func recordAccess(_ mixed: UInt64, in sample: KeySample) {
     if recentlyRecorded.isEmpty {
-      recentlyRecorded = Array(repeating: RecordedKey(key: 0, position: .min, cameBack: false), count: 8)
+      recentlyRecorded = Array(
+        repeating: RecordedKey(key: 0, position: .min, cameBack: false, returned: nil), count: 8)
     }
     let slot = Int(truncatingIfNeeded: mixed & 7)
     let position = sample.position
@@ -230,12 +235,17 @@ struct ReuseSampler {
     let isRecent = (0..<KeySample.repeatWindow).contains(position &- recent.position)
     if recent.key == mixed, isRecent {
       recentlyRecorded[slot].cameBack = true
+      recentlyRecorded[slot].returned = mixed
       return
     }
     sample.access(mixed)
-    if recent.key == mixed || !isRecent || !recent.cameBack {
-      let cameBack = recent.key == mixed && recent.cameBack
-      recentlyRecorded[slot] = RecordedKey(key: mixed, position: position, cameBack: cameBack)
+    if !isRecent || recent.key == mixed {
+      // The slot is free (its key's window has ended), or this key's own.
+      recentlyRecorded[slot] = RecordedKey(
+        key: mixed, position: position, cameBack: recent.key == mixed && recent.cameBack, returned: recent.returned)
+    } else if !recent.cameBack, recent.returned == mixed {
+      // A key that came back before takes the slot from one that has not.
+      recentlyRecorded[slot] = RecordedKey(key: mixed, position: position, cameBack: true, returned: mixed)
     }
   }
 
@@ -282,6 +292,24 @@ struct ReuseHistogram: Sendable, Hashable {
     guard value >= exactLimit else { return Swift.max(value, 0) }
     let exponent = Int.bitWidth - 1 - value.leadingZeroBitCount
     let sub = (value >> (exponent - 3)) & (subBuckets - 1)
+    return Swift.min(exactLimit + (exponent - 5) * subBuckets + sub, bucketCount - 1)
+  }
+
+  /// The values bucket `index` counts, as `Double`s, which do not wrap where `Int` has 32 bits
+  /// (the last buckets start past 2^31): `lower ..< lower + width`.
+  static func span(of index: Int) -> (lower: Double, width: Double) {
+    guard index >= exactLimit else { return (Double(index), 1) }
+    let exponent = (index - exactLimit) / subBuckets + 5
+    let unit = Double(sign: .plus, exponent: exponent - 3, significand: 1)
+    return (Double(subBuckets + (index - exactLimit) % subBuckets) * unit, unit)
+  }
+
+  /// The bucket of `value` (0 or more, and finite), which may be past what `Int` holds.
+  static func bucket(of value: Double) -> Int {
+    guard value >= Double(exactLimit) else { return Swift.max(Int(value), 0) }
+    let exponent = Int(value.exponent)
+    guard exponent < 48 else { return bucketCount - 1 }
+    let sub = Int(value / Double(sign: .plus, exponent: exponent - 3, significand: 1)) & (subBuckets - 1)
     return Swift.min(exactLimit + (exponent - 5) * subBuckets + sub, bucketCount - 1)
   }
 

@@ -261,33 +261,65 @@ struct MemoryLayerHitRatioCurveTests {
     #expect(try #require(curve.hitRatio(atScale: 1)) > 0.99)
   }
 
-  @Test("with equal shares, moving the segments' reuse times to the layer's time changes no estimate")
-  func equalSharesMatchSegmentTime() throws {
+  /// The layer's eviction time by the model, computed without moving any histogram: the time
+  /// at which the integral of P(reuse time / share > t), over every segment's buckets (each
+  /// spread evenly) and the samples never reused, reaches `entries`; by bisection.
+  static func referenceEvictionTime(entries: Double, segments: [HitRatioCurve.SegmentReuse], samples: Double) -> Double
+  {
+    let recorded = Double(segments.reduce(0) { $0 + $1.reuseTimes.reduce(0, +) })
+    func area(until time: Double) -> Double {
+      var area = (samples - recorded) * time
+      for segment in segments {
+        let local = time * segment.share
+        for index in segment.reuseTimes.indices where segment.reuseTimes[index] != 0 {
+          let (lower, width) = ReuseHistogram.span(of: index)
+          let covered =
+            local <= lower
+            ? local
+            : local < lower + width ? local - (local - lower) * (local - lower) / (2 * width) : lower + width / 2
+          area += Double(segment.reuseTimes[index]) * covered / segment.share
+        }
+      }
+      return area
+    }
+    var (low, high) = (0.0, 1.0)
+    while area(until: high) < entries * samples {
+      (low, high) = (high, high * 2)
+      if high > 0x1p70 { return .infinity }
+    }
+    for _ in 0..<100 {
+      let middle = (low + high) / 2
+      if area(until: middle) < entries * samples { low = middle } else { high = middle }
+    }
+    return high
+  }
+
+  @Test(
+    "moving the segments' reuse times to the layer's time gives the model's estimate at any shares",
+    arguments: [[0.25, 0.25, 0.25, 0.25], [0.5, 0.3, 0.15, 0.05]])
+  func sharesMatchTheModel(shares: [Double]) throws {
     var draws = SplitMix64(seed: 11)
-    for _ in 0..<50 {
-      // Four segments of random reuse times, each a quarter of the lookups, some never reused.
-      let segments = (0..<4).map { _ in
+    for _ in 0..<30 {
+      // Four segments of random reuse times, some never reused.
+      let segments = shares.map { share in
         var counts = [Int](repeating: 0, count: ReuseHistogram.bucketCount)
         for _ in 0..<200 {
-          counts[
-            ReuseHistogram.bucket(of: Int.random(in: 0..<(1 << Int.random(in: 2..<24, using: &draws)), using: &draws))] +=
-            1
+          let bound = 1 << Int.random(in: 2..<24, using: &draws)
+          counts[ReuseHistogram.bucket(of: Int.random(in: 0..<bound, using: &draws))] += 1
         }
-        return HitRatioCurve.SegmentReuse(share: 0.25, reuseTimes: counts, modelled: counts)
+        return HitRatioCurve.SegmentReuse(share: share, reuseTimes: counts, modelled: counts)
       }
       let unresolved = Int.random(in: 0..<100, using: &draws)
       let capacity = Int.random(in: 100..<1_000_000, using: &draws)
       let curve = try #require(
         HitRatioCurve(capacity: capacity, segments: segments, distances: [], unresolved: unresolved, sampledLookups: 1))
-      // In segment time, as the curve was computed before shares: a quarter of the entries.
-      let merged = (0..<ReuseHistogram.bucketCount).map { bucket in segments.reduce(0) { $0 + $1.reuseTimes[bucket] } }
-      let samples = Double(merged.reduce(0, +) + unresolved)
+      let samples = Double(segments.reduce(unresolved) { $0 + $1.reuseTimes.reduce(0, +) })
       for point in curve.points {
-        let eviction = HitRatioCurve.evictionTime(
-          entries: Double(point.capacity) / 4, reuseTimes: merged.map(Double.init), samples: samples)
-        let expected = HitRatioCurve.count(below: eviction, in: merged) / samples
+        let eviction = Self.referenceEvictionTime(entries: Double(point.capacity), segments: segments, samples: samples)
+        let hits = segments.reduce(0.0) { $0 + HitRatioCurve.count(below: eviction * $1.share, in: $1.modelled) }
         #expect(
-          abs(point.hitRatio - expected) < 0.005, "\(point.scale)× of \(capacity): \(point.hitRatio), \(expected)")
+          abs(point.hitRatio - hits / samples) < 0.005,
+          "\(point.scale)× of \(capacity): \(point.hitRatio), the model \(hits / samples)")
       }
     }
   }
@@ -309,7 +341,7 @@ struct MemoryLayerHitRatioCurveTests {
     #expect(sampler.lookups(countdown: 100) == (1 << 40) - 100)
   }
 
-  @Test("spreading a range over the histogram keeps its count, in the buckets the range covers")
+  @Test("spreading a range over the histogram gives each bucket its share of the range")
   func spreadKeepsCounts() {
     var draws = SplitMix64(seed: 5)
     for _ in 0..<200 {
@@ -318,13 +350,19 @@ struct MemoryLayerHitRatioCurveTests {
       let upper = lower + Double.random(in: 0.5..<4, using: &draws) * Swift.max(lower / 8, 1)
       HitRatioCurve.spread(7, over: lower, to: upper, into: &histogram)
       #expect(abs(histogram.reduce(0, +) - 7) < 1e-9)
-      for index in histogram.indices where histogram[index] > 0 {
-        let (start, width) = ReuseHistogram.range(of: index)
-        let end = index == histogram.count - 1 ? Double.infinity : Double(start + width)
-        #expect(
-          end > lower && (Double(start) < upper || index == histogram.count - 1), "\(lower)..<\(upper) in \(index)")
+      for index in histogram.indices {
+        let (start, width) = ReuseHistogram.span(of: index)
+        let end = index == histogram.count - 1 ? Double.infinity : start + width
+        let share = Swift.max(Swift.min(upper, end) - Swift.max(lower, start), 0) / (upper - lower)
+        #expect(abs(histogram[index] - 7 * share) < 1e-9, "\(lower)..<\(upper) in bucket \(index)")
       }
     }
+    // Past the last bucket's start, and invalid ranges.
+    var histogram = [Double](repeating: 0, count: ReuseHistogram.bucketCount)
+    HitRatioCurve.spread(3, over: 0x1p60, to: 0x1p61, into: &histogram)
+    HitRatioCurve.spread(1, over: -1, to: 5, into: &histogram)
+    HitRatioCurve.spread(1, over: 5, to: .infinity, into: &histogram)
+    #expect(histogram.last == 3 && histogram.reduce(0, +) == 3)
   }
 
   @Test("a hot key's segment sees more lookups, and the curve still follows LRU")
@@ -382,6 +420,17 @@ struct MemoryLayerHitRatioCurveTests {
       next = lower + width
     }
     #expect(ReuseHistogram.bucket(of: .max) == ReuseHistogram.bucketCount - 1)
+    // The same buckets in Doubles, which the curve reads (no wrap where `Int` has 32 bits).
+    for index in 0..<ReuseHistogram.bucketCount {
+      let (lower, width) = ReuseHistogram.range(of: index)
+      #expect(ReuseHistogram.span(of: index) == (Double(lower), Double(width)), "bucket \(index)")
+    }
+    var draws = SplitMix64(seed: 3)
+    for _ in 0..<10_000 {
+      let value = Int.random(in: 0..<(1 << Int.random(in: 1..<53, using: &draws)), using: &draws)
+      #expect(ReuseHistogram.bucket(of: Double(value)) == ReuseHistogram.bucket(of: value), "\(value)")
+    }
+    #expect(ReuseHistogram.bucket(of: 0x1p80) == ReuseHistogram.bucketCount - 1)
     var histogram = ReuseHistogram()
     histogram.record(5)
     histogram.counts[5] = .max

@@ -267,6 +267,44 @@ struct MemoryLayerKeySampleTests {
     }
   }
 
+  @Test(
+    "a segment records a popular sampled key about once every 64 positions, however many keys share its slot",
+    arguments: ["alone", "one cold key between", "two cold keys between", "two popular keys"])
+  func recordingSkipsRepeats(pattern: String) {
+    // Mixed hashes that are all 0 modulo 8: one slot. `cold` is a key never seen again.
+    let (popular, other) = (UInt64(8), UInt64(16))
+    var nextCold = UInt64(24)
+    func cold() -> UInt64 {
+      defer { nextCold += 8 }
+      return nextCold
+    }
+    let sample = KeySample(capacity: 1_000)
+    var sampler = ReuseSampler()
+    var others = 0  // the accesses of keys other than `popular`, each recorded
+    for _ in 0..<10_000 {
+      sampler.recordAccess(popular, in: sample)
+      switch pattern {
+      case "alone": break
+      case "one cold key between":
+        sampler.recordAccess(cold(), in: sample)
+        others += 1
+      case "two cold keys between":
+        sampler.recordAccess(cold(), in: sample)
+        sampler.recordAccess(cold(), in: sample)
+        others += 2
+      default:
+        sampler.recordAccess(other, in: sample)  // the second popular key of the slot
+        others += 1
+      }
+    }
+    // Every other access advances the position by one; `popular` is recorded once every 64
+    // positions (its own record one of them), or once at all when it is alone (the position
+    // does not move). Recorded at each of its lookups, it would be 10,000.
+    let popularRecords = sample.position - others
+    let expected = pattern == "alone" ? 1...1 : (others / 64)...(others / 63 + 3)
+    #expect(expected.contains(popularRecords), "\(popularRecords) records of the popular key")
+  }
+
   @Test("beyond 131,072 entries the sample thins with the capacity, and its horizon stays near 7,900 keys")
   func sampleThinsWithCapacity() {
     let standard = KeySample.Parameters.standard
@@ -289,6 +327,28 @@ struct MemoryLayerKeySampleTests {
     let threshold = KeySample(capacity: 200_000).threshold
     let sampled = (0..<2_000_000).count { KeySample.mixed($0.hashValue) < threshold }
     #expect(abs(Double(sampled) / (2_000_000 / 153) - 1) < 0.05, "\(sampled) sampled")
+  }
+
+  @Test("a large layer's sample remembers at most about 17,000 keys in under 2 MB, even under a scan")
+  func sampleMemoryUnderScan() {
+    let sample = KeySample(capacity: 10_000_000)
+    var (mostKeys, mostBytes) = (0, 0)
+    // A scan: every access a key never seen before, for several horizons.
+    for key in 0..<UInt64(45_000) where !Task.isCancelled {
+      sample.access(key &* 0x9E37_79B9_7F4A_7C15)
+      guard key % 61 == 0 else { continue }
+      let (keys, bytes) = sample.state.withLock { state in
+        (
+          state.latest.count,
+          state.latest.slots.capacity * MemoryLayout<HashedTable<LatestAccess>.Slot>.stride
+            + state.marks.capacity * 8 + state.blockCounts.capacity * 4 + state.keysByPosition.capacity * 8
+            + state.sparse.capacity * MemoryLayout<KeySampleState.Sparse>.stride + state.sparseLive.capacity * 4
+        )
+      }
+      (mostKeys, mostBytes) = (Swift.max(mostKeys, keys), Swift.max(mostBytes, bytes))
+    }
+    #expect(mostKeys >= sample.horizon && mostKeys <= 17_500, "\(mostKeys) keys")
+    #expect(mostBytes <= 2_000_000, "\(mostBytes) bytes")
   }
 
   @Test("a layer keeps the sample from a count limit of 51,200 entries, and not when bounded by cost or off")
