@@ -91,20 +91,18 @@ struct ReuseSampler {
   /// The weight of the watch the running countdown will begin: `2^level` when its gap was drawn.
   @usableFromInline var gapWeight = 1
   /// A slot of ``recentlyRecorded``: the sampled key this segment last kept there, the
-  /// sample's position when it was recorded (`Int.min` for none), whether it came back within
-  /// its window, and the last key that came back in this slot.
+  /// sample's position when it was recorded (`Int.min` for none), and the last key that came
+  /// back within its window in this slot (the key kept, when it is that one).
   @usableFromInline
   struct RecordedKey: Sendable {
     @usableFromInline var key: UInt64
     @usableFromInline var position: Int
-    @usableFromInline var cameBack: Bool
     @usableFromInline var returned: UInt64?
 
     @inlinable
-    init(key: UInt64, position: Int, cameBack: Bool, returned: UInt64?) {
+    init(key: UInt64, position: Int, returned: UInt64?) {
       self.key = key
       self.position = position
-      self.cameBack = cameBack
       self.returned = returned
     }
   }
@@ -226,26 +224,22 @@ struct ReuseSampler {
   @inlinable
   mutating func recordAccess(_ mixed: UInt64, in sample: KeySample) {
     if recentlyRecorded.isEmpty {
-      recentlyRecorded = Array(
-        repeating: RecordedKey(key: 0, position: .min, cameBack: false, returned: nil), count: 8)
+      recentlyRecorded = Array(repeating: RecordedKey(key: 0, position: .min, returned: nil), count: 8)
     }
     let slot = Int(truncatingIfNeeded: mixed & 7)
     let position = sample.position
     let recent = recentlyRecorded[slot]
     let isRecent = (0..<KeySample.repeatWindow).contains(position &- recent.position)
     if recent.key == mixed, isRecent {
-      recentlyRecorded[slot].cameBack = true
       recentlyRecorded[slot].returned = mixed
       return
     }
     sample.access(mixed)
-    if !isRecent || recent.key == mixed {
-      // The slot is free (its key's window has ended), or this key's own.
-      recentlyRecorded[slot] = RecordedKey(
-        key: mixed, position: position, cameBack: recent.key == mixed && recent.cameBack, returned: recent.returned)
-    } else if !recent.cameBack, recent.returned == mixed {
-      // A key that came back before takes the slot from one that has not.
-      recentlyRecorded[slot] = RecordedKey(key: mixed, position: position, cameBack: true, returned: mixed)
+    // The slot is free (its key's window has ended) or this key's own, or this key came back
+    // in it before and takes it from one that has not.
+    if !isRecent || recent.key == mixed || recent.returned == mixed {
+      recentlyRecorded[slot].key = mixed
+      recentlyRecorded[slot].position = position
     }
   }
 
