@@ -47,6 +47,116 @@ struct ExampleLogger: Sendable {
   func warning(_ message: @autoclosure () -> String) {}
 }
 
+/// swift-log's `Logger`, as far as the articles use it: its `log` method has swift-log's exact
+/// signature, which ``CacheLogger/init(minimumLevel:forwardingTo:)`` must take as it is.
+struct Logger: Sendable {
+  enum Level: String, Codable, CaseIterable, Sendable {
+    case trace, debug, info, notice, warning, error, critical
+  }
+
+  struct Message: ExpressibleByStringLiteral, Sendable {
+    var value: String
+    init(stringLiteral value: String) { self.value = value }
+  }
+
+  enum MetadataValue: ExpressibleByStringLiteral, Sendable {
+    case string(String)
+    init(stringLiteral value: String) { self = .string(value) }
+  }
+
+  typealias Metadata = [String: MetadataValue]
+
+  var label: String
+  var logLevel = Level.info
+
+  init(label: String) { self.label = label }
+
+  func log(
+    level: Level, _ message: @autoclosure () -> Message, metadata: @autoclosure () -> Metadata? = nil,
+    source: @autoclosure () -> String? = nil, file: String = #fileID, function: String = #function, line: UInt = #line
+  ) {}
+}
+
+/// Hummingbird's types that the "In a server" article's routes use: a router, a request's
+/// context with its path's parameters, response statuses, and `PersistError` (a struct, as
+/// Hummingbird's, so that only matching by equality compiles).
+struct Router: Sendable {
+  struct Request: Sendable {}
+
+  struct Context: Sendable {
+    struct Parameters: Sendable {
+      func require(_ name: String) throws -> String { name }
+    }
+
+    var parameters = Parameters()
+  }
+
+  func post(_ path: String, use handler: @escaping @Sendable (Request, Context) async throws -> HTTPResponse.Status) {}
+}
+
+enum HTTPResponse {
+  struct Status: Sendable {
+    static let created = Status()
+    static let conflict = Status()
+  }
+}
+
+struct PersistError: Error, Equatable {
+  static let duplicate = PersistError()
+}
+
+/// swift-service-lifecycle's `Service` and graceful shutdown, as the "In a server" article's
+/// metrics reporter uses them.
+protocol Service: Sendable {
+  func run() async throws
+}
+
+extension Task where Success == Never, Failure == Never {
+  static var isShuttingDownGracefully: Bool { true }
+}
+
+func cancelWhenGracefulShutdown<T: Sendable>(
+  _ operation: @escaping @Sendable () async throws -> T
+) async rethrows -> T {
+  try await operation()
+}
+
+/// swift-metrics' `Timer` and `Counter` (their initializers with dimensions and the methods the
+/// reporter calls) and swift-prometheus' factory, with the properties the reporter sets.
+final class Timer: Sendable {
+  init(label: String, dimensions: [(String, String)] = []) {}
+  func record(duration: Duration) {}
+}
+
+final class Counter: Sendable {
+  init(label: String, dimensions: [(String, String)] = []) {}
+  func increment<Value: BinaryInteger>(by amount: Value) {}
+}
+
+struct PrometheusMetricsFactory: Sendable {
+  typealias Sanitizer = @Sendable (_ name: String, _ labels: [(String, String)]) -> (String, [(String, String)])
+
+  var nameAndLabelSanitizer: Sanitizer = { ($0, $1) }
+  var defaultDurationHistogramBuckets: [Duration] = []
+}
+
+/// Vapor's `Application`, as far as the "In a Vapor app" article's `/stats` route uses it.
+struct Application: Sendable {
+  struct Request: Sendable {}
+
+  func get(_ path: String, use handler: @escaping @Sendable (Request) async throws -> String) {}
+}
+
+/// The articles' origin: an actor that counts its calls.
+actor Catalog {
+  private(set) var calls = 0
+
+  func item(_ id: String) async throws -> Data {
+    calls += 1
+    return Data("item \(id)".utf8)
+  }
+}
+
 /// A progress bar of a user interface.
 struct ProgressBar: Sendable {
   var fraction: Double {
@@ -56,6 +166,9 @@ struct ProgressBar: Sendable {
 }
 
 let exchange = Exchange()
+let router = Router()
+let app = Application()
+let catalog = Catalog()
 let renderer = Renderer()
 let httpClient = HTTPClient()
 let logger = ExampleLogger()

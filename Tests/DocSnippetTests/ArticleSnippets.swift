@@ -47,7 +47,15 @@ private func snippet_AsyncCache_AsyncCache_docc_CacheLogging_1() async throws {
 // Not compiled here: needs Logging, which this package does not depend on
 
 // Sources/AsyncCache/AsyncCache.docc/CacheLogging.md, example 3
-// Not compiled here: swift-log's Logger, as the block above
+private func snippet_AsyncCache_AsyncCache_docc_CacheLogging_3() async throws {
+  var logger = Logger(label: "com.example.images")
+  logger.logLevel = .debug
+  let cacheLogger = CacheLogger(
+      minimumLevel: CacheLogLevel(logger.logLevel),
+      forwardingTo: logger.log(level:_:metadata:source:file:function:line:))
+  _ = logger
+  _ = cacheLogger
+}
 
 // Sources/AsyncCache/AsyncCache.docc/CacheLogging.md, example 4
 private func snippet_AsyncCache_AsyncCache_docc_CacheLogging_4() async throws {
@@ -265,19 +273,92 @@ private func snippet_AsyncCache_AsyncCache_docc_GettingStarted_4() async throws 
 // Not compiled here: needs Hummingbird, Logging, Metrics, Prometheus, ServiceLifecycle, which this package does not depend on
 
 // Sources/AsyncCache/AsyncCache.docc/InAServer.md, example 2
-// Not compiled here: swift-service-lifecycle and swift-metrics, as the block above
+private func snippet_AsyncCache_AsyncCache_docc_InAServer_2() async throws {
+  struct CacheMetrics: Service {
+      let cache: LoadingCache<String, Data>
+
+      /// swift-prometheus, writing OpenTelemetry's names as its Prometheus exporters do.
+      static let prometheus = {
+          var factory = PrometheusMetricsFactory()
+          // Dots become underscores; a duration gets its unit, a counter `_total`.
+          factory.nameAndLabelSanitizer = { name, labels in
+              (name.replacingOccurrences(of: ".", with: "_") + (name.hasSuffix(".duration") ? "_seconds" : "_total"), labels)
+          }
+          // From 1 µs (a memory lookup) to 10 s: the default starts at 5 ms.
+          factory.defaultDurationHistogramBuckets = [1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1e3, 2.5e3, 5e3, 1e4,
+              2.5e4, 5e4, 1e5, 2.5e5, 5e5, 1e6, 2.5e6, 5e6, 1e7].map { Duration.microseconds($0) }
+          return factory
+      }()
+
+      /// For `onLoadEnded`: how long each load took, how it ended, who answered, and why it failed.
+      static func record(_ load: LoadReport<String>) {
+          var attributes = [("cache.outcome", load.outcome.name)]
+          if let source = load.sourceName { attributes.append(("cache.source", source)) }
+          if let errorType = load.outcome.errorType { attributes.append(("error.type", errorType)) }
+          Timer(label: "cache.load.duration", dimensions: attributes).record(duration: load.duration)
+      }
+
+      /// For `onLayerLookup`: how long each layer took to answer a load, and what it found.
+      static func record(_ lookup: LayerLookupReport) {
+          var attributes = [("cache.layer", lookup.layerName)]
+          if let errorType = lookup.outcome.errorType {
+              attributes.append(("error.type", errorType))
+          } else {
+              attributes.append(("cache.hit", lookup.outcome.name == "hit" ? "true" : "false"))
+          }
+          Timer(label: "cache.layer.lookup.duration", dimensions: attributes).record(duration: lookup.duration)
+      }
+
+      /// Every second, what the statistics counted since: requests by who answered, origin loads.
+      func run() async throws {
+          var last = cache.statistics
+          while !Task.isShuttingDownGracefully {
+              try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(1)) }
+              try Task.checkCancellation()
+              let now = cache.statistics
+              for (layer, before) in zip(now.layers, last.layers) {
+                  Counter(label: "cache.requests", dimensions: [("cache.source", layer.name)])
+                      .increment(by: layer.answered - before.answered)
+              }
+              Counter(label: "cache.requests", dimensions: [("cache.source", "origin")])
+                  .increment(by: now.misses - last.misses)
+              Counter(label: "cache.origin.loads").increment(by: now.originLoads - last.originLoads)
+              Counter(label: "cache.origin.revalidations").increment(by: now.revalidations - last.revalidations)
+              last = now
+          }
+      }
+  }
+}
 
 // Sources/AsyncCache/AsyncCache.docc/InAServer.md, example 3
 // Not compiled here: needs Tracing, which this package does not depend on
 
 // Sources/AsyncCache/AsyncCache.docc/InAServer.md, example 4
-// Not compiled here: Hummingbird's router, as the first block
+private func snippet_AsyncCache_AsyncCache_docc_InAServer_4() async throws {
+  let sessions = try CodableCacheStore(layers: [MemoryLayer<String, Data>()], duplicateError: { _ in PersistError.duplicate })
+  router.post("sessions/:id") { request, context in
+      do {
+          try await sessions.create(key: try context.parameters.require("id"), value: "new", expires: .seconds(3600))
+          return HTTPResponse.Status.created
+      } catch let error as PersistError where error == .duplicate {
+          return HTTPResponse.Status.conflict
+      }
+  }
+  _ = sessions
+}
 
 // Sources/AsyncCache/AsyncCache.docc/InAVaporApp.md, example 1
 // Not compiled here: needs Vapor, which this package does not depend on
 
 // Sources/AsyncCache/AsyncCache.docc/InAVaporApp.md, example 2
-// Not compiled here: Vapor's application, as the block above
+private func snippet_AsyncCache_AsyncCache_docc_InAVaporApp_2() async throws {
+  let cache = try LoadingCache(layers: [MemoryLayer<String, Data>()], origin: ClosureFetcher { id in try await catalog.item(id) })
+  app.get("stats") { _ async -> String in
+      let s = cache.statistics
+      return "requests=\(s.hits + s.misses) hits=\(s.hits) misses=\(s.misses) originLoads=\(s.originLoads) coalesced=\(s.coalescedRequests) originCalls=\(await catalog.calls)\n"
+  }
+  _ = cache
+}
 
 // Sources/AsyncCache/AsyncCache.docc/InAVaporApp.md, example 3
 // Not compiled here: needs Vapor, which this package does not depend on
