@@ -77,7 +77,7 @@ func exercise(mode: Mode, countLimit: Int, costLimit: Int64, largestCost: Int64,
         written = slot
       } else {
         written = segment.append(MemoryNode(key: key, value: step, expiry: .max, cost: cost), hash: hash)
-        segment.markIfWatched(written, hash: hash)
+        segment.markInserted(written, hash: hash)
         totals.count += 1
         totals.cost += cost
         // The ghosts' vote, counted into the layer's share as MemoryStore does.
@@ -136,6 +136,19 @@ func exercise(mode: Mode, countLimit: Int, costLimit: Int64, largestCost: Int64,
     print("the reuse sampler timed no reuse, or counted no window")
     return false
   }
+  // The sampler's counts of lookups, misses and hits on entries inserted unasked for hold
+  // together (UInt64 on every platform), and some hits were repeated.
+  let sampler = segment.sampler
+  let lookups = sampler.lookups(countdown: segment.sampleCountdown)
+  let repeated = sampler.repeatedHits(countdown: segment.sampleCountdown)
+  guard repeated > 0, repeated &+ sampler.misses &+ sampler.unaskedHits == lookups,
+    sampler.repeated.modelled.total <= sampler.histogram.total
+  else {
+    print(
+      "the sampler counted \(lookups) lookups: \(sampler.misses) misses, \(sampler.unaskedHits) unasked hits, "
+        + "\(repeated) repeated")
+    return false
+  }
   guard !tinyLFU || (probation > 0 && protected > 0) else {
     print("W-TinyLFU left probation or protected empty")
     return false
@@ -192,6 +205,14 @@ func run() -> Int32 {
   {
   } else {
     print("the hit-ratio curve of a loop over 1,000 keys is wrong at 500 or 2,000 entries")
+    passed = false
+  }
+  // The strata's weights: a sample with half its watches ended by a repeated hit, in a layer
+  // that counted 60% of its lookups so.
+  let weights = HitRatioCurve.StratumWeights(
+    lookups: 10_000, repeatedHits: 6_000, samples: 100, repeatedSamples: 50, watches: 100, repeatedWatches: 50)
+  if abs(weights.repeated - 1.2) > 1e-9 || abs(weights.other - 0.8) > 1e-9 {
+    print("the strata's weights are \(weights.repeated) and \(weights.other), not 1.2 and 0.8")
     passed = false
   }
   // The key sample's positions and counts, against a count of every key since, through

@@ -27,7 +27,7 @@ public struct AsyncCacheError: Error, Sendable, CustomStringConvertible {
 
     /// A configuration value is out of range; the message names it.
     public static let invalidConfiguration = Code(.invalidConfiguration)
-    /// A cost function returned a cost outside `0..<2^44`: negative, or too large for the memory
+    /// A cost function returned a cost outside `0..<2^43`: negative, or too large for the memory
     /// layer to hold.
     public static let invalidCost = Code(.invalidCost)
     /// A layer of a ``CacheChain`` failed and its ``LayerFailurePolicy`` is

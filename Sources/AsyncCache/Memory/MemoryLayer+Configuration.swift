@@ -8,7 +8,7 @@ extension MemoryLayer {
     public var costLimit: Int
 
     /// The cost of a value, e.g. `{ $0.count }` for `Data`; `nil` makes every entry cost 0.
-    /// Called outside the layer's locks; must return a number in `0..<2^44` (16 TiB, were costs
+    /// Called outside the layer's locks; must return a number in `0..<2^43` (8 TiB, were costs
     /// bytes; the other bits of the entry's 64 hold its place in the policy and what its tags'
     /// last check found): a write of a value outside it is refused with
     /// ``AsyncCacheError/Code/invalidCost``, naming the key.

@@ -126,7 +126,7 @@ extension MemoryLayer where Key: Codable, Value: Codable {
   ///   its entries do not decode as `Key` and `Value` (the types changed);
   ///   ``PersistenceError/Code/readOnly`` or ``PersistenceError/Code/ioFailure`` when it cannot be
   ///   read. ``AsyncCacheError/Code/invalidCost`` when the cost function returns a cost outside
-  ///   `0..<2^44` for a restored value. The layer is unchanged in every case.
+  ///   `0..<2^43` for a restored value. The layer is unchanged in every case.
   @discardableResult
   public nonisolated func restoreSnapshot(from url: URL) async throws -> SnapshotRestoreResult? {
     let store = self.store

@@ -194,7 +194,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   /// value alone (metadata is at most about 20 KB per entry, usually tens of bytes).
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a cost outside
-  ///   `0..<2^44`; ``EntryMetadataError`` when the metadata is over one of its limits. The layer
+  ///   `0..<2^43`; ``EntryMetadataError`` when the metadata is over one of its limits. The layer
   ///   is unchanged then.
   @inlinable
   public nonisolated func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
@@ -205,7 +205,7 @@ public final actor MemoryLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   /// `nil`). Safe from any context. Never suspends.
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a cost outside
-  ///   `0..<2^44`.
+  ///   `0..<2^43`.
   @inlinable
   public nonisolated func insert(_ value: Value, for key: Key, timeToLive: Duration? = nil) throws {
     let expiresAt = timeToLive.map { store.clock.now.advanced(by: $0) }

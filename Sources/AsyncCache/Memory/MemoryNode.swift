@@ -9,9 +9,10 @@ struct MemoryNode<Key, Value> {
   @usableFromInline var value: Value
   /// Expiry in nanoseconds since 1970; `Int64.max` for never.
   @usableFromInline var expiry: Int64
-  /// The cost in the low 44 bits (``costMask``); in the next whether the segment's reuse sampler
-  /// watches the node's key (``isWatched``), so that a hit checks it with the bits it reads
-  /// anyway; the node's ``aliveStamp`` in the 16 above (from
+  /// The cost in the low 43 bits (``costMask``); in the next whether the segment's reuse sampler
+  /// watches the node's key (``isWatched``), and in the one above whether the node was inserted
+  /// unasked for and has not been hit since (``isUnasked``), so that a hit checks both with the
+  /// bits it reads anyway; the node's ``aliveStamp`` in the 16 above (from
   /// ``stampShift``), so that a hit on an entry with tags checks them without a lookup in the
   /// segment's metadata table; the ``SegmentRegion`` in the two above (from ``regionShift``), so
   /// that W-TinyLFU costs no memory per entry over LRU; and in the top bit whether the segment
@@ -23,10 +24,14 @@ struct MemoryNode<Key, Value> {
   /// The neighbour closer to the least recently used end of its list, or ``MemorySegment/none``.
   @usableFromInline var older: UInt32
 
-  /// The bits of ``costAndRegion`` that hold the cost: 2^44 - 1.
-  @usableFromInline static var costMask: UInt64 { (1 << 44) - 1 }
+  /// The bits of ``costAndRegion`` that hold the cost: 2^43 - 1.
+  @usableFromInline static var costMask: UInt64 { (1 << 43) - 1 }
   /// The bit of ``costAndRegion`` that says whether the node's key is watched.
-  @usableFromInline static var watchBit: UInt64 { 1 << 44 }
+  @usableFromInline static var watchBit: UInt64 { 1 << 43 }
+  /// The bit of ``costAndRegion`` that says whether the node is ``isUnasked``.
+  @usableFromInline static var unaskedBit: UInt64 { 1 << 44 }
+  /// The bits a hit checks for the sampler: ``watchBit`` and ``unaskedBit``.
+  @usableFromInline static var samplerBits: UInt64 { watchBit | unaskedBit }
   /// The lowest bit of ``costAndRegion`` that holds the ``aliveStamp``.
   @usableFromInline static var stampShift: UInt64 { 45 }
   /// The bits of ``costAndRegion`` that hold the ``aliveStamp``.
@@ -36,7 +41,7 @@ struct MemoryNode<Key, Value> {
   /// The bit of ``costAndRegion`` that says whether the node has metadata.
   @usableFromInline static var metadataBit: UInt64 { 1 << 63 }
 
-  /// The largest cost an entry may have: 2^44 - 1 (17 × 10^12: 16 TiB, were costs bytes), or
+  /// The largest cost an entry may have: 2^43 - 1 (8.8 × 10^12: 8 TiB, were costs bytes), or
   /// `Int.max` where that is smaller (32-bit platforms).
   @usableFromInline static var maximumCost: Int { Int(clamping: costMask) }
 
@@ -87,6 +92,24 @@ struct MemoryNode<Key, Value> {
     @inline(__always) set {
       costAndRegion = newValue ? costAndRegion | Self.watchBit : costAndRegion & ~Self.watchBit
     }
+  }
+
+  /// Whether the node was inserted unasked for (not to fill a miss of its key the segment's
+  /// ``ReuseSampler`` saw just before) and no lookup the sampler counts has hit it since: its key
+  /// may never have been looked up, so its next hit is not counted as a repeated one (see
+  /// ``ReuseSampler/unaskedHits``).
+  @inlinable
+  var isUnasked: Bool {
+    @inline(__always) get { costAndRegion & Self.unaskedBit != 0 }
+    @inline(__always) set {
+      costAndRegion = newValue ? costAndRegion | Self.unaskedBit : costAndRegion & ~Self.unaskedBit
+    }
+  }
+
+  /// Whether the sampler has work on a hit of the node: it is watched or unasked for.
+  @inlinable
+  var concernsSampler: Bool {
+    @inline(__always) get { costAndRegion & Self.samplerBits != 0 }
   }
 
   /// Whether the segment's ``MemorySegment/metadata`` holds the node's ``EntryMetadata``.

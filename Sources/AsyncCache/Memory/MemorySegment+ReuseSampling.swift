@@ -3,14 +3,15 @@
 
 extension MemorySegment {
   /// Counts a hit on `slot` (of `key`, whose hash is `hash`) for the sampler: one decrement and
-  /// one bit of the node, read with its expiry (and with the layer's `keys`, a multiplication and
-  /// a comparison), unless the hit is watched, ends a watch or is of a sampled key.
+  /// two bits of the node, read with its expiry (and with the layer's `keys`, a multiplication
+  /// and a comparison), unless the hit is watched, ends a watch, is the first of a node inserted
+  /// unasked for, or is of a sampled key.
   @inlinable
   @inline(__always)
   mutating func sampleHit(_ key: Key, hash: Int, at slot: Int, keys: KeySample?) {
     sampleCountdown &-= 1
     if _slowPath(
-      sampleCountdown <= 0 || nodes[slot].isWatched || KeySample.mixed(hash) < keySampleThreshold)
+      sampleCountdown <= 0 || nodes[slot].concernsSampler || KeySample.mixed(hash) < keySampleThreshold)
     {
       sampleLookup(key, hash: hash, at: slot, keys: keys)
     }
@@ -22,6 +23,7 @@ extension MemorySegment {
   @inline(__always)
   mutating func sampleMiss(_ key: Key, hash: Int, keys: KeySample?) {
     sampleCountdown &-= 1
+    sampler.noteMiss(hash: hash)
     if sampleCountdown <= 0 || !sampler.watches.isEmpty || KeySample.mixed(hash) < keySampleThreshold {
       sampleLookup(key, hash: hash, at: nil, keys: keys)
     }
@@ -43,12 +45,19 @@ extension MemorySegment {
     }
     let time = sampler.gapEnd &- sampleCountdown
     if let slot {
+      // A hit on a node asked for (or hit) before is a repeated hit: its key's lookup before it
+      // was counted. The watch it ends goes to that stratum.
+      let isUnasked = nodes[slot].isUnasked
+      if isUnasked {
+        nodes[slot].isUnasked = false
+        sampler.unaskedHits &+= 1
+      }
       if nodes[slot].isWatched {
         nodes[slot].isWatched = false
-        sampler.resolve(hash: hash, at: time, sample: keys)
+        sampler.resolve(hash: hash, at: time, sample: keys, repeated: !isUnasked)
       }
     } else {
-      sampler.resolve(hash: hash, at: time, sample: keys)
+      sampler.resolve(hash: hash, at: time, sample: keys, repeated: false)
     }
     // The key's own access counts after the window it ends, and before the one it begins.
     if let keys, case let mixed = KeySample.mixed(hash), mixed < keySampleThreshold {
@@ -63,10 +72,13 @@ extension MemorySegment {
     sampler.gapEnd = time &+ gap
   }
 
-  /// Marks the node just inserted at `slot` (for a key whose hash is `hash`) as watched if its key is: a miss began the
-  /// watch, and the load that followed it inserted the key.
+  /// Marks the node just inserted at `slot` (for a key whose hash is `hash`) as unasked for,
+  /// unless it fills one of the segment's latest misses; and as watched if its key is: a miss
+  /// began the watch, and the load that followed it inserted the key.
   @inlinable
-  mutating func markIfWatched(_ slot: Int, hash: Int) {
+  mutating func markInserted(_ slot: Int, hash: Int) {
+    guard sampler.isOn else { return }
+    if !sampler.takeRecentMiss(hash: hash) { nodes[slot].isUnasked = true }
     if !sampler.watches.isEmpty, sampler.watches[hash: hash] != nil { nodes[slot].isWatched = true }
   }
 

@@ -97,37 +97,62 @@ extension MemoryStore {
   }
 
   /// The hit-ratio curve from every segment's reuse sampler, for a layer of `capacity` entries;
-  /// `nil` when the layer does not sample or has watched no lookup yet.
-  func hitRatioCurve(capacity: Int) -> HitRatioCurve? {
-    var parts: [(lookups: Double, reuseTimes: [Int], modelled: [Int])] = []
-    var distances = [Int](repeating: 0, count: ReuseHistogram.bucketCount)
-    var unresolved = 0
-    var watched = 0
+  /// `nil` when the layer does not sample or has watched no lookup yet. Without `weighingStrata`
+  /// (tests), every watch weighs what it stands for, whatever its next lookup was.
+  func hitRatioCurve(capacity: Int, weighingStrata: Bool = true) -> HitRatioCurve? {
+    typealias Counts = (all: [Double], repeated: [Double])
+    let empty = [Double](repeating: 0, count: ReuseHistogram.bucketCount)
+    func add(_ histogram: ReuseHistogram, to counts: inout [Double]) {
+      for (bucket, count) in histogram.counts.enumerated() { counts[bucket] += Double(count) }
+    }
+    // Each segment's reuse times (all, and those the model judges), and the layer's distances,
+    // each with the part of them whose watch a repeated hit ended.
+    var parts: [(lookups: Double, reuseTimes: Counts, modelled: Counts)] = []
+    var distances: Counts = (empty, empty)
+    var unresolved = 0.0
+    var (watched, repeatedWatches) = (0, 0)
+    var (lookups, repeatedHits) = (0.0, 0.0)
     for index in 0..<segments.count {
       segments.withLock(index) { segment in
         let sampler = segment.sampler
         guard sampler.isOn else { return }
-        var reuseTimes = [Int](repeating: 0, count: ReuseHistogram.bucketCount)
-        var modelled = reuseTimes
-        for (bucket, count) in sampler.histogram.counts.enumerated() {
-          reuseTimes[bucket] += Int(count)
-          modelled[bucket] += Int(count)
-        }
-        for (bucket, count) in sampler.countedReuseTimes.counts.enumerated() { reuseTimes[bucket] += Int(count) }
-        for (bucket, count) in sampler.distances.counts.enumerated() { distances[bucket] += Int(count) }
-        unresolved += sampler.pendingWeight + sampler.dropped
+        var modelled: Counts = (empty, empty)
+        add(sampler.histogram, to: &modelled.all)
+        add(sampler.repeated.modelled, to: &modelled.repeated)
+        var reuseTimes = modelled
+        add(sampler.countedReuseTimes, to: &reuseTimes.all)
+        add(sampler.repeated.counted, to: &reuseTimes.repeated)
+        add(sampler.distances, to: &distances.all)
+        add(sampler.repeated.distances, to: &distances.repeated)
+        unresolved += Double(sampler.pendingWeight + sampler.dropped)
         watched += sampler.watched
+        repeatedWatches += sampler.repeatedWatches
         // The lookups the segment has sampled from (at least one: a segment with reuse times
         // has a share).
-        let lookups = Double(Swift.max(sampler.lookups(countdown: segment.sampleCountdown), 1))
-        parts.append((lookups, reuseTimes, modelled))
+        let segmentLookups = sampler.lookups(countdown: segment.sampleCountdown)
+        lookups += Double(segmentLookups)
+        repeatedHits += Double(sampler.repeatedHits(countdown: segment.sampleCountdown))
+        parts.append((Double(Swift.max(segmentLookups, 1)), reuseTimes, modelled))
       }
     }
-    let lookups = parts.reduce(0) { $0 + $1.lookups }
-    guard lookups > 0 else { return nil }
+    let total = parts.reduce(0) { $0 + $1.lookups }
+    guard total > 0 else { return nil }
+    let samples = parts.reduce(unresolved) { $0 + $1.reuseTimes.all.reduce(0, +) }
+    let repeatedSamples = parts.reduce(0) { $0 + $1.reuseTimes.repeated.reduce(0, +) }
+    var weights = HitRatioCurve.StratumWeights.unweighed
+    if weighingStrata {
+      weights = HitRatioCurve.StratumWeights(
+        lookups: lookups, repeatedHits: repeatedHits, samples: samples, repeatedSamples: repeatedSamples,
+        watches: watched, repeatedWatches: repeatedWatches)
+    }
     return HitRatioCurve(
       capacity: capacity,
-      segments: parts.map { .init(share: $0.lookups / lookups, reuseTimes: $0.reuseTimes, modelled: $0.modelled) },
-      distances: distances, unresolved: unresolved, sampledLookups: watched)
+      segments: parts.map {
+        .init(
+          share: $0.lookups / total, reuseTimes: weights.weigh($0.reuseTimes.all, repeated: $0.reuseTimes.repeated),
+          modelled: weights.weigh($0.modelled.all, repeated: $0.modelled.repeated))
+      },
+      distances: weights.weigh(distances.all, repeated: distances.repeated), unresolved: weights.other * unresolved,
+      sampledLookups: watched)
   }
 }

@@ -142,7 +142,7 @@ extension MemoryStore {
   /// generic metadata (40% of a `cache.hitRatio` replay, which inserts on every miss).
   ///
   /// - Throws: ``AsyncCacheError/Code/invalidCost`` when the cost function returns a cost outside
-  ///   `0..<2^44`; the cache is unchanged then.
+  ///   `0..<2^43`; the cache is unchanged then.
   @inlinable
   func insert(_ entry: CacheEntry<Value>, for key: Key) throws {
     if !entry.metadata.isEmpty { try entry.metadata.validate() }
@@ -191,7 +191,7 @@ extension MemoryStore {
       } else {
         written = segment.append(Node(key: key, value: entry.value, expiry: expiry, cost: entryCost), hash: hash)
         segment.setMetadata(entry.metadata, at: written, key: key)
-        segment.markIfWatched(written, hash: hash)
+        segment.markInserted(written, hash: hash)
         self.entryCount.wrappingAdd(1, ordering: .relaxed)
         self.entryCost.wrappingAdd(entryCost, ordering: .relaxed)
         if windowTarget != nil { adaptWindow(of: &segment, toInsertOf: hash) }
@@ -270,7 +270,7 @@ extension MemoryStore {
   static func invalidCost(_ cost: Int, for key: Key) -> AsyncCacheError {
     AsyncCacheError(
       code: .invalidCost,
-      message: "the cost function returned \(cost) for the value of key \(key); costs must be in 0..<2^44"
+      message: "the cost function returned \(cost) for the value of key \(key); costs must be in 0..<2^43"
     )
   }
 

@@ -11,7 +11,9 @@
 // of Data Eviction in Cache", USENIX ATC 2016), which needs no stack of keys. Where a window is
 // long enough to hold 2,048 keys of the layer's spatial sample (`KeySample`: one key in a
 // hundred as SHARDS, or fewer in a layer of more than 131,072 entries), its count of distinct
-// keys replaces the model's guess.
+// keys replaces the model's guess. Each watch is filed by whether the lookup that ended it was a
+// repeated hit, and the curve weighs the two kinds to the share of repeated hits the segment
+// counted (`HitRatioCurve.StratumWeights`).
 
 /// The reuse-time sampling of one memory segment: which of its lookups are watched, when each
 /// began, and the histogram of the reuse times measured. Not thread-safe: under the segment's
@@ -75,6 +77,40 @@ struct ReuseSampler {
   /// Watches ended without a reuse: their entry expired, was removed or invalidated (a lookup
   /// then misses at any size), or they were the oldest of too many.
   @usableFromInline var dropped = 0
+  /// Of the reuses above, those of the watches whose key's next lookup hit an entry that had
+  /// been hit before (``repeatedWatches`` of them): the curve weighs them, and the others, so
+  /// that their share of the watches is the share of the lookups the layer counted
+  /// (``repeatedHits(countdown:)`` over ``lookups(countdown:)``). See ``HitRatioCurve``.
+  @usableFromInline var repeated = RepeatedReuses()
+  /// The watches ended by a repeated hit (each once, whatever its weight).
+  @usableFromInline var repeatedWatches = 0
+  /// The lookups sampled from that missed (an expired or invalidated entry's among them).
+  @usableFromInline var misses: UInt64 = 0
+  /// The hits sampled from on entries inserted unasked for, not hit before (see
+  /// ``MemoryNode/isUnasked``): the first lookup of their key may be that hit.
+  @usableFromInline var unaskedHits: UInt64 = 0
+  /// The hashes of the latest misses sampled from, oldest overwritten first: an entry inserted
+  /// for one of them fills that miss (``takeRecentMiss(hash:)``). In the sampler itself, compared
+  /// at once: a miss writes one lane, an insert compares eight.
+  @usableFromInline var recentMisses = SIMD8<Int>(repeating: 0)
+  /// Where ``recentMisses`` takes the next miss.
+  @usableFromInline var recentMissCursor = 0
+
+  /// How many misses ``recentMisses`` remembers (a power of two): a miss's fill within this many
+  /// other misses of the segment counts as asked for (a loading cache fills a miss after its
+  /// load, while other misses of the segment may begin theirs).
+  @inlinable static var recentMissCount: Int { SIMD8<Int>.scalarCount }
+
+  /// The reuses of the watches whose next lookup was a repeated hit: as the sampler's own
+  /// ``histogram``, ``countedReuseTimes`` and ``distances``, of which they are a part.
+  @usableFromInline
+  struct RepeatedReuses: Sendable {
+    @usableFromInline var modelled = ReuseHistogram()
+    @usableFromInline var counted = ReuseHistogram()
+    @usableFromInline var distances = ReuseHistogram()
+
+    @inlinable init() {}
+  }
   /// The random state that spaces the watched lookups (xorshift64*); 0 when off.
   @usableFromInline var random: UInt64 = 0
   /// The fewest entries the watches are bounded for: 256 over the layer's segments.
@@ -141,6 +177,36 @@ struct ReuseSampler {
     return drawn > remaining ? drawn - remaining : 0
   }
 
+  /// The hits sampled from whose entry had been hit before, given the running `countdown`: each
+  /// is the next lookup of a key whose lookup before it hit too.
+  @inlinable
+  func repeatedHits(countdown: Int) -> UInt64 {
+    let hits = lookups(countdown: countdown)
+    let other = misses &+ unaskedHits
+    return hits > other ? hits - other : 0
+  }
+
+  /// Counts a miss sampled from, of the key whose hash is `hash`, and remembers it for the
+  /// insert that may fill it.
+  @inlinable
+  mutating func noteMiss(hash: Int) {
+    misses &+= 1
+    recentMisses[recentMissCursor] = hash
+    recentMissCursor = (recentMissCursor &+ 1) & (Self.recentMissCount - 1)
+  }
+
+  /// Whether one of the latest misses was of the key whose hash is `hash` (a key inserted for
+  /// it fills it); forgets that miss.
+  @inlinable
+  mutating func takeRecentMiss(hash: Int) -> Bool {
+    let matches = recentMisses .== SIMD8(repeating: hash)
+    guard any(matches) else { return false }
+    // Cleared to a value another key could hash to as well as any: a wrong match (one in 2^64)
+    // only moves one watch to the other stratum.
+    recentMisses.replace(with: ~hash, where: matches)
+    return true
+  }
+
   /// The lookups the watches still waiting stand for.
   @usableFromInline var pendingWeight: Int { watches.values.reduce(0) { $0 &+ $1.weight } }
 
@@ -189,22 +255,31 @@ struct ReuseSampler {
   /// `n + 1` entries hits. With the layer's `sample`, a window that held at least
   /// ``KeySample/countedFrom`` of its keys is recorded by its count of distinct keys instead
   /// (more than any size of the curve when the sample no longer reaches back to it).
+  /// With `repeated`, the lookup that ends the watch hit an entry hit before: the reuse is
+  /// recorded in ``repeated`` too.
   @discardableResult
   @inlinable
-  mutating func resolve(hash: Int, at time: Int, sample: KeySample?) -> Bool {
+  mutating func resolve(hash: Int, at time: Int, sample: KeySample?, repeated isRepeated: Bool = false) -> Bool {
     guard let began = watches.remove(hash: hash) else { return false }
     let reuseTime = time &- began.time &- 1
+    if isRepeated { repeatedWatches &+= 1 }
     // Fewer sampled accesses since than `countedFrom` (the lock-free check) hold fewer keys.
     if let sample, sample.position &- began.keys >= sample.countedFrom {
       let counted = sample.keys(since: began.keys) ?? .max
       if counted >= sample.countedFrom {
-        countedReuseTimes.record(reuseTime, weight: began.weight)
         let distance = counted.multipliedReportingOverflow(by: sample.scale)
-        distances.record(distance.overflow ? .max : distance.partialValue, weight: began.weight)
+        let keys = distance.overflow ? .max : distance.partialValue
+        countedReuseTimes.record(reuseTime, weight: began.weight)
+        distances.record(keys, weight: began.weight)
+        if isRepeated {
+          repeated.counted.record(reuseTime, weight: began.weight)
+          repeated.distances.record(keys, weight: began.weight)
+        }
         return true
       }
     }
     histogram.record(reuseTime, weight: began.weight)
+    if isRepeated { repeated.modelled.record(reuseTime, weight: began.weight) }
     return true
   }
 

@@ -309,11 +309,11 @@ struct MemoryLayerHitRatioCurveTests {
         }
         return HitRatioCurve.SegmentReuse(share: share, reuseTimes: counts, modelled: counts)
       }
-      let unresolved = Int.random(in: 0..<100, using: &draws)
+      let unresolved = Double(Int.random(in: 0..<100, using: &draws))
       let capacity = Int.random(in: 100..<1_000_000, using: &draws)
       let curve = try #require(
         HitRatioCurve(capacity: capacity, segments: segments, distances: [], unresolved: unresolved, sampledLookups: 1))
-      let samples = Double(segments.reduce(unresolved) { $0 + $1.reuseTimes.reduce(0, +) })
+      let samples = segments.reduce(unresolved) { $0 + $1.reuseTimes.reduce(0, +) }
       for point in curve.points {
         let eviction = Self.referenceEvictionTime(entries: Double(point.capacity), segments: segments, samples: samples)
         let hits = segments.reduce(0.0) { $0 + HitRatioCurve.count(below: eviction * $1.share, in: $1.modelled) }

@@ -61,7 +61,7 @@ struct MemoryLayerTagModelTests {
         // Produced up to 3 ns ago: sometimes before an invalidation, dead on arrival.
         let produced = clock.now.advanced(by: .nanoseconds(-Int64(below(4))))
         let metadata = below(5) == 0 ? EntryMetadata() : EntryMetadata(producedAt: produced, tags: tags)
-        let costs = [0, 1, MemoryNode<Int, Payload>.maximumCost, below(1 << 44)]
+        let costs = [0, 1, MemoryNode<Int, Payload>.maximumCost, below(1 << 43)]
         writes += 1
         let payload = Payload(write: writes, cost: costs[below(costs.count)])
         let expiresAt = below(4) == 0 ? clock.now.advanced(by: .nanoseconds(Int64(1 + below(20)))) : nil

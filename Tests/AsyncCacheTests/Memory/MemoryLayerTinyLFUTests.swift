@@ -213,20 +213,20 @@ import Testing
     #expect(counted == 4, "only the new entry's use, one increment at each of its four depths")
   }
 
-  @Test("a cost of 2^44 or more is a typed error naming the key, and the layer is unchanged")
+  @Test("a cost of 2^43 or more is a typed error naming the key, and the layer is unchanged")
   func costTooLarge() throws {
     let memory = try MemoryLayer<String, Int>(configuration: .init(cost: { $0 }, evictionPolicy: .windowTinyLFU))
     try memory.insert(1, for: "a")
-    #expect(throws: AsyncCacheError.self) { try memory.insert(1 << 44, for: "a") }
+    #expect(throws: AsyncCacheError.self) { try memory.insert(1 << 43, for: "a") }
     do {
       try memory.insert(Int.max, for: "b")
     } catch let error as AsyncCacheError {
       #expect(error.code == .invalidCost)
-      #expect(error.message.contains("key b") && error.message.contains("2^44"))
+      #expect(error.message.contains("key b") && error.message.contains("2^43"))
     }
     #expect(memory.value(for: "a") == 1 && !memory.contains("b"))
-    try memory.insert((1 << 44) - 1, for: "c")
-    #expect(memory.totalCost == 1 + (1 << 44) - 1)
+    try memory.insert((1 << 43) - 1, for: "c")
+    #expect(memory.totalCost == 1 + (1 << 43) - 1)
     #expect(memory.invariantViolations.isEmpty)
   }
 

@@ -3,7 +3,7 @@ import Testing
 @testable import AsyncCache
 
 /// The bit layouts of the memory layer's storage, which must not depend on the width of `Int`:
-/// it has 32 bits on watchOS devices (arm64_32), where `1 << 44` is 0. These run on 64 bits
+/// it has 32 bits on watchOS devices (arm64_32), where `1 << 43` is 0. These run on 64 bits
 /// here; `.ci/check-32bit` runs the storage itself with a 32-bit `Int`.
 @Suite("MemorySegment bit layout")
 struct MemorySegmentLayoutTests {
@@ -11,14 +11,15 @@ struct MemorySegmentLayoutTests {
   typealias Segment = MemorySegment<Int, Int>
 
   @Test(
-    "cost, watch flag, stamp, region and metadata flag share one UInt64 on every platform: bits 0..<44, 44, 45..<61, 61..<63, 63"
+    "cost, watch flag, unasked flag, stamp, region and metadata flag share one UInt64 on every platform: bits 0..<43, 43, 44, 45..<61, 61..<63, 63"
   )
   func layoutIsFixedWidth() {
     let node = Node(key: 0, value: 0, expiry: .max, cost: 0)
     #expect(type(of: node.costAndRegion) == UInt64.self)
     #expect(type(of: node.cost) == Int64.self)
-    #expect(Node.costMask == 0x0FFF_FFFF_FFFF)
-    #expect(Node.watchBit == 1 << 44 && Node.watchBit & (Node.costMask | Node.stampMask) == 0)
+    #expect(Node.costMask == 0x07FF_FFFF_FFFF)
+    #expect(Node.watchBit == 1 << 43 && Node.watchBit & (Node.costMask | Node.stampMask) == 0)
+    #expect(Node.unaskedBit == 1 << 44 && Node.unaskedBit & (Node.costMask | Node.stampMask | Node.watchBit) == 0)
     #expect(Node.stampShift == 45 && Node.stampMask == 0x1FFF_E000_0000_0000)
     #expect(Node.regionShift == 61)
     #expect(Node.costMask & Node.stampMask == 0 && Node.stampMask & (3 << Node.regionShift) == 0)
@@ -37,10 +38,13 @@ struct MemorySegmentLayoutTests {
   func regionAndCostRoundTrip(region: SegmentRegion) {
     for cost in Self.boundaryCosts {
       for stamp: UInt16 in [0, 1, 0x8001, .max] {
-        for (hasMetadata, isWatched) in [(false, false), (true, false), (false, true), (true, true)] {
+        for (hasMetadata, isWatched, isUnasked) in [
+          (false, false, false), (true, false, true), (false, true, false), (true, true, true), (false, true, true),
+        ] {
           var node = Node(key: 0, value: 0, expiry: .max, cost: cost)
           node.hasMetadata = hasMetadata
           node.isWatched = isWatched
+          node.isUnasked = isUnasked
           node.aliveStamp = stamp
           node.region = region
           #expect(node.cost == cost)
@@ -50,7 +54,8 @@ struct MemorySegmentLayoutTests {
           #expect(
             node.costAndRegion
               == (hasMetadata ? 1 << 63 : 0) | UInt64(region.rawValue) << 61 | UInt64(stamp) << 45
-              | (isWatched ? 1 << 44 : 0) | UInt64(cost))
+              | (isUnasked ? 1 << 44 : 0) | (isWatched ? 1 << 43 : 0) | UInt64(cost))
+          #expect(node.concernsSampler == (isWatched || isUnasked))
           node.cost = 7
           node.cost = cost
           #expect(node.region == region && node.aliveStamp == stamp, "a new cost leaves the other bits alone")
@@ -59,15 +64,18 @@ struct MemorySegmentLayoutTests {
           #expect(node.cost == cost && node.region == region && node.hasMetadata == hasMetadata)
           node.isWatched.toggle()
           node.isWatched.toggle()
+          node.isUnasked.toggle()
+          node.isUnasked.toggle()
           #expect(node.cost == cost && node.aliveStamp == stamp && node.isWatched == isWatched)
+          #expect(node.isUnasked == isUnasked && node.region == region)
         }
       }
     }
   }
 
-  @Test("the largest cost is 2^44 - 1 where Int has 64 bits, Int.max where it has 32")
+  @Test("the largest cost is 2^43 - 1 where Int has 64 bits, Int.max where it has 32")
   func maximumCost() {
-    #expect(Node.maximumCost == Int(clamping: (UInt64(1) << 44) - 1))
+    #expect(Node.maximumCost == Int(clamping: (UInt64(1) << 43) - 1))
     #expect(Int64(Node.maximumCost) >= Int64(Int32.max))
     #expect(UInt64(Node.maximumCost) <= Node.costMask)
   }
