@@ -136,8 +136,8 @@ func exercise(mode: Mode, countLimit: Int, costLimit: Int64, largestCost: Int64,
     print("the reuse sampler timed no reuse, or counted no window")
     return false
   }
-  // The sampler's counts of lookups, misses and hits on entries inserted unasked for hold
-  // together (UInt64 on every platform), and some hits were repeated.
+  // The sampler's misses and hits on entries inserted unasked for are part of its lookups
+  // (UInt64 on every platform; repeated hits are the rest), and some hits were repeated.
   let sampler = segment.sampler
   let lookups = sampler.lookups(countdown: segment.sampleCountdown)
   let repeated = sampler.repeatedHits(countdown: segment.sampleCountdown)

@@ -98,11 +98,15 @@ enum HTTPResponse {
   struct Status: Sendable {
     static let created = Status()
     static let conflict = Status()
+
+    private init() {}
   }
 }
 
 struct PersistError: Error, Equatable {
   static let duplicate = PersistError()
+
+  private init() {}
 }
 
 /// swift-service-lifecycle's `Service` and graceful shutdown, as the "In a server" article's

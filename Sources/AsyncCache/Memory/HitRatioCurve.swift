@@ -192,8 +192,9 @@ extension HitRatioCurve {
   /// hit since it was inserted. The first hit of an entry inserted unasked for (written before
   /// it was read, restored) may be its key's first lookup, so it is not one, and one bit of the
   /// node marks such an entry (``MemoryNode/isUnasked``). Whether a fill is recognized changes
-  /// how well the strata predict a reuse, never what they count: the watches and the layer's
-  /// count use the same bit.
+  /// how well the strata predict a reuse, not what they count: the watches and the layer's
+  /// count use the same bit. A watch dropped before its key's next lookup came (the oldest of
+  /// too many) counts as not ended by a repeated hit, which it seldom would have been.
   struct StratumWeights: Equatable {
     /// The weight of a watch whose next lookup was not a repeated hit (or has not come).
     var other: Double
@@ -206,10 +207,15 @@ extension HitRatioCurve {
     /// The fewest watches each stratum must hold to be weighed.
     static let minimumWatches = 32
 
+    /// The weights allowed: a stratum weighed more than 5 times, or less than a fifth, says the
+    /// sample is not of the lookups the layer counted (a share of 0.995 against 0.98 weighs 0.25).
+    static let allowedWeights = 0.2...5.0
+
     /// Weights for `samples` (watches, each by the lookups it stands for), `repeatedSamples` of
-    /// them ended by a repeated hit, given the layer's `lookups` of which `repeatedHits` were;
-    /// ``unweighed`` unless each stratum has ``minimumWatches`` of `watches` (counted once each,
-    /// `repeatedWatches` of them repeated) and its share is neither 0 nor 1 on both sides.
+    /// them ended by a repeated hit, given the layer's
+    /// `lookups` of which `repeatedHits` were; ``unweighed`` unless each stratum has
+    /// ``minimumWatches`` of `watches` (counted once each, `repeatedWatches` of them repeated),
+    /// its share is neither 0 nor 1 on both sides, and both weights are ``allowedWeights``.
     init(
       lookups: Double, repeatedHits: Double, samples: Double, repeatedSamples: Double, watches: Int,
       repeatedWatches: Int
@@ -222,7 +228,12 @@ extension HitRatioCurve {
         self = .unweighed
         return
       }
-      self.init(other: (1 - share) / (1 - sampleShare), repeated: share / sampleShare)
+      let (other, repeated) = ((1 - share) / (1 - sampleShare), share / sampleShare)
+      guard Self.allowedWeights.contains(other), Self.allowedWeights.contains(repeated) else {
+        self = .unweighed
+        return
+      }
+      self.init(other: other, repeated: repeated)
     }
 
     init(other: Double, repeated: Double) {
@@ -233,7 +244,11 @@ extension HitRatioCurve {
     /// `all` (counts by ``ReuseHistogram`` bucket), of which `repeated` were ended by a repeated
     /// hit, weighed.
     func weigh(_ all: [Double], repeated: [Double]) -> [Double] {
-      zip(all, repeated).map { all, repeated in other * Swift.max(all - repeated, 0) + self.repeated * repeated }
+      guard self != .unweighed else { return all }
+      // `repeated` is part of `all` bucket by bucket (the sampler halves them together).
+      return zip(all, repeated).map { all, repeated in
+        other * Swift.max(all - repeated, 0) + self.repeated * repeated
+      }
     }
   }
 }

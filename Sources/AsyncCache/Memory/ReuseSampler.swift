@@ -77,10 +77,11 @@ struct ReuseSampler {
   /// Watches ended without a reuse: their entry expired, was removed or invalidated (a lookup
   /// then misses at any size), or they were the oldest of too many.
   @usableFromInline var dropped = 0
-  /// Of the reuses above, those of the watches whose key's next lookup hit an entry that had
-  /// been hit before (``repeatedWatches`` of them): the curve weighs them, and the others, so
-  /// that their share of the watches is the share of the lookups the layer counted
-  /// (``repeatedHits(countdown:)`` over ``lookups(countdown:)``). See ``HitRatioCurve``.
+  /// Of the reuses above, those of the watches whose key's next lookup was a repeated hit: a
+  /// hit on an entry that filled a miss of its key or was hit since it was inserted
+  /// (``repeatedWatches`` of them). The curve weighs them, and the others, so that their share
+  /// of the watches is the share of the lookups the layer counted (``repeatedHits(countdown:)``
+  /// over ``lookups(countdown:)``). See ``HitRatioCurve/StratumWeights``.
   @usableFromInline var repeated = RepeatedReuses()
   /// The watches ended by a repeated hit (each once, whatever its weight).
   @usableFromInline var repeatedWatches = 0
@@ -177,8 +178,9 @@ struct ReuseSampler {
     return drawn > remaining ? drawn - remaining : 0
   }
 
-  /// The hits sampled from whose entry had been hit before, given the running `countdown`: each
-  /// is the next lookup of a key whose lookup before it hit too.
+  /// The repeated hits sampled from, given the running `countdown`: the hits less those on
+  /// entries inserted unasked for (``unaskedHits``). Each is the next lookup of a key whose
+  /// lookup before it was counted too: the miss its entry filled, or a hit.
   @inlinable
   func repeatedHits(countdown: Int) -> UInt64 {
     let hits = lookups(countdown: countdown)
@@ -201,8 +203,8 @@ struct ReuseSampler {
   mutating func takeRecentMiss(hash: Int) -> Bool {
     let matches = recentMisses .== SIMD8(repeating: hash)
     guard any(matches) else { return false }
-    // Cleared to a value another key could hash to as well as any: a wrong match (one in 2^64)
-    // only moves one watch to the other stratum.
+    // Cleared to a value another key could hash to as well as any (as the lanes' first 0): a
+    // wrong match (one in 2^64, 2^32 where `Int` has 32 bits) only files one entry as asked for.
     recentMisses.replace(with: ~hash, where: matches)
     return true
   }
@@ -269,6 +271,11 @@ struct ReuseSampler {
       if counted >= sample.countedFrom {
         let distance = counted.multipliedReportingOverflow(by: sample.scale)
         let keys = distance.overflow ? .max : distance.partialValue
+        if countedReuseTimes.wouldOverflow(reuseTime, weight: began.weight)
+          || distances.wouldOverflow(keys, weight: began.weight)
+        {
+          halveAll()
+        }
         countedReuseTimes.record(reuseTime, weight: began.weight)
         distances.record(keys, weight: began.weight)
         if isRepeated {
@@ -278,9 +285,24 @@ struct ReuseSampler {
         return true
       }
     }
+    if histogram.wouldOverflow(reuseTime, weight: began.weight) { halveAll() }
     histogram.record(reuseTime, weight: began.weight)
     if isRepeated { repeated.modelled.record(reuseTime, weight: began.weight) }
     return true
+  }
+
+  /// Halves every count of reuses and of watches dropped, keeping their proportions (a
+  /// repeated reuse stays part of all reuses), when one would overflow: after 2^32 reuses in
+  /// one bucket. The watches still waiting keep their weights.
+  @usableFromInline
+  mutating func halveAll() {
+    histogram.halve()
+    countedReuseTimes.halve()
+    distances.halve()
+    repeated.modelled.halve()
+    repeated.counted.halve()
+    repeated.distances.halve()
+    dropped /= 2
   }
 
   /// Records an access to the sampled key of mixed hash `mixed` in the layer's `sample`, unless
@@ -394,10 +416,24 @@ struct ReuseHistogram: Sendable, Hashable {
   mutating func record(_ value: Int, weight: Int = 1) {
     if counts.isEmpty { counts = Array(repeating: 0, count: Self.bucketCount) }
     let index = Self.bucket(of: value)
-    let added = UInt32(truncatingIfNeeded: Swift.min(weight, 1 << 20))
+    let added = Self.added(weight)
+    // The sampler halves every histogram first (``ReuseSampler/halveAll()``); this keeps a
+    // histogram recorded alone from overflowing.
     if counts[index] > .max - added { halve() }
     counts[index] += added
     total += Int(added)
+  }
+
+  /// What a reuse of `weight` adds to its bucket: the weight, at most 2^20.
+  @inlinable
+  static func added(_ weight: Int) -> UInt32 {
+    UInt32(truncatingIfNeeded: Swift.min(weight, 1 << 20))
+  }
+
+  /// Whether recording `value` of `weight` would overflow its bucket's count.
+  @inlinable
+  func wouldOverflow(_ value: Int, weight: Int) -> Bool {
+    !counts.isEmpty && counts[Self.bucket(of: value)] > .max - Self.added(weight)
   }
 
   /// Halves every count, keeping their proportions, when one would overflow (after 2^32 reuses

@@ -35,8 +35,15 @@ struct MemoryLayerCurveStrataTests {
     let weighed = weights.weigh([30, 70], repeated: [20, 30])
     #expect(abs(weighed[0] - (0.8 * 10 + 1.2 * 20)) < 1e-12 && abs(weighed[1] - (0.8 * 40 + 1.2 * 30)) < 1e-12)
     #expect(abs(weighed.reduce(0, +) - 100) < 1e-9)
-    // A count below its repeated part (after a histogram halved alone) weighs as none.
+    // A count below its repeated part (which the sampler's halving together prevents) weighs as none.
     #expect(weights.weigh([1], repeated: [3]) == [3 * 1.2])
+    // Unweighed, the counts are all the reuses, as they are.
+    #expect(Weights.unweighed.weigh([1, 5], repeated: [3, 2]) == [1, 5])
+    // A weight over 5, or under a fifth, says the sample is not of the layer's lookups.
+    #expect(
+      Weights(
+        lookups: 1_000, repeatedHits: 900, samples: 1_000, repeatedSamples: 150, watches: 1_000, repeatedWatches: 150)
+        == .unweighed)
 
     for (repeatedWatches, watches) in [(31, 100), (69, 100), (0, 100), (100, 100)] {
       let thin = Weights(
@@ -85,6 +92,65 @@ struct MemoryLayerCurveStrataTests {
     #expect(counts.lookups == 354 && counts.misses == 51)
     #expect(counts.unasked == 51 && counts.repeated == 252)
     #expect(layer.store.segments.withLock(0) { segment in (0..<100).allSatisfy { !segment.nodeIsUnasked($0) } })
+  }
+
+  @Test(
+    "with every lookup watched, the watches a repeated hit ended are the layer's repeated hits, whatever wrote, removed or expired the entries"
+  )
+  func everyLookupWatched() throws {
+    let clock = ManualClock()
+    let layer = try MemoryLayer<Int, Int>(
+      configuration: .init(
+        countLimit: 1_000, segmentCount: 1, evictionPolicy: .leastRecentlyUsed, admissionSeed: 4, clock: clock))
+    func access(_ key: Int) throws {
+      Curve.watch(after: 1, in: layer)
+      if layer.value(for: key) == nil { try layer.insert(key, for: key) }
+    }
+    var draws = SplitMix64(seed: 5)
+    for step in 0..<4_000 where !Task.isCancelled {
+      let key = Int.random(in: 0..<40, using: &draws)
+      switch Int.random(in: 0..<20, using: &draws) {
+      case 0: try layer.insert(key, for: key)  // written before it is read: unasked
+      case 1: layer.removeValue(for: key)
+      case 2: try layer.insert(key, for: key, timeToLive: .seconds(1))
+      case 3: clock.advance(by: .milliseconds(300))
+      default: try access(key)
+      }
+      if step == 2_000 { layer.removeAll() }
+      // Now and then, more misses at once than the segment remembers, then their fills, a hit
+      // on each (the first 4 unasked), and their removal (which ends the watches the hits began).
+      if step % 500 == 0 {
+        let burst = (1_000..<1_012).map { $0 + step }
+        for key in burst {
+          Curve.watch(after: 1, in: layer)
+          _ = layer.value(for: key)
+        }
+        for key in burst { try layer.insert(key, for: key) }
+        for key in burst { try access(key) }
+        for key in burst { layer.removeValue(for: key) }
+      }
+    }
+    let sampler = layer.store.segments.withLock(0) { $0.sampler }
+    let counts = Self.counts(of: layer)
+    #expect(sampler.watched == Int(counts.lookups), "every lookup watched")
+    #expect(counts.unasked > 30 && counts.repeated > 1_000 && counts.misses > 100, "\(counts)")
+    #expect(UInt64(sampler.repeatedWatches) == counts.repeated)
+  }
+
+  @Test("the histograms halve together: repeated reuses stay the same share of all reuses past 2^32 in a bucket")
+  func histogramsHalveTogether() {
+    var sampler = ReuseSampler()
+    _ = sampler.start(seed: 1, segments: 1)
+    sampler.thinningStart = .max
+    for index in 0..<6_000 {
+      sampler.gapWeight = 1 << 20
+      sampler.watch(hash: index + 1, at: 10 * index, keys: 0, entries: 1 << 24)
+      sampler.resolve(hash: index + 1, at: 10 * index + 6, sample: nil, repeated: index % 3 == 0)
+    }
+    let bucket = ReuseHistogram.bucket(of: 5)
+    let (all, repeated) = (Double(sampler.histogram.counts[bucket]), Double(sampler.repeated.modelled.counts[bucket]))
+    #expect(all < 6_000 * Double(1 << 20), "the bucket halved")
+    #expect(abs(repeated / all - 1.0 / 3) < 0.01, "\(repeated) of \(all)")
   }
 
   @Test("an insert fills one of the segment's latest 8 misses; an older miss is forgotten")
