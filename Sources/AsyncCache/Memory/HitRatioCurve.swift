@@ -196,7 +196,8 @@ extension HitRatioCurve {
   /// count use the same bit. A watch dropped before its key's next lookup came (the oldest of
   /// too many) counts as not ended by a repeated hit, which it seldom would have been.
   struct StratumWeights: Equatable {
-    /// The weight of a watch whose next lookup was not a repeated hit (or has not come).
+    /// The weight of a watch whose next lookup was not a repeated hit, or is still awaited, or
+    /// was dropped.
     var other: Double
     /// The weight of a watch whose next lookup was a repeated hit.
     var repeated: Double
@@ -208,12 +209,12 @@ extension HitRatioCurve {
     static let minimumWatches = 32
 
     /// The weights allowed: a stratum weighed more than 5 times, or less than a fifth, says the
-    /// sample is not of the lookups the layer counted (a share of 0.995 against 0.98 weighs 0.25).
+    /// sample is not of the lookups the layer counted. (At the edge: a layer whose lookups were
+    /// 99.5% repeated hits, and a sample with 98%, weighs the other watches 0.25.)
     static let allowedWeights = 0.2...5.0
 
     /// Weights for `samples` (watches, each by the lookups it stands for), `repeatedSamples` of
-    /// them ended by a repeated hit, given the layer's
-    /// `lookups` of which `repeatedHits` were; ``unweighed`` unless each stratum has
+    /// them ended by a repeated hit, given the layer's `lookups` of which `repeatedHits` were; ``unweighed`` unless each stratum has
     /// ``minimumWatches`` of `watches` (counted once each, `repeatedWatches` of them repeated),
     /// its share is neither 0 nor 1 on both sides, and both weights are ``allowedWeights``.
     init(

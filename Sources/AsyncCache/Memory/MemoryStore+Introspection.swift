@@ -124,7 +124,7 @@ extension MemoryStore {
         add(sampler.repeated.counted, to: &reuseTimes.repeated)
         add(sampler.distances, to: &distances.all)
         add(sampler.repeated.distances, to: &distances.repeated)
-        unresolved += Double(sampler.pendingWeight + sampler.dropped)
+        unresolved += Double(sampler.pendingWeight) + Double(sampler.dropped)
         watched += sampler.watched
         repeatedWatches += sampler.repeatedWatches
         // The lookups the segment has sampled from (at least one: a segment with reuse times

@@ -257,8 +257,8 @@ struct ReuseSampler {
   /// `n + 1` entries hits. With the layer's `sample`, a window that held at least
   /// ``KeySample/countedFrom`` of its keys is recorded by its count of distinct keys instead
   /// (more than any size of the curve when the sample no longer reaches back to it).
-  /// With `repeated`, the lookup that ends the watch hit an entry hit before: the reuse is
-  /// recorded in ``repeated`` too.
+  /// With `repeated`, the lookup that ends the watch was a repeated hit: the reuse is recorded
+  /// in ``repeated`` too.
   @discardableResult
   @inlinable
   mutating func resolve(hash: Int, at time: Int, sample: KeySample?, repeated isRepeated: Bool = false) -> Bool {
@@ -421,7 +421,9 @@ struct ReuseHistogram: Sendable, Hashable {
     // histogram recorded alone from overflowing.
     if counts[index] > .max - added { halve() }
     counts[index] += added
-    total += Int(added)
+    // Wrapping: a histogram's total passes 2^31 long before a bucket reaches 2^32 where `Int`
+    // has 32 bits; the curve reads the counts.
+    total &+= Int(added)
   }
 
   /// What a reuse of `weight` adds to its bucket: the weight, at most 2^20.
@@ -443,7 +445,7 @@ struct ReuseHistogram: Sendable, Hashable {
     total = 0
     for index in counts.indices {
       counts[index] /= 2
-      total += Int(counts[index])
+      total &+= Int(counts[index])
     }
   }
 }
