@@ -27,11 +27,20 @@ final class FakeDiskFileSystem: DiskFileSystem {
     var bytesAllowed: Int
   }
 
+  /// Reads held as a slow device holds them (``holdReads()``): each blocks its thread on `gate`
+  /// until ``releaseReads()``, and says so on `entered` first.
+  private struct Hold {
+    var entered: AsyncStream<Void>.Continuation
+    var gate: DispatchSemaphore
+    var blocked = 0
+  }
+
   private struct State {
     var calls: [Operation] = []
     var callsOffExecutor: [Operation] = []
     var faults: [Operation: Fault] = [:]
     var openDescriptors: Set<Int32> = []
+    var hold: Hold?
   }
 
   private let live = POSIXDiskFileSystem()
@@ -42,6 +51,29 @@ final class FakeDiskFileSystem: DiskFileSystem {
   func fail(_ operation: Operation, with code: Int32, afterBytes: Int = 0) {
     state.withLock { $0.faults[operation] = Fault(code: code, bytesAllowed: afterBytes) }
   }
+
+  /// Makes every later read block its thread, as on a slow device, until ``releaseReads()``;
+  /// the stream gets an element as each read begins to wait.
+  func holdReads() -> AsyncStream<Void> {
+    let (entered, continuation) = AsyncStream<Void>.makeStream()
+    state.withLock { $0.hold = Hold(entered: continuation, gate: DispatchSemaphore(value: 0)) }
+    return entered
+  }
+
+  /// Lets the held reads, and every later one, through.
+  func releaseReads() {
+    guard
+      let hold = state.withLock({ state -> Hold? in
+        defer { state.hold = nil }
+        return state.hold
+      })
+    else { return }
+    for _ in 0..<hold.blocked { hold.gate.signal() }
+    hold.entered.finish()
+  }
+
+  /// How many reads are held now.
+  var heldReads: Int { state.withLock { $0.hold?.blocked ?? 0 } }
 
   /// Lets every call through again.
   func heal() {
@@ -92,6 +124,14 @@ final class FakeDiskFileSystem: DiskFileSystem {
 
   func read(_ descriptor: Int32, into buffer: UnsafeMutableRawBufferPointer) throws(DiskSystemError) -> Int {
     try enter(.read, "fd \(descriptor)")
+    let hold = state.withLock { state -> Hold? in
+      state.hold?.blocked += 1
+      return state.hold
+    }
+    if let hold {
+      hold.entered.yield()
+      hold.gate.wait()
+    }
     return try live.read(descriptor, into: buffer)
   }
 
@@ -401,6 +441,51 @@ struct DiskLayerFaultTests {
     #expect(fileSystem.calls.count > 10)
     #expect(fileSystem.callsOffExecutor.isEmpty)
     #expect(!BlockingExecutor.isCurrent)
+  }
+
+  /// A read that waits for its device holds the layer's thread, never a cooperative one: with
+  /// four layers' reads blocked in the file system (more than the pool has threads on this
+  /// machine), a thousand tasks that need the pool all run before any read is let go.
+  @Test(.timeLimit(.minutes(1)))
+  func readsWaitingForTheDeviceLeaveTheCooperativePoolFree() async throws {
+    let fileSystem = FakeDiskFileSystem()
+    let fixtures = try (0..<4).map { _ in try DiskFixture() }
+    defer { for fixture in fixtures { fixture.remove() } }
+    var layers: [DiskLayer<String, Data>] = []
+    for fixture in fixtures {
+      let layer = try await fixture.open(fileSystem: fileSystem)
+      try await layer.insert(diskBytes(100), for: "a")
+      layers.append(layer)
+    }
+    let blocked = fileSystem.holdReads()
+    defer { fileSystem.releaseReads() }  // a failed expectation leaves no thread blocked
+    // Were the reads to block cooperative threads, this test's own task could not run to
+    // release them: a Dispatch thread lets them go after 50 s, so that a regression fails the
+    // test (past its time limit) instead of hanging the run. It does nothing when the test passes.
+    DispatchQueue.global().asyncAfter(deadline: .now() + 50) { fileSystem.releaseReads() }
+    let reads = layers.map { layer in Task { try await layer.value(for: "a") } }
+    var entered = 0
+    for await _ in blocked {
+      entered += 1
+      if entered == layers.count { break }
+    }
+    try #require(entered == layers.count, "every layer's read waits in the device")
+
+    let counter = Counter()
+    await withTaskGroup(of: Void.self) { group in
+      for _ in 0..<1_000 { group.addTask { await counter.increment() } }
+    }
+    #expect(await counter.count == 1_000)
+    #expect(fileSystem.heldReads == layers.count, "no read went through while the tasks ran")
+
+    fileSystem.releaseReads()
+    for read in reads { #expect(try await read.value == diskBytes(100)) }
+  }
+
+  /// Counts the tasks that reached it.
+  private actor Counter {
+    var count = 0
+    func increment() { count += 1 }
   }
 
   @Test func aMissForAnUnknownKeyCostsNoIOAndAHitOneOpenReadAndClose() async throws {
