@@ -55,6 +55,7 @@ final class FakeDiskFileSystem: DiskFileSystem {
   /// Makes every later read block its thread, as on a slow device, until ``releaseReads()``;
   /// the stream gets an element as each read begins to wait.
   func holdReads() -> AsyncStream<Void> {
+    releaseReads()  // a hold before this one lets its reads go
     let (entered, continuation) = AsyncStream<Void>.makeStream()
     state.withLock { $0.hold = Hold(entered: continuation, gate: DispatchSemaphore(value: 0)) }
     return entered
@@ -72,7 +73,7 @@ final class FakeDiskFileSystem: DiskFileSystem {
     hold.entered.finish()
   }
 
-  /// How many reads are held now.
+  /// How many reads the hold has stopped (each is held until released).
   var heldReads: Int { state.withLock { $0.hold?.blocked ?? 0 } }
 
   /// Lets every call through again.
@@ -444,12 +445,13 @@ struct DiskLayerFaultTests {
   }
 
   /// A read that waits for its device holds the layer's thread, never a cooperative one: with
-  /// four layers' reads blocked in the file system (more than the pool has threads on this
-  /// machine), a thousand tasks that need the pool all run before any read is let go.
+  /// more layers' reads blocked in the file system than the machine has cores (the width of the
+  /// cooperative pool), a thousand tasks that need the pool all run before any read is let go.
   @Test(.timeLimit(.minutes(1)))
   func readsWaitingForTheDeviceLeaveTheCooperativePoolFree() async throws {
     let fileSystem = FakeDiskFileSystem()
-    let fixtures = try (0..<4).map { _ in try DiskFixture() }
+    let layerCount = Swift.max(4, ProcessInfo.processInfo.activeProcessorCount + 1)
+    let fixtures = try (0..<layerCount).map { _ in try DiskFixture() }
     defer { for fixture in fixtures { fixture.remove() } }
     var layers: [DiskLayer<String, Data>] = []
     for fixture in fixtures {
@@ -458,11 +460,17 @@ struct DiskLayerFaultTests {
       layers.append(layer)
     }
     let blocked = fileSystem.holdReads()
-    defer { fileSystem.releaseReads() }  // a failed expectation leaves no thread blocked
     // Were the reads to block cooperative threads, this test's own task could not run to
-    // release them: a Dispatch thread lets them go after 50 s, so that a regression fails the
-    // test (past its time limit) instead of hanging the run. It does nothing when the test passes.
-    DispatchQueue.global().asyncAfter(deadline: .now() + 50) { fileSystem.releaseReads() }
+    // release them: a thread of its own lets them go after 50 s, so that a regression fails the
+    // test (within its time limit) instead of hanging the run. It ends when the test does.
+    let finished = DispatchSemaphore(value: 0)
+    Thread.detachNewThread {
+      if finished.wait(timeout: .now() + 50) == .timedOut { fileSystem.releaseReads() }
+    }
+    defer {
+      fileSystem.releaseReads()  // a failed expectation leaves no thread blocked
+      finished.signal()
+    }
     let reads = layers.map { layer in Task { try await layer.value(for: "a") } }
     var entered = 0
     for await _ in blocked {
@@ -476,7 +484,7 @@ struct DiskLayerFaultTests {
       for _ in 0..<1_000 { group.addTask { await counter.increment() } }
     }
     #expect(await counter.count == 1_000)
-    #expect(fileSystem.heldReads == layers.count, "no read went through while the tasks ran")
+    #expect(fileSystem.heldReads == layers.count, "the reads were still held: the watchdog had not let them go")
 
     fileSystem.releaseReads()
     for read in reads { #expect(try await read.value == diskBytes(100)) }
