@@ -168,8 +168,10 @@ func run() -> Int32 {
   // The reuse histogram's buckets cover every reuse time a 32-bit Int holds, in order.
   var next = 0
   for index in 0..<ReuseHistogram.bucketCount - 1 {
-    let (lower, width) = ReuseHistogram.range(of: index)
-    guard lower >= 0, width > 0, lower.addingReportingOverflow(width).overflow == false else { break }
+    let (start, size) = ReuseHistogram.span(of: index)
+    guard let lower = Int(exactly: start), let width = Int(exactly: size), width > 0,
+      lower.addingReportingOverflow(width).overflow == false
+    else { break }
     let first = ReuseHistogram.bucket(of: lower)
     let last = ReuseHistogram.bucket(of: lower + width - 1)
     if lower != next || first != index || last != index {

@@ -404,14 +404,6 @@ struct ReuseHistogram: Sendable, Hashable {
     return Swift.min(exactLimit + (exponent - 5) * subBuckets + sub, bucketCount - 1)
   }
 
-  /// The values bucket `index` counts: `lower ..< lower + width`.
-  static func range(of index: Int) -> (lower: Int, width: Int) {
-    guard index >= exactLimit else { return (index, 1) }
-    let exponent = (index - exactLimit) / subBuckets + 5
-    let sub = (index - exactLimit) % subBuckets
-    return ((subBuckets + sub) << (exponent - 3), 1 << (exponent - 3))
-  }
-
   @inlinable
   mutating func record(_ value: Int, weight: Int = 1) {
     if counts.isEmpty { counts = Array(repeating: 0, count: Self.bucketCount) }

@@ -25,7 +25,7 @@ struct MemoryLayerCurveStrataTests {
   }
 
   @Test("the weights give each stratum the layer's share, and leave a thin or empty stratum alone")
-  func weights() {
+  func weights() throws {
     typealias Weights = HitRatioCurve.StratumWeights
     // The layer: 60% repeated hits; the sample: 50%.
     let weights = Weights(
@@ -33,6 +33,7 @@ struct MemoryLayerCurveStrataTests {
     #expect(abs(weights.repeated - 1.2) < 1e-12 && abs(weights.other - 0.8) < 1e-12)
     // Weighed, the sample's share is the layer's, and its total is unchanged.
     let weighed = weights.weigh([30, 70], repeated: [20, 30])
+    try #require(weighed.count == 2)
     #expect(abs(weighed[0] - (0.8 * 10 + 1.2 * 20)) < 1e-12 && abs(weighed[1] - (0.8 * 40 + 1.2 * 30)) < 1e-12)
     #expect(abs(weighed.reduce(0, +) - 100) < 1e-9)
     // A count below its repeated part (which the sampler's halving together prevents) weighs as none.
@@ -140,7 +141,7 @@ struct MemoryLayerCurveStrataTests {
   }
 
   @Test("the histograms halve together: repeated reuses stay the same share of all reuses past 2^32 in a bucket")
-  func histogramsHalveTogether() {
+  func histogramsHalveTogether() throws {
     var sampler = ReuseSampler()
     _ = sampler.start(seed: 1, segments: 1)
     sampler.thinningStart = .max
@@ -150,6 +151,8 @@ struct MemoryLayerCurveStrataTests {
       sampler.resolve(hash: index + 1, at: 10 * index + 6, sample: nil, repeated: index % 3 == 0)
     }
     let bucket = ReuseHistogram.bucket(of: 5)
+    try #require(
+      sampler.histogram.counts.indices.contains(bucket) && sampler.repeated.modelled.counts.indices.contains(bucket))
     let (all, repeated) = (Double(sampler.histogram.counts[bucket]), Double(sampler.repeated.modelled.counts[bucket]))
     // 6,000 reuses of 2^20: the bucket halved once, before the 4,096th, which 1,905 more followed.
     #expect(all == 4_095 * Double(1 << 19) + 1_905 * Double(1 << 20), "\(all)")

@@ -413,18 +413,15 @@ struct MemoryLayerHitRatioCurveTests {
   func histogramBuckets() {
     var next = 0
     for index in 0..<ReuseHistogram.bucketCount - 1 {
-      let (lower, width) = ReuseHistogram.range(of: index)
+      let (start, size) = ReuseHistogram.span(of: index)
+      let (lower, width) = (Int(start), Int(size))
+      #expect(Double(lower) == start && Double(width) == size, "bucket \(index): whole numbers")
       #expect(lower == next, "bucket \(index)")
       #expect(ReuseHistogram.bucket(of: lower) == index && ReuseHistogram.bucket(of: lower + width - 1) == index)
       #expect(width == 1 || width * 8 <= lower)
       next = lower + width
     }
     #expect(ReuseHistogram.bucket(of: .max) == ReuseHistogram.bucketCount - 1)
-    // The same buckets in Doubles, which the curve reads (no wrap where `Int` has 32 bits).
-    for index in 0..<ReuseHistogram.bucketCount {
-      let (lower, width) = ReuseHistogram.range(of: index)
-      #expect(ReuseHistogram.span(of: index) == (Double(lower), Double(width)), "bucket \(index)")
-    }
     var draws = SplitMix64(seed: 3)
     for _ in 0..<10_000 {
       let value = Int.random(in: 0..<(1 << Int.random(in: 1..<53, using: &draws)), using: &draws)
