@@ -28,7 +28,11 @@ let package = Package(
     .target(name: "CAsyncCacheShims"),
     // The system's libsqlite3 (Debian: libsqlite3-dev), linked only by users of AsyncCacheSQLite.
     .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
-    .target(name: "AsyncCacheSQLite", dependencies: ["AsyncCache", "CSQLite"], swiftSettings: strict),
+    // A VFS over the system's default one, in C: it lets a read that the page cache can answer run
+    // on the caller's thread, and it holds reads for the tests of a slow device.
+    .target(name: "CAsyncCacheSQLiteVFS", dependencies: ["CSQLite"]),
+    .target(
+      name: "AsyncCacheSQLite", dependencies: ["AsyncCache", "CSQLite", "CAsyncCacheSQLiteVFS"], swiftSettings: strict),
     .target(name: "AsyncCacheTesting", dependencies: ["AsyncCache"], swiftSettings: strict),
     // The shared tier: a Redis client of its own on POSIX sockets; tests and benchmarks need redis-server.
     .target(name: "AsyncCacheRedis", dependencies: ["AsyncCache"], swiftSettings: strict),

@@ -7,6 +7,10 @@ import Synchronization
 /// Reads consult this first, so a value inserted is readable at once. The last write for a key
 /// wins; ``clearStamp`` records a `removeAll()` that comes before every write in ``writes``.
 ///
+/// A batch taken for a transaction stays readable (``inFlight``) until it has committed, or is
+/// put back under newer writes if it failed: a reader on another connection (a caller's thread,
+/// see `SQLiteReaders`) never falls between the pending writes and the database.
+///
 /// Every write carries a stamp from ``WriteStamps``. The database keeps the stamp of the write
 /// that produced each row, and a write only replaces or deletes rows with older stamps, so a
 /// batch that is retried after other connections wrote can never bring back an older value.
@@ -65,6 +69,11 @@ struct PendingWrites: Sendable {
   var writes: [String: Write] = [:]
   /// The stamp of a pending `removeAll()`, or `nil`.
   var clearStamp: Int64?
+  /// The batch a transaction is writing: readable until it commits.
+  var inFlight: (clearStamp: Int64?, writes: [String: Write])?
+  /// Access times to record, by key, for the least-recently-used order: found by reads on any
+  /// thread, written with the next batch.
+  var touches: [[UInt8]: Int64] = [:]
   /// Bytes of blobs waiting to be written.
   var bytes = 0
   /// Whether a background write (or a retry of a failed one) is already on its way.
@@ -89,6 +98,28 @@ struct PendingWrites: Sendable {
 
   var isEmpty: Bool { writes.isEmpty && clearStamp == nil }
 
+  /// What a read of `key` finds here: a write, a `removeAll()` that hides what the database
+  /// holds, or nothing (the database answers).
+  func lookup(_ key: String) -> Lookup {
+    if let write = writes[key] { return .write(write) }
+    if clearStamp != nil { return .cleared }
+    guard let inFlight else { return .none }
+    if let write = inFlight.writes[key] { return .write(write) }
+    return inFlight.clearStamp != nil ? .cleared : .none
+  }
+
+  enum Lookup: Sendable {
+    case write(Write)
+    case cleared
+    case none
+  }
+
+  /// Records an access to `key` (its UTF-8 bytes) at `now`; returns how many accesses wait.
+  mutating func touch(_ key: [UInt8], now: Int64) -> Int {
+    touches[key] = accessTime(now: now)
+    return touches.count
+  }
+
   mutating func put(_ write: Write, for key: String) {
     if case .upsert(let row, _, _) = write { bytes += row.count }
     if case .upsert(let replaced, _, _)? = writes.updateValue(write, forKey: key) { bytes -= replaced.count }
@@ -107,9 +138,12 @@ struct PendingWrites: Sendable {
     return true
   }
 
-  /// Takes everything pending, for one transaction.
+  /// Takes everything pending, for one transaction, and keeps it readable as ``inFlight`` until
+  /// ``finish(committed:)``.
   mutating func take() -> (clearStamp: Int64?, writes: [String: Write]) {
+    precondition(inFlight == nil, "one batch at a time")
     let taken = (clearStamp, writes)
+    inFlight = taken
     // The next batch is likely about as large: its table is reserved now, not grown (and
     // rehashed) an insert at a time while writers hold the lock.
     writes = Dictionary(minimumCapacity: Swift.min(taken.1.count, 1 << 14))
@@ -118,8 +152,16 @@ struct PendingWrites: Sendable {
     return taken
   }
 
+  /// Ends the batch in flight: gone once committed (the database has it), put back under newer
+  /// writes if its transaction failed.
+  mutating func finish(committed: Bool) {
+    guard let batch = inFlight else { return }
+    inFlight = nil
+    if !committed { restore(clearStamp: batch.clearStamp, writes: batch.writes) }
+  }
+
   /// Puts back writes whose transaction failed, under any newer ones.
-  mutating func restore(clearStamp restoredClear: Int64?, writes restored: [String: Write]) {
+  private mutating func restore(clearStamp restoredClear: Int64?, writes restored: [String: Write]) {
     // A newer removeAll() supersedes everything restored.
     guard clearStamp == nil else { return }
     clearStamp = restoredClear

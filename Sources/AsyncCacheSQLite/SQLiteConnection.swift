@@ -1,29 +1,47 @@
 import AsyncCache
+import CAsyncCacheSQLiteVFS
 import CSQLite
 import Foundation
 
 /// One SQLite connection and its prepared statements.
 ///
-/// Not thread-safe: it belongs to one `SQLiteLayer` and is only used on that layer's
-/// executor thread (a `BlockingExecutor`). Statements are prepared once (`SQLITE_PREPARE_PERSISTENT`) and reused.
+/// Not thread-safe: one thread uses it at a time. The layer's own connection is only used on the
+/// layer's executor thread (a `BlockingExecutor`); a reader (`SQLiteReaders`) by the thread that
+/// checked it out. Statements are prepared once (`SQLITE_PREPARE_PERSISTENT`) and reused.
 final class SQLiteConnection {
   let handle: OpaquePointer
   let path: String
   private var statements: [String: SQLiteStatement] = [:]
 
-  /// Opens (creating if needed) the database at `path`; with `immutable`, opens an existing
-  /// file read-only without locks (for read-only media, where WAL's shared memory file cannot
-  /// be created).
-  init(path: String, busyTimeout: Duration, immutable: Bool = false) throws(SQLiteError) {
+  /// How a connection opens its file.
+  enum Mode {
+    /// Read and write, creating the file if needed: the layer's own connection.
+    case readWrite
+    /// An existing file, read-only and without locks: for read-only media, where WAL's shared
+    /// memory file cannot be created.
+    case immutable
+    /// An existing file, read-only: a connection that reads on callers' threads (see
+    /// `SQLiteReaders`).
+    case reader
+  }
+
+  /// Opens the database at `path` through the layer's VFS (`CAsyncCacheSQLiteVFS`), which
+  /// forwards to the system's default one.
+  init(path: String, busyTimeout: Duration, mode: Mode = .readWrite) throws(SQLiteError) {
     var handle: OpaquePointer?
+    let vfs = asynccache_sqlite_vfs_name()
     let result: Int32
-    if immutable {
+    switch mode {
+    case .immutable:
       let flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
       let uri = "file:\(Self.percentEncoded(path))?immutable=1"
-      result = sqlite3_open_v2(uri, &handle, flags, nil)
-    } else {
+      result = sqlite3_open_v2(uri, &handle, flags, vfs)
+    case .readWrite:
       let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
-      result = sqlite3_open_v2(path, &handle, flags, nil)
+      result = sqlite3_open_v2(path, &handle, flags, vfs)
+    case .reader:
+      let flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+      result = sqlite3_open_v2(path, &handle, flags, vfs)
     }
     guard result == SQLITE_OK, let handle else {
       let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(result))

@@ -43,12 +43,12 @@ extension SQLiteLayer {
   /// to the protocol's do-nothing default.
   public func close() async throws {
     guard lifecycle.beginClosing() else { return }
-    let (rows, bytes, clears) = pending.withLock { state in
+    let (rows, bytes, clears, touched) = pending.withLock { state in
       state.isClosed = true
-      return (state.writes.count, state.bytes, state.clearStamp != nil)
+      return (state.writes.count, state.bytes, state.clearStamp != nil, state.touches.count)
     }
     // Access times, damaged and expired rows: bookkeeping the final write also does.
-    let housekeeping = touches.count + damaged.count + expired.count
+    let housekeeping = touched + damaged.count + expired.count
     let started = ContinuousClock.now
     var failure: (any Error)?
     do {
@@ -57,6 +57,8 @@ extension SQLiteLayer {
       failure = error
     }
     let lost = pending.withLock { ($0.writes.count, $0.bytes) }
+    // The readers first: the layer's own connection, closed last, then removes the WAL.
+    closeReaders()
     store?.endReading()
     store?.connection.close()
     store = nil

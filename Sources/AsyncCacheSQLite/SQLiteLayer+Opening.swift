@@ -120,6 +120,50 @@ extension SQLiteLayer {
     return true
   }
 
+  /// Has the layer's thread open another reader (see `SQLiteReaders`), after the jobs queued.
+  nonisolated func requestReader() {
+    executor.execute { [self] in assumeIsolated { $0.openReader() } }
+  }
+
+  /// Opens a reader: a read-only connection through the layer's VFS, with its lookup prepared
+  /// and run once here, where waiting is allowed (it opens the WAL, maps its shared memory and
+  /// reads the schema), so that reads on callers' threads find all of that done.
+  private func openReader() {
+    closeRetiredReaders()
+    let generation = readers.generation
+    guard !isClosed, !isReadOnly, store != nil else {
+      readers.openingFailed()
+      return
+    }
+    do {
+      let connection = try SQLiteConnection(path: url.path, busyTimeout: .zero, mode: .reader)
+      // A memory-mapped page may fault in from the device; the VFS would not map one anyway.
+      try connection.execute("PRAGMA mmap_size = 0")
+      let reader = SQLiteStore(connection: connection, namespace: namespace)
+      _ = try [UInt8(0)].withUnsafeBytes { try reader.lookup($0, now: 0) }
+      readers.add(reader, generation: generation)?.close()
+    } catch {
+      readers.openingFailed()
+      layerEnvironment.log(
+        .info, "cannot open a connection to read on callers' threads; every read goes to the layer's thread: \(error)",
+        metadata: ["error": CacheLogger.describe(error)])
+    }
+  }
+
+  /// Closes the readers handed back after their generation ended.
+  func closeRetiredReaders() {
+    for reader in readers.takeRetired() { reader.close() }
+  }
+
+  /// Closes every reader, after waiting for those checked out: a read on a caller's thread
+  /// never waits for the device, so this waits for microseconds.
+  func closeReaders() {
+    var closing = readers.close()
+    while readers.checkedOut > 0 { sched_yield() }
+    closing += readers.takeRetired()
+    for reader in closing { reader.close() }
+  }
+
   /// Empties the damaged database in place, after copying it aside for inspection.
   ///
   /// Every connection to the file, in this process (other namespaces) and in others, goes on
@@ -127,6 +171,9 @@ extension SQLiteLayer {
   /// a database that nobody opens again.
   func replaceDatabase(reason: SQLiteError) throws {
     let connection = try openStore().connection
+    // Readers opened before read the damaged file's pages from their caches: new ones read the
+    // emptied file.
+    for reader in readers.retireAll() { reader.close() }
     do {
       try reset(connection, reason: reason)
       _ = try SQLiteStore.configure(connection)

@@ -1,4 +1,5 @@
 public import AsyncCache
+import CAsyncCacheSQLiteVFS
 import Foundation
 import Synchronization
 
@@ -10,8 +11,12 @@ extension SQLiteLayer {
   /// counted).
   ///
   /// Safe from any context. A write still waiting for its transaction is answered on the
-  /// caller's thread. Otherwise the layer's thread runs one indexed `SELECT` and a checksum over
-  /// the value, and the caller decodes it. Reads queued together share one read transaction.
+  /// caller's thread. So is a row whose pages are all in memory (the kernel's page cache), on
+  /// Linux: a read-only connection of the layer's runs the indexed `SELECT` there, and no thread
+  /// is crossed. A read that would wait for the device, or finds a row to delete, runs on the
+  /// layer's thread instead, where reads queued together share one read transaction: a read
+  /// never waits for a disk on a thread of Swift's cooperative pool. The caller decodes the
+  /// value.
   ///
   /// - Throws: `PersistenceError` when the key cannot be encoded or SQLite fails (a corrupt
   ///   database is replaced and reads as a miss instead); `PersistenceError.Code.closed` after
@@ -20,7 +25,15 @@ extension SQLiteLayer {
     let encoded = try encode(key)
     let now = followedClock.now.nanosecondsSince1970
     var answer = Answer.local(try pendingAnswer(for: encoded))
-    if case .local(.none) = answer { answer = try await lookUp(encoded, now: now) }
+    if case .local(.none) = answer {
+      let inPlace = lookUpInPlace(encoded, now: now)
+      if let found = inPlace.answer {
+        answer = found
+      } else {
+        answer = try await lookUp(encoded, now: now)
+        if inPlace.wantsReader { requestReader() }
+      }
+    }
     switch answer {
     case .local(.write(.upsert(let row, _, _))):
       if row.expiresAt.map({ $0 <= now }) ?? false || tagInvalidations.kills(row.metadata) {
@@ -67,19 +80,49 @@ extension SQLiteLayer {
     case stored(Found?)
   }
 
-  private enum Local: Sendable {
-    case write(PendingWrites.Write)
-    case cleared
-    case none
-  }
+  private typealias Local = PendingWrites.Lookup
 
-  /// What the pending writes say about `encoded`.
+  /// What the pending writes, and the batch being written, say about `encoded`.
   ///
   /// - Throws: `PersistenceError.Code.closed` after ``close()``.
   private nonisolated func pendingAnswer(for encoded: String) throws -> Local {
     try pending.withLock { state in
       guard !state.isClosed else { throw closedError }
-      return state.writes[encoded].map(Local.write) ?? (state.clearStamp != nil ? .cleared : .none)
+      return state.lookup(encoded)
+    }
+  }
+
+  /// Looks `encoded` up on the caller's thread with one of the layer's readers, if one is idle
+  /// and the pages the lookup needs are in memory (see `SQLiteReaders`).
+  ///
+  /// `answer` is `nil` when the layer's thread must read instead: no reader idle, a page not in
+  /// memory, a lock busy, an error (which the layer's thread meets again and reports), or a row
+  /// to delete (expired, damaged or dead by tag), which only the layer's thread records.
+  /// `wantsReader`: the caller should have the layer open another reader.
+  ///
+  /// Runs no code that waits: the reader is checked out and back without suspending, and its
+  /// reads are answered from memory or fail at once.
+  private nonisolated func lookUpInPlace(_ encoded: String, now: Int64) -> (answer: Answer?, wantsReader: Bool) {
+    let (taken, wantsReader) = readers.checkOut()
+    guard let reader = taken else { return (nil, wantsReader) }
+    var encoded = encoded
+    asynccache_sqlite_nowait_begin()
+    let lookup = encoded.withUTF8 { key in try? reader.store.lookup(UnsafeRawBufferPointer(key), now: now) }
+    _ = asynccache_sqlite_nowait_end()
+    readers.checkIn(reader)
+    switch lookup {
+    case .miss?:
+      readCounts.inPlace.add(1, ordering: .relaxed)
+      return (.stored(nil), false)
+    case .hit(let payload, let metadata, let expiresAt, let accessedAt)? where !tagInvalidations.kills(metadata):
+      readCounts.inPlace.add(1, ordering: .relaxed)
+      if now.subtractingReportingOverflow(accessedAt).partialValue >= accessResolution {
+        let waiting = pending.withLock { $0.touch(Array(encoded.utf8), now: now) }
+        if waiting >= configuration.maximumPendingTouches { requestFlush() }
+      }
+      return (.stored(Found(payload: payload, metadata: metadata, expiresAt: expiresAt)), false)
+    case nil, .hit?, .expired?, .damaged?:
+      return (nil, false)
     }
   }
 
@@ -136,8 +179,8 @@ extension SQLiteLayer {
       return .stored(nil)
     case .hit(let payload, let metadata, let expiresAt, let accessedAt):
       if !isReadOnly, now.subtractingReportingOverflow(accessedAt).partialValue >= accessResolution {
-        touches[Array(encoded.utf8)] = pending.withLock { $0.accessTime(now: now) }
-        if touches.count >= configuration.maximumPendingTouches { requestFlush() }
+        let waiting = pending.withLock { $0.touch(Array(encoded.utf8), now: now) }
+        if waiting >= configuration.maximumPendingTouches { requestFlush() }
       }
       return .stored(Found(payload: payload, metadata: metadata, expiresAt: expiresAt))
     }
@@ -176,6 +219,7 @@ extension SQLiteLayer {
   public var keys: [Key] {
     get throws {
       let now = followedClock.now.nanosecondsSince1970
+      // No batch is in flight: batches are written on this thread, each within one call.
       let (clearStamp, writes) = pending.withLock { ($0.clearStamp, $0.writes) }
       var encodedKeys = Set<String>()
       if clearStamp == nil {

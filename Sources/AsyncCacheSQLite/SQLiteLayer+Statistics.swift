@@ -9,6 +9,10 @@ extension SQLiteLayer {
     public var hits = 0
     /// Reads that found nothing, an expired row, or a damaged one.
     public var misses = 0
+    /// Reads of the database answered on the caller's thread, from pages in memory, with no
+    /// thread crossed (Linux; see ``SQLiteLayer/entry(for:)``). The others went to the layer's
+    /// thread: a page had to come from the device, or the row had to be deleted.
+    public var readsInPlace = 0
     /// Rows written (inserted, replaced or deleted) by committed transactions.
     public var rowsWritten = 0
     /// Committed transactions.
@@ -32,6 +36,7 @@ extension SQLiteLayer {
     var snapshot = counters
     snapshot.hits = readCounts.hits.load(ordering: .relaxed)
     snapshot.misses = readCounts.misses.load(ordering: .relaxed)
+    snapshot.readsInPlace = readCounts.inPlace.load(ordering: .relaxed)
     snapshot.pendingWrites = pending.withLock { $0.writes.count }
     return snapshot
   }
@@ -68,4 +73,6 @@ extension SQLiteLayer {
 final class ReadCounts: Sendable {
   let hits = Atomic<Int>(0)
   let misses = Atomic<Int>(0)
+  /// Reads answered on the caller's thread (see `SQLiteReaders`).
+  let inPlace = Atomic<Int>(0)
 }

@@ -165,7 +165,7 @@ extension SQLiteLayer {
   }
 
   /// Schedules a background write unless one is on its way (for work found by reads).
-  func requestFlush() {
+  nonisolated func requestFlush() {
     if pending.withLock({ $0.markFlushScheduled() }) { scheduleFlush() }
   }
 
@@ -185,7 +185,7 @@ extension SQLiteLayer {
     } catch {
       // Recorded by writePending; the writes stay pending. Retry later, backing off, so that
       // they are written even if nothing else is ever written or flushed.
-      guard !isClosed, !pending.withLock({ $0.isEmpty }) || !touches.isEmpty else { return }
+      guard !isClosed, !pending.withLock({ $0.isEmpty && $0.touches.isEmpty }) else { return }
       let delay = retryDelay.map { Swift.min($0 * 2, .seconds(5)) } ?? .milliseconds(100)
       retryDelay = delay
       guard pending.withLock({ $0.markFlushScheduled() }) else { return }
@@ -212,13 +212,19 @@ extension SQLiteLayer {
     do {
       store = try openStore()
     } catch {
-      if pending.withLock({ $0.isEmpty }) && touches.isEmpty && damaged.isEmpty && expired.isEmpty { return }
+      if pending.withLock({ $0.isEmpty && $0.touches.isEmpty }) && damaged.isEmpty && expired.isEmpty { return }
       throw error
     }
-    let (clearStamp, writes) = pending.withLock { state in
+    let (clearStamp, writes, touched) = pending.withLock { state in
       state.isFlushScheduled = false
-      return state.take()
+      let (clearStamp, writes) = state.take()
+      let touched = state.touches
+      state.touches.removeAll(keepingCapacity: true)
+      return (clearStamp, writes, touched)
     }
+    var committed = false
+    // Until it commits, the batch stays readable; if it fails, it is put back under newer writes.
+    defer { pending.withLock { $0.finish(committed: committed) } }
     guard !isClosed else {
       if clearStamp != nil || !writes.isEmpty { throw closedError }
       return
@@ -226,15 +232,17 @@ extension SQLiteLayer {
     var batch = SQLiteStore.Batch()
     batch.clearStamp = clearStamp
     batch.operations = writes
-    batch.touches = touches.map { ($0.key, $0.value) }
+    batch.touches = touched.map { ($0.key, $0.value) }
     batch.damaged = damaged
     batch.expired = expired
-    guard !batch.isEmpty else { return }
+    guard !batch.isEmpty else {
+      committed = true
+      return
+    }
     if background { store.connection.setBusyTimeout(Swift.min(configuration.busyTimeout, Self.backgroundBusyTimeout)) }
     // The store may have been replaced (or closed) by a recovery meanwhile: restore the
     // timeout on the current one.
     defer { if background { self.store?.connection.setBusyTimeout(configuration.busyTimeout) } }
-    touches.removeAll(keepingCapacity: true)
     damaged.removeAll()
     expired.removeAll()
     let now = followedClock.now.nanosecondsSince1970
@@ -249,15 +257,17 @@ extension SQLiteLayer {
         report = try openStore().apply(
           batch, sizeLimit: configuration.sizeLimit, countLimit: configuration.countLimit, now: now)
       }
+      committed = true
       counters.transactions += 1
       counters.rowsWritten += batch.operations.count
       counters.evictions += report.evicted
       counters.expiredRemoved += report.expiredRemoved
     } catch {
-      pending.withLock { $0.restore(clearStamp: clearStamp, writes: writes) }
       for (key, blob) in batch.damaged { damaged.append((key, blob)) }
       expired += batch.expired
-      for (key, stamp) in batch.touches where touches[key] == nil { touches[key] = stamp }
+      pending.withLock { state in
+        for (key, stamp) in batch.touches where state.touches[key] == nil { state.touches[key] = stamp }
+      }
       counters.failedWrites += 1
       let failure =
         (error as? SQLiteError).map { PersistenceError.sqlite($0, while: "writing \(batch.operations.count) rows") }

@@ -27,8 +27,12 @@ public import Foundation
 ///   deleted and counted; a database SQLite reports as corrupt is emptied in place (a copy is kept),
 ///   with a ``SQLiteLayerEvent``.
 /// - **Threads**: the layer runs on its own thread (a custom executor), so no SQLite call
-///   ever blocks the cooperative thread pool. The database runs in WAL mode with a busy
-///   timeout; a lock held past it is a `PersistenceError.Code.busy` error, never a hang.
+///   that may wait for the device ever blocks the cooperative thread pool. On Linux a read
+///   whose pages are all in memory (the kernel's page cache) is answered on the caller's thread
+///   instead, by a read-only connection of the layer's whose reads may not wait: no thread is
+///   crossed (``Statistics-swift.struct/readsInPlace`` counts them). The database runs in WAL
+///   mode with a busy timeout; a lock held past it is a `PersistenceError.Code.busy` error,
+///   never a hang.
 public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: EnvironmentFollowingLayer {
   /// The database file.
   public nonisolated let url: URL
@@ -49,6 +53,8 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   nonisolated let pending: Locked<PendingWrites>
   nonisolated let entryLimit: Int
   nonisolated let accessResolution: Int64
+  /// Read-only connections for reads on the caller's thread.
+  nonisolated let readers = SQLiteReaders()
   /// Hits and misses, counted on whichever thread answers a read.
   nonisolated let readCounts = ReadCounts()
   /// The namespace's invalidated tags, read from the database when it opens and recorded there
@@ -64,7 +70,6 @@ public final actor SQLiteLayer<Key: Hashable & Sendable, Value: Sendable>: Envir
   var retryDelay: Duration?
   /// The copy of a damaged file taken before the first attempt to reset it, until one succeeds.
   var damagedCopy: URL?
-  var touches: [[UInt8]: Int64] = [:]
   var damaged: [([UInt8], Data)] = []
   var expired: [[UInt8]] = []
   var counters = Statistics()

@@ -43,7 +43,7 @@ final class SQLiteStore {
 
   /// Opens an existing database on read-only media: no locks, no writes, no migration.
   static func openImmutable(path: String) throws(SQLiteError) -> SQLiteConnection {
-    let connection = try SQLiteConnection(path: path, busyTimeout: .zero, immutable: true)
+    let connection = try SQLiteConnection(path: path, busyTimeout: .zero, mode: .immutable)
     let version = try SQLiteSchema.version(of: connection)
     guard (SQLiteSchema.oldestReadableVersion...SQLiteSchema.currentVersion).contains(version) else {
       throw SQLiteError(
