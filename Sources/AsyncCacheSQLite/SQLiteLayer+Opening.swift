@@ -131,8 +131,16 @@ extension SQLiteLayer {
   private func openReader() {
     closeRetiredReaders()
     let generation = readers.generation
-    guard !isClosed, !isReadOnly, store != nil else {
-      readers.openingFailed()
+    guard store != nil else {
+      // Recovering from a damaged file: a later read asks again.
+      readers.openingFailed(disable: false)
+      return
+    }
+    // Read-only media (no WAL, no locks) and network or FUSE file systems (whose locks and
+    // reads may ask a server even when the pages are cached) read on this thread only.
+    guard !isClosed, !isReadOnly, fileSystemReadsFromMemoryWithoutWaiting(at: url.deletingLastPathComponent().path)
+    else {
+      readers.openingFailed(disable: true)
       return
     }
     do {
@@ -143,7 +151,7 @@ extension SQLiteLayer {
       _ = try [UInt8(0)].withUnsafeBytes { try reader.lookup($0, now: 0) }
       readers.add(reader, generation: generation)?.close()
     } catch {
-      readers.openingFailed()
+      readers.openingFailed(disable: true)
       layerEnvironment.log(
         .info, "cannot open a connection to read on callers' threads; every read goes to the layer's thread: \(error)",
         metadata: ["error": CacheLogger.describe(error)])

@@ -30,8 +30,10 @@ extension SQLiteLayer {
       if let found = inPlace.answer {
         answer = found
       } else {
+        // After this read (not before it, which would make it wait for the opening), and even
+        // if it fails: the pool waits for the reader it was promised.
+        defer { if inPlace.wantsReader { requestReader() } }
         answer = try await lookUp(encoded, now: now)
-        if inPlace.wantsReader { requestReader() }
       }
     }
     switch answer {

@@ -112,11 +112,12 @@ package final class SQLiteReaders: Sendable {
     }
   }
 
-  /// Records that a reader could not be opened: reads go to the layer's thread from now on.
-  func openingFailed() {
+  /// Records that a reader was not opened; with `disable`, reads go to the layer's thread from
+  /// now on (read-only media, a network file system, a connection SQLite refused).
+  func openingFailed(disable: Bool) {
     state.withLock { state in
       state.isOpening = false
-      state.isDisabled = true
+      if disable { state.isDisabled = true }
     }
   }
 

@@ -106,6 +106,84 @@ static inline int async_cache_name_this_thread(const char *name) {
 }
 #endif
 
+#if defined(__linux__)
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/// Opens `path` read-only, but only if every component of it is in the kernel's lookup caches
+/// (`openat2` with `RESOLVE_CACHED`, Linux 5.12 and later), so that opening never waits for a
+/// device. Returns the descriptor, or `-errno`: `-ENOENT` when the file is known not to exist,
+/// `-EAGAIN` when a lookup would need the device (or a network file system's revalidation),
+/// `-ENOSYS` or `-EINVAL` on a kernel without it.
+static inline int async_cache_open_cached(const char *path) {
+#if defined(SYS_openat2)
+  struct {
+    uint64_t flags;
+    uint64_t mode;
+    uint64_t resolve;
+  } how = {(uint64_t)(O_RDONLY | O_CLOEXEC), 0, 0x20 /* RESOLVE_CACHED */};
+  long result = syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+  return result < 0 ? -errno : (int)result;
+#else
+  (void)path;
+  return -ENOSYS;
+#endif
+}
+
+#include <sys/vfs.h>
+
+/// Whether the file system that holds `path` is one whose reads from memory (the page cache)
+/// never wait: a local one on a block device, or in memory. Network and FUSE file systems are
+/// not, even when a read is cached: opening and closing a file, or taking a lock, asks a server
+/// or a daemon there. 1 or 0 (0 when `statfs` fails).
+static inline int async_cache_file_system_is_local(const char *path) {
+  struct statfs info;
+  if (statfs(path, &info) != 0) return 0;
+  switch ((unsigned long)info.f_type) {
+  case 0xEF53UL:      // ext2, ext3, ext4
+  case 0x58465342UL:  // xfs
+  case 0x9123683EUL:  // btrfs
+  case 0xF2F52010UL:  // f2fs
+  case 0x01021994UL:  // tmpfs
+  case 0x858458F6UL:  // ramfs
+  case 0x794C7630UL:  // overlayfs (containers), over a local file system
+  case 0x2FC12FC1UL:  // zfs
+  case 0xCA451A4EUL:  // bcachefs
+  case 0x3153464AUL:  // jfs
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+/// Reads up to `count` bytes at `offset` from the page cache only (`preadv2` with
+/// `RWF_NOWAIT`), never waiting for the device. Returns the bytes read (0 at the end of the
+/// file, fewer than asked when the rest is not in memory), or `-errno`: `-EAGAIN` when none of
+/// them is in memory, `-EOPNOTSUPP` or `-ENOSYS` where the file system or kernel cannot.
+static inline long async_cache_read_cached(int descriptor, void *buffer, size_t count, int64_t offset) {
+#if defined(SYS_preadv2)
+  struct iovec vector = {buffer, count};
+  // The offset as the kernel takes it: low and high halves of a long each (the high one is 0
+  // where a long has 64 bits).
+  unsigned long low = (unsigned long)(uint64_t)offset;
+  unsigned long high = (unsigned long)(((uint64_t)offset >> (sizeof(long) * 4)) >> (sizeof(long) * 4));
+  long result = syscall(SYS_preadv2, descriptor, &vector, 1, low, high, 0x00000008 /* RWF_NOWAIT */);
+  return result < 0 ? -errno : result;
+#else
+  (void)descriptor;
+  (void)buffer;
+  (void)count;
+  (void)offset;
+  return -ENOSYS;
+#endif
+}
+#endif
+
 #if defined(__APPLE__)
 #include <mach/mach_init.h>
 

@@ -36,6 +36,8 @@ final class FakeDiskFileSystem: DiskFileSystem {
   }
 
   private struct State {
+    var answersCachedReads = false
+    var cachedReads = 0
     var calls: [Operation] = []
     var callsOffExecutor: [Operation] = []
     var faults: [Operation: Fault] = [:]
@@ -75,6 +77,25 @@ final class FakeDiskFileSystem: DiskFileSystem {
 
   /// How many reads the hold has stopped (each is held until released).
   var heldReads: Int { state.withLock { $0.hold?.blocked ?? 0 } }
+
+  /// Whether ``readCached(_:maximumSize:)`` answers as the live file system does (on Linux:
+  /// from memory, without waiting), unless reads are held, when it says they would wait. Off by
+  /// default: every read then goes to the layer's thread, where the other calls are recorded.
+  var answersCachedReads: Bool {
+    get { state.withLock { $0.answersCachedReads } }
+    set { state.withLock { $0.answersCachedReads = newValue } }
+  }
+
+  /// How many reads the layer tried on a caller's thread.
+  var cachedReads: Int { state.withLock { $0.cachedReads } }
+
+  func readCached(_ path: String, maximumSize: Int) -> CachedRead {
+    let answers = state.withLock { state in
+      state.cachedReads += 1
+      return state.answersCachedReads && state.hold == nil
+    }
+    return answers ? live.readCached(path, maximumSize: maximumSize) : .unavailable
+  }
 
   /// Lets every call through again.
   func heal() {
@@ -450,6 +471,9 @@ struct DiskLayerFaultTests {
   @Test(.timeLimit(.minutes(1)))
   func readsWaitingForTheDeviceLeaveTheCooperativePoolFree() async throws {
     let fileSystem = FakeDiskFileSystem()
+    // Reads tried on the caller's thread first, as on Linux: held ones would wait, so they go
+    // to the layers' threads, and wait there.
+    fileSystem.answersCachedReads = true
     let layerCount = Swift.max(4, ProcessInfo.processInfo.activeProcessorCount + 1)
     let fixtures = try (0..<layerCount).map { _ in try DiskFixture() }
     defer { for fixture in fixtures { fixture.remove() } }

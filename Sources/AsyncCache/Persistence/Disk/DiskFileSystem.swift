@@ -43,6 +43,37 @@ protocol DiskFileSystem: Sendable {
   func createDirectory(_ path: String) throws(DiskSystemError)
   /// The names in a directory, without `.` and `..`.
   func contentsOfDirectory(_ path: String) throws(DiskSystemError) -> [String]
+  /// Reads the whole file at `path`, if the kernel can answer without waiting for the device:
+  /// every component of the path in its lookup caches and every byte in its page cache. Never
+  /// blocks, so that the layer may call it on the caller's thread. A file larger than
+  /// `maximumSize` bytes is `.unavailable`.
+  func readCached(_ path: String, maximumSize: Int) -> CachedRead
+  /// Sets the modification time of the file at `path` to now; returns whether that worked.
+  func touchFile(_ path: String) -> Bool
+}
+
+extension DiskFileSystem {
+  /// Never answers: every read goes to the layer's thread (file systems of tests, platforms
+  /// other than Linux).
+  func readCached(_ path: String, maximumSize: Int) -> CachedRead { .unavailable }
+
+  func touchFile(_ path: String) -> Bool {
+    guard let descriptor = try? openForReading(path) else { return false }
+    defer { try? close(descriptor) }
+    return touch(descriptor)
+  }
+}
+
+/// What ``DiskFileSystem/readCached(_:maximumSize:)`` found.
+enum CachedRead {
+  /// The file does not exist (its directory may not either).
+  case missing
+  /// The kernel would have to wait for the device (a lookup, a page), or cannot say without
+  /// waiting: read it on the layer's thread.
+  case unavailable
+  /// The file's bytes, in an allocation the caller deallocates, and its modification time in
+  /// nanoseconds since 1970.
+  case file(UnsafeMutableRawBufferPointer, count: Int, modificationTime: Int64)
 }
 
 /// What ``DiskFileSystem/status(_:)`` reports about a file.

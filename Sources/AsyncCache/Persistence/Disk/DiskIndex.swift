@@ -36,6 +36,14 @@ struct DiskIndex {
 
   private(set) var records: [Record] = []
   private var slots: [SHA256.Digest: Int] = [:]
+  /// The names of the records, kept in step for readers on other threads (the layer's reads on
+  /// callers' threads: a name not in it is a miss without I/O), or `nil`.
+  let publishedNames: Locked<Set<SHA256.Digest>>?
+
+  /// An empty index that keeps `publishedNames`, if given, in step with its records.
+  init(publishing publishedNames: Locked<Set<SHA256.Digest>>? = nil) {
+    self.publishedNames = publishedNames
+  }
   /// The most recently used record, or `-1`.
   private(set) var newest = -1
   /// The least recently used record, or `-1`.
@@ -73,6 +81,7 @@ struct DiskIndex {
     record.older = -1
     records.append(record)
     slots[record.name] = slot
+    publishedNames?.withLock { _ = $0.insert(record.name) }
     totalBytes += record.size
     linkAsNewest(slot)
   }
@@ -84,6 +93,7 @@ struct DiskIndex {
     let removed = records[slot]
     totalBytes -= removed.size
     slots[removed.name] = nil
+    publishedNames?.withLock { _ = $0.remove(removed.name) }
     let last = records.count - 1
     if slot != last {
       // Move the last record into the hole and repoint its neighbours at its new position.
@@ -101,6 +111,7 @@ struct DiskIndex {
   mutating func removeAll() {
     records.removeAll()
     slots.removeAll()
+    publishedNames?.withLock { $0.removeAll() }
     newest = -1
     oldest = -1
     totalBytes = 0
@@ -146,6 +157,9 @@ struct DiskIndex {
     }
     if records.reduce(0, { $0 + $1.size }) != totalBytes { violations.append("totalBytes is off") }
     if let last = order.last, last != oldest { violations.append("oldest is not the list's end") }
+    if let publishedNames, publishedNames.withLock({ $0 }) != Set(slots.keys) {
+      violations.append("the published names are not the records'")
+    }
     return violations
   }
 }

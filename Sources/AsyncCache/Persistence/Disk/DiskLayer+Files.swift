@@ -160,7 +160,7 @@ extension DiskLayer {
       guard error.code == ENOENT else { throw readFailure(error, key: key) }
       // Deleted behind the layer's back (with its directory, say): a plain miss.
       index.remove(slot)
-      misses += 1
+      readCounts.misses.add(1, ordering: .relaxed)
       return nil
     }
     defer { try? fileSystem.close(descriptor) }
@@ -208,13 +208,13 @@ extension DiskLayer {
           record.name.hexString, key: key, reason: "the file holds a key whose name is another file's",
           removed: removed)
       }
-      misses += 1
+      readCounts.misses.add(1, ordering: .relaxed)
       return nil
     }
     if header.expiresAt <= now || tagInvalidations.kills(metadata) {
       buffer.deallocate()
       discard(slot, reason: header.expiresAt <= now ? .expired : .invalidated)
-      misses += 1
+      readCounts.misses.add(1, ordering: .relaxed)
       return nil
     }
     // The value's bytes stay where they were read: the `Data` takes over the allocation.
@@ -236,7 +236,7 @@ extension DiskLayer {
       _ = fileSystem.touch(descriptor)
       index.setTouched(slot, at: wallNow)
     }
-    hits += 1
+    readCounts.hits.add(1, ordering: .relaxed)
     let expiresAt = header.expiresAt == DiskEntryFormat.neverExpires ? nil : header.expiresAt
     return CacheEntry(value, expiresAt: expiresAt.map(CacheInstant.init(nanosecondsSince1970:)), metadata: metadata)
   }
@@ -293,6 +293,8 @@ extension DiskLayer {
   /// Deletes least recently used entries (never the file `name`, which is being replaced) until
   /// an entry of `size` bytes fits the limits.
   func makeRoom(for size: Int, replacing name: SHA256.Digest) throws {
+    // The reads answered on callers' threads count in the order of use.
+    applyReadsInPlace()
     var expiredRemoved = false
     while true {
       let replaced = index.slot(of: name)
@@ -459,7 +461,7 @@ extension DiskLayer {
     let removed = (try? fileSystem.removeFile(path(of: record.name))) != nil
     index.remove(slot)
     damagedEntries += 1
-    misses += 1
+    readCounts.misses.add(1, ordering: .relaxed)
     logDamagedFile(record.name.hexString, key: record.key, reason: reason, removed: removed)
   }
 
@@ -507,11 +509,11 @@ extension DiskLayer {
     encodedKey.withUTF8 { fileNameHash(UnsafeRawBufferPointer($0)) }
   }
 
-  func path(of name: SHA256.Digest) -> String {
+  nonisolated func path(of name: SHA256.Digest) -> String {
     directoryPath + "/" + name.hexString
   }
 
-  func path(of name: String) -> String {
+  nonisolated func path(of name: String) -> String {
     directoryPath + "/" + name
   }
 

@@ -41,9 +41,10 @@ public import Foundation
 /// cost no I/O. Recency order survives a restart through the files' modification times: a hit
 /// refreshes its file's time, at most once a minute per entry.
 ///
-/// **Threads.** All file I/O runs on the layer's own serial executor, a thread outside Swift's
-/// cooperative thread pool, so blocking system calls never starve other tasks. Each call
-/// therefore costs a hop to that thread and back. Use one layer per directory: a second
+/// **Threads.** File I/O that may wait for the device runs on the layer's own serial executor, a
+/// thread outside Swift's cooperative thread pool, so blocking system calls never starve other
+/// tasks; such a call costs a hop to that thread and back. A read the kernel can answer from
+/// memory (Linux) and a miss run on the caller's thread instead (see ``entry(for:)``). Use one layer per directory: a second
 /// layer (or process) writing to the same directory is not seen by this one's index.
 ///
 /// Removals and evictions are not flushed to the storage device (except by ``removeValue(for:)``
@@ -72,9 +73,13 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: Environ
   /// ``invalidate(tag:at:)``).
   nonisolated let tagInvalidations = TagInvalidations()
 
-  var index = DiskIndex()
-  var hits = 0
-  var misses = 0
+  var index: DiskIndex
+  /// The names of the index's files, for reads on callers' threads (see ``entryInPlace``).
+  nonisolated let knownNames = Locked(Set<SHA256.Digest>())
+  /// Hits, misses and reads answered on the caller's thread, counted on whichever thread reads.
+  nonisolated let readCounts = DiskReadCounts()
+  /// The entries read on callers' threads, for the order of use (see ``applyReadsInPlace()``).
+  nonisolated let readsInPlace = Locked(ReadsInPlace())
   var writes = 0
   var failedWrites = 0
   var evictions = EvictionCounts()
@@ -137,6 +142,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: Environ
     self.executor = try BlockingExecutor(label: "AsyncCache.DiskLayer")
     self.directoryPath = path
     self.maximumEntrySize = configuration.resolvedMaxEntrySize
+    self.index = DiskIndex(publishing: knownNames)
     // `self` is fully initialized, so the rest of this async initializer runs isolated to the
     // actor, on its executor (SE-0327): the directory scan blocks no cooperative thread.
     try openDirectory()
@@ -146,9 +152,12 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: Environ
 
   /// Returns the unexpired entry for `key`, marking it most recently used.
   ///
-  /// A hit costs one `open`, one `read` of the whole file and one `close`, a checksum of the
-  /// bytes and decoding the value, plus the hop to the layer's executor. A miss for a key the
-  /// index does not hold costs no I/O. A damaged file is a miss; it is deleted and counted.
+  /// A miss for a key the index does not hold costs no I/O and no thread hand-off. On Linux a
+  /// hit whose file is in memory (its path in the kernel's lookup caches, its bytes in the page
+  /// cache) is read on the caller's thread too, without waiting: one `openat2`, one `fstat`, one
+  /// `preadv2` and one `close`, a checksum of the bytes and decoding the value. Any other read
+  /// (a file that would come from the device, a damaged or expired one) goes to the layer's
+  /// executor, where it may wait. A damaged file is a miss; it is deleted and counted.
   ///
   /// - Throws: ``PersistenceError/Code/encodingFailed`` when the key cannot be encoded;
   ///   ``PersistenceError/Code/ioFailure`` when the file exists but cannot be read.
@@ -157,19 +166,20 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: Environ
     // layer's thread only does what needs it (the index and the file).
     var encodedKey = try encode(key)
     let name = fileName(of: &encodedKey)
+    if let answer = entryInPlace(named: name, key: encodedKey) { return answer }
     return try await entry(named: name, key: encodedKey)
   }
 
   /// The entry in the file `name`, if it holds `encodedKey`'s unexpired value.
   private func entry(named name: SHA256.Digest, key encodedKey: String) throws -> CacheEntry<Value>? {
     guard let slot = index.slot(of: name), Self.sameBytes(index[slot].key, encodedKey) else {
-      misses += 1
+      readCounts.misses.add(1, ordering: .relaxed)
       return nil
     }
     let now = followedClock.now.nanosecondsSince1970
     if index[slot].expiresAt <= now {
       discard(slot, reason: .expired)
-      misses += 1
+      readCounts.misses.add(1, ordering: .relaxed)
       return nil
     }
     return try readEntry(at: slot, key: encodedKey, now: now)
@@ -309,6 +319,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: Environ
   /// The layer stays usable. Called by the ``LoadingCache/close()`` or ``CacheChain/close()``
   /// that holds it.
   public func close() async throws {
+    applyReadsInPlace()
     layerEnvironment.log(
       .notice,
       "closed; nothing was pending, each write was durable when it returned; \(index.count) "
@@ -332,6 +343,7 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: Environ
   /// were written) are left out, as the other persistent layers do; so are keys stored before
   /// keys were normalized that are not in NFC, which no lookup finds.
   public var keys: [Key] {
+    applyReadsInPlace()
     let now = followedClock.now.nanosecondsSince1970
     return index.slotsByRecency.compactMap { slot -> Key? in
       let record = index[slot]
@@ -345,8 +357,9 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: Environ
     Statistics(
       count: index.count,
       totalBytes: index.totalBytes,
-      hits: hits,
-      misses: misses,
+      hits: readCounts.hits.load(ordering: .relaxed),
+      misses: readCounts.misses.load(ordering: .relaxed),
+      readsInPlace: readCounts.inPlace.load(ordering: .relaxed),
       writes: writes,
       failedWrites: failedWrites,
       evictions: evictions,
@@ -366,6 +379,9 @@ extension DiskLayer {
     public var hits: Int
     /// Lookups that returned nothing: no entry, an expired one, a damaged one.
     public var misses: Int
+    /// Lookups answered on the caller's thread, from memory, with no thread crossed (Linux; see
+    /// ``DiskLayer/entry(for:)``).
+    public var readsInPlace: Int
     /// Entries written.
     public var writes: Int
     /// Writes that failed with a system error (a full or read-only file system, say).

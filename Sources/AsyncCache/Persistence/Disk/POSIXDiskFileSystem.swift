@@ -1,3 +1,6 @@
+import CAsyncCacheShims
+import Synchronization
+
 #if canImport(Darwin)
   import Darwin
 #elseif canImport(Glibc)
@@ -135,6 +138,60 @@ struct POSIXDiskFileSystem: DiskFileSystem {
     }
   }
 
+  func readCached(_ path: String, maximumSize: Int) -> CachedRead {
+    #if os(Linux)
+      guard cachedReads.isSupported(forFileAt: path) else { return .unavailable }
+      let descriptor = async_cache_open_cached(path)
+      guard descriptor >= 0 else {
+        switch -descriptor {
+        case ENOENT: return .missing
+        case ENOSYS, EINVAL:
+          // A kernel before 5.12, or one that refuses the call: the layer's thread reads.
+          cachedReads.turnOff()
+          return .unavailable
+        default: return .unavailable
+        }
+      }
+      defer { try? close(descriptor) }
+      guard let status = try? status(descriptor), status.size <= maximumSize else { return .unavailable }
+      // One byte more than the file holds: a file that grew since is read to its end, or seen to.
+      let capacity = status.size + 1
+      let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
+      var count = 0
+      while count < capacity {
+        let read = async_cache_read_cached(
+          descriptor, buffer.baseAddress! + count, capacity - count, Int64(count))
+        if read == 0 { break }
+        guard read > 0 else {
+          if read == -Int(EINTR) { continue }
+          if read == -Int(EOPNOTSUPP) || read == -Int(ENOSYS) {
+            // The layer's file system (or the kernel) cannot: its reads all go to its thread.
+            cachedReads.turnOff()
+          }
+          buffer.deallocate()
+          return .unavailable
+        }
+        count += read
+      }
+      guard count <= status.size else {
+        buffer.deallocate()
+        return .unavailable
+      }
+      return .file(buffer, count: count, modificationTime: status.modificationTime)
+    #else
+      return .unavailable
+    #endif
+  }
+
+  /// Whether reads without waiting work here: cleared when the kernel or the file system
+  /// cannot, and every read then goes to the layer's thread. One per layer (each makes its own
+  /// file system), as layers may sit on different file systems.
+  private let cachedReads = CachedReadSupport()
+
+  func touchFile(_ path: String) -> Bool {
+    utimensat(AT_FDCWD, path, nil, 0) == 0
+  }
+
   /// Runs a system call until it does not fail with `EINTR`; throws for any other failure.
   private func retrying(
     _ operation: String, _ path: @autoclosure () -> String, _ call: () -> Int
@@ -146,6 +203,31 @@ struct POSIXDiskFileSystem: DiskFileSystem {
       if code != EINTR { throw DiskSystemError(code: code, operation: operation, path: path()) }
     }
   }
+}
+
+private final class CachedReadSupport: Sendable {
+  private static let unknown = 0
+  private static let supported = 1
+  private static let unsupported = 2
+  private let state = Atomic<Int>(CachedReadSupport.unknown)
+
+  /// Whether reads without waiting are tried for the file at `path`: decided once, on the
+  /// first read, by the file system of its directory (see
+  /// `fileSystemReadsFromMemoryWithoutWaiting(at:)`); a layer keeps one directory.
+  func isSupported(forFileAt path: String) -> Bool {
+    switch state.load(ordering: .relaxed) {
+    case Self.supported: return true
+    case Self.unsupported: return false
+    default:
+      let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+      let local = fileSystemReadsFromMemoryWithoutWaiting(at: directory.isEmpty ? "/" : directory)
+      state.store(local ? Self.supported : Self.unsupported, ordering: .relaxed)
+      return local
+    }
+  }
+
+  /// Every later read goes to the layer's thread: the kernel or the file system cannot.
+  func turnOff() { state.store(Self.unsupported, ordering: .relaxed) }
 }
 
 extension Int {
