@@ -151,7 +151,13 @@ extension SQLiteLayer {
       _ = try [UInt8(0)].withUnsafeBytes { try reader.lookup($0, now: 0) }
       readers.add(reader, generation: generation)?.close()
     } catch {
-      readers.openingFailed(disable: true)
+      // A lock held by another process (a checkpoint, a recovery) passes; the file, its
+      // permissions or its system do not.
+      let passing =
+        (error as? SQLiteError).map { $0.primaryResultCode == SQLITE_BUSY || $0.primaryResultCode == SQLITE_LOCKED }
+        ?? false
+      readers.openingFailed(disable: !passing)
+      guard !passing else { return }
       layerEnvironment.log(
         .info, "cannot open a connection to read on callers' threads; every read goes to the layer's thread: \(error)",
         metadata: ["error": CacheLogger.describe(error)])
@@ -164,7 +170,8 @@ extension SQLiteLayer {
   }
 
   /// Closes every reader, after waiting for those checked out: a read on a caller's thread
-  /// never waits for the device, so this waits for microseconds.
+  /// never waits for the device (it gives up instead), so this waits for the time of a read
+  /// from memory.
   func closeReaders() {
     var closing = readers.close()
     while readers.checkedOut > 0 { sched_yield() }

@@ -110,8 +110,21 @@ extension SQLiteLayer {
     var encoded = encoded
     asynccache_sqlite_nowait_begin()
     let lookup = encoded.withUTF8 { key in try? reader.store.lookup(UnsafeRawBufferPointer(key), now: now) }
-    _ = asynccache_sqlite_nowait_end()
-    readers.checkIn(reader)
+    let failure = asynccache_sqlite_nowait_end()
+    let retired = readers.checkIn(reader)
+    if failure == 2 {
+      // The file system or the kernel cannot read without waiting: every read goes to the
+      // layer's thread from now on.
+      let closing = readers.turnOff()
+      executor.execute { [self] in
+        assumeIsolated { layer in
+          for reader in closing { reader.close() }
+          layer.closeRetiredReaders()
+        }
+      }
+    } else if retired {
+      executor.execute { [self] in assumeIsolated { $0.closeRetiredReaders() } }
+    }
     switch lookup {
     case .miss?:
       readCounts.inPlace.add(1, ordering: .relaxed)

@@ -84,15 +84,32 @@ package final class SQLiteReaders: Sendable {
     }
   }
 
-  /// Hands back a reader taken with ``checkOut()``.
-  func checkIn(_ reader: Reader) {
+  /// Hands back a reader taken with ``checkOut()``; returns `true` when it was retired instead
+  /// (its generation ended, or the pool closed or was turned off), for the caller to have the
+  /// layer's thread close it.
+  func checkIn(_ reader: Reader) -> Bool {
     state.withLock { state in
       state.checkedOut -= 1
-      if state.isClosed || reader.generation != state.generation {
+      guard !state.isClosed, !state.isDisabled, reader.generation == state.generation else {
         state.retired.append(reader)
-      } else {
-        state.idle.append(reader)
+        return true
       }
+      state.idle.append(reader)
+      return false
+    }
+  }
+
+  /// Turns reads on callers' threads off for good (the file system or the kernel cannot read
+  /// without waiting): returns the readers to close; those checked out are retired when they
+  /// come back.
+  func turnOff() -> [Reader] {
+    state.withLock { state in
+      state.isDisabled = true
+      state.count = 0
+      let closing = state.idle + state.retired
+      state.idle.removeAll()
+      state.retired.removeAll()
+      return closing
     }
   }
 

@@ -2,6 +2,7 @@
 #include "CAsyncCacheSQLiteVFS.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -16,6 +17,8 @@
 // MARK: The attempt on this thread
 
 static _Thread_local int nowait_active;
+/// 0, or why the attempt failed: 1 a read or sleep would have waited, 2 the file system or
+/// kernel cannot read without waiting.
 static _Thread_local int nowait_blocked;
 
 void asynccache_sqlite_nowait_begin(void) {
@@ -175,6 +178,13 @@ static int read_without_waiting(WrappedFile *file, void *buffer, int amount, sql
     ssize_t result = preadv2(file->descriptor, &vector, 1, offset + done, RWF_NOWAIT);
     if (result < 0) {
       if (errno == EINTR) continue;
+      if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL) {
+        // The file system (or the kernel, before 4.14) cannot: this file is read on the
+        // layer's thread from now on, and the caller stops trying.
+        file->descriptor = -1;
+        nowait_blocked = 2;
+        return SQLITE_IOERR_READ;
+      }
       // EAGAIN: not in the page cache; anything else: let the layer's thread read it and report.
       nowait_blocked = 1;
       return SQLITE_IOERR_READ;
@@ -248,7 +258,16 @@ static int wrapped_shm_lock(sqlite3_file *file, int offset, int count, int flags
   return INNER(file)->pMethods->xShmLock(INNER(file), offset, count, flags);
 }
 
-static void wrapped_shm_barrier(sqlite3_file *file) { INNER(file)->pMethods->xShmBarrier(INNER(file)); }
+static void wrapped_shm_barrier(sqlite3_file *file) {
+  // The unix VFS's barrier also takes its process-wide lock, "for redundancy", which another
+  // connection may hold across a close() or an fstat() that waits for its device: inside a
+  // no-wait attempt, the fence alone.
+  if (nowait_active) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return;
+  }
+  INNER(file)->pMethods->xShmBarrier(INNER(file));
+}
 
 static int wrapped_shm_unmap(sqlite3_file *file, int delete_flag) {
   return INNER(file)->pMethods->xShmUnmap(INNER(file), delete_flag);
@@ -284,6 +303,22 @@ static int descriptor_of(sqlite3_file *inner, const char *name) {
   if (descriptor < 0 || fstat(descriptor, &opened) != 0 || stat(name, &named) != 0) return -1;
   if (opened.st_dev != named.st_dev || opened.st_ino != named.st_ino) return -1;
   return descriptor;
+}
+
+/// Stops reads of `descriptor` from updating the file's access time, which on a file system
+/// mounted `relatime` writes the inode (a journal transaction, which may wait) at the first read
+/// after each change: reads that must not wait need it. Returns whether that worked (it needs
+/// the file's owner, or CAP_FOWNER).
+static int without_access_times(int descriptor) {
+#if defined(__linux__) && defined(O_NOATIME)
+  int flags = fcntl(descriptor, F_GETFL);
+  if (flags < 0) return 0;
+  if (flags & O_NOATIME) return 1;
+  return fcntl(descriptor, F_SETFL, flags | O_NOATIME) == 0;
+#else
+  (void)descriptor;
+  return 0;
+#endif
 #else
   (void)inner;
   (void)name;
@@ -303,7 +338,13 @@ static int wrapped_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f
   if (wrapped->inner->pMethods == NULL) return result;
   int version = wrapped->inner->pMethods->iVersion;
   wrapped->base.pMethods = &wrapper_methods[(version < 1 ? 1 : version > 3 ? 3 : version) - 1];
-  if (result == SQLITE_OK) wrapped->descriptor = descriptor_of(wrapped->inner, name);
+  // Reads without waiting are for a read-only connection's files (see SQLiteReaders): its
+  // database, and its WAL, which every connection opens read-write, so that WALs are prepared
+  // alike. Their access times stop changing (nobody reads them).
+  if (result == SQLITE_OK && (flags & (SQLITE_OPEN_READONLY | SQLITE_OPEN_WAL)) != 0) {
+    int descriptor = descriptor_of(wrapped->inner, name);
+    wrapped->descriptor = descriptor >= 0 && without_access_times(descriptor) ? descriptor : -1;
+  }
   return result;
 }
 

@@ -22,7 +22,9 @@ int asynccache_sqlite_can_read_without_waiting(void);
 /// Starts an attempt on this thread in which reads must not wait for the device.
 void asynccache_sqlite_nowait_begin(void);
 
-/// Ends the attempt; returns 1 when a read (or a sleep) would have waited, and so failed.
+/// Ends the attempt; returns 0 when nothing would have waited, 1 when a read (or a sleep)
+/// would have (and failed), 2 when a file's system or the kernel cannot read without waiting
+/// (the attempt failed, and that file's later attempts fail at once).
 int asynccache_sqlite_nowait_end(void);
 
 /// Test seam: reads of files whose path starts with `path_prefix` wait until released, as on a

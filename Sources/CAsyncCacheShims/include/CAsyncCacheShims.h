@@ -117,16 +117,19 @@ static inline int async_cache_name_this_thread(const char *name) {
 
 /// Opens `path` read-only, but only if every component of it is in the kernel's lookup caches
 /// (`openat2` with `RESOLVE_CACHED`, Linux 5.12 and later), so that opening never waits for a
-/// device. Returns the descriptor, or `-errno`: `-ENOENT` when the file is known not to exist,
-/// `-EAGAIN` when a lookup would need the device (or a network file system's revalidation),
-/// `-ENOSYS` or `-EINVAL` on a kernel without it.
+/// device; and with `O_NOATIME`, so that reading it does not write its inode (with `relatime`,
+/// the first read after a change would, in a journal transaction that may wait). Returns the
+/// descriptor, or `-errno`: `-ENOENT` when the file is known not to exist, `-EAGAIN` when a
+/// lookup would need the device (or a network file system's revalidation), `-ENOSYS` or
+/// `-EINVAL` on a kernel without it, `-EPERM` for a file the process does not own (or where a
+/// seccomp filter refuses the call).
 static inline int async_cache_open_cached(const char *path) {
 #if defined(SYS_openat2)
   struct {
     uint64_t flags;
     uint64_t mode;
     uint64_t resolve;
-  } how = {(uint64_t)(O_RDONLY | O_CLOEXEC), 0, 0x20 /* RESOLVE_CACHED */};
+  } how = {(uint64_t)(O_RDONLY | O_CLOEXEC | __O_NOATIME), 0, 0x20 /* RESOLVE_CACHED */};
   long result = syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
   return result < 0 ? -errno : (int)result;
 #else

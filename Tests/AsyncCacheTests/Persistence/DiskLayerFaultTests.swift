@@ -89,6 +89,10 @@ final class FakeDiskFileSystem: DiskFileSystem {
   /// How many reads the layer tried on a caller's thread.
   var cachedReads: Int { state.withLock { $0.cachedReads } }
 
+  func prepareCachedReads(in directory: String) {
+    live.prepareCachedReads(in: directory)
+  }
+
   func readCached(_ path: String, maximumSize: Int) -> CachedRead {
     let answers = state.withLock { state in
       state.cachedReads += 1

@@ -9,15 +9,10 @@ import Testing
 /// thread when it would come from the device (see `DiskLayer.entryInPlace`).
 @Suite("DiskLayer: reads on the caller's thread", .timeLimit(.minutes(3)))
 struct DiskLayerInPlaceReadTests {
-  /// Whether this platform reads without waiting (Linux); elsewhere every read goes to the
-  /// layer's thread.
-  static var readsInPlace: Bool {
-    #if os(Linux)
-      true
-    #else
-      false
-    #endif
-  }
+  /// Whether hits can be read without waiting here: Linux, a local file system for the
+  /// temporary directory, and a kernel that lets `openat2` with `RESOLVE_CACHED` through;
+  /// elsewhere every hit goes to the layer's thread.
+  static let readsInPlace = POSIXDiskFileSystem.readsCachedFiles(in: FileManager.default.temporaryDirectory.path)
 
   /// Reads `key` until a read is answered on the caller's thread (at most ten times: the kernel
   /// may turn an attempt away, as when the page is under readahead); returns whether one was.
@@ -71,7 +66,22 @@ struct DiskLayerInPlaceReadTests {
     #expect(fileSystem.callsOffExecutor.isEmpty, "only the non-blocking read ran off the layer's thread")
   }
 
-  @Test("damaged, expired and foreign files found in place go to the layer's thread, which deletes or keeps them")
+  @Test("a file that holds another key (a collision) is read in place, found foreign, and kept by the layer's thread")
+  func aForeignFileIsKept() async throws {
+    let fixture = try DiskFixture()
+    defer { fixture.remove() }
+    // Every key is named alike: "b" finds the file of "a".
+    let layer = try await fixture.open(fileNameHash: { _ in SHA256.hash(Array("same".utf8)) })
+    try await layer.insert(diskBytes(10), for: "a")
+    #expect(try await layer.value(for: "b") == nil)
+    #expect(try await layer.value(for: "a") == diskBytes(10))
+    let statistics = await layer.statistics
+    #expect(statistics.damagedEntries == 0)
+    #expect(statistics.misses == 1)
+    #expect(statistics.hits == 1)
+  }
+
+  @Test("damaged and expired files found in place go to the layer's thread, which deletes them")
   func filesToDealWithGoToTheLayersThread() async throws {
     let fixture = try DiskFixture()
     defer { fixture.remove() }
@@ -116,7 +126,7 @@ struct DiskLayerInPlaceReadTests {
     try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: fixture.file(for: "a").path)
     // Reopened, so that the index holds the old time too.
     let reopened = try await fixture.open()
-    #expect(try await reopened.value(for: "a") == diskBytes(10))
+    #expect(try await Self.readsInPlace(reopened, key: "a", value: diskBytes(10)) == Self.readsInPlace)
     _ = await reopened.keys  // applies the reads made in place
     let attributes = try FileManager.default.attributesOfItem(atPath: fixture.file(for: "a").path)
     let modified = try #require(attributes[.modificationDate] as? Date)
@@ -148,5 +158,30 @@ struct DiskLayerInPlaceReadTests {
     }
     #expect(await layer.statistics.damagedEntries == 0)
     #expect(await layer.count <= 16)
+  }
+
+  @Test("a key rewritten over and over is never missing to readers on other tasks")
+  func aRewrittenKeyIsNeverMissing() async throws {
+    let fixture = try DiskFixture()
+    defer { fixture.remove() }
+    let layer = try await fixture.open()
+    try await layer.insert(diskBytes(20), for: "k")
+    try await withThrowingTaskGroup(of: Void.self) { group in
+      group.addTask {
+        for round in 0..<60 where !Task.isCancelled {
+          try await layer.insert(diskBytes(20, seed: UInt8(round % 200)), for: "k")
+        }
+      }
+      for _ in 0..<2 {
+        group.addTask {
+          for _ in 0..<150 where !Task.isCancelled {
+            let found = try await layer.value(for: "k")
+            #expect(found?.count == 20, "a read of a key that always exists missed")
+            await Task.yield()
+          }
+        }
+      }
+      try await group.waitForAll()
+    }
   }
 }

@@ -43,6 +43,10 @@ protocol DiskFileSystem: Sendable {
   func createDirectory(_ path: String) throws(DiskSystemError)
   /// The names in a directory, without `.` and `..`.
   func contentsOfDirectory(_ path: String) throws(DiskSystemError) -> [String]
+  /// Decides, once and where waiting is allowed (the layer's thread, when it opens), whether
+  /// ``readCached(_:maximumSize:)`` may answer for files in `directory`: only on a local file
+  /// system (see `fileSystemReadsFromMemoryWithoutWaiting(at:)`).
+  func prepareCachedReads(in directory: String)
   /// Reads the whole file at `path`, if the kernel can answer without waiting for the device:
   /// every component of the path in its lookup caches and every byte in its page cache. Never
   /// blocks, so that the layer may call it on the caller's thread. A file larger than
@@ -56,6 +60,8 @@ extension DiskFileSystem {
   /// Never answers: every read goes to the layer's thread (file systems of tests, platforms
   /// other than Linux).
   func readCached(_ path: String, maximumSize: Int) -> CachedRead { .unavailable }
+
+  func prepareCachedReads(in directory: String) {}
 
   func touchFile(_ path: String) -> Bool {
     guard let descriptor = try? openForReading(path) else { return false }
@@ -72,8 +78,10 @@ enum CachedRead {
   /// waiting: read it on the layer's thread.
   case unavailable
   /// The file's bytes, in an allocation the caller deallocates, and its modification time in
-  /// nanoseconds since 1970.
-  case file(UnsafeMutableRawBufferPointer, count: Int, modificationTime: Int64)
+  /// nanoseconds since 1970. `unlinked`: the descriptor of a file deleted (or replaced) since it
+  /// was opened, which the caller must have closed where waiting is allowed, as closing it frees
+  /// the file's blocks.
+  case file(UnsafeMutableRawBufferPointer, count: Int, modificationTime: Int64, unlinked: Int32?)
 }
 
 /// What ``DiskFileSystem/status(_:)`` reports about a file.

@@ -74,7 +74,9 @@ struct DiskIndex {
 
   /// Adds a record as the most recently used, replacing any record of the same name.
   mutating func insert(_ record: Record) {
-    if let slot = slots[record.name] { remove(slot) }
+    // Replaced, the name stays published throughout: a reader on another thread never sees a
+    // file that is being rewritten as absent.
+    if let slot = slots[record.name] { remove(slot, unpublishing: false) }
     let slot = records.count
     var record = record
     record.newer = -1
@@ -89,11 +91,16 @@ struct DiskIndex {
   /// Removes the record at `slot` and returns it.
   @discardableResult
   mutating func remove(_ slot: Int) -> Record {
+    remove(slot, unpublishing: true)
+  }
+
+  @discardableResult
+  private mutating func remove(_ slot: Int, unpublishing: Bool) -> Record {
     unlink(slot)
     let removed = records[slot]
     totalBytes -= removed.size
     slots[removed.name] = nil
-    publishedNames?.withLock { _ = $0.remove(removed.name) }
+    if unpublishing { publishedNames?.withLock { _ = $0.remove(removed.name) } }
     let last = records.count - 1
     if slot != last {
       // Move the last record into the hole and repoint its neighbours at its new position.

@@ -37,6 +37,9 @@ extension DiskLayer {
     } catch {
       throw failure(error, doing: "create the directory", writing: true)
     }
+    // Here, where waiting is allowed: whether the directory's file system may be read on
+    // callers' threads (`statfs` of a network file system may wait for its server).
+    fileSystem.prepareCachedReads(in: directoryPath)
     let names: [String]
     do throws(DiskSystemError) {
       names = try fileSystem.contentsOfDirectory(directoryPath)
@@ -190,8 +193,8 @@ extension DiskLayer {
       let other = String(validating: keyBytes, as: UTF8.self)
       let placed = fileNameHash(keyBytes) == record.name
       buffer.deallocate()
-      index.remove(slot)
       if let other, placed {
+        // Replaces the record of the same name (which stays published for other threads).
         index.insert(
           DiskIndex.Record(
             name: record.name, key: other, size: count, expiresAt: header.expiresAt, touchedAt: record.touchedAt))
@@ -202,6 +205,7 @@ extension DiskLayer {
           ])
       } else {
         // Not the file this name should hold (copied or moved here): damage after all.
+        index.remove(slot)
         let removed = (try? fileSystem.removeFile(path(of: record.name))) != nil
         damagedEntries += 1
         logDamagedFile(

@@ -25,10 +25,16 @@ extension DiskLayer {
     case .unavailable:
       return nil
     case .missing:
+      // Deleted behind the layer's back: a miss, and the index forgets the file (with others).
+      readsInPlace.withLock { $0.noteVanished(name) }
       readCounts.inPlace.add(1, ordering: .relaxed)
       readCounts.misses.add(1, ordering: .relaxed)
       return .some(nil)
-    case .file(let buffer, let count, let modificationTime):
+    case .file(let buffer, let count, let modificationTime, let unlinked):
+      if let unlinked {
+        let fileSystem = fileSystem
+        executor.execute { try? fileSystem.close(unlinked) }
+      }
       let file = UnsafeRawBufferPointer(rebasing: buffer[..<count])
       guard let header = try? DiskEntryFormat.verify(file),
         let metadata = try? DiskEntryFormat.metadata(of: file, header: header),
@@ -80,6 +86,15 @@ extension DiskLayer {
     for name in reads.used {
       if let slot = index.slot(of: name) { index.markUsed(slot) }
     }
+    for name in reads.vanished {
+      // Gone from the directory (removed by hand, say): no longer counted against the limits.
+      guard let slot = index.slot(of: name) else { continue }
+      do throws(DiskSystemError) {
+        try fileSystem.close(try fileSystem.openForReading(path(of: name)))
+      } catch  where error.code == ENOENT {
+        index.remove(slot)
+      } catch {}
+    }
     guard !reads.touched.isEmpty else { return }
     let wallNow = SystemTime.realtimeNanoseconds()
     for name in reads.touched {
@@ -99,11 +114,18 @@ struct ReadsInPlace: Sendable {
   var used: [SHA256.Digest] = []
   /// The entries whose file's time is to be set to now.
   var touched: [SHA256.Digest] = []
+  /// The entries whose file was missing: the index forgets them if they still are.
+  var vanished: [SHA256.Digest] = []
   var isApplyScheduled = false
 
   /// Reads gathered before the layer's thread is asked to apply them.
   static let batch = 32
   static let limit = 4_096
+
+  /// Records a file found missing, for the next time the reads are applied.
+  mutating func noteVanished(_ name: SHA256.Digest) {
+    if vanished.count < Self.limit { vanished.append(name) }
+  }
 
   /// Records a read; returns whether the caller must schedule ``DiskLayer/applyReadsInPlace()``.
   mutating func note(_ name: SHA256.Digest, touch: Bool) -> Bool {

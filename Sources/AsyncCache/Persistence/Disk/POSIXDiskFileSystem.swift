@@ -138,33 +138,58 @@ struct POSIXDiskFileSystem: DiskFileSystem {
     }
   }
 
+  /// Whether files in `directory` can be read without waiting here: a local file system, and a
+  /// kernel (and seccomp filter) that lets `openat2` with `RESOLVE_CACHED` through. For tests
+  /// that expect such reads.
+  static func readsCachedFiles(in directory: String) -> Bool {
+    #if os(Linux)
+      guard fileSystemReadsFromMemoryWithoutWaiting(at: directory) else { return false }
+      let descriptor = async_cache_open_cached(directory)
+      guard descriptor >= 0 else { return false }
+      try? POSIXDiskFileSystem().close(descriptor)
+      return true
+    #else
+      return false
+    #endif
+  }
+
+  /// Whether reads without waiting work here: decided by the directory's file system when the
+  /// layer opens it, and turned off when the kernel or the file system cannot. One per layer
+  /// (each makes its own file system), as layers may sit on different file systems.
+  private let cachedReads = CachedReadSupport()
+
+  func prepareCachedReads(in directory: String) {
+    cachedReads.decide(local: fileSystemReadsFromMemoryWithoutWaiting(at: directory))
+  }
+
   func readCached(_ path: String, maximumSize: Int) -> CachedRead {
     #if os(Linux)
-      guard cachedReads.isSupported(forFileAt: path) else { return .unavailable }
+      guard cachedReads.isSupported else { return .unavailable }
       let descriptor = async_cache_open_cached(path)
       guard descriptor >= 0 else {
         switch -descriptor {
         case ENOENT: return .missing
-        case ENOSYS, EINVAL:
-          // A kernel before 5.12, or one that refuses the call: the layer's thread reads.
+        case ENOSYS, EINVAL, EPERM:
+          // A kernel before 5.12, a seccomp filter that refuses the call, or files this process
+          // does not own (`O_NOATIME`): the layer's thread reads.
           cachedReads.turnOff()
           return .unavailable
         default: return .unavailable
         }
       }
-      defer { try? close(descriptor) }
+      var closing = true
+      defer { if closing { try? close(descriptor) } }
       guard let status = try? status(descriptor), status.size <= maximumSize else { return .unavailable }
-      // One byte more than the file holds: a file that grew since is read to its end, or seen to.
-      let capacity = status.size + 1
-      let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: capacity, alignment: 16)
+      // Entry files are replaced by renames, never grown in place: `size` bytes are the file.
+      let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Swift.max(1, status.size), alignment: 16)
       var count = 0
-      while count < capacity {
+      while count < status.size {
         let read = async_cache_read_cached(
-          descriptor, buffer.baseAddress! + count, capacity - count, Int64(count))
+          descriptor, buffer.baseAddress! + count, status.size - count, Int64(count))
         if read == 0 { break }
         guard read > 0 else {
           if read == -Int(EINTR) { continue }
-          if read == -Int(EOPNOTSUPP) || read == -Int(ENOSYS) {
+          if read == -Int(EOPNOTSUPP) || read == -Int(ENOSYS) || read == -Int(EINVAL) {
             // The layer's file system (or the kernel) cannot: its reads all go to its thread.
             cachedReads.turnOff()
           }
@@ -173,20 +198,17 @@ struct POSIXDiskFileSystem: DiskFileSystem {
         }
         count += read
       }
-      guard count <= status.size else {
-        buffer.deallocate()
-        return .unavailable
-      }
-      return .file(buffer, count: count, modificationTime: status.modificationTime)
+      // Deleted or replaced while open: closing the last descriptor frees its blocks, which may
+      // wait for the device; the layer closes it on its thread.
+      var info = stat()
+      let unlinked = fstat(descriptor, &info) != 0 || info.st_nlink == 0
+      if unlinked { closing = false }
+      return .file(
+        buffer, count: count, modificationTime: status.modificationTime, unlinked: unlinked ? descriptor : nil)
     #else
       return .unavailable
     #endif
   }
-
-  /// Whether reads without waiting work here: cleared when the kernel or the file system
-  /// cannot, and every read then goes to the layer's thread. One per layer (each makes its own
-  /// file system), as layers may sit on different file systems.
-  private let cachedReads = CachedReadSupport()
 
   func touchFile(_ path: String) -> Bool {
     utimensat(AT_FDCWD, path, nil, 0) == 0
@@ -211,19 +233,13 @@ private final class CachedReadSupport: Sendable {
   private static let unsupported = 2
   private let state = Atomic<Int>(CachedReadSupport.unknown)
 
-  /// Whether reads without waiting are tried for the file at `path`: decided once, on the
-  /// first read, by the file system of its directory (see
-  /// `fileSystemReadsFromMemoryWithoutWaiting(at:)`); a layer keeps one directory.
-  func isSupported(forFileAt path: String) -> Bool {
-    switch state.load(ordering: .relaxed) {
-    case Self.supported: return true
-    case Self.unsupported: return false
-    default:
-      let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
-      let local = fileSystemReadsFromMemoryWithoutWaiting(at: directory.isEmpty ? "/" : directory)
-      state.store(local ? Self.supported : Self.unsupported, ordering: .relaxed)
-      return local
-    }
+  /// Whether reads without waiting are tried: decided when the layer opens its directory (no
+  /// read is tried before), turned off for good if they fail for want of support.
+  var isSupported: Bool { state.load(ordering: .relaxed) == Self.supported }
+
+  func decide(local: Bool) {
+    _ = state.compareExchange(
+      expected: Self.unknown, desired: local ? Self.supported : Self.unsupported, ordering: .relaxed)
   }
 
   /// Every later read goes to the layer's thread: the kernel or the file system cannot.
