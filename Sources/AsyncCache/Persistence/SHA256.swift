@@ -53,17 +53,26 @@ package enum SHA256 {
 
     /// The digest as 64 lowercase hexadecimal digits.
     package var hexString: String {
-      let digits = Array("0123456789abcdef".utf8)
-      return String(unsafeUninitializedCapacity: 64) { buffer in
-        var index = 0
-        for word in [word0, word1, word2, word3] {
-          for shift in stride(from: 60, through: 0, by: -4) {
-            buffer[index] = digits[Int(word >> UInt64(shift) & 0xF)]
-            index += 1
-          }
-        }
+      String(unsafeUninitializedCapacity: 64) { buffer in
+        writeHex(into: buffer, at: 0)
         return 64
       }
+    }
+
+    /// Writes the 64 lowercase hexadecimal digits into `buffer` from `offset` on (no
+    /// allocation: a file's path is built with them on every read).
+    package func writeHex(into buffer: UnsafeMutableBufferPointer<UInt8>, at offset: Int) {
+      precondition(offset >= 0 && buffer.count - offset >= 64, "room for 64 digits")
+      func write(_ word: UInt64, at start: Int) {
+        for digit in 0..<16 {
+          let nibble = UInt8(truncatingIfNeeded: word >> UInt64(60 - 4 * digit)) & 0xF
+          buffer[start + digit] = nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
+        }
+      }
+      write(word0, at: offset)
+      write(word1, at: offset + 16)
+      write(word2, at: offset + 32)
+      write(word3, at: offset + 48)
     }
 
     package var description: String { hexString }

@@ -44,14 +44,14 @@ protocol DiskFileSystem: Sendable {
   /// The names in a directory, without `.` and `..`.
   func contentsOfDirectory(_ path: String) throws(DiskSystemError) -> [String]
   /// Decides, once and where waiting is allowed (the layer's thread, when it opens), whether
-  /// ``readCached(_:maximumSize:)`` may answer for files in `directory`: only on a local file
+  /// ``readCached(_:size:)`` may answer for files in `directory`: only on a local file
   /// system (see `fileSystemReadsFromMemoryWithoutWaiting(at:)`).
   func prepareCachedReads(in directory: String)
-  /// Reads the whole file at `path`, if the kernel can answer without waiting for the device:
-  /// every component of the path in its lookup caches and every byte in its page cache. Never
-  /// blocks, so that the layer may call it on the caller's thread. A file larger than
-  /// `maximumSize` bytes is `.unavailable`.
-  func readCached(_ path: String, maximumSize: Int) -> CachedRead
+  /// Reads the whole file at `path`, of `size` bytes (as the index knows it), if the kernel can
+  /// answer without waiting for the device: every component of the path in its lookup caches
+  /// and every byte in its page cache. Never blocks, so that the layer may call it on the
+  /// caller's thread. A file of another size is `.unavailable` (the layer's thread reads it).
+  func readCached(_ path: String, size: Int) -> CachedRead
   /// Sets the modification time of the file at `path` to now; returns whether that worked.
   func touchFile(_ path: String) -> Bool
 }
@@ -59,7 +59,7 @@ protocol DiskFileSystem: Sendable {
 extension DiskFileSystem {
   /// Never answers: every read goes to the layer's thread (file systems of tests, platforms
   /// other than Linux).
-  func readCached(_ path: String, maximumSize: Int) -> CachedRead { .unavailable }
+  func readCached(_ path: String, size: Int) -> CachedRead { .unavailable }
 
   func prepareCachedReads(in directory: String) {}
 
@@ -70,7 +70,7 @@ extension DiskFileSystem {
   }
 }
 
-/// What ``DiskFileSystem/readCached(_:maximumSize:)`` found.
+/// What ``DiskFileSystem/readCached(_:size:)`` found.
 enum CachedRead {
   /// The file does not exist (its directory may not either).
   case missing

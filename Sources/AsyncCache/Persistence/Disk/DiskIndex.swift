@@ -36,12 +36,13 @@ struct DiskIndex {
 
   private(set) var records: [Record] = []
   private var slots: [SHA256.Digest: Int] = [:]
-  /// The names of the records, kept in step for readers on other threads (the layer's reads on
-  /// callers' threads: a name not in it is a miss without I/O), or `nil`.
-  let publishedNames: Locked<Set<SHA256.Digest>>?
+  /// The names of the records and their files' sizes, kept in step for readers on other threads
+  /// (the layer's reads on callers' threads: a name not in it is a miss without I/O, and a
+  /// file's size is known before it is opened), or `nil`.
+  let publishedNames: Locked<[SHA256.Digest: Int]>?
 
   /// An empty index that keeps `publishedNames`, if given, in step with its records.
-  init(publishing publishedNames: Locked<Set<SHA256.Digest>>? = nil) {
+  init(publishing publishedNames: Locked<[SHA256.Digest: Int]>? = nil) {
     self.publishedNames = publishedNames
   }
   /// The most recently used record, or `-1`.
@@ -83,7 +84,7 @@ struct DiskIndex {
     record.older = -1
     records.append(record)
     slots[record.name] = slot
-    publishedNames?.withLock { _ = $0.insert(record.name) }
+    publishedNames?.withLock { $0[record.name] = record.size }
     totalBytes += record.size
     linkAsNewest(slot)
   }
@@ -100,7 +101,7 @@ struct DiskIndex {
     let removed = records[slot]
     totalBytes -= removed.size
     slots[removed.name] = nil
-    if unpublishing { publishedNames?.withLock { _ = $0.remove(removed.name) } }
+    if unpublishing { publishedNames?.withLock { $0[removed.name] = nil } }
     let last = records.count - 1
     if slot != last {
       // Move the last record into the hole and repoint its neighbours at its new position.
@@ -164,7 +165,9 @@ struct DiskIndex {
     }
     if records.reduce(0, { $0 + $1.size }) != totalBytes { violations.append("totalBytes is off") }
     if let last = order.last, last != oldest { violations.append("oldest is not the list's end") }
-    if let publishedNames, publishedNames.withLock({ $0 }) != Set(slots.keys) {
+    if let publishedNames,
+      publishedNames.withLock({ $0 }) != Dictionary(uniqueKeysWithValues: records.map { ($0.name, $0.size) })
+    {
       violations.append("the published names are not the records'")
     }
     return violations

@@ -514,7 +514,15 @@ extension DiskLayer {
   }
 
   nonisolated func path(of name: SHA256.Digest) -> String {
-    directoryPath + "/" + name.hexString
+    // One allocation (every read builds one): the directory, a slash, the 64 digits.
+    let directory = directoryPath.utf8
+    return String(unsafeUninitializedCapacity: directory.count + 65) { buffer in
+      var index = buffer.initialize(from: directory).1
+      buffer[index] = UInt8(ascii: "/")
+      index += 1
+      name.writeHex(into: buffer, at: index)
+      return index + 64
+    }
   }
 
   nonisolated func path(of name: String) -> String {

@@ -14,13 +14,12 @@ extension DiskLayer {
   /// `.some(nil)` is a miss: the index holds no file of that name (no I/O then), or the kernel
   /// knows the file is absent.
   nonisolated func entryInPlace(named name: SHA256.Digest, key encodedKey: String) -> CacheEntry<Value>?? {
-    guard knownNames.withLock({ $0.contains(name) }) else {
+    guard let size = knownNames.withLock({ $0[name] }) else {
       readCounts.inPlace.add(1, ordering: .relaxed)
       readCounts.misses.add(1, ordering: .relaxed)
       return .some(nil)
     }
-    let read = fileSystem.readCached(
-      path(of: name), maximumSize: DiskEntryFormat.headerSize + Self.longestKey + maximumEntrySize)
+    let read = fileSystem.readCached(path(of: name), size: size)
     switch read {
     case .unavailable:
       return nil

@@ -74,8 +74,9 @@ public final actor DiskLayer<Key: Hashable & Sendable, Value: Sendable>: Environ
   nonisolated let tagInvalidations = TagInvalidations()
 
   var index: DiskIndex
-  /// The names of the index's files, for reads on callers' threads (see ``entryInPlace``).
-  nonisolated let knownNames = Locked(Set<SHA256.Digest>())
+  /// The names of the index's files and their sizes, for reads on callers' threads (see
+  /// ``entryInPlace``).
+  nonisolated let knownNames = Locked([SHA256.Digest: Int]())
   /// Hits, misses and reads answered on the caller's thread, counted on whichever thread reads.
   nonisolated let readCounts = DiskReadCounts()
   /// The entries read on callers' threads, for the order of use (see ``applyReadsInPlace()``).

@@ -162,7 +162,7 @@ struct POSIXDiskFileSystem: DiskFileSystem {
     cachedReads.decide(local: fileSystemReadsFromMemoryWithoutWaiting(at: directory))
   }
 
-  func readCached(_ path: String, maximumSize: Int) -> CachedRead {
+  func readCached(_ path: String, size: Int) -> CachedRead {
     #if os(Linux)
       guard cachedReads.isSupported else { return .unavailable }
       let descriptor = async_cache_open_cached(path)
@@ -179,13 +179,12 @@ struct POSIXDiskFileSystem: DiskFileSystem {
       }
       var closing = true
       defer { if closing { try? close(descriptor) } }
-      guard let status = try? status(descriptor), status.size <= maximumSize else { return .unavailable }
-      // Entry files are replaced by renames, never grown in place: `size` bytes are the file.
-      let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Swift.max(1, status.size), alignment: 16)
+      // Entry files are replaced by renames, never grown in place: `size` bytes are the file,
+      // and a file of another size (checked below) is read on the layer's thread.
+      let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Swift.max(1, size), alignment: 16)
       var count = 0
-      while count < status.size {
-        let read = async_cache_read_cached(
-          descriptor, buffer.baseAddress! + count, status.size - count, Int64(count))
+      while count < size {
+        let read = async_cache_read_cached(descriptor, buffer.baseAddress! + count, size - count, Int64(count))
         if read == 0 { break }
         guard read > 0 else {
           if read == -Int(EINTR) { continue }
@@ -198,13 +197,24 @@ struct POSIXDiskFileSystem: DiskFileSystem {
         }
         count += read
       }
-      // Deleted or replaced while open: closing the last descriptor frees its blocks, which may
-      // wait for the device; the layer closes it on its thread.
+      // After the read: its size and time, and whether it was deleted or replaced while open,
+      // as closing the last descriptor then frees its blocks, which may wait for the device
+      // (the layer closes it on its thread).
       var info = stat()
-      let unlinked = fstat(descriptor, &info) != 0 || info.st_nlink == 0
+      guard fstat(descriptor, &info) == 0, info.st_size == size, count == size else {
+        buffer.deallocate()
+        return .unavailable
+      }
+      #if canImport(Darwin)
+        let time = info.st_mtimespec
+      #else
+        let time = info.st_mtim
+      #endif
+      let unlinked = info.st_nlink == 0
       if unlinked { closing = false }
       return .file(
-        buffer, count: count, modificationTime: status.modificationTime, unlinked: unlinked ? descriptor : nil)
+        buffer, count: count, modificationTime: Int64(time.tv_sec) &* 1_000_000_000 &+ Int64(time.tv_nsec),
+        unlinked: unlinked ? descriptor : nil)
     #else
       return .unavailable
     #endif
