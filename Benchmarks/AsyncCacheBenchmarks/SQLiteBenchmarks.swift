@@ -16,15 +16,15 @@ enum SQLiteBenchmarks {
   /// `SQLiteLayer.value(for:)`, against a prepared `SELECT` of the same rows from a plain
   /// connection on the calling thread. Both return the value as `Data`.
   ///
-  /// The layer runs SQLite on a thread of its own (no blocking call on the cooperative pool), so
-  /// each read crosses threads twice. The target row has 8 tasks reading at once, as a service
-  /// does: it shows the layer's cost per read when its connection is busy, against the one
-  /// connection of the plain loop. The single-task row shows the latency of one lone read.
+  /// On Linux the layer answers a read whose pages are in memory on the caller's thread, with a
+  /// read-only connection of its own; any other read goes to the layer's thread (no call that
+  /// may wait runs on the cooperative pool). The first row has 8 tasks reading at once, as a
+  /// service does, against the one connection of the plain loop; the second the latency of one
+  /// lone read. Each notes the share of reads answered on the caller's thread.
   ///
-  /// Reads that wait for the layer's thread together share one read transaction (one pair of
-  /// shared-memory locks), while the plain loop's every `SELECT` is a transaction of its own.
-  /// The informational row of the plain loop in one transaction shows what that sharing can save
-  /// at most.
+  /// Every read on the caller's thread is a transaction of its own, as each `SELECT` of the plain
+  /// loop is. The informational row of the plain loop in one transaction shows what sharing
+  /// one pair of shared-memory locks can save at most.
   static func readHit(_ run: RunConfiguration) async throws -> [ResultRow] {
     let folder = try BenchmarkFolder()
     defer { folder.remove() }
