@@ -120,6 +120,8 @@ extension SQLiteLayer {
         assumeIsolated { layer in
           for reader in closing { reader.close() }
           layer.closeRetiredReaders()
+          layer.layerEnvironment.log(
+            .info, "this file system or kernel cannot read without waiting; every read goes to the layer's thread")
         }
       }
     } else if retired {

@@ -122,7 +122,7 @@ package final class SQLiteReaders: Sendable {
     let reader = Reader(store: store, generation: generation)
     return state.withLock { state in
       state.isOpening = false
-      guard !state.isClosed, generation == state.generation else { return reader }
+      guard !state.isClosed, !state.isDisabled, generation == state.generation else { return reader }
       state.count += 1
       state.idle.append(reader)
       return nil

@@ -155,7 +155,15 @@ typedef struct {
   int descriptor;
   /// Its path (SQLite keeps it valid until the file is closed); NULL for temporary files.
   const char *name;
+  /// Set when this file cannot be read without waiting (its system or the kernel cannot, or the
+  /// process may not keep its access time): attempts report so, and the caller stops trying.
+  int unsupported;
 } WrappedFile;
+
+/// Records why the attempt failed; the worse reason wins (an unsupported file over a wait).
+static void attempt_failed(int reason) {
+  if (reason > nowait_blocked) nowait_blocked = reason;
+}
 
 static sqlite3_vfs *inner_vfs;
 static sqlite3_vfs wrapper_vfs;
@@ -168,8 +176,12 @@ static sqlite3_io_methods wrapper_methods[3];
 /// A read that must not wait: from the page cache, or SQLITE_IOERR_READ with the attempt marked.
 static int read_without_waiting(WrappedFile *file, void *buffer, int amount, sqlite3_int64 offset) {
 #if defined(__linux__) && defined(RWF_NOWAIT)
+  if (file->unsupported) {
+    attempt_failed(2);
+    return SQLITE_IOERR_READ;
+  }
   if (file->descriptor < 0 || held(file->name)) {
-    nowait_blocked = 1;
+    attempt_failed(1);
     return SQLITE_IOERR_READ;
   }
   int done = 0;
@@ -181,12 +193,12 @@ static int read_without_waiting(WrappedFile *file, void *buffer, int amount, sql
       if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL) {
         // The file system (or the kernel, before 4.14) cannot: this file is read on the
         // layer's thread from now on, and the caller stops trying.
-        file->descriptor = -1;
-        nowait_blocked = 2;
+        file->unsupported = 1;
+        attempt_failed(2);
         return SQLITE_IOERR_READ;
       }
       // EAGAIN: not in the page cache; anything else: let the layer's thread read it and report.
-      nowait_blocked = 1;
+      attempt_failed(1);
       return SQLITE_IOERR_READ;
     }
     if (result == 0) {
@@ -202,7 +214,7 @@ static int read_without_waiting(WrappedFile *file, void *buffer, int amount, sql
   (void)amount;
   (void)offset;
   (void)file;
-  nowait_blocked = 1;
+  attempt_failed(2);
   return SQLITE_IOERR_READ;
 #endif
 }
@@ -303,6 +315,11 @@ static int descriptor_of(sqlite3_file *inner, const char *name) {
   if (descriptor < 0 || fstat(descriptor, &opened) != 0 || stat(name, &named) != 0) return -1;
   if (opened.st_dev != named.st_dev || opened.st_ino != named.st_ino) return -1;
   return descriptor;
+#else
+  (void)inner;
+  (void)name;
+  return -1;
+#endif
 }
 
 /// Stops reads of `descriptor` from updating the file's access time, which on a file system
@@ -319,11 +336,6 @@ static int without_access_times(int descriptor) {
   (void)descriptor;
   return 0;
 #endif
-#else
-  (void)inner;
-  (void)name;
-  return -1;
-#endif
 }
 
 static int wrapped_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *file, int flags, int *out_flags) {
@@ -333,6 +345,7 @@ static int wrapped_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f
   wrapped->inner = (sqlite3_file *)(wrapped + 1);
   wrapped->descriptor = -1;
   wrapped->name = name;
+  wrapped->unsupported = 0;
   int result = inner_vfs->xOpen(inner_vfs, name, wrapped->inner, flags, out_flags);
   // SQLite calls xClose on a file whose xOpen failed only if pMethods is set.
   if (wrapped->inner->pMethods == NULL) return result;
@@ -343,7 +356,13 @@ static int wrapped_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f
   // alike. Their access times stop changing (nobody reads them).
   if (result == SQLITE_OK && (flags & (SQLITE_OPEN_READONLY | SQLITE_OPEN_WAL)) != 0) {
     int descriptor = descriptor_of(wrapped->inner, name);
-    wrapped->descriptor = descriptor >= 0 && without_access_times(descriptor) ? descriptor : -1;
+    if (descriptor >= 0 && without_access_times(descriptor)) {
+      wrapped->descriptor = descriptor;
+    } else {
+      // No descriptor to read (the unix VFS laid out otherwise), or one whose access time this
+      // process may not keep: this file is never read without waiting.
+      wrapped->unsupported = 1;
+    }
   }
   return result;
 }
@@ -351,7 +370,7 @@ static int wrapped_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f
 static int wrapped_sleep(sqlite3_vfs *vfs, int microseconds) {
   (void)vfs;
   if (nowait_active) {
-    nowait_blocked = 1;
+    attempt_failed(1);
     return 0;
   }
   return inner_vfs->xSleep(inner_vfs, microseconds);

@@ -115,6 +115,14 @@ static inline int async_cache_name_this_thread(const char *name) {
 #include <sys/uio.h>
 #include <unistd.h>
 
+// glibc defines O_NOATIME only with _GNU_SOURCE (always as __O_NOATIME); musl and bionic
+// define it plainly.
+#if defined(O_NOATIME)
+#define ASYNC_CACHE_O_NOATIME O_NOATIME
+#else
+#define ASYNC_CACHE_O_NOATIME __O_NOATIME
+#endif
+
 /// Opens `path` read-only, but only if every component of it is in the kernel's lookup caches
 /// (`openat2` with `RESOLVE_CACHED`, Linux 5.12 and later), so that opening never waits for a
 /// device; and with `O_NOATIME`, so that reading it does not write its inode (with `relatime`,
@@ -129,7 +137,7 @@ static inline int async_cache_open_cached(const char *path) {
     uint64_t flags;
     uint64_t mode;
     uint64_t resolve;
-  } how = {(uint64_t)(O_RDONLY | O_CLOEXEC | __O_NOATIME), 0, 0x20 /* RESOLVE_CACHED */};
+  } how = {(uint64_t)(O_RDONLY | O_CLOEXEC | ASYNC_CACHE_O_NOATIME), 0, 0x20 /* RESOLVE_CACHED */};
   long result = syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
   return result < 0 ? -errno : (int)result;
 #else

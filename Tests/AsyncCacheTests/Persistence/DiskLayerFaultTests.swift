@@ -78,7 +78,7 @@ final class FakeDiskFileSystem: DiskFileSystem {
   /// How many reads the hold has stopped (each is held until released).
   var heldReads: Int { state.withLock { $0.hold?.blocked ?? 0 } }
 
-  /// Whether ``readCached(_:size:)`` answers as the live file system does (on Linux:
+  /// Whether ``readCached(_:size:closeElsewhere:)`` answers as the live file system does (on Linux:
   /// from memory, without waiting), unless reads are held, when it says they would wait. Off by
   /// default: every read then goes to the layer's thread, where the other calls are recorded.
   var answersCachedReads: Bool {
@@ -93,12 +93,12 @@ final class FakeDiskFileSystem: DiskFileSystem {
     live.prepareCachedReads(in: directory)
   }
 
-  func readCached(_ path: String, size: Int) -> CachedRead {
+  func readCached(_ path: String, size: Int, closeElsewhere: (Int32) -> Void) -> CachedRead {
     let answers = state.withLock { state in
       state.cachedReads += 1
       return state.answersCachedReads && state.hold == nil
     }
-    return answers ? live.readCached(path, size: size) : .unavailable
+    return answers ? live.readCached(path, size: size, closeElsewhere: closeElsewhere) : .unavailable
   }
 
   /// Lets every call through again.

@@ -12,7 +12,12 @@ struct DiskLayerInPlaceReadTests {
   /// Whether hits can be read without waiting here: Linux, a local file system for the
   /// temporary directory, and a kernel that lets `openat2` with `RESOLVE_CACHED` through;
   /// elsewhere every hit goes to the layer's thread.
-  static let readsInPlace = POSIXDiskFileSystem.readsCachedFiles(in: FileManager.default.temporaryDirectory.path)
+  static let readsInPlace: Bool = {
+    // A directory of the test's own, as the layers' are: `O_NOATIME` needs the owner.
+    guard let probe = try? TemporaryDirectory("disklayer-probe") else { return false }
+    defer { probe.remove() }
+    return POSIXDiskFileSystem.readsCachedFiles(in: probe.url.path)
+  }()
 
   /// Reads `key` until a read is answered on the caller's thread (at most ten times: the kernel
   /// may turn an attempt away, as when the page is under readahead); returns whether one was.
@@ -158,6 +163,41 @@ struct DiskLayerInPlaceReadTests {
     }
     #expect(await layer.statistics.damagedEntries == 0)
     #expect(await layer.count <= 16)
+  }
+
+  @Test("a file deleted behind the layer's back is a miss in place, and leaves the index")
+  func aVanishedFileLeavesTheIndex() async throws {
+    let fixture = try DiskFixture()
+    defer { fixture.remove() }
+    let layer = try await fixture.open()
+    try await layer.insert(diskBytes(10), for: "a")
+    try await layer.insert(diskBytes(10), for: "b")
+    try FileManager.default.removeItem(at: fixture.file(for: "a"))
+    #expect(try await layer.value(for: "a") == nil)
+    _ = await layer.keys  // applies what reads in place found
+    #expect(await layer.count == 1)
+    #expect(await layer.indexViolations.isEmpty)
+  }
+
+  /// The index's published names and sizes, for readers on other threads: a name replaced in
+  /// the index (a rewrite) is never absent from them, not even for an instant.
+  @Test("a name rewritten in the index stays published throughout")
+  func aRewrittenNameStaysPublished() async {
+    let published = Locked([SHA256.Digest: Int]())
+    let name = SHA256.hash(Array("k".utf8))
+    let writer = Task.detached {
+      var index = DiskIndex(publishing: published)
+      for round in 0..<200_000 where !Task.isCancelled {
+        index.insert(DiskIndex.Record(name: name, key: "k", size: 10 + round % 3, expiresAt: .max, touchedAt: 0))
+      }
+      return index.invariantViolations()
+    }
+    // Once published, the name never goes missing while the writer rewrites it.
+    while published.withLock({ $0[name] }) == nil, !Task.isCancelled { await Task.yield() }
+    var absences = 0
+    for _ in 0..<200_000 where published.withLock({ $0[name] }) == nil { absences += 1 }
+    #expect(absences == 0)
+    #expect(await writer.value.isEmpty)
   }
 
   @Test("a key rewritten over and over is never missing to readers on other tasks")

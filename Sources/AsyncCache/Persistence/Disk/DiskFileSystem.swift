@@ -44,14 +44,18 @@ protocol DiskFileSystem: Sendable {
   /// The names in a directory, without `.` and `..`.
   func contentsOfDirectory(_ path: String) throws(DiskSystemError) -> [String]
   /// Decides, once and where waiting is allowed (the layer's thread, when it opens), whether
-  /// ``readCached(_:size:)`` may answer for files in `directory`: only on a local file
+  /// ``readCached(_:size:closeElsewhere:)`` may answer for files in `directory`: only on a local file
   /// system (see `fileSystemReadsFromMemoryWithoutWaiting(at:)`).
   func prepareCachedReads(in directory: String)
   /// Reads the whole file at `path`, of `size` bytes (as the index knows it), if the kernel can
   /// answer without waiting for the device: every component of the path in its lookup caches
   /// and every byte in its page cache. Never blocks, so that the layer may call it on the
   /// caller's thread. A file of another size is `.unavailable` (the layer's thread reads it).
-  func readCached(_ path: String, size: Int) -> CachedRead
+  ///
+  /// A file deleted or replaced while it was open is not closed here, as closing its last
+  /// descriptor frees its blocks, which may wait for the device: its descriptor goes to
+  /// `closeElsewhere`, for the layer's thread.
+  func readCached(_ path: String, size: Int, closeElsewhere: (Int32) -> Void) -> CachedRead
   /// Sets the modification time of the file at `path` to now; returns whether that worked.
   func touchFile(_ path: String) -> Bool
 }
@@ -59,7 +63,7 @@ protocol DiskFileSystem: Sendable {
 extension DiskFileSystem {
   /// Never answers: every read goes to the layer's thread (file systems of tests, platforms
   /// other than Linux).
-  func readCached(_ path: String, size: Int) -> CachedRead { .unavailable }
+  func readCached(_ path: String, size: Int, closeElsewhere: (Int32) -> Void) -> CachedRead { .unavailable }
 
   func prepareCachedReads(in directory: String) {}
 
@@ -70,7 +74,7 @@ extension DiskFileSystem {
   }
 }
 
-/// What ``DiskFileSystem/readCached(_:size:)`` found.
+/// What ``DiskFileSystem/readCached(_:size:closeElsewhere:)`` found.
 enum CachedRead {
   /// The file does not exist (its directory may not either).
   case missing
@@ -78,10 +82,8 @@ enum CachedRead {
   /// waiting: read it on the layer's thread.
   case unavailable
   /// The file's bytes, in an allocation the caller deallocates, and its modification time in
-  /// nanoseconds since 1970. `unlinked`: the descriptor of a file deleted (or replaced) since it
-  /// was opened, which the caller must have closed where waiting is allowed, as closing it frees
-  /// the file's blocks.
-  case file(UnsafeMutableRawBufferPointer, count: Int, modificationTime: Int64, unlinked: Int32?)
+  /// nanoseconds since 1970.
+  case file(UnsafeMutableRawBufferPointer, count: Int, modificationTime: Int64)
 }
 
 /// What ``DiskFileSystem/status(_:)`` reports about a file.

@@ -233,6 +233,15 @@ extension DiskLayer {
       discardDamaged(slot, reason: "the value does not decode: \(CacheLogger.describe(error))")
       return nil
     }
+    var slot = slot
+    if count != record.size {
+      // Rewritten behind the layer's back at another size: the index (and its limits, and the
+      // size published for reads on callers' threads) learns the file's.
+      index.insert(
+        DiskIndex.Record(
+          name: record.name, key: record.key, size: count, expiresAt: header.expiresAt, touchedAt: record.touchedAt))
+      slot = index.slot(of: record.name) ?? slot
+    }
     index.markUsed(slot)
     let wallNow = SystemTime.realtimeNanoseconds()
     if wallNow &- record.touchedAt >= Self.touchInterval {

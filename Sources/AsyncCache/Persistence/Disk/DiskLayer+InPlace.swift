@@ -6,7 +6,7 @@ import Synchronization
 // in batches.
 extension DiskLayer {
   /// The entry for `encodedKey` in the file `name`, read on the caller's thread if the kernel
-  /// can answer without waiting for the device (see ``DiskFileSystem/readCached(_:maximumSize:)``);
+  /// can answer without waiting for the device (see ``DiskFileSystem/readCached(_:size:closeElsewhere:)``);
   /// `nil` when the layer's thread must read it: the file would come from the device, or it is
   /// damaged, holds another key, expired or is dead by tag (which only the layer's thread
   /// records).
@@ -19,21 +19,23 @@ extension DiskLayer {
       readCounts.misses.add(1, ordering: .relaxed)
       return .some(nil)
     }
-    let read = fileSystem.readCached(path(of: name), size: size)
+    // A file larger than an entry may be (left by a configuration of larger entries, say) is
+    // the layer's thread's to read, and to refuse.
+    guard size <= DiskEntryFormat.headerSize + Self.longestKey + maximumEntrySize else { return nil }
+    let fileSystem = fileSystem
+    let read = fileSystem.readCached(path(of: name), size: size) { unlinked in
+      executor.execute { try? fileSystem.close(unlinked) }
+    }
     switch read {
     case .unavailable:
       return nil
     case .missing:
       // Deleted behind the layer's back: a miss, and the index forgets the file (with others).
-      readsInPlace.withLock { $0.noteVanished(name) }
+      if readsInPlace.withLock({ $0.noteVanished(name) }) { scheduleApplyingReadsInPlace() }
       readCounts.inPlace.add(1, ordering: .relaxed)
       readCounts.misses.add(1, ordering: .relaxed)
       return .some(nil)
-    case .file(let buffer, let count, let modificationTime, let unlinked):
-      if let unlinked {
-        let fileSystem = fileSystem
-        executor.execute { try? fileSystem.close(unlinked) }
-      }
+    case .file(let buffer, let count, let modificationTime):
       let file = UnsafeRawBufferPointer(rebasing: buffer[..<count])
       guard let header = try? DiskEntryFormat.verify(file),
         let metadata = try? DiskEntryFormat.metadata(of: file, header: header),
@@ -69,8 +71,11 @@ extension DiskLayer {
 
   /// Records a hit read on the caller's thread, for the layer's thread to apply with others.
   private nonisolated func noteReadInPlace(_ name: SHA256.Digest, touch: Bool) {
-    let schedule = readsInPlace.withLock { reads in reads.note(name, touch: touch) }
-    if schedule { executor.execute { [self] in assumeIsolated { $0.applyReadsInPlace() } } }
+    if readsInPlace.withLock({ reads in reads.note(name, touch: touch) }) { scheduleApplyingReadsInPlace() }
+  }
+
+  private nonisolated func scheduleApplyingReadsInPlace() {
+    executor.execute { [self] in assumeIsolated { $0.applyReadsInPlace() } }
   }
 
   /// Applies the reads answered on callers' threads since the last time: each marks its entry
@@ -121,9 +126,13 @@ struct ReadsInPlace: Sendable {
   static let batch = 32
   static let limit = 4_096
 
-  /// Records a file found missing, for the next time the reads are applied.
-  mutating func noteVanished(_ name: SHA256.Digest) {
-    if vanished.count < Self.limit { vanished.append(name) }
+  /// Records a file found missing (once); returns whether the caller must schedule
+  /// ``DiskLayer/applyReadsInPlace()``.
+  mutating func noteVanished(_ name: SHA256.Digest) -> Bool {
+    if vanished.count < Self.batch, !vanished.contains(name) { vanished.append(name) }
+    guard !isApplyScheduled else { return false }
+    isApplyScheduled = true
+    return true
   }
 
   /// Records a read; returns whether the caller must schedule ``DiskLayer/applyReadsInPlace()``.

@@ -162,7 +162,7 @@ struct POSIXDiskFileSystem: DiskFileSystem {
     cachedReads.decide(local: fileSystemReadsFromMemoryWithoutWaiting(at: directory))
   }
 
-  func readCached(_ path: String, size: Int) -> CachedRead {
+  func readCached(_ path: String, size: Int, closeElsewhere: (Int32) -> Void) -> CachedRead {
     #if os(Linux)
       guard cachedReads.isSupported else { return .unavailable }
       let descriptor = async_cache_open_cached(path)
@@ -177,8 +177,17 @@ struct POSIXDiskFileSystem: DiskFileSystem {
         default: return .unavailable
         }
       }
-      var closing = true
-      defer { if closing { try? close(descriptor) } }
+      // Whatever the outcome: a file deleted or replaced while open (an eviction of a cold
+      // file, a rewrite) is closed elsewhere, as closing its last descriptor frees its blocks.
+      // (A deletion between this `fstat` and the `close` is not seen: a window of one call.)
+      var info = stat()
+      defer {
+        if fstat(descriptor, &info) == 0, info.st_nlink > 0 {
+          try? close(descriptor)
+        } else {
+          closeElsewhere(descriptor)
+        }
+      }
       // Entry files are replaced by renames, never grown in place: `size` bytes are the file,
       // and a file of another size (checked below) is read on the layer's thread.
       let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Swift.max(1, size), alignment: 16)
@@ -197,24 +206,17 @@ struct POSIXDiskFileSystem: DiskFileSystem {
         }
         count += read
       }
-      // After the read: its size and time, and whether it was deleted or replaced while open,
-      // as closing the last descriptor then frees its blocks, which may wait for the device
-      // (the layer closes it on its thread).
-      var info = stat()
-      guard fstat(descriptor, &info) == 0, info.st_size == size, count == size else {
+      var status = stat()
+      guard fstat(descriptor, &status) == 0, status.st_size == size, count == size else {
         buffer.deallocate()
         return .unavailable
       }
       #if canImport(Darwin)
-        let time = info.st_mtimespec
+        let time = status.st_mtimespec
       #else
-        let time = info.st_mtim
+        let time = status.st_mtim
       #endif
-      let unlinked = info.st_nlink == 0
-      if unlinked { closing = false }
-      return .file(
-        buffer, count: count, modificationTime: Int64(time.tv_sec) &* 1_000_000_000 &+ Int64(time.tv_nsec),
-        unlinked: unlinked ? descriptor : nil)
+      return .file(buffer, count: count, modificationTime: Int64(time.tv_sec) &* 1_000_000_000 &+ Int64(time.tv_nsec))
     #else
       return .unavailable
     #endif
