@@ -180,9 +180,12 @@ struct POSIXDiskFileSystem: DiskFileSystem {
       // Whatever the outcome: a file deleted or replaced while open (an eviction of a cold
       // file, a rewrite) is closed elsewhere, as closing its last descriptor frees its blocks.
       // (A deletion between this `fstat` and the `close` is not seen: a window of one call.)
-      var info = stat()
+      // One `fstat` serves a read that succeeds: its size, its time and its links.
+      var status = stat()
+      var examined = false
       defer {
-        if fstat(descriptor, &info) == 0, info.st_nlink > 0 {
+        if !examined { examined = fstat(descriptor, &status) == 0 }
+        if examined, status.st_nlink > 0 {
           try? close(descriptor)
         } else {
           closeElsewhere(descriptor)
@@ -206,8 +209,8 @@ struct POSIXDiskFileSystem: DiskFileSystem {
         }
         count += read
       }
-      var status = stat()
-      guard fstat(descriptor, &status) == 0, status.st_size == size, count == size else {
+      examined = fstat(descriptor, &status) == 0
+      guard examined, status.st_size == size, count == size else {
         buffer.deallocate()
         return .unavailable
       }
