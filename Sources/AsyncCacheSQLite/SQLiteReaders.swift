@@ -20,11 +20,12 @@ import Foundation
 /// layer's thread.
 package final class SQLiteReaders: Sendable {
   /// One reader: its connection and its prepared lookup.
-  // SAFETY: a reader is used by one thread at a time. It is idle in the pool (reached only under
-  // the pool's lock), checked out by the one thread that took it (which returns it before it
-  // suspends, see `SQLiteLayer.lookUpInPlace`), retired (under the lock), or being opened or
-  // closed on the layer's thread, which alone holds it then. SQLite's connection is thus used
-  // by one thread at a time, as `SQLITE_OPEN_NOMUTEX` requires.
+  //
+  // A reader is idle in the pool (reached only under the pool's lock), checked out by the one
+  // thread that took it (which returns it before it suspends, see
+  // `SQLiteLayer.lookUpInPlace`), retired (under the lock), or being opened or closed on the
+  // layer's thread, which alone holds it then.
+  // SAFETY: so one thread at a time uses a reader's connection, as SQLITE_OPEN_NOMUTEX requires.
   final class Reader: @unchecked Sendable {
     let store: SQLiteStore
     /// The pool's generation when it was opened: readers of an older one (before the database
@@ -54,6 +55,16 @@ package final class SQLiteReaders: Sendable {
     /// Readers to close on the layer's thread: returned after their generation ended or the
     /// pool closed.
     var retired: [Reader] = []
+
+    /// Takes every reader not checked out, to close; the current generation has none left.
+    mutating func emptied() -> [Reader] {
+      defer {
+        idle.removeAll()
+        retired.removeAll()
+        count = 0
+      }
+      return idle + retired
+    }
   }
 
   /// Whether this platform can read without waiting for the device (Linux's `RWF_NOWAIT`).
@@ -105,11 +116,7 @@ package final class SQLiteReaders: Sendable {
   func turnOff() -> [Reader] {
     state.withLock { state in
       state.isDisabled = true
-      state.count = 0
-      let closing = state.idle + state.retired
-      state.idle.removeAll()
-      state.retired.removeAll()
-      return closing
+      return state.emptied()
     }
   }
 
@@ -143,11 +150,7 @@ package final class SQLiteReaders: Sendable {
   func retireAll() -> [Reader] {
     state.withLock { state in
       state.generation += 1
-      state.count = 0
-      let closing = state.idle + state.retired
-      state.idle.removeAll()
-      state.retired.removeAll()
-      return closing
+      return state.emptied()
     }
   }
 
@@ -164,17 +167,10 @@ package final class SQLiteReaders: Sendable {
   func close() -> [Reader] {
     state.withLock { state in
       state.isClosed = true
-      state.count = 0
-      let closing = state.idle + state.retired
-      state.idle.removeAll()
-      state.retired.removeAll()
-      return closing
+      return state.emptied()
     }
   }
 
   /// Readers checked out now.
   var checkedOut: Int { state.withLock { $0.checkedOut } }
-
-  /// Idle readers (for tests).
-  var idleCount: Int { state.withLock { $0.idle.count } }
 }
