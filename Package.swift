@@ -35,7 +35,7 @@ let package = Package(
       name: "AsyncCacheSQLite", dependencies: ["AsyncCache", "CSQLite", "CAsyncCacheSQLiteVFS"], swiftSettings: strict),
     .target(name: "AsyncCacheTesting", dependencies: ["AsyncCache"], swiftSettings: strict),
     // The shared tier: a Redis client of its own on POSIX sockets; tests and benchmarks need redis-server.
-    .target(name: "AsyncCacheRedis", dependencies: ["AsyncCache"], swiftSettings: strict),
+    .target(name: "AsyncCacheRedis", dependencies: ["AsyncCache", "CAsyncCacheShims"], swiftSettings: strict),
     // URLSession origin; links FoundationNetworking on Linux only for those who use it.
     .target(name: "AsyncCacheURLSession", dependencies: ["AsyncCache"], swiftSettings: strict),
     .executableTarget(

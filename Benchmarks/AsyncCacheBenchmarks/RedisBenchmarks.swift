@@ -38,7 +38,7 @@ enum RedisBenchmarks {
     let measurements = try await measureInterleaved(contenders, repetitions: run.repetitions)
     return ResultRow.rows(
       benchmark: Benchmark.redisGetHit.rawValue, measurements: measurements, baseline: "redis-benchmark -P 1",
-      target: .ratioAtMost(1.3),
+      target: .ratioAtMost(1.2),
       notes: ["GET of one \(storedSize) B value over loopback, one connection, one request at a time; ns per request"])
   }
 
@@ -70,7 +70,7 @@ enum RedisBenchmarks {
     let measurements = try await measureInterleaved(contenders, repetitions: run.repetitions)
     return ResultRow.rows(
       benchmark: Benchmark.redisMGet100.rawValue, measurements: measurements, baseline: "redis-benchmark -P 100",
-      target: .ratioAtMost(1.5),
+      target: .ratioAtMost(1.3),
       notes: ["100 values of \(storedSize) B per round trip, one connection; ns per 100 keys"])
   }
 

@@ -66,17 +66,10 @@ extension RedisLayer {
     return found
   }
 
-  /// A value as stored: its expiry and the bytes the value coder reads.
+  /// A value as stored. Not nested in the generic layer, so that a bulk read's hundreds of them
+  /// need no generic metadata at run time.
   @usableFromInline
-  struct StoredValue: Sendable {
-    @usableFromInline var expiresAt: CacheInstant?
-    @usableFromInline var metadata: EntryMetadata
-    @usableFromInline var payload: Data
-    /// For an entry with tags, the envelope's bytes before the value (its expiry, version and
-    /// metadata): what a deletion of the entry, once found dead, compares (see
-    /// ``DeadEntryCleaner``). A slice of the reply, not a copy; empty for an entry without tags.
-    @usableFromInline var header: ArraySlice<UInt8> = []
-  }
+  typealias StoredValue = RedisStoredValue
 
   /// The stored values of `encodedKeys`, in order: `MGET`s of 512 keys, in one pipeline. Absent,
   /// expired and unreadable values are `nil`, counted as misses (and reported when unreadable).
@@ -173,7 +166,11 @@ extension RedisLayer {
         return nil
       }
       return StoredValue(
-        expiresAt: expiresAt, metadata: metadata, payload: bytes.withUnsafeBufferPointer { Data($0[payload]) },
+        expiresAt: expiresAt, metadata: metadata,
+        payload: bytes.withUnsafeBufferPointer {
+          // One copy, of the bytes (`Data` of a slice takes a generic path, element by element).
+          Data(UnsafeBufferPointer(rebasing: $0[payload]))
+        },
         header: metadata.tags.isEmpty ? [] : bytes[..<payload.lowerBound])
     } catch {
       counters.misses.add(1, ordering: .relaxed)
@@ -195,4 +192,16 @@ extension RedisLayer {
   nonisolated func countHits(_ hits: Int) {
     if hits > 0 { counters.hits.add(hits, ordering: .relaxed) }
   }
+}
+
+/// A value as the Redis layer stored it: its expiry and the bytes the value coder reads.
+@usableFromInline
+struct RedisStoredValue: Sendable {
+  @usableFromInline var expiresAt: CacheInstant?
+  @usableFromInline var metadata: EntryMetadata
+  @usableFromInline var payload: Data
+  /// For an entry with tags, the envelope's bytes before the value (its expiry, version and
+  /// metadata): what a deletion of the entry, once found dead, compares (see
+  /// ``DeadEntryCleaner``). A slice of the reply, not a copy; empty for an entry without tags.
+  @usableFromInline var header: ArraySlice<UInt8> = []
 }

@@ -56,6 +56,49 @@ struct RESPParser {
     buffer.append(contentsOf: bytes)
   }
 
+  /// Reads the values in `bytes`, the next piece of the stream, and passes each to `body` (which
+  /// returns `false` to stop: the rest is then dropped). The same values as ``append(_:)`` and
+  /// ``next()`` until `nil`, but when nothing is buffered, the values that `bytes` holds whole are
+  /// read from it in place: only the start of an incomplete one is copied, to wait for the rest.
+  ///
+  /// - Returns: `false` when `body` stopped.
+  /// - Throws: See ``next()``.
+  mutating func consume(
+    _ bytes: UnsafeRawBufferPointer, _ body: (RESPValue) -> Bool
+  ) throws(RESPProtocolError) -> Bool {
+    guard failure == nil, buffer.count == readIndex, buffer.isEmpty else {
+      append(bytes)
+      while let value = try next() {
+        guard body(value) else { return false }
+      }
+      return true
+    }
+    let input = bytes.assumingMemoryBound(to: UInt8.self)
+    var index = 0
+    while index < input.count {
+      var reader = RESPReader(bytes: input, limits: limits, streamOffset: discarded)
+      let parsed: RESPReader.Parsed
+      do {
+        parsed = try reader.value(at: index, depth: 0)
+      } catch {
+        failure = error
+        throw error
+      }
+      switch parsed {
+      case .complete(let value, let end):
+        index = end
+        guard body(value) else { return false }
+      case .incomplete(let needed):
+        buffer.append(contentsOf: UnsafeBufferPointer(rebasing: input[index...]))
+        discarded += index
+        bytesNeeded = needed - index
+        return true
+      }
+    }
+    discarded += index
+    return true
+  }
+
   /// The next complete value, or `nil` until more bytes arrive.
   ///
   /// - Throws: ``RESPProtocolError`` for bytes that are not the protocol or exceed a limit,
@@ -113,8 +156,16 @@ private struct RESPReader {
   /// The stream offset of `bytes[0]`.
   let streamOffset: Int
 
-  /// The bytes a value may start with.
-  static let types = Set("+-:$*_#,(!=%~>|".utf8)
+  /// Whether a value may start with `byte`.
+  static func isType(_ byte: UInt8) -> Bool {
+    switch byte {
+    case UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: ":"), UInt8(ascii: "$"), UInt8(ascii: "*"),
+      UInt8(ascii: "_"), UInt8(ascii: "#"), UInt8(ascii: ","), UInt8(ascii: "("), UInt8(ascii: "!"),
+      UInt8(ascii: "="), UInt8(ascii: "%"), UInt8(ascii: "~"), UInt8(ascii: ">"), UInt8(ascii: "|"):
+      true
+    default: false
+    }
+  }
 
   static var carriageReturn: UInt8 { 13 }
   static var lineFeed: UInt8 { 10 }
@@ -181,7 +232,7 @@ private struct RESPReader {
   mutating func value(at start: Int, depth: Int) throws(RESPProtocolError) -> Parsed {
     guard start < bytes.count else { return .incomplete(needed: start + 1) }
     let type = bytes[start]
-    guard Self.types.contains(type) else { throw failure(.unknownType(type), at: start) }
+    guard Self.isType(type) else { throw failure(.unknownType(type), at: start) }
     // A line not ended yet needs at least one byte more than is here.
     guard let (end, next) = try line(of: start) else { return .incomplete(needed: bytes.count + 1) }
     let content = (start + 1)..<end

@@ -1,6 +1,10 @@
 import AsyncCache
 import Synchronization
 
+#if os(Linux)
+  import CAsyncCacheShims
+#endif
+
 #if canImport(Darwin)
   import Darwin
 #elseif canImport(Glibc)
@@ -23,13 +27,42 @@ import Synchronization
 /// A protocol error, a reply nobody waits for, or a broken socket close it the same way. A
 /// closed connection is never reused; the pool opens another.
 ///
-/// **Cancellation.** A cancelled caller is resumed at once with `CancellationError`; its
-/// command keeps its place in the queue and its reply is read and dropped.
+/// **Cancellation.** A cancelled caller is resumed at once with `CancellationError` (a caller
+/// reading its own reply, below, within its wait limit); its command keeps its place in the
+/// queue and its reply is read and dropped.
+///
+/// **A lone command's reply, read by its caller.** On Linux, a command sent while nothing else
+/// is in flight on the connection, and no other such command in the process, waits for its
+/// reply on the caller's own thread, in `ppoll`, for at most ``defaultCallerWaitLimit``
+/// (200 µs), and reads it there: no hand-off to the connection's thread and back, which on a
+/// loopback or same-rack server costs as much as the round trip itself. It is tried only while
+/// the connection's lone round trips take, on average, less than that limit (so a distant
+/// server never holds a thread of the cooperative pool); when the reply is late, the command
+/// goes to the thread as any other, in its place. At most one thread of the pool waits so at
+/// any moment, for at most the limit.
 ///
 /// The thread's poll waits at most one operation timeout when the queue is empty, so a command
-/// queued while it waits is checked in time without waking the thread; the wake-up pipe is
-/// written only when the thread has bytes to send or must stop.
+/// queued while it waits is checked in time without waking the thread. While the queue is
+/// empty after a reply its caller read, the thread watches only for the socket's closing, so
+/// that the next lone reply does not wake it too; the next command for the thread then writes
+/// the wake-up pipe, as do bytes the thread must send and a stop.
 final class RedisConnection: Sendable {
+  /// How long a lone command's caller waits on its own thread for the reply before it hands the
+  /// command to the connection's thread, in nanoseconds: 200 µs, several loopback round trips,
+  /// and a small slice of time for a thread of the cooperative pool.
+  static let defaultCallerWaitLimit: UInt64 = 200_000
+
+  /// Whether callers may read their replies (Linux: `ppoll` has a time limit finer than a
+  /// millisecond, and `POLLRDHUP` lets the thread watch for the closing alone).
+  #if os(Linux)
+    static let callersMayRead = async_cache_wait_readable(-1, 0) != -ENOSYS
+  #else
+    static let callersMayRead = false
+  #endif
+
+  /// Set while a caller, anywhere in the process, waits for its reply on its own thread.
+  private static let callerWaiting = Atomic<Bool>(false)
+
   /// `host:port`, for messages.
   let server: String
   private let fd: Int32
@@ -37,13 +70,19 @@ final class RedisConnection: Sendable {
   private let wakeWrite: Int32
   private let timeout: Duration
   private let timeoutNanoseconds: UInt64
+  private let callerWaitLimit: UInt64
   private let isSubscriber: Bool
   private let onPush: (@Sendable (RESPValue) -> Void)?
   private let onClose: @Sendable (RedisError) -> Void
   private let state: Locked<State>
+  /// The socket's reading side. Whoever reads the socket holds it: the connection's thread, or
+  /// a caller reading its lone command's reply.
+  private let reading: Locked<ReadSide>
   private let broken = Atomic<Bool>(false)
   private let inFlight = Atomic<Int>(0)
   private let nextID = Atomic<UInt64>(0)
+  private let readsByCaller = Atomic<Int>(0)
+  private let handOvers = Atomic<Int>(0)
 
   private struct Pending {
     var id: UInt64
@@ -51,6 +90,15 @@ final class RedisConnection: Sendable {
     var replies: [RESPValue]
     var continuation: CheckedContinuation<[RESPValue], any Error>?
     var deadline: UInt64
+    /// Its caller reads the reply (see ``RedisConnection``); it has no continuation.
+    var readByCaller = false
+    /// Nothing else was in flight when it was sent: its time to the reply is a round trip.
+    var isLone = false
+  }
+
+  private struct ReadSide: Sendable {
+    var parser = RESPParser()
+    var buffer = [UInt8](repeating: 0, count: 64 << 10)
   }
 
   private struct State {
@@ -62,6 +110,22 @@ final class RedisConnection: Sendable {
     var outboundSent = 0
     /// Why the connection closed; set once.
     var failure: RedisError?
+    /// A caller reads the socket for its lone command: the thread leaves the socket to it.
+    var callerReads = false
+    /// The replies of the command its caller reads, once complete, until the caller takes them.
+    var callerReplies: [RESPValue]?
+    /// Whether the thread's poll watches for replies (`POLLIN`).
+    var threadWatchesReplies = true
+    /// Whether the thread's poll watches the socket at all (for replies, or for its closing
+    /// alone); not while a caller reads.
+    var threadWatchesSocket = true
+    /// Whether the last command answered was read by its caller: the thread, idle, then
+    /// watches only for the closing.
+    var lastReadByCaller = false
+    /// A lone command's time to its reply, smoothed (nanoseconds); 0 before the first.
+    var loneReplyTime: UInt64 = 0
+    /// Lone commands sent, for a caller's read now and then while they are slow.
+    var loneCommands: UInt64 = 0
 
     var hasOutbound: Bool { outboundSent < outbound.count }
 
@@ -80,8 +144,8 @@ final class RedisConnection: Sendable {
   }
 
   private init(
-    server: String, fd: Int32, wake: (read: Int32, write: Int32), timeout: Duration, isSubscriber: Bool,
-    onPush: (@Sendable (RESPValue) -> Void)?, onClose: @escaping @Sendable (RedisError) -> Void
+    server: String, fd: Int32, wake: (read: Int32, write: Int32), timeout: Duration, callerWaitLimit: UInt64,
+    isSubscriber: Bool, onPush: (@Sendable (RESPValue) -> Void)?, onClose: @escaping @Sendable (RedisError) -> Void
   ) {
     self.server = server
     self.fd = fd
@@ -89,10 +153,12 @@ final class RedisConnection: Sendable {
     self.wakeWrite = wake.write
     self.timeout = timeout
     self.timeoutNanoseconds = timeout.nanoseconds
+    self.callerWaitLimit = callerWaitLimit
     self.isSubscriber = isSubscriber
     self.onPush = onPush
     self.onClose = onClose
     self.state = Locked(State())
+    self.reading = Locked(ReadSide())
   }
 
   /// Connects on a new thread, which then serves the connection until it closes.
@@ -100,11 +166,14 @@ final class RedisConnection: Sendable {
   /// - Parameters:
   ///   - isSubscriber: Whether RESP2 pub/sub messages (`message`, `pmessage` arrays) may
   ///     arrive unasked; they go to `onPush` along with RESP3 pushes.
+  ///   - callerWaitLimit: How long, in nanoseconds, a lone command's caller may wait for its
+  ///     reply on its own thread; 0 never.
   ///   - onClose: Called once, with the reason, when the connection closes for any reason.
   /// - Throws: ``RedisError/Code/connectionFailed``.
   static func open(
     host: String, port: Int, connectTimeout: Duration, operationTimeout: Duration, isSubscriber: Bool = false,
-    onPush: (@Sendable (RESPValue) -> Void)? = nil, onClose: @escaping @Sendable (RedisError) -> Void
+    callerWaitLimit: UInt64 = defaultCallerWaitLimit, onPush: (@Sendable (RESPValue) -> Void)? = nil,
+    onClose: @escaping @Sendable (RedisError) -> Void
   ) async throws -> RedisConnection {
     let server = "\(host):\(port)"
     // The connection is built on the new thread and handed over through a lock as well as the
@@ -121,8 +190,8 @@ final class RedisConnection: Sendable {
             throw RedisError(code: .connectionFailed, message: "cannot create a pipe: \(Socket.errorText(errno))")
           }
           connection = RedisConnection(
-            server: server, fd: fd, wake: wake, timeout: operationTimeout, isSubscriber: isSubscriber,
-            onPush: onPush, onClose: onClose)
+            server: server, fd: fd, wake: wake, timeout: operationTimeout, callerWaitLimit: callerWaitLimit,
+            isSubscriber: isSubscriber, onPush: onPush, onClose: onClose)
         } catch {
           handoff.withLock { $0 = .failure(error) }
           continuation.resume()
@@ -159,6 +228,18 @@ final class RedisConnection: Sendable {
   /// Commands sent and not yet answered.
   var commandsInFlight: Int { inFlight.load(ordering: .relaxed) }
 
+  /// The commands queued, and whether a caller reads the socket now, seen at one instant.
+  var queue: (commands: Int, callerReads: Bool) {
+    state.withLock { ($0.pending.count - $0.head, $0.callerReads) }
+  }
+
+  /// Replies read by their callers, on their own threads.
+  var repliesReadByCallers: Int { readsByCaller.load(ordering: .relaxed) }
+
+  /// Commands whose callers waited for the reply on their own threads, and then handed them to
+  /// the connection's thread (the reply was late).
+  var commandsHandedOver: Int { handOvers.load(ordering: .relaxed) }
+
   /// Sends `commands` as one pipeline and returns their replies, in order. Error replies are
   /// returned, not thrown.
   ///
@@ -176,6 +257,16 @@ final class RedisConnection: Sendable {
   func send(encoded bytes: [UInt8], replies: Int, cancellable: Bool = true) async throws -> [RESPValue] {
     guard replies > 0 else { return [] }
     let id = nextID.wrappingAdd(1, ordering: .relaxed).newValue
+    if Self.callersMayRead && callerWaitLimit > 0 && onPush == nil && !isSubscriber
+      && !(cancellable && Task.isCancelled)
+    {
+      switch sendReadingReply(bytes, replies: replies, id: id) {
+      case .notTried: break
+      case .answered(let replies): return replies
+      case .failed(let error): throw error
+      case .handOver: return try await handOver(id, cancellable: cancellable)
+      }
+    }
     guard cancellable else {
       return try await withCheckedThrowingContinuation { continuation in
         enqueue(bytes, replies: replies, id: id, checksCancellation: false, continuation: continuation)
@@ -187,6 +278,169 @@ final class RedisConnection: Sendable {
       }
     } onCancel: {
       abandon(id)
+    }
+  }
+
+  /// What ``sendReadingReply(_:replies:id:)`` did.
+  private enum CallerRead {
+    /// Nothing: the command goes the usual way.
+    case notTried
+    case answered([RESPValue])
+    case failed(RedisError)
+    /// The command is queued, and the reply not read yet: the thread must answer it.
+    case handOver
+  }
+
+  /// Sends a lone command and reads its reply on the calling thread, waiting at most
+  /// its caller wait limit (see ``RedisConnection``), when it may.
+  private func sendReadingReply(_ bytes: [UInt8], replies: Int, id: UInt64) -> CallerRead {
+    guard Self.callerWaiting.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged else {
+      return .notTried
+    }
+    defer { Self.callerWaiting.store(false, ordering: .releasing) }
+    enum Sent {
+      case notTried
+      case sent
+      case queued
+      case failed(Int32)
+    }
+    let start = Monotonic.now
+    let sent = state.withLock { state -> Sent in
+      guard state.failure == nil, state.head == state.pending.count, !state.hasOutbound, !state.callerReads else {
+        return .notTried
+      }
+      // Slow round trips are left to the thread, with a caller's read now and then to notice
+      // that they are fast again.
+      state.loneCommands &+= 1
+      guard state.loneReplyTime <= callerWaitLimit || state.loneCommands % 64 == 0 else { return .notTried }
+      state.pending.append(
+        Pending(
+          id: id, remaining: replies, replies: [], continuation: nil, deadline: start &+ timeoutNanoseconds,
+          readByCaller: true, isLone: true))
+      inFlight.add(1, ordering: .relaxed)
+      switch bytes.withUnsafeBytes({ Socket.send(fd, $0) }) {
+      case .bytes(let count) where count == bytes.count:
+        state.callerReads = true
+        return .sent
+      case .bytes(let count):
+        state.outbound = Array(bytes[count...])
+      case .wouldBlock, .closed:
+        state.outbound = bytes
+      case .failed(let code):
+        return .failed(code)
+      }
+      // The thread sends the rest and reads the reply.
+      state.outboundSent = 0
+      state.pending[state.head].readByCaller = false
+      return .queued
+    }
+    switch sent {
+    case .notTried: return .notTried
+    case .queued:
+      wake()
+      return .handOver
+    case .failed(let code):
+      let error = RedisError(code: .connectionClosed, message: "cannot send to \(server): \(Socket.errorText(code))")
+      fail(error)
+      return .failed(error)
+    case .sent:
+      break
+    }
+    let limit = start &+ callerWaitLimit
+    while true {
+      let now = Monotonic.now
+      guard now < limit else {
+        handOvers.add(1, ordering: .relaxed)
+        return .handOver
+      }
+      #if os(Linux)
+        let ready = async_cache_wait_readable(fd, Int64(limit - now))
+        if ready < 0 && ready != -EINTR {
+          handOvers.add(1, ordering: .relaxed)
+          return .handOver
+        }
+      #endif
+      guard receive() else { break }
+      let answered = state.withLock { state -> (replies: [RESPValue], wakes: Bool)? in
+        guard let replies = state.callerReplies else { return nil }
+        state.callerReplies = nil
+        state.callerReads = false
+        // The thread, when it polled as the caller read, left the socket out: it comes back to
+        // it, for the replies of commands queued behind this one or for the closing.
+        let wakes =
+          state.failure == nil
+          && (!state.threadWatchesSocket || (state.head < state.pending.count && !state.threadWatchesReplies))
+        return (replies, wakes)
+      }
+      if let answered {
+        if answered.wakes { wake() }
+        readsByCaller.add(1, ordering: .relaxed)
+        return .answered(answered.replies)
+      }
+    }
+    // The connection failed as the caller read.
+    return state.withLock { state in
+      if let replies = state.callerReplies {
+        state.callerReplies = nil
+        return .answered(replies)
+      }
+      return .failed(state.failure ?? RedisError(code: .connectionClosed, message: "\(server) closed the connection"))
+    }
+  }
+
+  /// Hands a command whose reply its caller did not read (in time) to the thread, and waits
+  /// for the reply as any other caller does.
+  private func handOver(_ id: UInt64, cancellable: Bool) async throws -> [RESPValue] {
+    guard cancellable else {
+      return try await withCheckedThrowingContinuation { continuation in
+        attach(continuation, to: id, checksCancellation: false)
+      }
+    }
+    return try await withTaskCancellationHandler {
+      try await withCheckedThrowingContinuation { continuation in
+        attach(continuation, to: id, checksCancellation: true)
+      }
+    } onCancel: {
+      abandon(id)
+    }
+  }
+
+  private func attach(
+    _ continuation: CheckedContinuation<[RESPValue], any Error>, to id: UInt64, checksCancellation: Bool
+  ) {
+    enum Outcome {
+      case attached(wakes: Bool)
+      case answered([RESPValue])
+      case failed(RedisError)
+      case cancelled(wakes: Bool)
+    }
+    let outcome = state.withLock { state -> Outcome in
+      // Only the command's own caller reads while it is in flight.
+      state.callerReads = false
+      if let replies = state.callerReplies {
+        state.callerReplies = nil
+        return .answered(replies)
+      }
+      if let failure = state.failure { return .failed(failure) }
+      guard state.head < state.pending.count,
+        let index = state.pending[state.head...].firstIndex(where: { $0.id == id })
+      else {
+        return .failed(RedisError(code: .protocolError, message: "a command to \(server) left the queue unanswered"))
+      }
+      state.pending[index].readByCaller = false
+      // Checked under the lock that `abandon` takes, as in `enqueue`: the command keeps its
+      // place, and its reply is read and dropped.
+      if checksCancellation && Task.isCancelled { return .cancelled(wakes: !state.threadWatchesReplies) }
+      state.pending[index].continuation = continuation
+      return .attached(wakes: !state.threadWatchesReplies)
+    }
+    switch outcome {
+    case .attached(let wakes): if wakes { wake() }
+    case .answered(let replies): continuation.resume(returning: replies)
+    case .failed(let error): continuation.resume(throwing: error)
+    case .cancelled(let wakes):
+      if wakes { wake() }
+      continuation.resume(throwing: CancellationError())
     }
   }
 
@@ -206,6 +460,7 @@ final class RedisConnection: Sendable {
   ) {
     enum Outcome {
       case sent
+      case sentToIdleThread
       case handedToThread
       case cancelled
       case closed(RedisError)
@@ -219,7 +474,7 @@ final class RedisConnection: Sendable {
       state.pending.append(
         Pending(
           id: id, remaining: replies, replies: [], continuation: continuation,
-          deadline: Monotonic.now &+ timeoutNanoseconds))
+          deadline: Monotonic.now &+ timeoutNanoseconds, isLone: state.head == state.pending.count))
       inFlight.add(1, ordering: .relaxed)
       if state.hasOutbound {
         state.outbound.append(contentsOf: bytes)
@@ -227,7 +482,9 @@ final class RedisConnection: Sendable {
       }
       switch bytes.withUnsafeBytes({ Socket.send(fd, $0) }) {
       case .bytes(let count) where count == bytes.count:
-        return .sent
+        // A caller reading its own reply wakes the thread for the commands behind it when it
+        // is done.
+        return state.threadWatchesReplies || state.callerReads ? .sent : .sentToIdleThread
       case .bytes(let count):
         state.outbound = Array(bytes[count...])
         state.outboundSent = 0
@@ -242,7 +499,7 @@ final class RedisConnection: Sendable {
     }
     switch outcome {
     case .sent: break
-    case .handedToThread: wake()
+    case .sentToIdleThread, .handedToThread: wake()
     case .cancelled: continuation.resume(throwing: CancellationError())
     case .closed(let error): continuation.resume(throwing: error)
     case .sendFailed(let code):
@@ -291,35 +548,48 @@ final class RedisConnection: Sendable {
   // MARK: - The connection's thread
 
   private func run() {
-    var parser = RESPParser()
-    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 16)
     defer {
-      buffer.deallocate()
       // Ends the TCP connection now; the descriptors are closed in `deinit`, once no caller
       // can write to the wake-up pipe or send on the socket any more.
       _ = shutdown(fd, Int32(SHUT_RDWR))
     }
+    #if os(Linux)
+      let closing = Int16(ASYNC_CACHE_POLLRDHUP)
+    #else
+      let closing = Int16(POLLIN)
+    #endif
     let idleTimeout = Monotonic.milliseconds(until: timeoutNanoseconds, from: 0)
     var descriptors = [pollfd](repeating: pollfd(), count: 2)
     while true {
-      let (pollTimeout, wantsWrite) =
-        state.withLock { state -> (Int32, Bool)? in
-          if state.failure != nil { return nil }
-          guard state.head < state.pending.count else { return (idleTimeout, state.hasOutbound) }
-          let deadline = state.pending[state.head].deadline
-          return (Monotonic.milliseconds(until: deadline, from: Monotonic.now), state.hasOutbound)
-        } ?? (-1, false)
-      if pollTimeout < 0 { return }
-      descriptors[0] = pollfd(fd: fd, events: Int16(POLLIN) | (wantsWrite ? Int16(POLLOUT) : 0), revents: 0)
+      let plan = state.withLock { state -> (timeout: Int32, events: Int16)? in
+        if state.failure != nil { return nil }
+        let hasPending = state.head < state.pending.count
+        // Pushes may come at any time; replies only to commands in flight, and while the queue
+        // is empty after a reply its caller read, the next one is likely read by its caller too.
+        let watchesReplies =
+          isSubscriber || onPush != nil || (!state.callerReads && (hasPending || !state.lastReadByCaller))
+        state.threadWatchesReplies = watchesReplies && !state.callerReads
+        state.threadWatchesSocket = !state.callerReads
+        var events: Int16 = state.hasOutbound ? Int16(POLLOUT) : 0
+        // While a caller reads, the socket is its own; else the thread watches for its closing.
+        if !state.callerReads { events |= watchesReplies ? Int16(POLLIN) : closing }
+        guard hasPending else { return (idleTimeout, events) }
+        return (Monotonic.milliseconds(until: state.pending[state.head].deadline, from: Monotonic.now), events)
+      }
+      guard let plan else { return }
+      // A descriptor of -1 is not polled.
+      descriptors[0] = pollfd(fd: plan.events == 0 ? -1 : fd, events: plan.events, revents: 0)
       descriptors[1] = pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)
-      if poll(&descriptors, 2, pollTimeout) < 0, errno != EINTR {
+      if poll(&descriptors, 2, plan.timeout) < 0, errno != EINTR {
         fail(RedisError(code: .connectionClosed, message: "poll() failed on \(server): \(Socket.errorText(errno))"))
         return
       }
-      if descriptors[1].revents != 0 { drainWakePipe(buffer) }
+      if descriptors[1].revents != 0 { drainWakePipe() }
       let events = descriptors[0].revents
-      if events & (Int16(POLLIN) | Int16(POLLHUP) | Int16(POLLERR)) != 0 {
-        guard receive(into: buffer, parser: &parser) else { return }
+      if events & (Int16(POLLIN) | Int16(POLLHUP) | Int16(POLLERR) | closing) != 0,
+        !state.withLock({ $0.callerReads })
+      {
+        guard receive() else { return }
       }
       if events & Int16(POLLOUT) != 0 {
         guard flush() else { return }
@@ -332,15 +602,21 @@ final class RedisConnection: Sendable {
   }
 
   /// Reads what has arrived and answers the callers; false once the connection failed.
+  private func receive() -> Bool {
+    reading.withLock { side in
+      var parser = RESPParser()
+      swap(&parser, &side.parser)
+      defer { swap(&parser, &side.parser) }
+      return side.buffer.withUnsafeMutableBytes { receive(into: $0, parser: &parser) }
+    }
+  }
+
   private func receive(into buffer: UnsafeMutableRawBufferPointer, parser: inout RESPParser) -> Bool {
     while true {
       switch Socket.receive(fd, into: buffer) {
       case .bytes(let count):
-        parser.append(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
         do {
-          while let value = try parser.next() {
-            guard deliver(value) else { return false }
-          }
+          guard try parser.consume(UnsafeRawBufferPointer(rebasing: buffer[..<count]), deliver) else { return false }
         } catch {
           fail(
             RedisError(
@@ -375,6 +651,16 @@ final class RedisConnection: Sendable {
       guard state.pending[state.head].remaining == 0 else { return .some(nil) }
       let done = state.popHead()
       inFlight.subtract(1, ordering: .relaxed)
+      state.lastReadByCaller = done.readByCaller
+      if done.isLone {
+        let sample = Monotonic.now &- (done.deadline &- timeoutNanoseconds)
+        state.loneReplyTime =
+          state.loneReplyTime == 0 ? sample : state.loneReplyTime - state.loneReplyTime / 8 + sample / 8
+      }
+      if done.readByCaller {
+        state.callerReplies = done.replies
+        return .some(nil)
+      }
       return .some(done.continuation.map { ($0, done.replies) })
     }
     switch answered {
@@ -432,8 +718,10 @@ final class RedisConnection: Sendable {
         "\(server) did not answer within the operation timeout of \(timeout.readable); the connection was discarded")
   }
 
-  private func drainWakePipe(_ buffer: UnsafeMutableRawBufferPointer) {
-    while read(wakeRead, buffer.baseAddress, Swift.min(buffer.count, 512)) > 0 {}
+  private func drainWakePipe() {
+    withUnsafeTemporaryAllocation(byteCount: 256, alignment: 1) { buffer in
+      while read(wakeRead, buffer.baseAddress, buffer.count) > 0 {}
+    }
   }
 }
 

@@ -195,6 +195,45 @@ static inline long async_cache_read_cached(int descriptor, void *buffer, size_t 
 }
 #endif
 
+#if defined(__linux__)
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+// glibc defines POLLRDHUP (the peer closed its end; Linux 2.6.17 and later) only with
+// _GNU_SOURCE.
+#if defined(POLLRDHUP)
+#define ASYNC_CACHE_POLLRDHUP POLLRDHUP
+#else
+#define ASYNC_CACHE_POLLRDHUP 0x2000
+#endif
+
+/// Waits at most `nanoseconds` for `descriptor` to have bytes to read (or to close or fail):
+/// `ppoll`, whose time limit is finer than `poll`'s milliseconds, which glibc declares only
+/// with `_GNU_SOURCE`. Returns 1 when it has, 0 when the time ran out, or `-errno` (`-EINTR`
+/// after a signal). Returns `-ENOSYS` where the kernel's `ppoll` takes a 64-bit time only
+/// (32-bit targets without the old call).
+static inline int async_cache_wait_readable(int descriptor, int64_t nanoseconds) {
+#if defined(SYS_ppoll)
+  // The call's own time layout (`__kernel_old_timespec`: two longs), whatever `time_t` the C
+  // library was built with.
+  struct {
+    long seconds;
+    long nanoseconds;
+  } limit = {(long)(nanoseconds / 1000000000), (long)(nanoseconds % 1000000000)};
+  struct pollfd entry = {descriptor, POLLIN, 0};
+  long result = syscall(SYS_ppoll, &entry, 1UL, &limit, (void *)0, (size_t)0);
+  return result < 0 ? -errno : (int)result;
+#else
+  (void)descriptor;
+  (void)nanoseconds;
+  return -ENOSYS;
+#endif
+}
+#endif
+
 #if defined(__APPLE__)
 #include <mach/mach_init.h>
 

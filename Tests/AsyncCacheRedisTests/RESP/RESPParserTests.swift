@@ -277,6 +277,85 @@ private func problem(_ text: String, limits: RESPParser.Limits = .init()) -> (RE
   }
 }
 
+/// What a parser made of a stream fed in pieces: its values, its error, the bytes it kept.
+private struct Outcome: Equatable {
+  var values: [RESPValue] = []
+  var error: RESPProtocolError?
+  var buffered = 0
+}
+
+extension RESPParserTests {
+  /// `consume`, which reads whole values in place, against `append` and `next`, on random
+  /// streams in random pieces: the same values, the same error at the same offset, and without
+  /// one, the same bytes kept for later.
+  @Test func consumingInPlaceGivesWhatAppendingGives() throws {
+    var random = SplitMix64(seed: 0xC0FFEE)
+    let frames = [
+      "+OK\r\n", ":-12\r\n", "$3\r\na\rb\r\n", "$-1\r\n", "*2\r\n:1\r\n_\r\n", "%1\r\n#t\r\n,1.5\r\n",
+      "*3\r\n$2\r\nab\r\n$-1\r\n$5\r\nhello\r\n", "?x\r\n", "$2\r\nabc\r\n",
+    ].map(wire)
+    var sawError = false
+    var sawKept = false
+    for _ in 0..<5_000 {
+      var bytes: [UInt8] = []
+      for _ in 0..<Int.random(in: 1...8, using: &random) {
+        let frame = frames.randomElement(using: &random)!
+        bytes += Int.random(in: 0..<8, using: &random) == 0 ? Array(frame.prefix(frame.count / 2)) : frame
+      }
+      var cuts = [0, bytes.count]
+      for _ in 0..<Int.random(in: 0...4, using: &random) {
+        cuts.append(Int.random(in: 0...bytes.count, using: &random))
+      }
+      cuts.sort()
+      let pieces = zip(cuts, cuts.dropFirst()).map { Array(bytes[$0..<$1]) }
+      var appending = RESPParser()
+      var expected = Outcome()
+      var consuming = RESPParser()
+      var actual = Outcome()
+      for piece in pieces where expected.error == nil {
+        appending.append(contentsOf: piece)
+        do throws(RESPProtocolError) {
+          while let value = try appending.next() { expected.values.append(value) }
+        } catch {
+          expected.error = error
+        }
+        do {
+          _ = try piece.withUnsafeBytes { bytes in
+            try consuming.consume(bytes) { value in
+              actual.values.append(value)
+              return true
+            }
+          }
+        } catch let error as RESPProtocolError {
+          actual.error = error
+        }
+      }
+      // After an error the parser is done with: what it kept does not matter.
+      if expected.error == nil {
+        expected.buffered = appending.bufferedByteCount
+        actual.buffered = consuming.bufferedByteCount
+      }
+      #expect(actual == expected, "\(pieces)")
+      sawError = sawError || expected.error != nil
+      sawKept = sawKept || expected.buffered > 0
+    }
+    #expect(sawError && sawKept, "the streams reach errors and incomplete values")
+  }
+
+  @Test func consumingStopsWhenTheReaderSaysSo() throws {
+    var parser = RESPParser()
+    var seen: [RESPValue] = []
+    let finished = try wire(":1\r\n:2\r\n:3\r\n").withUnsafeBytes { bytes in
+      try parser.consume(bytes) { value in
+        seen.append(value)
+        return seen.count < 2
+      }
+    }
+    #expect(!finished)
+    #expect(seen == [.integer(1), .integer(2)])
+  }
+}
+
 @Suite("RESPCommand") struct RESPCommandTests {
   @Test func aCommandIsAnArrayOfBulkStrings() throws {
     let value: [UInt8] = [13, 10, 0, 255]

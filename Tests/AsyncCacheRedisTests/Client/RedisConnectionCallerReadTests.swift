@@ -1,0 +1,216 @@
+import AsyncCache
+import Foundation
+import Testing
+
+@testable import AsyncCacheRedis
+
+/// A lone command's reply read by its caller, on its own thread (see `RedisConnection`), against
+/// a real server: every outcome of that read (the reply, a late reply handed to the thread, the
+/// commands queued behind it, the server closing, a cancellation) answers every caller once.
+///
+/// One caller in the whole process reads at a time, and other suites send commands at the same
+/// moment: a test that needs a caller's read tries again on a fresh key until it got one.
+@Suite("RedisConnection: replies read by their callers", .redisServer, .timeLimit(.minutes(3)))
+struct RedisConnectionCallerReadTests {
+  /// Nanoseconds: long enough for any reply on a loaded machine, so that a caller that reads
+  /// keeps reading until the test lets the reply come.
+  static let patient: UInt64 = 60_000_000_000
+
+  static func open(_ server: RedisServer, callerWaitLimit: UInt64) async throws -> RedisConnection {
+    try await RedisConnection.open(
+      host: "127.0.0.1", port: server.port, connectTimeout: .seconds(10), operationTimeout: .seconds(120),
+      callerWaitLimit: callerWaitLimit, onClose: { _ in })
+  }
+
+  static func command(_ words: String...) -> RESPCommand { RESPCommand(words.map { Array($0.utf8) }) }
+
+  /// Sends `BLPOP key 0` from a task of its own (the server answers once `key` gets a value)
+  /// and returns the task once the command is queued, with whether its caller reads the reply.
+  static func blockingPop(
+    _ key: String, on connection: RedisConnection
+  ) async throws -> (task: Task<RESPValue, any Error>, callerReads: Bool) {
+    let before = connection.repliesReadByCallers + connection.commandsHandedOver
+    let task = Task { try await connection.send(command("BLPOP", key, "0")) }
+    await eventually { connection.queue.commands == 1 }
+    return (
+      task, connection.queue.callerReads || connection.repliesReadByCallers + connection.commandsHandedOver > before
+    )
+  }
+
+  @Test("lone commands' replies are read by their callers, in order, and nothing is left queued")
+  func loneRepliesAreReadByTheirCallers() async throws {
+    let server = try await RedisServer.start()
+    defer { server.stop() }
+    let connection = try await Self.open(server, callerWaitLimit: Self.patient)
+    defer { connection.close(with: RedisError(code: .shutDown, message: "done")) }
+    var sent = 0
+    // Another suite's caller may be reading at any moment: enough commands that some are ours.
+    await eventually {
+      sent += 1
+      let reply = try? await connection.send(Self.command("INCR", "counter"))
+      #expect(reply == .integer(Int64(sent)))
+      return connection.repliesReadByCallers >= 20 || sent >= 100_000
+    }
+    #if os(Linux)
+      #expect(connection.repliesReadByCallers >= 20)
+    #endif
+    #expect(connection.commandsHandedOver == 0, "every reply came within a minute")
+    #expect(connection.queue.commands == 0)
+    #expect(connection.commandsInFlight == 0)
+    #expect(!connection.isClosed)
+  }
+
+  @Test("a reply later than the caller's wait goes to the connection's thread, which answers it")
+  func aLateReplyIsHandedToTheThread() async throws {
+    #if os(Linux)
+      let server = try await RedisServer.start()
+      defer { server.stop() }
+      // A millisecond: the reply, which waits for the test's push, is always later.
+      let connection = try await Self.open(server, callerWaitLimit: 1_000_000)
+      defer { connection.close(with: RedisError(code: .shutDown, message: "done")) }
+      var handedOver = false
+      for attempt in 0..<200 where !handedOver {
+        let (task, callerReads) = try await Self.blockingPop("gate-\(attempt)", on: connection)
+        if callerReads {
+          await eventually { connection.commandsHandedOver == 1 }
+          handedOver = true
+        }
+        _ = try await server.command("LPUSH", "gate-\(attempt)", "open")
+        let reply = try await task.value
+        #expect(reply == .array([.bulkString(Array("gate-\(attempt)".utf8)), .bulkString(Array("open".utf8))]))
+      }
+      #expect(handedOver, "one of 200 commands was read by its caller first")
+      #expect(connection.repliesReadByCallers == 0)
+      // The connection goes on: the thread watches for replies again.
+      #expect(try await connection.send(Self.command("PING")) == .simpleString("PONG"))
+      #expect(connection.queue.commands == 0)
+    #endif
+  }
+
+  @Test("commands queued behind one whose caller reads are answered, in order, once it is done")
+  func commandsBehindACallersReadAreAnswered() async throws {
+    #if os(Linux)
+      let server = try await RedisServer.start()
+      defer { server.stop() }
+      let connection = try await Self.open(server, callerWaitLimit: Self.patient)
+      defer { connection.close(with: RedisError(code: .shutDown, message: "done")) }
+      var tested = false
+      for attempt in 0..<200 where !tested {
+        // Replies read by their callers: the idle thread then watches only for the closing.
+        for _ in 0..<3 { _ = try await connection.send(Self.command("PING")) }
+        let (first, second) = ("first-\(attempt)", "second-\(attempt)")
+        let (pop, callerReads) = try await Self.blockingPop(first, on: connection)
+        // Queued in this order: two echoes, a pop whose reply waits for the second push (after
+        // the caller is done reading), two echoes.
+        var behind: [Task<RESPValue, any Error>] = []
+        for index in 0..<5 {
+          let words = index == 2 ? ["BLPOP", second, "0"] : ["ECHO", "\(attempt)-\(index)"]
+          behind.append(Task { try await connection.send(RESPCommand(words.map { Array($0.utf8) })) })
+          await eventually { connection.queue.commands == index + 2 }
+        }
+        tested = callerReads
+        _ = try await server.command("LPUSH", first, "open")
+        #expect(try await pop.value == .array([.bulkString(Array(first.utf8)), .bulkString(Array("open".utf8))]))
+        #expect(try await behind[1].value == .bulkString(Array("\(attempt)-1".utf8)))
+        _ = try await server.command("LPUSH", second, "open")
+        for (index, task) in behind.enumerated() {
+          let expected: RESPValue =
+            index == 2
+            ? .array([.bulkString(Array(second.utf8)), .bulkString(Array("open".utf8))])
+            : .bulkString(Array("\(attempt)-\(index)".utf8))
+          #expect(try await task.value == expected)
+        }
+      }
+      #expect(tested, "one of 200 commands was read by its caller")
+      #expect(connection.queue.commands == 0)
+    #endif
+  }
+
+  @Test("the server closing the connection as a caller reads fails that caller, and the connection")
+  func theServerClosingFailsTheReadingCaller() async throws {
+    #if os(Linux)
+      let server = try await RedisServer.start()
+      defer { server.stop() }
+      var tested = false
+      for attempt in 0..<200 where !tested {
+        let connection = try await Self.open(server, callerWaitLimit: Self.patient)
+        defer { connection.close(with: RedisError(code: .shutDown, message: "done")) }
+        guard case .integer(let id) = try await connection.send(Self.command("CLIENT", "ID")) else {
+          Issue.record("CLIENT ID did not answer an integer")
+          return
+        }
+        let (pop, callerReads) = try await Self.blockingPop("gate-\(attempt)", on: connection)
+        tested = callerReads
+        #expect(try await server.command("CLIENT", "KILL", "ID", "\(id)") == .integer(1))
+        await #expect(throws: RedisError.self) { try await pop.value }
+        #expect(connection.isClosed)
+        await #expect(throws: RedisError.self) { try await connection.send(Self.command("PING")) }
+      }
+      #expect(tested, "one of 200 commands was read by its caller")
+    #endif
+  }
+
+  @Test("a caller cancelled as it reads ends with CancellationError; its reply is dropped, not given to the next")
+  func aCancelledReadingCallerLeavesTheConnectionInOrder() async throws {
+    #if os(Linux)
+      let server = try await RedisServer.start()
+      defer { server.stop() }
+      // Two milliseconds: a cancelled caller stops reading that soon.
+      let connection = try await Self.open(server, callerWaitLimit: 2_000_000)
+      defer { connection.close(with: RedisError(code: .shutDown, message: "done")) }
+      var tested = false
+      for attempt in 0..<200 where !tested {
+        let key = "gate-\(attempt)"
+        let (pop, callerReads) = try await Self.blockingPop(key, on: connection)
+        tested = callerReads
+        pop.cancel()
+        await #expect(throws: CancellationError.self) { try await pop.value }
+        #expect(connection.queue.commands == 1, "the command keeps its place")
+        _ = try await server.command("LPUSH", key, "open")
+        #expect(try await connection.send(Self.command("ECHO", "next")) == .bulkString(Array("next".utf8)))
+        #expect(connection.queue.commands == 0)
+      }
+      #expect(tested, "one of 200 commands was read by its caller")
+    #endif
+  }
+
+  @Test("one caller in the process reads at a time: another lone command goes to its connection's thread")
+  func oneCallerReadsAtATime() async throws {
+    let server = try await RedisServer.start()
+    defer { server.stop() }
+    let first = try await Self.open(server, callerWaitLimit: Self.patient)
+    let second = try await Self.open(server, callerWaitLimit: Self.patient)
+    defer {
+      first.close(with: RedisError(code: .shutDown, message: "done"))
+      second.close(with: RedisError(code: .shutDown, message: "done"))
+    }
+    let (one, _) = try await Self.blockingPop("one", on: first)
+    let (two, _) = try await Self.blockingPop("two", on: second)
+    #expect(!(first.queue.callerReads && second.queue.callerReads))
+    _ = try await server.command("LPUSH", "two", "b")
+    _ = try await server.command("LPUSH", "one", "a")
+    #expect(try await one.value == .array([.bulkString(Array("one".utf8)), .bulkString(Array("a".utf8))]))
+    #expect(try await two.value == .array([.bulkString(Array("two".utf8)), .bulkString(Array("b".utf8))]))
+  }
+
+  @Test("after a reply its caller read, the idle connection still notices the server closing it")
+  func anIdleConnectionNoticesTheClosing() async throws {
+    let server = try await RedisServer.start()
+    defer { server.stop() }
+    let closed = Locked<RedisError?>(nil)
+    let connection = try await RedisConnection.open(
+      host: "127.0.0.1", port: server.port, connectTimeout: .seconds(10), operationTimeout: .seconds(120),
+      callerWaitLimit: Self.patient, onClose: { error in closed.withLock { $0 = error } })
+    defer { connection.close(with: RedisError(code: .shutDown, message: "done")) }
+    guard case .integer(let id) = try await connection.send(Self.command("CLIENT", "ID")) else {
+      Issue.record("CLIENT ID did not answer an integer")
+      return
+    }
+    for _ in 0..<10 { _ = try await connection.send(Self.command("PING")) }
+    #expect(try await server.command("CLIENT", "KILL", "ID", "\(id)") == .integer(1))
+    // `onClose` is called once the connection is marked closed.
+    await eventually { closed.withLock { $0 != nil } }
+    #expect(connection.isClosed)
+    #expect(closed.withLock { $0?.code } == .connectionClosed)
+  }
+}
