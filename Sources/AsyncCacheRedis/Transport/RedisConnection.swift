@@ -71,6 +71,9 @@ final class RedisConnection: Sendable {
   private let timeout: Duration
   private let timeoutNanoseconds: UInt64
   private let callerWaitLimit: UInt64
+  /// Tests: called by a caller whose lone command the socket did not take whole, once it woke
+  /// the thread to send the rest, before the caller queues for the reply.
+  private let afterPartialSend: (@Sendable () -> Void)?
   private let isSubscriber: Bool
   private let onPush: (@Sendable (RESPValue) -> Void)?
   private let onClose: @Sendable (RedisError) -> Void
@@ -110,10 +113,11 @@ final class RedisConnection: Sendable {
     var outboundSent = 0
     /// Why the connection closed; set once.
     var failure: RedisError?
-    /// A caller reads the socket for its lone command: the thread leaves the socket to it.
-    var callerReads = false
-    /// The replies of the command its caller reads, once complete, until the caller takes them.
-    var callerReplies: [RESPValue]?
+    /// The command whose caller reads the socket: the thread leaves the socket to it.
+    var callerReader: UInt64?
+    /// The replies of a command its caller reads (or meant to: see `sendReadingReply`), once
+    /// complete, until the caller takes them. While they wait here, no other caller reads.
+    var callerReplies: (id: UInt64, replies: [RESPValue])?
     /// Whether the thread's poll watches for replies (`POLLIN`).
     var threadWatchesReplies = true
     /// Whether the thread's poll watches the socket at all (for replies, or for its closing
@@ -128,6 +132,22 @@ final class RedisConnection: Sendable {
     var loneCommands: UInt64 = 0
 
     var hasOutbound: Bool { outboundSent < outbound.count }
+    var callerReads: Bool { callerReader != nil }
+
+    /// The replies of command `id`, if they wait for its caller; taken.
+    mutating func takeCallerReplies(of id: UInt64) -> [RESPValue]? {
+      guard let waiting = callerReplies, waiting.id == id else { return nil }
+      callerReplies = nil
+      return waiting.replies
+    }
+
+    /// Command `id`'s caller reads no more. Whether the thread must be woken: when it polled
+    /// as the caller read, it left the socket out, and comes back to it for the replies of the
+    /// commands queued meanwhile or for the closing.
+    mutating func endCallerRead(of id: UInt64) -> Bool {
+      if callerReader == id { callerReader = nil }
+      return failure == nil && (!threadWatchesSocket || (head < pending.count && !threadWatchesReplies))
+    }
 
     mutating func popHead() -> Pending {
       let pending = self.pending[head]
@@ -145,7 +165,8 @@ final class RedisConnection: Sendable {
 
   private init(
     server: String, fd: Int32, wake: (read: Int32, write: Int32), timeout: Duration, callerWaitLimit: UInt64,
-    isSubscriber: Bool, onPush: (@Sendable (RESPValue) -> Void)?, onClose: @escaping @Sendable (RedisError) -> Void
+    afterPartialSend: (@Sendable () -> Void)?, isSubscriber: Bool, onPush: (@Sendable (RESPValue) -> Void)?,
+    onClose: @escaping @Sendable (RedisError) -> Void
   ) {
     self.server = server
     self.fd = fd
@@ -154,6 +175,7 @@ final class RedisConnection: Sendable {
     self.timeout = timeout
     self.timeoutNanoseconds = timeout.nanoseconds
     self.callerWaitLimit = callerWaitLimit
+    self.afterPartialSend = afterPartialSend
     self.isSubscriber = isSubscriber
     self.onPush = onPush
     self.onClose = onClose
@@ -168,12 +190,15 @@ final class RedisConnection: Sendable {
   ///     arrive unasked; they go to `onPush` along with RESP3 pushes.
   ///   - callerWaitLimit: How long, in nanoseconds, a lone command's caller may wait for its
   ///     reply on its own thread; 0 never.
+  ///   - afterPartialSend: For tests: called by a caller whose lone command the socket did not
+  ///     take whole, once the thread was woken to send the rest, before the caller queues for
+  ///     the reply (the thread may answer it first).
   ///   - onClose: Called once, with the reason, when the connection closes for any reason.
   /// - Throws: ``RedisError/Code/connectionFailed``.
   static func open(
     host: String, port: Int, connectTimeout: Duration, operationTimeout: Duration, isSubscriber: Bool = false,
-    callerWaitLimit: UInt64 = defaultCallerWaitLimit, onPush: (@Sendable (RESPValue) -> Void)? = nil,
-    onClose: @escaping @Sendable (RedisError) -> Void
+    callerWaitLimit: UInt64 = defaultCallerWaitLimit, afterPartialSend: (@Sendable () -> Void)? = nil,
+    onPush: (@Sendable (RESPValue) -> Void)? = nil, onClose: @escaping @Sendable (RedisError) -> Void
   ) async throws -> RedisConnection {
     let server = "\(host):\(port)"
     // The connection is built on the new thread and handed over through a lock as well as the
@@ -191,7 +216,7 @@ final class RedisConnection: Sendable {
           }
           connection = RedisConnection(
             server: server, fd: fd, wake: wake, timeout: operationTimeout, callerWaitLimit: callerWaitLimit,
-            isSubscriber: isSubscriber, onPush: onPush, onClose: onClose)
+            afterPartialSend: afterPartialSend, isSubscriber: isSubscriber, onPush: onPush, onClose: onClose)
         } catch {
           handoff.withLock { $0 = .failure(error) }
           continuation.resume()
@@ -306,7 +331,9 @@ final class RedisConnection: Sendable {
     }
     let start = Monotonic.now
     let sent = state.withLock { state -> Sent in
-      guard state.failure == nil, state.head == state.pending.count, !state.hasOutbound, !state.callerReads else {
+      guard state.failure == nil, state.head == state.pending.count, !state.hasOutbound, !state.callerReads,
+        state.callerReplies == nil
+      else {
         return .notTried
       }
       // Slow round trips are left to the thread, with a caller's read now and then to notice
@@ -320,7 +347,7 @@ final class RedisConnection: Sendable {
       inFlight.add(1, ordering: .relaxed)
       switch bytes.withUnsafeBytes({ Socket.send(fd, $0) }) {
       case .bytes(let count) where count == bytes.count:
-        state.callerReads = true
+        state.callerReader = id
         return .sent
       case .bytes(let count):
         state.outbound = Array(bytes[count...])
@@ -329,15 +356,17 @@ final class RedisConnection: Sendable {
       case .failed(let code):
         return .failed(code)
       }
-      // The thread sends the rest and reads the reply.
+      // The thread sends the rest and reads the reply, which waits for the caller in
+      // `callerReplies` if it comes before the caller is queued for it (`attach`).
       state.outboundSent = 0
-      state.pending[state.head].readByCaller = false
       return .queued
     }
     switch sent {
     case .notTried: return .notTried
     case .queued:
       wake()
+      handOvers.add(1, ordering: .relaxed)
+      afterPartialSend?()
       return .handOver
     case .failed(let code):
       let error = RedisError(code: .connectionClosed, message: "cannot send to \(server): \(Socket.errorText(code))")
@@ -362,15 +391,8 @@ final class RedisConnection: Sendable {
       #endif
       guard receive() else { break }
       let answered = state.withLock { state -> (replies: [RESPValue], wakes: Bool)? in
-        guard let replies = state.callerReplies else { return nil }
-        state.callerReplies = nil
-        state.callerReads = false
-        // The thread, when it polled as the caller read, left the socket out: it comes back to
-        // it, for the replies of commands queued behind this one or for the closing.
-        let wakes =
-          state.failure == nil
-          && (!state.threadWatchesSocket || (state.head < state.pending.count && !state.threadWatchesReplies))
-        return (replies, wakes)
+        guard let replies = state.takeCallerReplies(of: id) else { return nil }
+        return (replies, state.endCallerRead(of: id))
       }
       if let answered {
         if answered.wakes { wake() }
@@ -380,10 +402,8 @@ final class RedisConnection: Sendable {
     }
     // The connection failed as the caller read.
     return state.withLock { state in
-      if let replies = state.callerReplies {
-        state.callerReplies = nil
-        return .answered(replies)
-      }
+      _ = state.endCallerRead(of: id)
+      if let replies = state.takeCallerReplies(of: id) { return .answered(replies) }
       return .failed(state.failure ?? RedisError(code: .connectionClosed, message: "\(server) closed the connection"))
     }
   }
@@ -409,38 +429,35 @@ final class RedisConnection: Sendable {
     _ continuation: CheckedContinuation<[RESPValue], any Error>, to id: UInt64, checksCancellation: Bool
   ) {
     enum Outcome {
-      case attached(wakes: Bool)
+      case attached
       case answered([RESPValue])
       case failed(RedisError)
-      case cancelled(wakes: Bool)
+      case cancelled
     }
-    let outcome = state.withLock { state -> Outcome in
-      // Only the command's own caller reads while it is in flight.
-      state.callerReads = false
-      if let replies = state.callerReplies {
-        state.callerReplies = nil
-        return .answered(replies)
-      }
-      if let failure = state.failure { return .failed(failure) }
+    let (outcome, wakes) = state.withLock { state -> (Outcome, Bool) in
+      let wakes = state.endCallerRead(of: id)
+      // The thread read the reply after the caller's last look.
+      if let replies = state.takeCallerReplies(of: id) { return (.answered(replies), wakes) }
+      if let failure = state.failure { return (.failed(failure), false) }
       guard state.head < state.pending.count,
         let index = state.pending[state.head...].firstIndex(where: { $0.id == id })
       else {
-        return .failed(RedisError(code: .protocolError, message: "a command to \(server) left the queue unanswered"))
+        let error = RedisError(code: .protocolError, message: "a command to \(server) left the queue unanswered")
+        return (.failed(error), wakes)
       }
       state.pending[index].readByCaller = false
       // Checked under the lock that `abandon` takes, as in `enqueue`: the command keeps its
       // place, and its reply is read and dropped.
-      if checksCancellation && Task.isCancelled { return .cancelled(wakes: !state.threadWatchesReplies) }
+      if checksCancellation && Task.isCancelled { return (.cancelled, wakes) }
       state.pending[index].continuation = continuation
-      return .attached(wakes: !state.threadWatchesReplies)
+      return (.attached, wakes)
     }
+    if wakes { wake() }
     switch outcome {
-    case .attached(let wakes): if wakes { wake() }
+    case .attached: break
     case .answered(let replies): continuation.resume(returning: replies)
     case .failed(let error): continuation.resume(throwing: error)
-    case .cancelled(let wakes):
-      if wakes { wake() }
-      continuation.resume(throwing: CancellationError())
+    case .cancelled: continuation.resume(throwing: CancellationError())
     }
   }
 
@@ -658,7 +675,7 @@ final class RedisConnection: Sendable {
           state.loneReplyTime == 0 ? sample : state.loneReplyTime - state.loneReplyTime / 8 + sample / 8
       }
       if done.readByCaller {
-        state.callerReplies = done.replies
+        state.callerReplies = (done.id, done.replies)
         return .some(nil)
       }
       return .some(done.continuation.map { ($0, done.replies) })

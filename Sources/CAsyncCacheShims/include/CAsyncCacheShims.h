@@ -206,6 +206,8 @@ static inline long async_cache_read_cached(int descriptor, void *buffer, size_t 
 // _GNU_SOURCE.
 #if defined(POLLRDHUP)
 #define ASYNC_CACHE_POLLRDHUP POLLRDHUP
+#elif defined(__sparc__)
+#define ASYNC_CACHE_POLLRDHUP 0x800
 #else
 #define ASYNC_CACHE_POLLRDHUP 0x2000
 #endif
@@ -217,12 +219,17 @@ static inline long async_cache_read_cached(int descriptor, void *buffer, size_t 
 /// (32-bit targets without the old call).
 static inline int async_cache_wait_readable(int descriptor, int64_t nanoseconds) {
 #if defined(SYS_ppoll)
-  // The call's own time layout (`__kernel_old_timespec`: two longs), whatever `time_t` the C
-  // library was built with.
+  // The call's own time layout (`__kernel_old_timespec`: two kernel longs, 64-bit on x32), whatever
+  // `time_t` the C library was built with.
+#if defined(__x86_64__) && defined(__ILP32__)
+  typedef long long kernel_long;
+#else
+  typedef long kernel_long;
+#endif
   struct {
-    long seconds;
-    long nanoseconds;
-  } limit = {(long)(nanoseconds / 1000000000), (long)(nanoseconds % 1000000000)};
+    kernel_long seconds;
+    kernel_long nanoseconds;
+  } limit = {(kernel_long)(nanoseconds / 1000000000), (kernel_long)(nanoseconds % 1000000000)};
   struct pollfd entry = {descriptor, POLLIN, 0};
   long result = syscall(SYS_ppoll, &entry, 1UL, &limit, (void *)0, (size_t)0);
   return result < 0 ? -errno : (int)result;

@@ -1,5 +1,6 @@
 import AsyncCache
 import Foundation
+import Synchronization
 import Testing
 
 @testable import AsyncCacheRedis
@@ -191,6 +192,46 @@ struct RedisConnectionCallerReadTests {
     _ = try await server.command("LPUSH", "one", "a")
     #expect(try await one.value == .array([.bulkString(Array("one".utf8)), .bulkString(Array("a".utf8))]))
     #expect(try await two.value == .array([.bulkString(Array("two".utf8)), .bulkString(Array("b".utf8))]))
+  }
+
+  @Test("a lone command the socket takes only in part keeps its reply, even when the thread reads it first")
+  func aPartlySentLoneCommandKeepsItsReply() async throws {
+    let server = try await RedisServer.start()
+    defer { server.stop() }
+    let opened = Locked<RedisConnection?>(nil)
+    let held = Atomic<Int>(0)
+    // The caller, preempted after it woke the thread: the thread sends the rest and reads the
+    // reply before the caller queues for it.
+    let connection = try await RedisConnection.open(
+      host: "127.0.0.1", port: server.port, connectTimeout: .seconds(10), operationTimeout: .seconds(120),
+      callerWaitLimit: Self.patient,
+      afterPartialSend: {
+        held.add(1, ordering: .relaxed)
+        let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+        while opened.withLock({ $0?.commandsInFlight ?? 0 }) > 0, ContinuousClock.now < deadline {
+          sched_yield()
+        }
+      }, onClose: { _ in })
+    opened.withLock { $0 = connection }
+    defer { connection.close(with: RedisError(code: .shutDown, message: "done")) }
+    // More than a loopback socket's buffer takes at once.
+    let size = 16 << 20
+    let value = [UInt8](repeating: UInt8(ascii: "a"), count: size)
+    var attempts = 0
+    // Another suite's caller may be reading at that moment: then the command goes the usual way.
+    while held.load(ordering: .relaxed) == 0, attempts < 50 {
+      attempts += 1
+      let reply = try await connection.send(RESPCommand([Array("SET".utf8), Array("big".utf8), value]))
+      #expect(reply == .simpleString("OK"))
+    }
+    #if os(Linux)
+      #expect(held.load(ordering: .relaxed) == 1, "the caller sent part of it, then the thread answered it")
+    #endif
+    #expect(!connection.isClosed)
+    #expect(try await connection.send(Self.command("STRLEN", "big")) == .integer(Int64(size)))
+    // The reply waited for its caller; the next lone caller reads as before.
+    #expect(try await connection.send(Self.command("PING")) == .simpleString("PONG"))
+    #expect(connection.queue.commands == 0)
   }
 
   @Test("after a reply its caller read, the idle connection still notices the server closing it")
