@@ -261,8 +261,9 @@ final class RedisConnection: Sendable {
   /// Replies read by their callers, on their own threads.
   var repliesReadByCallers: Int { readsByCaller.load(ordering: .relaxed) }
 
-  /// Commands whose callers waited for the reply on their own threads, and then handed them to
-  /// the connection's thread (the reply was late).
+  /// Commands whose callers meant to read the reply on their own threads and handed them to the
+  /// connection's thread instead: the reply was late, or the socket took only part of the
+  /// command (the thread sends the rest).
   var commandsHandedOver: Int { handOvers.load(ordering: .relaxed) }
 
   /// Sends `commands` as one pipeline and returns their replies, in order. Error replies are
