@@ -10,7 +10,10 @@ import Testing
 /// commands queued behind it, the server closing, a cancellation) answers every caller once.
 ///
 /// One caller in the whole process reads at a time, and other suites send commands at the same
-/// moment: a test that needs a caller's read tries again on a fresh key until it got one.
+/// moment: a test that needs a caller's read tries again on a fresh key until it got one. A
+/// caller made to wait for a reply the test lets come later blocks its thread all that time:
+/// those callers run on a thread of their own (``ThreadExecutor``), never on the cooperative
+/// pool, whose two threads every other test of the run needs.
 @Suite("RedisConnection: replies read by their callers", .redisServer, .timeLimit(.minutes(3)))
 struct RedisConnectionCallerReadTests {
   /// Nanoseconds: long enough for any reply on a loaded machine, so that a caller that reads
@@ -25,13 +28,14 @@ struct RedisConnectionCallerReadTests {
 
   static func command(_ words: String...) -> RESPCommand { RESPCommand(words.map { Array($0.utf8) }) }
 
-  /// Sends `BLPOP key 0` from a task of its own (the server answers once `key` gets a value)
-  /// and returns the task once the command is queued, with whether its caller reads the reply.
+  /// Sends `BLPOP key 0` from a task of its own on `executor` (the server answers once `key`
+  /// gets a value) and returns the task once the command is queued, with whether its caller
+  /// reads the reply.
   static func blockingPop(
-    _ key: String, on connection: RedisConnection
+    _ key: String, on connection: RedisConnection, executor: ThreadExecutor
   ) async throws -> (task: Task<RESPValue, any Error>, callerReads: Bool) {
     let before = connection.repliesReadByCallers + connection.commandsHandedOver
-    let task = Task { try await connection.send(command("BLPOP", key, "0")) }
+    let task = Task(executorPreference: executor) { try await connection.send(command("BLPOP", key, "0")) }
     await eventually { connection.queue.commands == 1 }
     return (
       task, connection.queue.callerReads || connection.repliesReadByCallers + connection.commandsHandedOver > before
@@ -66,12 +70,14 @@ struct RedisConnectionCallerReadTests {
     #if os(Linux)
       let server = try await RedisServer.start()
       defer { server.stop() }
+      let executor = ThreadExecutor(label: "caller")
+      defer { executor.stop() }
       // A millisecond: the reply, which waits for the test's push, is always later.
       let connection = try await Self.open(server, callerWaitLimit: 1_000_000)
       defer { connection.close(with: RedisError(code: .shutDown, message: "done")) }
       var handedOver = false
       for attempt in 0..<200 where !handedOver {
-        let (task, callerReads) = try await Self.blockingPop("gate-\(attempt)", on: connection)
+        let (task, callerReads) = try await Self.blockingPop("gate-\(attempt)", on: connection, executor: executor)
         if callerReads {
           await eventually { connection.commandsHandedOver == 1 }
           handedOver = true
@@ -93,6 +99,8 @@ struct RedisConnectionCallerReadTests {
     #if os(Linux)
       let server = try await RedisServer.start()
       defer { server.stop() }
+      let executor = ThreadExecutor(label: "caller")
+      defer { executor.stop() }
       let connection = try await Self.open(server, callerWaitLimit: Self.patient)
       defer { connection.close(with: RedisError(code: .shutDown, message: "done")) }
       var tested = false
@@ -100,7 +108,7 @@ struct RedisConnectionCallerReadTests {
         // Replies read by their callers: the idle thread then watches only for the closing.
         for _ in 0..<3 { _ = try await connection.send(Self.command("PING")) }
         let (first, second) = ("first-\(attempt)", "second-\(attempt)")
-        let (pop, callerReads) = try await Self.blockingPop(first, on: connection)
+        let (pop, callerReads) = try await Self.blockingPop(first, on: connection, executor: executor)
         // Queued in this order: two echoes, a pop whose reply waits for the second push (after
         // the caller is done reading), two echoes.
         var behind: [Task<RESPValue, any Error>] = []
@@ -132,6 +140,8 @@ struct RedisConnectionCallerReadTests {
     #if os(Linux)
       let server = try await RedisServer.start()
       defer { server.stop() }
+      let executor = ThreadExecutor(label: "caller")
+      defer { executor.stop() }
       var tested = false
       for attempt in 0..<200 where !tested {
         let connection = try await Self.open(server, callerWaitLimit: Self.patient)
@@ -140,7 +150,7 @@ struct RedisConnectionCallerReadTests {
           Issue.record("CLIENT ID did not answer an integer")
           return
         }
-        let (pop, callerReads) = try await Self.blockingPop("gate-\(attempt)", on: connection)
+        let (pop, callerReads) = try await Self.blockingPop("gate-\(attempt)", on: connection, executor: executor)
         tested = callerReads
         #expect(try await server.command("CLIENT", "KILL", "ID", "\(id)") == .integer(1))
         await #expect(throws: RedisError.self) { try await pop.value }
@@ -156,13 +166,15 @@ struct RedisConnectionCallerReadTests {
     #if os(Linux)
       let server = try await RedisServer.start()
       defer { server.stop() }
+      let executor = ThreadExecutor(label: "caller")
+      defer { executor.stop() }
       // Two milliseconds: a cancelled caller stops reading that soon.
       let connection = try await Self.open(server, callerWaitLimit: 2_000_000)
       defer { connection.close(with: RedisError(code: .shutDown, message: "done")) }
       var tested = false
       for attempt in 0..<200 where !tested {
         let key = "gate-\(attempt)"
-        let (pop, callerReads) = try await Self.blockingPop(key, on: connection)
+        let (pop, callerReads) = try await Self.blockingPop(key, on: connection, executor: executor)
         tested = callerReads
         pop.cancel()
         await #expect(throws: CancellationError.self) { try await pop.value }
@@ -179,14 +191,20 @@ struct RedisConnectionCallerReadTests {
   func oneCallerReadsAtATime() async throws {
     let server = try await RedisServer.start()
     defer { server.stop() }
+    // One thread each: the first caller may block its own while it reads.
+    let (executor, other) = (ThreadExecutor(label: "first caller"), ThreadExecutor(label: "second caller"))
+    defer {
+      executor.stop()
+      other.stop()
+    }
     let first = try await Self.open(server, callerWaitLimit: Self.patient)
     let second = try await Self.open(server, callerWaitLimit: Self.patient)
     defer {
       first.close(with: RedisError(code: .shutDown, message: "done"))
       second.close(with: RedisError(code: .shutDown, message: "done"))
     }
-    let (one, _) = try await Self.blockingPop("one", on: first)
-    let (two, _) = try await Self.blockingPop("two", on: second)
+    let (one, _) = try await Self.blockingPop("one", on: first, executor: executor)
+    let (two, _) = try await Self.blockingPop("two", on: second, executor: other)
     #expect(!(first.queue.callerReads && second.queue.callerReads))
     _ = try await server.command("LPUSH", "two", "b")
     _ = try await server.command("LPUSH", "one", "a")
@@ -198,6 +216,8 @@ struct RedisConnectionCallerReadTests {
   func aPartlySentLoneCommandKeepsItsReply() async throws {
     let server = try await RedisServer.start()
     defer { server.stop() }
+    let executor = ThreadExecutor(label: "caller")
+    defer { executor.stop() }
     let opened = Locked<RedisConnection?>(nil)
     let held = Atomic<Int>(0)
     // The caller, preempted after it woke the thread: the thread sends the rest and reads the
@@ -221,8 +241,11 @@ struct RedisConnectionCallerReadTests {
     // Another suite's caller may be reading at that moment: then the command goes the usual way.
     while held.load(ordering: .relaxed) == 0, attempts < 50 {
       attempts += 1
-      let reply = try await connection.send(RESPCommand([Array("SET".utf8), Array("big".utf8), value]))
-      #expect(reply == .simpleString("OK"))
+      // The hook holds the caller's thread: not one of the pool's.
+      let set = Task(executorPreference: executor) {
+        try await connection.send(RESPCommand([Array("SET".utf8), Array("big".utf8), value]))
+      }
+      #expect(try await set.value == .simpleString("OK"))
     }
     #if os(Linux)
       #expect(held.load(ordering: .relaxed) == 1, "the caller sent part of it, then the thread answered it")
