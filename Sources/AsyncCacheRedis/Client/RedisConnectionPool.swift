@@ -16,6 +16,9 @@ final class RedisConnectionPool: Sendable {
     var port: Int
     var connectTimeout: Duration
     var operationTimeout: Duration
+    /// How long a lone command's caller may wait for its reply on its own thread, in
+    /// nanoseconds (see ``RedisConnection``).
+    var callerWaitLimit = RedisConnection.defaultCallerWaitLimit
     var maximumConnections: Int
     /// Sent first on every new connection, as one pipeline (`AUTH`, `SELECT`, `CLIENT SETNAME`).
     var handshake: [RESPCommand]
@@ -241,7 +244,8 @@ final class RedisConnectionPool: Sendable {
     do {
       let connection = try await RedisConnection.open(
         host: options.host, port: options.port, connectTimeout: options.connectTimeout,
-        operationTimeout: options.operationTimeout,
+        operationTimeout: options.operationTimeout, callerWaitLimit: options.callerWaitLimit,
+        counters: counters,
         onClose: { [weak self, server] error in
           guard error.code != .shutDown, let self else { return }
           self.counters.connectionsDiscarded.add(1, ordering: .relaxed)

@@ -23,4 +23,5 @@ final class RedisCounters: Sendable {
   let loadsAwaited = Atomic<Int>(0)
   let fillsRefused = Atomic<Int>(0)
   let uncoordinatedLoads = Atomic<Int>(0)
+  let repliesReadByCallers = Atomic<Int>(0)
 }

@@ -131,8 +131,10 @@ extension RedisLayer {
         RedisConnectionPool(
           options: RedisConnectionPool.Options(
             host: endpoint.host, port: endpoint.port, connectTimeout: configuration.connectTimeout,
-            operationTimeout: configuration.operationTimeout, maximumConnections: configuration.maximumConnections,
-            handshake: configuration.handshake, circuitBreaker: configuration.circuitBreaker,
+            operationTimeout: configuration.operationTimeout,
+            callerWaitLimit: configuration.callerWaitLimit.nanoseconds,
+            maximumConnections: configuration.maximumConnections, handshake: configuration.handshake,
+            circuitBreaker: configuration.circuitBreaker,
             clock: clock, outage: outage),
           counters: counters, onEvent: onEvent)
       }

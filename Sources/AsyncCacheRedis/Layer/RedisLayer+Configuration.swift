@@ -71,6 +71,15 @@ extension RedisLayer {
     /// discarded. Keep it short: a cache that waits long for a slow server is slower than the
     /// layer below it.
     public var operationTimeout: Duration
+    /// How long a lone command's caller waits for the reply on its own thread, on Linux, before
+    /// the command goes to its connection's thread. Default 200 µs; at most 1 ms; `.zero` never.
+    /// A command is lone when nothing else is in flight on its connection and no other caller
+    /// in the process waits so: then the caller reads the reply itself, without the two thread
+    /// hand-offs that cost as much as a loopback round trip. While it waits, its thread (one of
+    /// the cooperative pool's) runs nothing else: set `.zero` for a service whose pool is busy
+    /// with other work and whose Redis is near. A server whose round trips average more than
+    /// the limit is not waited for. See ``RedisLayer/Statistics-swift.struct/repliesReadByCallers``.
+    public var callerWaitLimit: Duration = .microseconds(200)
     /// The largest encoded value the layer sends; larger ones are refused with
     /// `PersistenceError.Code.valueTooLarge` before anything is sent. Default 16 MiB (Redis
     /// itself accepts up to 512 MiB).
@@ -193,6 +202,9 @@ extension RedisLayer {
           is: clientName.debugDescription, mustBe: "non-empty and free of spaces and newlines")
       }
       try check.requirePositive("maximumConnections", maximumConnections)
+      try check.require(
+        callerWaitLimit >= .zero && callerWaitLimit <= .milliseconds(1), "callerWaitLimit",
+        is: callerWaitLimit.readable, mustBe: "in [0, 1 ms]")
       // A day at most: a cache that waits longer has stopped being one, and deadlines stay
       // far from overflowing the monotonic clock.
       for (name, timeout) in [("connectTimeout", connectTimeout), ("operationTimeout", operationTimeout)] {

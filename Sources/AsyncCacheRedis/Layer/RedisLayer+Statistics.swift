@@ -59,6 +59,9 @@ extension RedisLayer {
     /// script. They count here only, not in ``failures``, and do not open the layer's circuit
     /// breaker; the entries stay until read again, written over or expired.
     public var deadEntryDeletionsFailed = 0
+    /// Replies read by their callers, on their own threads, without a hand-off to a connection's
+    /// thread and back (Linux; see ``RedisLayer/Configuration-swift.struct/callerWaitLimit``).
+    public var repliesReadByCallers = 0
   }
 
   /// What the layer has counted. Safe from any context.
@@ -83,6 +86,7 @@ extension RedisLayer {
       fillsRefused: counters.fillsRefused.load(ordering: .relaxed),
       uncoordinatedLoads: counters.uncoordinatedLoads.load(ordering: .relaxed),
       deadEntriesDeleted: deadEntries.deleted.load(ordering: .relaxed),
-      deadEntryDeletionsFailed: deadEntries.failed.load(ordering: .relaxed))
+      deadEntryDeletionsFailed: deadEntries.failed.load(ordering: .relaxed),
+      repliesReadByCallers: counters.repliesReadByCallers.load(ordering: .relaxed))
   }
 }

@@ -74,6 +74,8 @@ final class RedisConnection: Sendable {
   /// Tests: called by a caller whose lone command the socket did not take whole, once it woke
   /// the thread to send the rest, before the caller queues for the reply.
   private let afterPartialSend: (@Sendable () -> Void)?
+  /// The layer's counters, for the replies read by callers.
+  private let counters: RedisCounters?
   private let isSubscriber: Bool
   private let onPush: (@Sendable (RESPValue) -> Void)?
   private let onClose: @Sendable (RedisError) -> Void
@@ -165,8 +167,8 @@ final class RedisConnection: Sendable {
 
   private init(
     server: String, fd: Int32, wake: (read: Int32, write: Int32), timeout: Duration, callerWaitLimit: UInt64,
-    afterPartialSend: (@Sendable () -> Void)?, isSubscriber: Bool, onPush: (@Sendable (RESPValue) -> Void)?,
-    onClose: @escaping @Sendable (RedisError) -> Void
+    counters: RedisCounters?, afterPartialSend: (@Sendable () -> Void)?, isSubscriber: Bool,
+    onPush: (@Sendable (RESPValue) -> Void)?, onClose: @escaping @Sendable (RedisError) -> Void
   ) {
     self.server = server
     self.fd = fd
@@ -176,6 +178,7 @@ final class RedisConnection: Sendable {
     self.timeoutNanoseconds = timeout.nanoseconds
     self.callerWaitLimit = callerWaitLimit
     self.afterPartialSend = afterPartialSend
+    self.counters = counters
     self.isSubscriber = isSubscriber
     self.onPush = onPush
     self.onClose = onClose
@@ -190,6 +193,7 @@ final class RedisConnection: Sendable {
   ///     arrive unasked; they go to `onPush` along with RESP3 pushes.
   ///   - callerWaitLimit: How long, in nanoseconds, a lone command's caller may wait for its
   ///     reply on its own thread; 0 never.
+  ///   - counters: Where the replies callers read are counted too, if anywhere.
   ///   - afterPartialSend: For tests: called by a caller whose lone command the socket did not
   ///     take whole, once the thread was woken to send the rest, before the caller queues for
   ///     the reply (the thread may answer it first).
@@ -197,8 +201,9 @@ final class RedisConnection: Sendable {
   /// - Throws: ``RedisError/Code/connectionFailed``.
   static func open(
     host: String, port: Int, connectTimeout: Duration, operationTimeout: Duration, isSubscriber: Bool = false,
-    callerWaitLimit: UInt64 = defaultCallerWaitLimit, afterPartialSend: (@Sendable () -> Void)? = nil,
-    onPush: (@Sendable (RESPValue) -> Void)? = nil, onClose: @escaping @Sendable (RedisError) -> Void
+    callerWaitLimit: UInt64 = defaultCallerWaitLimit, counters: RedisCounters? = nil,
+    afterPartialSend: (@Sendable () -> Void)? = nil, onPush: (@Sendable (RESPValue) -> Void)? = nil,
+    onClose: @escaping @Sendable (RedisError) -> Void
   ) async throws -> RedisConnection {
     let server = "\(host):\(port)"
     // The connection is built on the new thread and handed over through a lock as well as the
@@ -216,7 +221,8 @@ final class RedisConnection: Sendable {
           }
           connection = RedisConnection(
             server: server, fd: fd, wake: wake, timeout: operationTimeout, callerWaitLimit: callerWaitLimit,
-            afterPartialSend: afterPartialSend, isSubscriber: isSubscriber, onPush: onPush, onClose: onClose)
+            counters: counters, afterPartialSend: afterPartialSend, isSubscriber: isSubscriber, onPush: onPush,
+            onClose: onClose)
         } catch {
           handoff.withLock { $0 = .failure(error) }
           continuation.resume()
@@ -398,6 +404,7 @@ final class RedisConnection: Sendable {
       if let answered {
         if answered.wakes { wake() }
         readsByCaller.add(1, ordering: .relaxed)
+        counters?.repliesReadByCallers.add(1, ordering: .relaxed)
         return .answered(answered.replies)
       }
     }

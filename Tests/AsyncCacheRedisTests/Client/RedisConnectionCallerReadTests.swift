@@ -257,6 +257,30 @@ struct RedisConnectionCallerReadTests {
     #expect(connection.queue.commands == 0)
   }
 
+  @Test("the layer counts the replies its callers read; with callerWaitLimit zero, none is")
+  func theLayerCountsAndCanTurnItOff() async throws {
+    let server = try await RedisServer.start()
+    defer { server.stop() }
+    let reading = try makeLayer(server)
+    let never = try makeLayer(server) { $0.callerWaitLimit = .zero }
+    try await reading.insert(Data("v".utf8), for: "k")
+    var reads = 0
+    // Another suite's caller may be reading at any moment: enough reads that some are ours.
+    try await eventually { () async throws -> Bool in
+      reads += 1
+      let (read, unread) = (try await reading.value(for: "k"), try await never.value(for: "k"))
+      #expect(read == Data("v".utf8) && unread == Data("v".utf8))
+      return reading.statistics.repliesReadByCallers > 0 || reads >= 100_000
+    }
+    #if os(Linux)
+      #expect(reading.statistics.repliesReadByCallers > 0)
+    #endif
+    #expect(never.statistics.repliesReadByCallers == 0)
+    #expect(never.statistics.hits == reads)
+    try await reading.close()
+    try await never.close()
+  }
+
   @Test("after a reply its caller read, the idle connection still notices the server closing it")
   func anIdleConnectionNoticesTheClosing() async throws {
     let server = try await RedisServer.start()

@@ -373,6 +373,8 @@ struct RedisLayerTests {
     refuses("username") { $0.username = "alice" }
     refuses("database") { $0.database = -1 }
     refuses("maximumConnections") { $0.maximumConnections = 0 }
+    refuses("callerWaitLimit") { $0.callerWaitLimit = .microseconds(-1) }
+    refuses("callerWaitLimit") { $0.callerWaitLimit = .milliseconds(2) }
     refuses("operationTimeout") { $0.operationTimeout = .zero }
     refuses("connectTimeout") { $0.connectTimeout = .seconds(-1) }
     refuses("operationTimeout") { $0.operationTimeout = .seconds(Int64.max) }
