@@ -61,35 +61,35 @@ final class RedisConnection: Sendable {
   #endif
 
   /// Set while a caller, anywhere in the process, waits for its reply on its own thread.
-  private static let callerWaiting = Atomic<Bool>(false)
+  static let callerWaiting = Atomic<Bool>(false)
 
   /// `host:port`, for messages.
   let server: String
-  private let fd: Int32
-  private let wakeRead: Int32
-  private let wakeWrite: Int32
-  private let timeout: Duration
-  private let timeoutNanoseconds: UInt64
-  private let callerWaitLimit: UInt64
+  let fd: Int32
+  let wakeRead: Int32
+  let wakeWrite: Int32
+  let timeout: Duration
+  let timeoutNanoseconds: UInt64
+  let callerWaitLimit: UInt64
   /// Tests: called by a caller whose lone command the socket did not take whole, once it woke
   /// the thread to send the rest, before the caller queues for the reply.
-  private let afterPartialSend: (@Sendable () -> Void)?
+  let afterPartialSend: (@Sendable () -> Void)?
   /// The layer's counters, for the replies read by callers.
-  private let counters: RedisCounters?
-  private let isSubscriber: Bool
-  private let onPush: (@Sendable (RESPValue) -> Void)?
-  private let onClose: @Sendable (RedisError) -> Void
-  private let state: Locked<State>
+  let counters: RedisCounters?
+  let isSubscriber: Bool
+  let onPush: (@Sendable (RESPValue) -> Void)?
+  let onClose: @Sendable (RedisError) -> Void
+  let state: Locked<State>
   /// The socket's reading side. Whoever reads the socket holds it: the connection's thread, or
   /// a caller reading its lone command's reply.
-  private let reading: Locked<ReadSide>
-  private let broken = Atomic<Bool>(false)
-  private let inFlight = Atomic<Int>(0)
-  private let nextID = Atomic<UInt64>(0)
-  private let readsByCaller = Atomic<Int>(0)
-  private let handOvers = Atomic<Int>(0)
+  let reading: Locked<ReadSide>
+  let broken = Atomic<Bool>(false)
+  let inFlight = Atomic<Int>(0)
+  let nextID = Atomic<UInt64>(0)
+  let readsByCaller = Atomic<Int>(0)
+  let handOvers = Atomic<Int>(0)
 
-  private struct Pending {
+  struct Pending {
     var id: UInt64
     var remaining: Int
     var replies: [RESPValue]
@@ -101,12 +101,12 @@ final class RedisConnection: Sendable {
     var isLone = false
   }
 
-  private struct ReadSide: Sendable {
+  struct ReadSide: Sendable {
     var parser = RESPParser()
     var buffer = [UInt8](repeating: 0, count: 64 << 10)
   }
 
-  private struct State {
+  struct State {
     /// Commands sent or queued, oldest first, from `head` on.
     var pending: [Pending] = []
     var head = 0
@@ -313,162 +313,6 @@ final class RedisConnection: Sendable {
     }
   }
 
-  /// What ``sendReadingReply(_:replies:id:)`` did.
-  private enum CallerRead {
-    /// Nothing: the command goes the usual way.
-    case notTried
-    case answered([RESPValue])
-    case failed(RedisError)
-    /// The command is queued, and the reply not read yet: the thread must answer it.
-    case handOver
-  }
-
-  /// Sends a lone command and reads its reply on the calling thread, waiting at most
-  /// its caller wait limit (see ``RedisConnection``), when it may.
-  private func sendReadingReply(_ bytes: [UInt8], replies: Int, id: UInt64) -> CallerRead {
-    guard Self.callerWaiting.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged else {
-      return .notTried
-    }
-    defer { Self.callerWaiting.store(false, ordering: .releasing) }
-    enum Sent {
-      case notTried
-      case sent
-      case queued
-      case failed(Int32)
-    }
-    let start = Monotonic.now
-    let sent = state.withLock { state -> Sent in
-      guard state.failure == nil, state.head == state.pending.count, !state.hasOutbound, !state.callerReads,
-        state.callerReplies == nil
-      else {
-        return .notTried
-      }
-      // Slow round trips are left to the thread, with a caller's read now and then to notice
-      // that they are fast again.
-      state.loneCommands &+= 1
-      guard state.loneReplyTime <= callerWaitLimit || state.loneCommands % 64 == 0 else { return .notTried }
-      state.pending.append(
-        Pending(
-          id: id, remaining: replies, replies: [], continuation: nil, deadline: start &+ timeoutNanoseconds,
-          readByCaller: true, isLone: true))
-      inFlight.add(1, ordering: .relaxed)
-      switch bytes.withUnsafeBytes({ Socket.send(fd, $0) }) {
-      case .bytes(let count) where count == bytes.count:
-        state.callerReader = id
-        return .sent
-      case .bytes(let count):
-        state.outbound = Array(bytes[count...])
-      case .wouldBlock, .closed:
-        state.outbound = bytes
-      case .failed(let code):
-        return .failed(code)
-      }
-      // The thread sends the rest and reads the reply, which waits for the caller in
-      // `callerReplies` if it comes before the caller is queued for it (`attach`).
-      state.outboundSent = 0
-      return .queued
-    }
-    switch sent {
-    case .notTried: return .notTried
-    case .queued:
-      wake()
-      handOvers.add(1, ordering: .relaxed)
-      afterPartialSend?()
-      return .handOver
-    case .failed(let code):
-      let error = RedisError(code: .connectionClosed, message: "cannot send to \(server): \(Socket.errorText(code))")
-      fail(error)
-      return .failed(error)
-    case .sent:
-      break
-    }
-    let limit = start &+ callerWaitLimit
-    while true {
-      let now = Monotonic.now
-      guard now < limit else {
-        handOvers.add(1, ordering: .relaxed)
-        return .handOver
-      }
-      #if os(Linux)
-        let ready = async_cache_wait_readable(fd, Int64(limit - now))
-        if ready < 0 && ready != -EINTR {
-          handOvers.add(1, ordering: .relaxed)
-          return .handOver
-        }
-      #endif
-      guard receive() else { break }
-      let answered = state.withLock { state -> (replies: [RESPValue], wakes: Bool)? in
-        guard let replies = state.takeCallerReplies(of: id) else { return nil }
-        return (replies, state.endCallerRead(of: id))
-      }
-      if let answered {
-        if answered.wakes { wake() }
-        readsByCaller.add(1, ordering: .relaxed)
-        counters?.repliesReadByCallers.add(1, ordering: .relaxed)
-        return .answered(answered.replies)
-      }
-    }
-    // The connection failed as the caller read.
-    return state.withLock { state in
-      _ = state.endCallerRead(of: id)
-      if let replies = state.takeCallerReplies(of: id) { return .answered(replies) }
-      return .failed(state.failure ?? RedisError(code: .connectionClosed, message: "\(server) closed the connection"))
-    }
-  }
-
-  /// Hands a command whose reply its caller did not read (in time) to the thread, and waits
-  /// for the reply as any other caller does.
-  private func handOver(_ id: UInt64, cancellable: Bool) async throws -> [RESPValue] {
-    guard cancellable else {
-      return try await withCheckedThrowingContinuation { continuation in
-        attach(continuation, to: id, checksCancellation: false)
-      }
-    }
-    return try await withTaskCancellationHandler {
-      try await withCheckedThrowingContinuation { continuation in
-        attach(continuation, to: id, checksCancellation: true)
-      }
-    } onCancel: {
-      abandon(id)
-    }
-  }
-
-  private func attach(
-    _ continuation: CheckedContinuation<[RESPValue], any Error>, to id: UInt64, checksCancellation: Bool
-  ) {
-    enum Outcome {
-      case attached
-      case answered([RESPValue])
-      case failed(RedisError)
-      case cancelled
-    }
-    let (outcome, wakes) = state.withLock { state -> (Outcome, Bool) in
-      let wakes = state.endCallerRead(of: id)
-      // The thread read the reply after the caller's last look.
-      if let replies = state.takeCallerReplies(of: id) { return (.answered(replies), wakes) }
-      if let failure = state.failure { return (.failed(failure), false) }
-      guard state.head < state.pending.count,
-        let index = state.pending[state.head...].firstIndex(where: { $0.id == id })
-      else {
-        let error = RedisError(code: .protocolError, message: "a command to \(server) left the queue unanswered")
-        return (.failed(error), wakes)
-      }
-      state.pending[index].readByCaller = false
-      // Checked under the lock that `abandon` takes, as in `enqueue`: the command keeps its
-      // place, and its reply is read and dropped.
-      if checksCancellation && Task.isCancelled { return (.cancelled, wakes) }
-      state.pending[index].continuation = continuation
-      return (.attached, wakes)
-    }
-    if wakes { wake() }
-    switch outcome {
-    case .attached: break
-    case .answered(let replies): continuation.resume(returning: replies)
-    case .failed(let error): continuation.resume(throwing: error)
-    case .cancelled: continuation.resume(throwing: CancellationError())
-    }
-  }
-
   /// Sends one command and returns its reply.
   func send(_ command: RESPCommand) async throws -> RESPValue {
     try await send([command])[0]
@@ -479,7 +323,7 @@ final class RedisConnection: Sendable {
     fail(error)
   }
 
-  private func enqueue(
+  func enqueue(
     _ bytes: [UInt8], replies: Int, id: UInt64, checksCancellation: Bool,
     continuation: CheckedContinuation<[RESPValue], any Error>
   ) {
@@ -532,7 +376,7 @@ final class RedisConnection: Sendable {
     }
   }
 
-  private func abandon(_ id: UInt64) {
+  func abandon(_ id: UInt64) {
     let continuation = state.withLock { state -> CheckedContinuation<[RESPValue], any Error>? in
       guard state.head < state.pending.count,
         let index = state.pending[state.head...].firstIndex(where: { $0.id == id })
@@ -544,7 +388,7 @@ final class RedisConnection: Sendable {
   }
 
   /// Marks the connection closed (once), fails what is in flight and stops the thread.
-  private func fail(_ error: RedisError) {
+  func fail(_ error: RedisError) {
     let continuations = state.withLock { state -> [CheckedContinuation<[RESPValue], any Error>]? in
       guard state.failure == nil else { return nil }
       state.failure = error
@@ -565,188 +409,9 @@ final class RedisConnection: Sendable {
     for continuation in continuations { continuation.resume(throwing: error) }
   }
 
-  private func wake() {
+  func wake() {
     var byte: UInt8 = 1
     _ = write(wakeWrite, &byte, 1)
-  }
-
-  // MARK: - The connection's thread
-
-  private func run() {
-    defer {
-      // Ends the TCP connection now; the descriptors are closed in `deinit`, once no caller
-      // can write to the wake-up pipe or send on the socket any more.
-      _ = shutdown(fd, Int32(SHUT_RDWR))
-    }
-    #if os(Linux)
-      let closing = Int16(ASYNC_CACHE_POLLRDHUP)
-    #else
-      let closing = Int16(POLLIN)
-    #endif
-    let idleTimeout = Monotonic.milliseconds(until: timeoutNanoseconds, from: 0)
-    var descriptors = [pollfd](repeating: pollfd(), count: 2)
-    while true {
-      let plan = state.withLock { state -> (timeout: Int32, events: Int16)? in
-        if state.failure != nil { return nil }
-        let hasPending = state.head < state.pending.count
-        // Pushes may come at any time; replies only to commands in flight, and while the queue
-        // is empty after a reply its caller read, the next one is likely read by its caller too.
-        let watchesReplies =
-          isSubscriber || onPush != nil || (!state.callerReads && (hasPending || !state.lastReadByCaller))
-        state.threadWatchesReplies = watchesReplies && !state.callerReads
-        state.threadWatchesSocket = !state.callerReads
-        var events: Int16 = state.hasOutbound ? Int16(POLLOUT) : 0
-        // While a caller reads, the socket is its own; else the thread watches for its closing.
-        if !state.callerReads { events |= watchesReplies ? Int16(POLLIN) : closing }
-        guard hasPending else { return (idleTimeout, events) }
-        return (Monotonic.milliseconds(until: state.pending[state.head].deadline, from: Monotonic.now), events)
-      }
-      guard let plan else { return }
-      // A descriptor of -1 is not polled.
-      descriptors[0] = pollfd(fd: plan.events == 0 ? -1 : fd, events: plan.events, revents: 0)
-      descriptors[1] = pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)
-      if poll(&descriptors, 2, plan.timeout) < 0, errno != EINTR {
-        fail(RedisError(code: .connectionClosed, message: "poll() failed on \(server): \(Socket.errorText(errno))"))
-        return
-      }
-      if descriptors[1].revents != 0 { drainWakePipe() }
-      let events = descriptors[0].revents
-      if events & (Int16(POLLIN) | Int16(POLLHUP) | Int16(POLLERR) | closing) != 0,
-        !state.withLock({ $0.callerReads })
-      {
-        guard receive() else { return }
-      }
-      if events & Int16(POLLOUT) != 0 {
-        guard flush() else { return }
-      }
-      if let error = overdue() {
-        fail(error)
-        return
-      }
-    }
-  }
-
-  /// Reads what has arrived and answers the callers; false once the connection failed.
-  private func receive() -> Bool {
-    reading.withLock { side in
-      var parser = RESPParser()
-      swap(&parser, &side.parser)
-      defer { swap(&parser, &side.parser) }
-      return side.buffer.withUnsafeMutableBytes { receive(into: $0, parser: &parser) }
-    }
-  }
-
-  private func receive(into buffer: UnsafeMutableRawBufferPointer, parser: inout RESPParser) -> Bool {
-    while true {
-      switch Socket.receive(fd, into: buffer) {
-      case .bytes(let count):
-        do {
-          guard try parser.consume(UnsafeRawBufferPointer(rebasing: buffer[..<count]), deliver) else { return false }
-        } catch {
-          fail(
-            RedisError(
-              code: .protocolError, message: "\(server) sent a reply this client cannot read", underlying: error)
-          )
-          return false
-        }
-        // A short read drained the socket: skip the call that would only say so.
-        if count < buffer.count { return true }
-      case .wouldBlock:
-        return true
-      case .closed:
-        fail(RedisError(code: .connectionClosed, message: "\(server) closed the connection"))
-        return false
-      case .failed(let code):
-        fail(RedisError(code: .connectionClosed, message: "cannot read from \(server): \(Socket.errorText(code))"))
-        return false
-      }
-    }
-  }
-
-  /// Hands one reply to the oldest command, or a message to `onPush`.
-  private func deliver(_ value: RESPValue) -> Bool {
-    if isPush(value) {
-      onPush?(value)
-      return true
-    }
-    let answered = state.withLock { state -> (CheckedContinuation<[RESPValue], any Error>, [RESPValue])?? in
-      guard state.head < state.pending.count else { return .none }
-      state.pending[state.head].replies.append(value)
-      state.pending[state.head].remaining -= 1
-      guard state.pending[state.head].remaining == 0 else { return .some(nil) }
-      let done = state.popHead()
-      inFlight.subtract(1, ordering: .relaxed)
-      state.lastReadByCaller = done.readByCaller
-      if done.isLone {
-        let sample = Monotonic.now &- (done.deadline &- timeoutNanoseconds)
-        state.loneReplyTime =
-          state.loneReplyTime == 0 ? sample : state.loneReplyTime - state.loneReplyTime / 8 + sample / 8
-      }
-      if done.readByCaller {
-        state.callerReplies = (done.id, done.replies)
-        return .some(nil)
-      }
-      return .some(done.continuation.map { ($0, done.replies) })
-    }
-    switch answered {
-    case .none:
-      fail(RedisError(code: .protocolError, message: "\(server) sent a reply that no command was waiting for"))
-      return false
-    case .some(let resumption):
-      if let (continuation, replies) = resumption { continuation.resume(returning: replies) }
-      return true
-    }
-  }
-
-  private func isPush(_ value: RESPValue) -> Bool {
-    switch value {
-    case .push: return true
-    case .array(let elements?) where isSubscriber:
-      guard case .bulkString(let kind?) = elements.first else { return false }
-      return kind.elementsEqual("message".utf8) || kind.elementsEqual("pmessage".utf8)
-        || kind.elementsEqual("smessage".utf8)
-    default: return false
-    }
-  }
-
-  /// Sends queued bytes; false once the connection failed.
-  private func flush() -> Bool {
-    let failure = state.withLock { state -> Int32? in
-      while state.hasOutbound {
-        let result = state.outbound.withUnsafeBytes { bytes in
-          Socket.send(fd, UnsafeRawBufferPointer(rebasing: bytes[state.outboundSent...]))
-        }
-        switch result {
-        case .bytes(let count): state.outboundSent += count
-        case .wouldBlock, .closed: return nil
-        case .failed(let code): return code
-        }
-      }
-      state.outbound.removeAll(keepingCapacity: state.outbound.capacity <= 1 << 20)
-      state.outboundSent = 0
-      return nil
-    }
-    guard let failure else { return true }
-    fail(RedisError(code: .connectionClosed, message: "cannot send to \(server): \(Socket.errorText(failure))"))
-    return false
-  }
-
-  /// The timeout error when the oldest command is past its deadline.
-  private func overdue() -> RedisError? {
-    let late = state.withLock { state in
-      state.head < state.pending.count && state.pending[state.head].deadline <= Monotonic.now
-    }
-    guard late else { return nil }
-    return RedisError(
-      code: .timedOut,
-      message:
-        "\(server) did not answer within the operation timeout of \(timeout.readable); the connection was discarded")
-  }
-
-  private func drainWakePipe() {
-    withUnsafeTemporaryAllocation(byteCount: 256, alignment: 1) { buffer in
-      while read(wakeRead, buffer.baseAddress, buffer.count) > 0 {}
-    }
   }
 }
 
