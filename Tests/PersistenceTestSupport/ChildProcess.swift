@@ -173,6 +173,20 @@ public final class ChildProcess: Sendable {
     #endif
   }
 
+  /// Reads `output` (the read end of a pipe the child writes to) to its end, then waits for the
+  /// child to exit; returns what it read and the exit status. Both block, so they run on a thread
+  /// of their own: the awaiting test holds none of the cooperative pool's few threads meanwhile
+  /// (a child that takes seconds, such as `redis-cli --cluster create`, would otherwise stall
+  /// the other tests that share the pool).
+  public func outputAndExit(reading output: FileHandle) async -> (output: Data, status: Int32) {
+    await withCheckedContinuation { continuation in
+      Thread.detachNewThread {
+        let read = output.readDataToEndOfFile()
+        continuation.resume(returning: (read, self.waitUntilExit()))
+      }
+    }
+  }
+
   #if os(Linux)
     deinit {
       // Nothing can signal or wait for the child any more: it ends here, and is reaped.

@@ -1,6 +1,7 @@
 import AsyncCache
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 @testable import AsyncCacheRedis

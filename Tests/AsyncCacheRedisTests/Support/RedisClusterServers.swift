@@ -47,8 +47,7 @@ final class RedisClusterServers: Sendable {
         "--cluster-replicas", "0", "--cluster-yes",
       ],
       standardInput: .null, standardOutput: .pipe(output), standardError: .pipe(output))
-    let log = output.fileHandleForReading.readDataToEndOfFile()
-    let status = create.waitUntilExit()
+    let (log, status) = await create.outputAndExit(reading: output.fileHandleForReading)
     guard status == 0 else {
       throw RedisServer.ServerError(
         "redis-cli --cluster create failed (\(status)):\n\(String(decoding: log, as: UTF8.self))")

@@ -160,15 +160,14 @@ final class RedisServer: Sendable {
 
   /// Runs `redis-cli -p <port> <words>` (the one installed beside `redis-server`), as a person
   /// or a script would, and returns what it printed, trimmed.
-  func cli(_ words: String...) throws -> String {
+  func cli(_ words: String...) async throws -> String {
     guard let serverPath = Self.executable else { throw ServerError(Self.skipMessage) }
     let cli = URL(fileURLWithPath: serverPath).deletingLastPathComponent().appendingPathComponent("redis-cli")
     let output = Pipe()
     let process = try ChildProcess(
       cli, arguments: ["-h", "127.0.0.1", "-p", String(port)] + words,
       standardInput: .null, standardOutput: .pipe(output), standardError: .pipe(output))
-    let printed = output.fileHandleForReading.readDataToEndOfFile()
-    let status = process.waitUntilExit()
+    let (printed, status) = await process.outputAndExit(reading: output.fileHandleForReading)
     let text = String(decoding: printed, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     guard status == 0 else {
       throw ServerError("redis-cli \(words.joined(separator: " ")) failed (\(status)): \(text)")

@@ -101,7 +101,10 @@ struct LoadingCacheCloseTests {
       },
       configuration: .init(clock: clock, loadTimeouts: .init(hard: .seconds(30))))
     clock.armed.store(true, ordering: .sequentiallyConsistent)
-    let request = Task.detached { try await cache.value(for: "k") }
+    // The clock blocks the request's thread: one of its own, not one of the cooperative pool's.
+    let thread = ThreadExecutor(label: "request")
+    defer { thread.stop() }
+    let request = Task(executorPreference: thread) { try await cache.value(for: "k") }
     while !clock.blocked.load(ordering: .sequentiallyConsistent) { await Task.yield() }  // between start and join
 
     try await cache.close()

@@ -159,7 +159,7 @@ struct RedisInvalidationTests {
     #expect(a.inMemory("k") != nil && b.inMemory("k") != nil)
 
     // Someone overwrites it with redis-cli: both drop it.
-    #expect(try server.cli("SET", "shared:k", "written by someone else") == "OK")
+    #expect(try await server.cli("SET", "shared:k", "written by someone else") == "OK")
     await eventually { a.inMemory("k") == nil && b.inMemory("k") == nil }
 
     // And removes it.
@@ -167,7 +167,7 @@ struct RedisInvalidationTests {
     await eventually { b.redis.statistics.invalidationsReceived == 3 }
     #expect(try await b.cache.value(for: "k") == Data("v2".utf8))
     #expect(b.inMemory("k") != nil)
-    #expect(try server.cli("DEL", "shared:k") == "1")
+    #expect(try await server.cli("DEL", "shared:k") == "1")
     await eventually { b.inMemory("k") == nil }
 
     // A flush of the database empties the memory layers; keys of other namespaces do not.

@@ -1,26 +1,27 @@
 import AsyncCache
 import Foundation
 
-/// A task executor on a thread of its own, for tasks that block their thread on purpose: a
-/// caller that reads its reply on its own thread, made to wait (see `RedisConnection`), must not
-/// hold one of the cooperative pool's few threads while the other tests need them.
-final class ThreadExecutor: TaskExecutor, Sendable {
+/// A task executor on a thread of its own, for tasks that block their thread on purpose (a Redis
+/// caller that reads its reply on its own thread, made to wait; a clock that holds a request in
+/// place): they must not hold one of the cooperative pool's few threads while the other tests
+/// need them.
+public final class ThreadExecutor: TaskExecutor, Sendable {
   private let jobs = Locked<(queue: [UnownedJob], isStopped: Bool)>(([], false))
   private let signal = DispatchSemaphore(value: 0)
 
-  init(label: String) {
+  public init(label: String) {
     let started = DetachedThread(label: label) { [self] in run() }.start()
     precondition(started == 0, "cannot start a thread for \(label): error \(started)")
   }
 
-  func enqueue(_ job: consuming ExecutorJob) {
+  public func enqueue(_ job: consuming ExecutorJob) {
     let job = UnownedJob(job)
     jobs.withLock { $0.queue.append(job) }
     signal.signal()
   }
 
   /// Ends the thread once the jobs enqueued so far have run.
-  func stop() {
+  public func stop() {
     jobs.withLock { $0.isStopped = true }
     signal.signal()
   }
