@@ -177,13 +177,18 @@ public final class ChildProcess: Sendable {
   /// child to exit; returns what it read and the exit status. Both block, so they run on a thread
   /// of their own: the awaiting test holds none of the cooperative pool's few threads meanwhile
   /// (a child that takes seconds, such as `redis-cli --cluster create`, would otherwise stall
-  /// the other tests that share the pool).
+  /// the other tests that share the pool). A cancellation (a test's time limit) kills the child,
+  /// which ends both: the result then reports `SIGKILL`.
   public func outputAndExit(reading output: FileHandle) async -> (output: Data, status: Int32) {
-    await withCheckedContinuation { continuation in
-      Thread.detachNewThread {
-        let read = output.readDataToEndOfFile()
-        continuation.resume(returning: (read, self.waitUntilExit()))
+    await withTaskCancellationHandler {
+      await withCheckedContinuation { continuation in
+        Thread.detachNewThread {
+          let read = output.readDataToEndOfFile()
+          continuation.resume(returning: (read, self.waitUntilExit()))
+        }
       }
+    } onCancel: {
+      send(SIGKILL)
     }
   }
 

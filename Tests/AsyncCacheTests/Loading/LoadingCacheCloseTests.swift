@@ -103,7 +103,11 @@ struct LoadingCacheCloseTests {
     clock.armed.store(true, ordering: .sequentiallyConsistent)
     // The clock blocks the request's thread: one of its own, not one of the cooperative pool's.
     let thread = ThreadExecutor(label: "request")
-    defer { thread.stop() }
+    defer {
+      // Also when a check below throws: the request's thread is let go before it is stopped.
+      clock.gate.signal()
+      thread.stop()
+    }
     let request = Task(executorPreference: thread) { try await cache.value(for: "k") }
     while !clock.blocked.load(ordering: .sequentiallyConsistent) { await Task.yield() }  // between start and join
 

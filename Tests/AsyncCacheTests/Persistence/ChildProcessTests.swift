@@ -73,6 +73,33 @@ struct ChildProcessTests {
     try? input.fileHandleForWriting.close()
   }
 
+  @Test("outputAndExit returns what the child printed and its status, waiting on a thread of its own")
+  func outputAndExit() async throws {
+    let output = Pipe()
+    let child = try ChildProcess(
+      URL(fileURLWithPath: "/bin/sh"), arguments: ["-c", "echo printed; exit 3"], standardInput: .null,
+      standardOutput: .pipe(output))
+    let (printed, status) = await child.outputAndExit(reading: output.fileHandleForReading)
+    #expect(String(decoding: printed, as: UTF8.self) == "printed\n")
+    #expect(status == 3)
+  }
+
+  @Test("a cancelled outputAndExit kills a child that would never end, and returns", .timeLimit(.minutes(1)))
+  func outputAndExitCancelled() async throws {
+    let output = Pipe()
+    let input = Pipe()
+    defer { try? input.fileHandleForWriting.close() }
+    // `cat` waits for input that never comes: only the cancellation ends it.
+    let child = try ChildProcess(
+      URL(fileURLWithPath: "/bin/sh"), arguments: ["-c", "echo started; exec cat"], standardInput: .pipe(input),
+      standardOutput: .pipe(output))
+    let waiting = Task { await child.outputAndExit(reading: output.fileHandleForReading) }
+    waiting.cancel()
+    let (printed, status) = await waiting.value
+    #expect(status == SIGKILL)
+    #expect(String(decoding: printed, as: UTF8.self).hasPrefix("started") || printed.isEmpty)
+  }
+
   @Test("a child whose object is dropped is killed and reaped, so none outlives its test")
   func droppedChildIsKilled() throws {
     let input = Pipe()
