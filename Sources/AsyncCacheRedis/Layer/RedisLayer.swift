@@ -33,9 +33,10 @@ public import Foundation
 /// - **Threads**: socket I/O runs on the connections' own threads; no call waits on a thread of
 ///   the cooperative pool for a slow server. On Linux, a lone command (nothing else in flight
 ///   on its connection, no other such caller in the process) waits for its reply on the
-///   caller's thread for at most 200 µs and reads it there, which saves two thread hand-offs
-///   per round trip; a later reply goes to the connection's thread. The layer's methods are
-///   `nonisolated`: calls do not queue on the actor.
+///   caller's thread for at most ``Configuration-swift.struct/callerWaitLimit`` (200 µs by
+///   default) and reads it there, which saves two thread hand-offs per round trip; a later
+///   reply goes to the connection's thread. The layer's methods are `nonisolated`: calls do
+///   not queue on the actor.
 ///
 /// The layer connects lazily: creating it does not touch the network, so a service starts
 /// while Redis is down. Call ``ping()`` to check the server at startup.

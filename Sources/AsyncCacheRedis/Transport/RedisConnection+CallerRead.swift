@@ -119,23 +119,8 @@ extension RedisConnection {
     }
   }
 
-  /// Hands a command whose reply its caller did not read (in time) to the thread, and waits
-  /// for the reply as any other caller does.
-  func handOver(_ id: UInt64, cancellable: Bool) async throws -> [RESPValue] {
-    guard cancellable else {
-      return try await withCheckedThrowingContinuation { continuation in
-        attach(continuation, to: id, checksCancellation: false)
-      }
-    }
-    return try await withTaskCancellationHandler {
-      try await withCheckedThrowingContinuation { continuation in
-        attach(continuation, to: id, checksCancellation: true)
-      }
-    } onCancel: {
-      abandon(id)
-    }
-  }
-
+  /// Hands a command whose reply its caller did not read (in time) to the thread: the
+  /// reply goes to `continuation`, or answers it at once if the thread read it already.
   func attach(
     _ continuation: CheckedContinuation<[RESPValue], any Error>, to id: UInt64, checksCancellation: Bool
   ) {

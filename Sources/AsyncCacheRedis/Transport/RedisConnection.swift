@@ -296,18 +296,30 @@ final class RedisConnection: Sendable {
       case .notTried: break
       case .answered(let replies): return replies
       case .failed(let error): throw error
-      case .handOver: return try await handOver(id, cancellable: cancellable)
+      case .handOver:
+        // The command is queued: the caller waits for its reply as any other does.
+        return try await reply(to: id, cancellable: cancellable) { continuation, checksCancellation in
+          attach(continuation, to: id, checksCancellation: checksCancellation)
+        }
       }
     }
+    return try await reply(to: id, cancellable: cancellable) { continuation, checksCancellation in
+      enqueue(bytes, replies: replies, id: id, checksCancellation: checksCancellation, continuation: continuation)
+    }
+  }
+
+  /// Waits for the replies to command `id`, whose continuation `register` puts in the queue
+  /// (checking the task's cancellation under the queue's lock when told to). A cancellable
+  /// wait gives the command up when the task is cancelled: its reply is then read and dropped.
+  private func reply(
+    to id: UInt64, cancellable: Bool,
+    register: (CheckedContinuation<[RESPValue], any Error>, _ checksCancellation: Bool) -> Void
+  ) async throws -> [RESPValue] {
     guard cancellable else {
-      return try await withCheckedThrowingContinuation { continuation in
-        enqueue(bytes, replies: replies, id: id, checksCancellation: false, continuation: continuation)
-      }
+      return try await withCheckedThrowingContinuation { register($0, false) }
     }
     return try await withTaskCancellationHandler {
-      try await withCheckedThrowingContinuation { continuation in
-        enqueue(bytes, replies: replies, id: id, checksCancellation: true, continuation: continuation)
-      }
+      try await withCheckedThrowingContinuation { register($0, true) }
     } onCancel: {
       abandon(id)
     }
