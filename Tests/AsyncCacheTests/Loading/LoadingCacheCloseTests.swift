@@ -109,7 +109,8 @@ struct LoadingCacheCloseTests {
       thread.stop()
     }
     let request = Task(executorPreference: thread) { try await cache.value(for: "k") }
-    while !clock.blocked.load(ordering: .sequentiallyConsistent) { await Task.yield() }  // between start and join
+    // Until the request is held between its start and its join.
+    while !clock.blocked.load(ordering: .sequentiallyConsistent), !Task.isCancelled { await Task.yield() }
 
     try await cache.close()
     clock.gate.signal()
@@ -161,7 +162,7 @@ struct LoadingCacheCloseTests {
     await origin.waitForFetches(1, for: "k")
 
     let closing = Task { try await cache.close() }
-    while !cache.isClosed { await Task.yield() }  // close() has begun
+    while !cache.isClosed, !Task.isCancelled { await Task.yield() }  // close() has begun
     await #expect { try await cache.value(for: "other") } throws: { isClosed($0) }
     #expect(origin.release("k") == 1)
     #expect(try await request.value == 7)
