@@ -142,6 +142,27 @@ struct InsightTestFailure: Error, CustomStringConvertible {
     #expect(statistics.loadFailures == 1)
   }
 
+  @Test func aLoadCountsTheRequestsThatJoinedItNotThePrefetches() async throws {
+    let memory = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
+    let origin = GatedFetcher<String, Int> { $0.count }
+    let cache = try LoadingCache(layers: [memory], origin: origin, configuration: .init(clock: clock))
+    // A prefetch starts the load, two requests join it, and one of them leaves.
+    let prefetch = Task { await cache.prefetch("k", ticket: cache.makePrefetchTicket(), skipsTopLayer: false) }
+    await origin.waitForFetches(1, for: "k")
+    let staying = Task { try await cache.value(for: "k") }
+    let leaving = Task { try await cache.value(for: "k") }
+    await cache.waitForWaiters(3, for: "k")
+    leaving.cancel()
+    await #expect(throws: CancellationError.self) { try await leaving.value }
+    #expect(origin.release("k") == 1)
+    #expect(try await staying.value == 1)
+    _ = await prefetch.value
+
+    let statistics = cache.statistics
+    #expect(statistics.misses == 1, "the request that stayed; the prefetch is not a request")
+    #expect(statistics.hits == 0 && statistics.loads == 1)
+  }
+
   @Test func aBatchOriginsLoadsAreCountedAndTimedPerKey() async throws {
     let memory = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
     try memory.insert(1, for: "a")

@@ -368,7 +368,7 @@ extension LoadTable {
         if finished.isRefresh { state.counters.refreshFailures += 1 }
       }
       if ending.revalidated { state.counters.revalidations += 1 }
-      let requests = finished.waiters.count { $0.isRequest }
+      let requests = finished.waiters.requestCount
       if ending.askedOrigin { state.counters.originLoads += 1 }
       if let tier = ending.answeringTier {
         state.counters.layerAnswers += requests

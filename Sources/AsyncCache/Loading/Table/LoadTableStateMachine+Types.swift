@@ -48,10 +48,11 @@ extension LoadTableStateMachine {
     /// just became urgent, and the task to escalate when the waiter's priority is higher.
     @inlinable
     mutating func add(
-      _ waiter: UInt64, _ continuation: Continuation, priority: TaskPriority, isUrgent: Bool, skipsTopLayer: Bool
+      _ waiter: UInt64, _ continuation: Continuation, priority: TaskPriority, isUrgent: Bool, isRequest: Bool,
+      skipsTopLayer: Bool
     ) -> (becameUrgent: Bool, escalate: Task<Void, Never>?) {
       let becameUrgent = isUrgent && waiters.urgentCount == 0
-      waiters.append(waiter, continuation, isUrgent: isUrgent)
+      waiters.append(waiter, continuation, isUrgent: isUrgent, isRequest: isRequest)
       if !skipsTopLayer { self.skipsTopLayer = false }
       guard priority > self.priority else { return (becameUrgent, nil) }
       self.priority = priority
@@ -98,6 +99,10 @@ extension LoadTableStateMachine {
 
     @inlinable
     var isUrgent: Bool { self != .prefetch }
+
+    /// A request (single or bulk) wants the value; a prefetch does not.
+    @inlinable
+    var isRequest: Bool { self != .prefetch }
   }
 
   /// Why a waiter leaves its load.
@@ -170,15 +175,15 @@ extension LoadTableStateMachine {
   /// A load that finished (see ``finish(_:)``).
   @usableFromInline
   struct Finished {
-    /// Its waiters, in arrival order.
-    @usableFromInline var waiters: [Continuation]
+    /// Its waiters, in arrival order (with ``Waiters/requestCount``, the requests among them).
+    @usableFromInline var waiters: Waiters<Continuation>
     /// It was a background refresh.
     @usableFromInline var isRefresh: Bool
     /// It was still joinable (no write detached it): what it learnt may be kept for the key.
     @usableFromInline var wasJoinable: Bool
 
     @inlinable
-    init(waiters: [Continuation], isRefresh: Bool, wasJoinable: Bool) {
+    init(waiters: Waiters<Continuation>, isRefresh: Bool, wasJoinable: Bool) {
       self.waiters = waiters
       self.isRefresh = isRefresh
       self.wasJoinable = wasJoinable

@@ -93,13 +93,14 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
     let isUrgent = kind.isUrgent
     if let id = joinable[key] {
       let (becameUrgent, escalate) = loads[id]!.add(
-        waiter, continuation, priority: priority, isUrgent: isUrgent, skipsTopLayer: skipsTopLayer)
+        waiter, continuation, priority: priority, isUrgent: isUrgent, isRequest: kind.isRequest,
+        skipsTopLayer: skipsTopLayer)
       if becameUrgent { urgencyChanged(of: id, wasUrgent: false) }
       return .joined(id: id, escalate: escalate)
     }
     let id = makeID(newID())
     var waiters = Waiters<Continuation>()
-    waiters.append(waiter, continuation, isUrgent: isUrgent)
+    waiters.append(waiter, continuation, isUrgent: isUrgent, isRequest: kind.isRequest)
     loads[id] = Load(key: key, waiters: waiters, priority: priority, skipsTopLayer: skipsTopLayer)
     joinable[key] = id
     effects.startedLoads.append(
@@ -230,7 +231,7 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
     let wasJoinable = joinable[key] == id
     let load = remove(id)
     if let batch = load.batch { _ = leaveBatch(batch) }
-    return Finished(waiters: load.waiters.continuations, isRefresh: load.isRefresh, wasJoinable: wasJoinable)
+    return Finished(waiters: load.waiters, isRefresh: load.isRefresh, wasJoinable: wasJoinable)
   }
 
   // MARK: Refreshes

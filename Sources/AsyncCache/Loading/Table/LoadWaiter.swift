@@ -6,11 +6,6 @@ enum LoadWaiter<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   case prefetch(UnsafeContinuation<LoadSource, any Error>)
   case bulk(BulkCollector<Key, Value>)
 
-  /// Whether the waiter is a request (single or bulk), not a prefetch.
-  var isRequest: Bool {
-    if case .prefetch = self { false } else { true }
-  }
-
   /// Answers the waiter with the outcome of the load of `key`: its value, and where it came
   /// from (both computed once per load, not once per waiter).
   @inlinable

@@ -5,11 +5,17 @@
 /// which matters when thousands of requests join one load.
 @usableFromInline
 struct Waiters<Continuation> {
-  @usableFromInline var entries: [(id: UInt64, continuation: Continuation?, isUrgent: Bool)] = []
+  /// A waiter; a tombstone once it left (`continuation` is `nil`).
+  @usableFromInline typealias Entry = (id: UInt64, continuation: Continuation?, isUrgent: Bool, isRequest: Bool)
+
+  @usableFromInline var entries: [Entry] = []
   /// The number of waiters still waiting (entries that are not tombstones).
   @usableFromInline var count = 0
   /// The number of those that are urgent.
   @usableFromInline var urgentCount = 0
+  /// The number of those that are requests, not prefetches: counted as they come and go, so that
+  /// a load's end counts its hits without a pass over its waiters.
+  @usableFromInline var requestCount = 0
 
   @inlinable
   init() {}
@@ -17,15 +23,17 @@ struct Waiters<Continuation> {
   @inlinable
   var isEmpty: Bool { count == 0 }
 
-  /// Adds a waiter. Identifiers are taken before the lock, so one may arrive slightly out of
-  /// order: it is moved back into place (a step or two, at most one per concurrent joiner).
+  /// Adds a waiter: a request (`isRequest`) or a prefetch. Identifiers are taken before the
+  /// lock, so one may arrive slightly out of order: it is moved back into place (a step or two,
+  /// at most one per concurrent joiner).
   @inlinable
-  mutating func append(_ id: UInt64, _ continuation: Continuation, isUrgent: Bool = true) {
+  mutating func append(_ id: UInt64, _ continuation: Continuation, isUrgent: Bool = true, isRequest: Bool = true) {
     var index = entries.endIndex
     while index > entries.startIndex, entries[index - 1].id > id { index -= 1 }
-    entries.insert((id, continuation, isUrgent), at: index)
+    entries.insert((id, continuation, isUrgent, isRequest), at: index)
     count += 1
     if isUrgent { urgentCount += 1 }
+    if isRequest { requestCount += 1 }
   }
 
   /// Makes every waiter background.
@@ -58,21 +66,40 @@ struct Waiters<Continuation> {
     entries[index].continuation = nil
     count -= 1
     if entries[index].isUrgent { urgentCount -= 1 }
+    if entries[index].isRequest { requestCount -= 1 }
     // Drop tombstones once they are the majority, keeping removals amortized O(log n).
     if entries.count > 16, count * 2 < entries.count { entries.removeAll { $0.continuation == nil } }
     return continuation
   }
 
-  /// The continuations of the waiters, in arrival order.
-  @inlinable
-  var continuations: [Continuation] {
-    // A loop, not `compactMap(\.continuation)`: a key path in generic code is looked up at run
-    // time, once per waiter, as the load's answer goes out.
-    var continuations: [Continuation] = []
-    continuations.reserveCapacity(count)
-    for entry in entries { if let continuation = entry.continuation { continuations.append(continuation) } }
-    return continuations
+}
+
+/// The continuations of the waiters, in arrival order: a finished load's are iterated in
+/// place, not copied into an array first (which cost a pass in generic code per load).
+extension Waiters: Sequence {
+  @usableFromInline
+  struct Iterator: IteratorProtocol {
+    @usableFromInline var entries: IndexingIterator<[Entry]>
+
+    @inlinable
+    init(_ entries: [Entry]) {
+      self.entries = entries.makeIterator()
+    }
+
+    @inlinable
+    mutating func next() -> Continuation? {
+      while let entry = entries.next() {
+        if let continuation = entry.continuation { return continuation }
+      }
+      return nil
+    }
   }
+
+  @inlinable
+  func makeIterator() -> Iterator { Iterator(entries) }
+
+  @inlinable
+  var underestimatedCount: Int { count }
 }
 
 extension Waiters: Sendable where Continuation: Sendable {}

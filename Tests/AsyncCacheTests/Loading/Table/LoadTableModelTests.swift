@@ -166,7 +166,7 @@ import Testing
         let key = machine.loads[id]!.key
         let finished = machine.finish(id)
         if refresh, finished?.wasJoinable == true { machine.startRefresh(key, priority: .utility) }
-        for join in finished?.waiters ?? [] { model.answer(join, "finished") }
+        for join in finished.map({ Array($0.waiters) }) ?? [] { model.answer(join, "finished") }
         name = "finish \(id)\(refresh ? ", then refresh" : "")"
       case 60..<72:
         guard !model.unattached.isEmpty else { continue }
@@ -234,7 +234,7 @@ import Testing
           model.answer(join, "cancelled")
         }
       } else {
-        for join in machine.finish(id)?.waiters ?? [] { model.answer(join, "finished") }
+        for join in machine.finish(id).map({ Array($0.waiters) }) ?? [] { model.answer(join, "finished") }
       }
       guard step("draining load \(id)") else { return }
     }

@@ -6,7 +6,7 @@ import Testing
   @Test func outOfOrderArrivalsAreAnsweredInIdentifierOrder() {
     var waiters = Waiters<Int>()
     for id in [1, 2, 4, 3, 5, 7, 6] as [UInt64] { waiters.append(id, Int(id)) }
-    #expect(waiters.continuations == [1, 2, 3, 4, 5, 6, 7])
+    #expect(Array(waiters) == [1, 2, 3, 4, 5, 6, 7])
     #expect(waiters.count == 7)
   }
 
@@ -17,8 +17,26 @@ import Testing
     #expect(waiters.remove(1) == nil, "removing twice finds nothing")
     #expect(!waiters.contains(3) && waiters.contains(4))
     for id in stride(from: 2, through: 60, by: 2) { _ = waiters.remove(UInt64(id)) }
-    #expect(waiters.continuations == Array(stride(from: 62, through: 100, by: 2)))
+    #expect(Array(waiters) == Array(stride(from: 62, through: 100, by: 2)))
     #expect(waiters.count == 20)
+  }
+
+  @Test func requestsAreCountedAsTheyJoinAndLeave() {
+    var waiters = Waiters<Int>()
+    // Even identifiers are requests, odd ones prefetches.
+    for id in 1...40 { waiters.append(UInt64(id), id, isUrgent: id % 2 == 0, isRequest: id % 2 == 0) }
+    #expect(waiters.count == 40 && waiters.requestCount == 20 && waiters.urgentCount == 20)
+    _ = waiters.remove(2)
+    _ = waiters.remove(3)
+    #expect(waiters.requestCount == 19 && waiters.count == 38)
+    waiters.demoteAll()
+    #expect(waiters.requestCount == 19 && waiters.urgentCount == 0, "a demoted request is still a request")
+    #expect(waiters.remove(2) == nil)
+    #expect(waiters.requestCount == 19)
+    // Enough removals to compact the tombstones (more than half of the entries): the counts hold.
+    for id in 4...30 { _ = waiters.remove(UInt64(id)) }
+    #expect(waiters.entries.count < 40, "compacted")
+    #expect(Array(waiters) == [1] + Array(31...40) && waiters.requestCount == 5)
   }
 }
 
@@ -36,7 +54,7 @@ import Testing
       return
     }
     #expect(machine.waiterCount(for: "k") == 2)
-    let result29 = machine.finish(id)?.waiters ?? []
+    let result29 = machine.finish(id).map { Array($0.waiters) } ?? []
     #expect(Set(result29) == [1, 2])
     #expect(machine.isEmpty)
     #expect(machine.takeEffects().startedLoads.map(\.id) == [id], "one load for both")
@@ -47,7 +65,7 @@ import Testing
     guard case .started(let id) = machine.join("k", waiter: 1, continuation: 1, priority: .medium) else { return }
     for waiter in 2...200 { _ = machine.join("k", waiter: UInt64(waiter), continuation: waiter, priority: .medium) }
     _ = machine.leave(waiter: 50, key: "k")
-    #expect(machine.finish(id)?.waiters ?? [] == Array(1...200).filter { $0 != 50 })
+    #expect(machine.finish(id).map { Array($0.waiters) } ?? [] == Array(1...200).filter { $0 != 50 })
   }
 
   @Test func aWaiterOfADetachedLoadCanStillLeave() {
@@ -59,8 +77,8 @@ import Testing
     let cancelled = machine.leave(waiter: 1, key: "k")
     #expect(cancelled.continuation == 1 && cancelled.abandoned == nil)
     #expect(machine.waiterCount(for: "k") == 2)
-    #expect(machine.finish(old)?.waiters ?? [] == [2])
-    #expect(machine.finish(new)?.waiters ?? [] == [3])
+    #expect(machine.finish(old).map { Array($0.waiters) } ?? [] == [2])
+    #expect(machine.finish(new).map { Array($0.waiters) } ?? [] == [3])
     #expect(machine.isEmpty)
   }
 
@@ -75,7 +93,7 @@ import Testing
     let last = machine.leave(waiter: 2, key: "k")
     #expect(last.continuation == 2 && last.abandoned != nil)
     #expect(machine.isEmpty, "the next request starts afresh")
-    let result31 = machine.finish(id)?.waiters ?? []
+    let result31 = machine.finish(id).map { Array($0.waiters) } ?? []
     #expect(result31 == [], "a finished abandoned load answers no one")
   }
 
@@ -87,10 +105,10 @@ import Testing
       Issue.record("a request after a write starts a fresh load")
       return
     }
-    let result32 = machine.finish(old)?.waiters ?? []
+    let result32 = machine.finish(old).map { Array($0.waiters) } ?? []
     #expect(result32 == [1])
     #expect(machine.joinable["k"] == new, "the old load removed only its own record")
-    let result33 = machine.finish(new)?.waiters ?? []
+    let result33 = machine.finish(new).map { Array($0.waiters) } ?? []
     #expect(result33 == [2])
     #expect(machine.isEmpty)
   }
