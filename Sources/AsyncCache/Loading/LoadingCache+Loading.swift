@@ -149,7 +149,7 @@ extension LoadingCache {
     defer { for target in dependencies { LoadDependencies.shared.remove(dependents, waitingFor: target) } }
     return try await waitInTable { continuation in
       let refusal = loadTable.join(
-        key, waiter: waiter, as: .request(continuation), kind: .request, negativeNow: negativeNow,
+        key, waiter: waiter, as: .request(continuation), negativeNow: negativeNow,
         dependents: dependents, dependencies: &dependencies)
       joined?()
       return refusal.map { failure($0, key: key, joining: .request) }

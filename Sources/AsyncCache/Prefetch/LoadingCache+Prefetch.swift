@@ -82,7 +82,7 @@ extension LoadingCache {
         // checked for recursion: a prefetcher runs beside the requests, not inside a load.
         var dependencies: [LoadIdentity] = []
         let refusal = loadTable.join(
-          key, waiter: waiter, as: .prefetch(continuation), kind: .prefetch, skipsTopLayer: skipsTopLayer,
+          key, waiter: waiter, as: .prefetch(continuation), skipsTopLayer: skipsTopLayer,
           negativeNow: negativeNow, dependencies: &dependencies,
           isCancelled: { Task.isCancelled || ticket.isWithdrawn.load(ordering: .sequentiallyConsistent) })
         return refusal.map { failure($0, key: key, joining: .prefetch) }

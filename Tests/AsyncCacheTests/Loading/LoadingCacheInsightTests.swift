@@ -163,6 +163,23 @@ struct InsightTestFailure: Error, CustomStringConvertible {
     #expect(statistics.hits == 0 && statistics.loads == 1)
   }
 
+  @Test func aPrefetchThatJoinsARequestsLoadIsNotCounted() async throws {
+    let memory = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
+    let origin = GatedFetcher<String, Int> { $0.count }
+    let cache = try LoadingCache(layers: [memory], origin: origin, configuration: .init(clock: clock))
+    let request = Task { try await cache.value(for: "k") }
+    await origin.waitForFetches(1, for: "k")
+    let prefetch = Task { await cache.prefetch("k", ticket: cache.makePrefetchTicket(), skipsTopLayer: false) }
+    await cache.waitForWaiters(2, for: "k")
+    #expect(origin.release("k") == 1)
+    #expect(try await request.value == 1)
+    _ = await prefetch.value
+
+    let statistics = cache.statistics
+    #expect(statistics.misses == 1, "the request; the prefetch that joined its load is not a request")
+    #expect(statistics.hits == 0 && statistics.loads == 1)
+  }
+
   @Test func aBatchOriginsLoadsAreCountedAndTimedPerKey() async throws {
     let memory = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
     try memory.insert(1, for: "a")

@@ -143,6 +143,27 @@ struct LoadingCacheTimeoutTests {
     #expect(origin.callCount(for: "k") == 1)
     #expect(cache.statistics.hardTimeouts == 1)
     #expect(cache.statistics.cancelledLoads == 0)
+    #expect(cache.statistics.misses == 1, "the load's end counts the request still waiting, not the one that left")
+  }
+
+  @Test("a request served stale at its soft timeout leaves the load: its end counts only the requests still waiting")
+  func softTimeoutWithOtherWaiters() async throws {
+    let origin = GatedFetcher<String, Int> { _ in 0 }
+    let cache = try cache(origin)
+    try await storeStale(1, for: "k", in: cache, origin: origin)
+    let missesBefore = cache.statistics.misses
+    let patient = Task { try await cache.value(for: "k", timeouts: LoadTimeouts.none) }
+    await origin.waitForFetches(1, for: "k")
+    let hasty = Task { try await cache.value(for: "k") }
+    await cache.waitForRequests(2, for: "k")
+    await clock.waitForSleepers(1)
+    clock.advance(by: .seconds(1))
+    #expect(try await hasty.value == 1, "the stale value, at the soft timeout")
+    #expect(origin.release("k", returning: 2) == 1)
+    #expect(try await patient.value == 2)
+    await cache.waitUntilIdle()
+    #expect(cache.statistics.softTimeouts == 1)
+    #expect(cache.statistics.misses == missesBefore + 1, "the patient request, not the one served stale")
   }
 
   @Test("a write while the load goes on after a soft timeout wins over the load's late value")

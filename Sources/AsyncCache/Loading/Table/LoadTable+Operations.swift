@@ -42,7 +42,7 @@ extension LoadTable {
   ///     waiter.
   @inlinable
   func join(
-    _ key: Key, waiter: UInt64, as continuation: Waiter, kind: JoinKind, skipsTopLayer: Bool = false,
+    _ key: Key, waiter: UInt64, as continuation: Waiter, skipsTopLayer: Bool = false,
     negativeNow: Int64?, dependents: [LoadIdentity] = [], dependencies: inout [LoadIdentity],
     isCancelled: () -> Bool = { Task.isCancelled }
   ) -> Refusal? {
@@ -53,7 +53,7 @@ extension LoadTable {
       priority = Task.currentPriority
       if isCancelled() { return .refused(.cancelled) }
       return Self.join(
-        key, waiter: waiter, as: continuation, kind: kind, priority: priority, skipsTopLayer: skipsTopLayer,
+        key, waiter: waiter, as: continuation, priority: priority, skipsTopLayer: skipsTopLayer,
         negativeNow: negativeNow, newID: provisional ?? reserveLoadID(), in: &state)
     } then: { joined in
       if case .waiting(_, _, let task?) = joined { AsyncCache.escalate(task, to: priority) }
@@ -64,7 +64,7 @@ extension LoadTable {
   }
 
   /// Joins `waiter`, collecting for a bulk request, to the load of each of `keys` (distinct),
-  /// starting the loads not in flight, as ``join(_:waiter:as:kind:skipsTopLayer:negativeNow:dependents:dependencies:isCancelled:)``
+  /// starting the loads not in flight, as ``join(_:waiter:as:skipsTopLayer:negativeNow:dependents:dependencies:isCancelled:)``
   /// does for one. Returns the keys refused, with why; failing fast, the first refusal ends the
   /// joining (the keys after it are not joined, and the caller withdraws the others), and a key
   /// negative caching remembers means that no key is joined.
@@ -96,7 +96,7 @@ extension LoadTable {
           continue
         }
         let outcome = Self.join(
-          key, waiter: waiter, as: .bulk(collector), kind: .bulk, priority: priority, skipsTopLayer: false,
+          key, waiter: waiter, as: .bulk(collector), priority: priority, skipsTopLayer: false,
           negativeNow: negativeNow, newID: provisional?[index] ?? reserveLoadID(), in: &state)
         joined.append(outcome)
         if collector.failsFast, case .refused = outcome { stopped = true }
@@ -138,7 +138,7 @@ extension LoadTable {
   /// load `newID` if it starts one), counts.
   @inlinable
   static func join(
-    _ key: Key, waiter: UInt64, as continuation: Waiter, kind: JoinKind, priority: TaskPriority,
+    _ key: Key, waiter: UInt64, as continuation: Waiter, priority: TaskPriority,
     skipsTopLayer: Bool, negativeNow: Int64?, newID: @autoclosure () -> UInt64, in state: inout State
   ) -> Joined {
     // Checked under the lock, where close() sets it: a request either joins before the close,
@@ -149,7 +149,8 @@ extension LoadTable {
       return .refused(.remembered(error))
     }
     switch state.machine.join(
-      key, waiter: waiter, continuation: continuation, priority: priority, kind: kind, skipsTopLayer: skipsTopLayer,
+      key, waiter: waiter, continuation: continuation, priority: priority, kind: continuation.kind,
+      skipsTopLayer: skipsTopLayer,
       newID: newID())
     {
     case .joined(let id, let task):

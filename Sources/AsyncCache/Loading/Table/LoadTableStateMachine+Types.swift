@@ -97,12 +97,14 @@ extension LoadTableStateMachine {
     /// A prefetch: background work until a request joins.
     case prefetch
 
-    @inlinable
-    var isUrgent: Bool { self != .prefetch }
-
-    /// A request (single or bulk) wants the value; a prefetch does not.
+    /// A request (single or bulk) wants the value, and is counted as a hit or a miss; a
+    /// prefetch is neither.
     @inlinable
     var isRequest: Bool { self != .prefetch }
+
+    /// Requests are urgent; a prefetch is background work until a request joins its load.
+    @inlinable
+    var isUrgent: Bool { isRequest }
   }
 
   /// Why a waiter leaves its load.

@@ -147,8 +147,8 @@ struct LoadTableStateMachine<Key: Hashable & Sendable, Continuation, Gate, Stale
   /// The load of `key` that `waiter` waits for.
   @inlinable
   func load(of waiter: UInt64, key: Key) -> UInt64? {
-    if let id = joinable[key], loads[id]?.waiters.contains(waiter) == true { return id }
-    return detached[key]?.first { loads[$0]?.waiters.contains(waiter) == true }
+    if let id = joinable[key], loads[id]?.waiters.isWaiting(waiter) == true { return id }
+    return detached[key]?.first { loads[$0]?.waiters.isWaiting(waiter) == true }
   }
 
   /// Raises the priority of the load that `waiter` (a request for `key`) waits for; returns its

@@ -6,6 +6,16 @@ enum LoadWaiter<Key: Hashable & Sendable, Value: Sendable>: Sendable {
   case prefetch(UnsafeContinuation<LoadSource, any Error>)
   case bulk(BulkCollector<Key, Value>)
 
+  /// How the waiter joins a load: what makes it urgent, and counted as a request.
+  @inlinable
+  var kind: LoadTable<Key, Value>.JoinKind {
+    switch self {
+    case .request: .request
+    case .prefetch: .prefetch
+    case .bulk: .bulk
+    }
+  }
+
   /// Answers the waiter with the outcome of the load of `key`: its value, and where it came
   /// from (both computed once per load, not once per waiter).
   @inlinable

@@ -1,4 +1,4 @@
-/// The requests waiting for one load, in arrival order.
+/// The requests and prefetches waiting for one load, in arrival order.
 ///
 /// An array sorted by waiter identifier (identifiers grow), so joining appends, a cancellation is
 /// a binary search that leaves a tombstone, and the answers go out in arrival order: no hashing,
@@ -56,7 +56,7 @@ struct Waiters<Continuation> {
   }
 
   @inlinable
-  func contains(_ id: UInt64) -> Bool { index(of: id) != nil }
+  func isWaiting(_ id: UInt64) -> Bool { index(of: id) != nil }
 
   /// Removes a waiter and returns its continuation, if it was waiting.
   @inlinable
@@ -71,7 +71,6 @@ struct Waiters<Continuation> {
     if entries.count > 16, count * 2 < entries.count { entries.removeAll { $0.continuation == nil } }
     return continuation
   }
-
 }
 
 /// The continuations of the waiters, in arrival order: a finished load's are iterated in

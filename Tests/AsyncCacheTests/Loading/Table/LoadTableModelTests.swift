@@ -12,8 +12,8 @@ import Testing
 
   /// What the test knows, kept beside the machine.
   struct Model {
-    /// Joins still waiting: join number → (waiter, key).
-    var waiting: [Int: (waiter: UInt64, key: String)] = [:]
+    /// Joins still waiting: join number → (waiter, key, whether it joined as a request).
+    var waiting: [Int: (waiter: UInt64, key: String, isRequest: Bool)] = [:]
     /// Joins answered (by a finish, or returned by their cancellation).
     var answered: Set<Int> = []
     /// Gates held: gate number → the gate identifier the machine gave.
@@ -80,8 +80,13 @@ import Testing
     }
     for id in machine.loads.keys where !machine.running.contains(id) { found.append("load \(id) has no running task") }
     for (id, load) in machine.loads {
-      for (waiter, _) in load.pastSoftTimeout where !load.waiters.contains(waiter) {
+      for (waiter, _) in load.pastSoftTimeout where !load.waiters.isWaiting(waiter) {
         found.append("load \(id) keeps waiter \(waiter) past its soft timeout, but it does not wait")
+      }
+      // The requests a load's end counts as hits or misses: those of its joins still waiting.
+      let requests = load.waiters.count { model.waiting[$0]?.isRequest == true }
+      if load.waiters.requestCount != requests {
+        found.append("load \(id) counts \(load.waiters.requestCount) requests, has \(requests)")
       }
     }
     let waiting = machine.loads.values.reduce(0) { $0 + $1.waiters.count }
@@ -124,7 +129,7 @@ import Testing
         let kind = [Machine.JoinKind.request, .bulk, .prefetch].randomElement(using: &random)!
         model.nextJoin += 1
         model.nextWaiter += 1
-        model.waiting[model.nextJoin] = (model.nextWaiter, key)
+        model.waiting[model.nextJoin] = (model.nextWaiter, key, kind != .prefetch)
         let result = machine.join(
           key, waiter: model.nextWaiter, continuation: model.nextJoin,
           priority: priorities.randomElement(using: &random)!, kind: kind, skipsTopLayer: Bool.random(using: &random))

@@ -45,7 +45,7 @@ import Testing
   func join(_ key: String, waiter: UInt64, negativeNow: Int64? = nil) -> Table.Refusal? {
     var dependencies: [LoadIdentity] = []
     return table.join(
-      key, waiter: waiter, as: .bulk(BulkCollector(keys: [key], failsFast: false)), kind: .bulk,
+      key, waiter: waiter, as: .bulk(BulkCollector(keys: [key], failsFast: false)),
       negativeNow: negativeNow, dependencies: &dependencies)
   }
 

@@ -15,7 +15,7 @@ import Testing
     for id in 1...100 { waiters.append(UInt64(id), id) }
     for id in stride(from: 1, through: 100, by: 2) { #expect(waiters.remove(UInt64(id)) == id) }
     #expect(waiters.remove(1) == nil, "removing twice finds nothing")
-    #expect(!waiters.contains(3) && waiters.contains(4))
+    #expect(!waiters.isWaiting(3) && waiters.isWaiting(4))
     for id in stride(from: 2, through: 60, by: 2) { _ = waiters.remove(UInt64(id)) }
     #expect(Array(waiters) == Array(stride(from: 62, through: 100, by: 2)))
     #expect(waiters.count == 20)

@@ -34,7 +34,7 @@ struct LoadTableWatcherTests {
     // …a request starts the load: its change registers the load and attaches its task.
     var dependencies: [LoadIdentity] = []
     let refusal = table.join(
-      "k", waiter: 1, as: .bulk(BulkCollector(keys: ["k"], failsFast: false)), kind: .bulk, negativeNow: nil,
+      "k", waiter: 1, as: .bulk(BulkCollector(keys: ["k"], failsFast: false)), negativeNow: nil,
       dependencies: &dependencies)
     if let refusal {
       Issue.record("the request did not start a load: \(refusal)")
