@@ -96,32 +96,50 @@ struct RedisOutageTests {
     let server = try await RedisServer.start()
     let logs = RecordingLogHandler()
     let events = EventLog<RedisLayerEvent>()
+    // The subscription's backoff, and how long each subscription lived, run on this clock: a
+    // subscription lives no time at all between a resubscription and the next kill, however
+    // slowly the test runs (on the wall clock, a run starved for 10 s made a flap an outage).
+    let clock = ManualClock()
     let layer = try makeLayer(server, namespace: "flap") {
       $0.logger = logs.logger(minimumLevel: .debug)
       $0.invalidation = RedisInvalidation()
       $0.eventHandler = events.handler
+      $0.clock = clock
     }
     try layer.forwardInvalidations(to: [try MemoryLayer<String, Data>()])
     await eventually { layer.isReceivingInvalidations }
     func resubscriptions() -> Int {
       events.all.count { if case .invalidationsResubscribed = $0 { true } else { false } }
     }
-    var killedAt: [ContinuousClock.Instant] = []
-    var backAt: [ContinuousClock.Instant] = []
+    func interruptions() -> Int {
+      events.all.count { if case .invalidationsInterrupted = $0 { true } else { false } }
+    }
+    // How long each time the subscription took to come back, on the clock.
+    var downFor: [Duration] = []
     for round in 1...4 {
+      let killedAt = clock.now
       _ = try await server.command("CLIENT", "KILL", "TYPE", "pubsub")
-      killedAt.append(.now)
-      await eventually { resubscriptions() == round && layer.isReceivingInvalidations }
-      backAt.append(.now)
+      // Not a moment of the clock passes until the subscription has seen the kill: its life
+      // ends at the kill, and its health check's timer is not mistaken for the backoff's.
+      await waitUntil { interruptions() >= round }
+      // Then it waits out its backoff on the clock, moved in small steps, so that the time it
+      // took is its backoff, rounded up to a step.
+      while resubscriptions() < round || !layer.isReceivingInvalidations, !Task.isCancelled {
+        await waitUntil { (resubscriptions() == round && layer.isReceivingInvalidations) || clock.sleeperCount > 0 }
+        if resubscriptions() < round { clock.advance(by: .milliseconds(25)) }
+      }
+      downFor.append(killedAt.duration(to: clock.now))
     }
     let records = logs.records.filter { $0.source == "RedisLayer" && $0.message.hasPrefix("invalidations on") }
     #expect(records.count == 8, "\(records.map(\.message))")
     #expect(records.count { $0.level == .warning } == 1 && records.first?.level == .warning)
     #expect(records.count { $0.level == .notice } == 1 && records.dropFirst().first?.level == .notice)
     #expect(records.dropFirst(2).allSatisfy { $0.level == .debug }, "a flap is not an outage of its own")
-    // Backing off: the fourth took at least the third's doubled delay (100 ms doubled twice,
-    // at least half of it after jitter).
-    #expect(backAt[3] - killedAt[3] >= .milliseconds(200))
+    // Backing off: the first wait is at most the initial 100 ms (with jitter, and a step); the
+    // fourth is at least 100 ms doubled three times, halved by the jitter.
+    try #require(downFor.count == 4)
+    #expect(downFor[0] <= .milliseconds(125), "\(downFor)")
+    #expect(downFor[3] >= .milliseconds(400), "\(downFor)")
   }
 
   @Test("a server loading its dataset after a restart answers LOADING: the breaker stays open until it serves")
