@@ -270,7 +270,10 @@ struct RedisConnectionCallerReadTests {
     var attempts = 0
     let deadline = Self.triedUntil
     // Another suite's caller may be reading at that moment: then the command goes the usual way.
-    while held.load(ordering: .relaxed) == 0, ContinuousClock.now < deadline, !Task.isCancelled {
+    // Where callers never read (not Linux), a few tries show that the usual way works.
+    while held.load(ordering: .relaxed) == 0, ContinuousClock.now < deadline, !Task.isCancelled,
+      RedisConnection.callersMayRead || attempts < 5
+    {
       attempts += 1
       await Self.waitForTheCallersTurn()
       // The hook holds the caller's thread: not one of the pool's.
