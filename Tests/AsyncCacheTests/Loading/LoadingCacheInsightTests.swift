@@ -142,10 +142,24 @@ struct InsightTestFailure: Error, CustomStringConvertible {
     #expect(statistics.loadFailures == 1)
   }
 
-  @Test func aLoadCountsTheRequestsThatJoinedItNotThePrefetches() async throws {
+  /// A cache over a memory layer and a gated origin that answers a key's length.
+  func gatedCache() throws -> (LoadingCache<String, Int>, GatedFetcher<String, Int>) {
     let memory = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
     let origin = GatedFetcher<String, Int> { $0.count }
-    let cache = try LoadingCache(layers: [memory], origin: origin, configuration: .init(clock: clock))
+    return (try LoadingCache(layers: [memory], origin: origin, configuration: .init(clock: clock)), origin)
+  }
+
+  /// Expects one load, counted as one miss (`who`) and no hit.
+  func expectOneLoadOneMiss(
+    _ cache: LoadingCache<String, Int>, _ who: Comment, sourceLocation: SourceLocation = #_sourceLocation
+  ) {
+    let statistics = cache.statistics
+    #expect(statistics.misses == 1, who, sourceLocation: sourceLocation)
+    #expect(statistics.hits == 0 && statistics.loads == 1, sourceLocation: sourceLocation)
+  }
+
+  @Test func aLoadCountsTheRequestsThatJoinedItNotThePrefetches() async throws {
+    let (cache, origin) = try gatedCache()
     // A prefetch starts the load, two requests join it, and one of them leaves.
     let prefetch = Task { await cache.prefetch("k", ticket: cache.makePrefetchTicket(), skipsTopLayer: false) }
     await origin.waitForFetches(1, for: "k")
@@ -157,16 +171,11 @@ struct InsightTestFailure: Error, CustomStringConvertible {
     #expect(origin.release("k") == 1)
     #expect(try await staying.value == 1)
     _ = await prefetch.value
-
-    let statistics = cache.statistics
-    #expect(statistics.misses == 1, "the request that stayed; the prefetch is not a request")
-    #expect(statistics.hits == 0 && statistics.loads == 1)
+    expectOneLoadOneMiss(cache, "the request that stayed; the prefetch is not a request")
   }
 
   @Test func aPrefetchThatJoinsARequestsLoadIsNotCounted() async throws {
-    let memory = try MemoryLayer<String, Int>(configuration: .init(clock: clock))
-    let origin = GatedFetcher<String, Int> { $0.count }
-    let cache = try LoadingCache(layers: [memory], origin: origin, configuration: .init(clock: clock))
+    let (cache, origin) = try gatedCache()
     let request = Task { try await cache.value(for: "k") }
     await origin.waitForFetches(1, for: "k")
     let prefetch = Task { await cache.prefetch("k", ticket: cache.makePrefetchTicket(), skipsTopLayer: false) }
@@ -174,10 +183,7 @@ struct InsightTestFailure: Error, CustomStringConvertible {
     #expect(origin.release("k") == 1)
     #expect(try await request.value == 1)
     _ = await prefetch.value
-
-    let statistics = cache.statistics
-    #expect(statistics.misses == 1, "the request; the prefetch that joined its load is not a request")
-    #expect(statistics.hits == 0 && statistics.loads == 1)
+    expectOneLoadOneMiss(cache, "the request; the prefetch that joined its load is not a request")
   }
 
   @Test func aBatchOriginsLoadsAreCountedAndTimedPerKey() async throws {
