@@ -16,9 +16,22 @@ enum FleetBenchmark {
     var originCalls: [Int] = []
     /// Every request's latency, from the round's start to its value, in milliseconds.
     var latencies: [Double] = []
-    /// Per request of an instance that did not load: how long after the last request of the
-    /// loading instance it got its value, in milliseconds (single flight only).
-    var followerExtra: [Double] = []
+    /// Per round, per request of an instance that did not load: how long after the last request
+    /// of the loading instance it got its value, in milliseconds (single flight only).
+    var followerExtraByRound: [[Double]] = []
+
+    /// ``followerExtraByRound``, all rounds together.
+    var followerExtra: [Double] { followerExtraByRound.flatMap { $0 } }
+  }
+
+  /// The p99 of each round's values, as "lowest–highest ms, k of n rounds above `bound` ms": whether
+  /// a percentile over all rounds comes from every round or from a few slow ones.
+  static func perRound(_ rounds: [[Double]], above bound: Double) -> String {
+    let p99s = rounds.filter { !$0.isEmpty }.map { percentile(99, of: $0) }
+    guard let lowest = p99s.min(), let highest = p99s.max() else { return "no rounds" }
+    let above = p99s.filter { $0 > bound }.count
+    return "per round p99 \(format(lowest, decimals: 2))–\(format(highest, decimals: 2)) ms, "
+      + "\(above) of \(p99s.count) rounds above \(format(bound, decimals: 0)) ms"
   }
 
   /// 8 instances (each a memory layer over one Redis, in this process, each with its own
@@ -49,14 +62,15 @@ enum FleetBenchmark {
         benchmark: benchmark, implementation: "single flight: followers' extra latency p99",
         value: percentile(99, of: single.followerExtra), unit: .milliseconds, target: .valueAtMost(2),
         notes: [
-          "after the holder's last request; p50 \(format(percentile(50, of: single.followerExtra), decimals: 2)) ms"
+          "after the holder's last request; p50 \(format(percentile(50, of: single.followerExtra), decimals: 2)) ms; "
+            + perRound(single.followerExtraByRound, above: 2)
         ]),
       ResultRow(
         benchmark: benchmark, implementation: "runtime alone: 800 tasks resumed at once, p99",
-        value: percentile(99, of: runtime), unit: .milliseconds,
+        value: percentile(99, of: runtime.flatMap { $0 }), unit: .milliseconds,
         notes: [
           "informational: no cache, no Redis; each task's end after the first resumption; p50 "
-            + "\(format(percentile(50, of: runtime), decimals: 2)) ms"
+            + "\(format(percentile(50, of: runtime.flatMap { $0 }), decimals: 2)) ms; " + perRound(runtime, above: 2)
         ]),
       ResultRow(
         benchmark: benchmark, implementation: "single flight: request latency p99",
@@ -124,9 +138,8 @@ enum FleetBenchmark {
       outcome.latencies += requests.map { $0.after / .milliseconds(1) }
       if singleFlight, let holder = loaders.first {
         let holderDone = requests.filter { $0.instance == holder }.map(\.after).max() ?? .zero
-        outcome.followerExtra += requests.filter { $0.instance != holder }.map {
-          max(0, ($0.after - holderDone) / .milliseconds(1))
-        }
+        outcome.followerExtraByRound.append(
+          requests.filter { $0.instance != holder }.map { max(0, ($0.after - holderDone) / .milliseconds(1)) })
       }
     }
     for cache in caches { try await cache.close() }
@@ -135,11 +148,11 @@ enum FleetBenchmark {
 
   /// What the runtime alone takes to run a round's requests once they are resumed: 800 tasks
   /// in groups of the same shape as the fleet's requests, each waiting on a continuation, all
-  /// resumed at once, with no cache and no Redis. Returns, for every task of every round, how
-  /// long after the first resumption it ended, in milliseconds: taken over all requests, as the
+  /// resumed at once, with no cache and no Redis. Returns, per round, for every task, how long
+  /// after the first resumption it ended, in milliseconds: taken over all requests, as the
   /// followers' extra latency is, so that their percentiles compare.
-  private static func runtimeAlone(rounds: Int) async -> [Double] {
-    var ends: [Double] = []
+  private static func runtimeAlone(rounds: Int) async -> [[Double]] {
+    var ends: [[Double]] = []
     for _ in 0..<rounds {
       let waiting = Waiting()
       let origin = ContinuousClock.now
@@ -166,7 +179,7 @@ enum FleetBenchmark {
         }
       }
       let resumedAfter = waiting.resumedAfter.withLock { $0 }
-      ends += finished.all.map { ($0.after - resumedAfter) / .milliseconds(1) }
+      ends.append(finished.all.map { ($0.after - resumedAfter) / .milliseconds(1) })
     }
     return ends
   }

@@ -4,8 +4,8 @@ struct Options {
   var isQuick = false
   /// Where to write the results as JSON, if anywhere.
   var jsonPath: String?
-  /// Runs only the benchmarks whose name contains this.
-  var filter: String?
+  /// Runs only the benchmarks whose name contains one of these; all of them when empty.
+  var filters: [String] = []
   /// The folder of the real traces that `cache.hitRatio` replays (`OLTP.lis`, `P3.lis`), if any.
   var tracesDirectory: String?
   /// How many times `cache.hitRatio` replays each trace through the memory layer, if not the
@@ -19,7 +19,8 @@ struct Options {
 
       --quick             small sizes and 3 repetitions (a smoke run, seconds)
       --json PATH         also write the results to PATH as a JSON array
-      --filter SUBSTRING  run only the benchmarks whose name contains SUBSTRING
+      --filter SUBSTRING  run only the benchmarks whose name contains SUBSTRING; repeat it to run
+                          those that match any (in the run's order): --filter redis --filter fleet
       --traces DIR        replay the real traces in DIR (OLTP.lis, P3.lis from the ARC paper, and
                           the LIRS suite in lirs/) in cache.hitRatio too, e.g. --traces ../shared/traces
       --runs N            replay each trace N times through the memory layer in cache.hitRatio, each
@@ -41,7 +42,7 @@ struct Options {
         options.jsonPath = path
       case "--filter":
         guard let filter = remaining.popFirst() else { throw UsageError("--filter needs a substring") }
-        options.filter = filter
+        options.filters.append(filter)
       case "--traces":
         guard let directory = remaining.popFirst() else { throw UsageError("--traces needs a directory") }
         options.tracesDirectory = directory

@@ -44,7 +44,9 @@ let isDebugBuild = checkDebugBuild()
 var configuration = options.isQuick ? RunConfiguration.quick : .full
 configuration.tracesDirectory = options.tracesDirectory
 if let runs = options.hitRatioRuns { configuration.hitRatioRuns = runs }
-let benchmarks = Benchmark.allCases.filter { options.filter.map($0.rawValue.contains) ?? true }
+let benchmarks = Benchmark.allCases.filter { benchmark in
+  options.filters.isEmpty || options.filters.contains { benchmark.rawValue.contains($0) }
+}
 
 if isDebugBuild {
   print(
