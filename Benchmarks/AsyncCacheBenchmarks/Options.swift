@@ -15,12 +15,13 @@ struct Options {
   var showsHelp = false
 
   static let usage = """
-    usage: AsyncCacheBenchmarks [--quick] [--json PATH] [--filter SUBSTRING] [--traces DIR] [--runs N]
+    usage: AsyncCacheBenchmarks [--quick] [--json PATH] [--filter SUBSTRING]... [--traces DIR] [--runs N]
 
       --quick             small sizes and 3 repetitions (a smoke run, seconds)
       --json PATH         also write the results to PATH as a JSON array
-      --filter SUBSTRING  run only the benchmarks whose name contains SUBSTRING; repeat it to run
-                          those that match any (in the run's order): --filter redis --filter fleet
+      --filter SUBSTRING  run only the benchmarks whose name contains SUBSTRING (case-sensitive);
+                          repeat it to run those that match any, still in the suite's order:
+                          --filter redis --filter fleet. A filter that matches none is an error
       --traces DIR        replay the real traces in DIR (OLTP.lis, P3.lis from the ARC paper, and
                           the LIRS suite in lirs/) in cache.hitRatio too, e.g. --traces ../shared/traces
       --runs N            replay each trace N times through the memory layer in cache.hitRatio, each

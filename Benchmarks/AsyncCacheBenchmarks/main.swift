@@ -47,6 +47,14 @@ if let runs = options.hitRatioRuns { configuration.hitRatioRuns = runs }
 let benchmarks = Benchmark.allCases.filter { benchmark in
   options.filters.isEmpty || options.filters.contains { benchmark.rawValue.contains($0) }
 }
+// A misspelt filter would otherwise run nothing, or less than asked, and exit 0.
+let unmatched = options.filters.filter { filter in !Benchmark.allCases.contains { $0.rawValue.contains(filter) } }
+if !unmatched.isEmpty {
+  let names = Benchmark.allCases.map(\.rawValue).joined(separator: ", ")
+  let filters = unmatched.map { "'\($0)'" }.joined(separator: ", ")
+  FileHandle.standardError.write(Data("error: no benchmark's name contains \(filters) (names: \(names))\n".utf8))
+  exit(2)
+}
 
 if isDebugBuild {
   print(
