@@ -150,8 +150,7 @@ extension LoadTable {
     }
     switch state.machine.join(
       key, waiter: waiter, continuation: continuation, priority: priority, kind: continuation.kind,
-      skipsTopLayer: skipsTopLayer,
-      newID: newID())
+      skipsTopLayer: skipsTopLayer, newID: newID())
     {
     case .joined(let id, let task):
       state.counters.coalesced += 1
