@@ -49,6 +49,9 @@ final class RedisSubscription: Sendable {
     var task: Task<Void, Never>?
     var connection: RedisConnection?
     var isSubscribed = false
+    /// Subscribed, and what may have been missed before has been made up for (the targets
+    /// emptied): every change from now on reaches them.
+    var isInSync = false
     var isStopped = false
     /// The last attempt to subscribe failed, or the subscription broke and is not back yet:
     /// ``waitUntilSubscribed(for:)`` does not wait then.
@@ -145,6 +148,10 @@ final class RedisSubscription: Sendable {
 
   /// Whether the subscription is open now.
   var isSubscribed: Bool { state.withLock { $0.isSubscribed } }
+
+  /// Whether the subscription is open and done making up for what it may have missed before
+  /// (its `resynchronize` has returned): `false` from the moment it opens again until then.
+  var isInSync: Bool { state.withLock { $0.isInSync } }
 
   /// The waits for the subscription still recorded (begun, waiting, or ended early): 0 once
   /// every ``waitUntilSubscribed(for:)`` has returned.
@@ -288,8 +295,10 @@ final class RedisSubscription: Sendable {
         continue
       }
       let subscribedAt = options.clock.now
+      if missedMessages { await resynchronize() }
+      // Before the event, so that whoever hears of the subscription's return finds it in sync.
+      state.withLock { $0.isInSync = true }
       if missedMessages {
-        await resynchronize()
         // A notice when it ends the layer's outage; debug after a flap.
         let level = options.outage.answered("subscription", usual: .debug)
         onEvent(.invalidationsResubscribed(channel: channel), flapping ? .debug : level)
@@ -299,6 +308,7 @@ final class RedisSubscription: Sendable {
       await serve(connection, messages)
       state.withLock {
         $0.isSubscribed = false
+        $0.isInSync = false
         $0.connection = nil
       }
       failing()

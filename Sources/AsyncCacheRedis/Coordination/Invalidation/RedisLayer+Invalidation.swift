@@ -22,11 +22,12 @@ extension RedisLayer {
     subscription.start()
   }
 
-  /// Whether the layer is subscribed to invalidations now (it forwards them and the
-  /// subscription is open).
+  /// Whether the layer is subscribed to invalidations now: it forwards them, the subscription
+  /// is open, and, when it opened again after a break, the layers it forwards to have been
+  /// emptied of what the break may have left stale. Every change made from now on reaches them.
   public nonisolated var isReceivingInvalidations: Bool {
     configuration.invalidation != nil && !invalidationTargets.withLock(\.isEmpty)
-      && (subscription?.isSubscribed ?? false)
+      && (subscription?.isInSync ?? false)
   }
 
   /// Appends `PUBLISH <channel> <message>` to `writer` when writes are announced.

@@ -127,6 +127,28 @@ struct RedisInvalidationTests {
     await eventually { a.inMemory("k") == nil }
   }
 
+  @Test("back after a break, the layer says it receives invalidations only once the layers it forwards to are emptied")
+  func receivingOnlyOnceInSync() async throws {
+    let server = try await RedisServer.start()
+    let target = FakeLayer<String, Data>()
+    let layer = try makeLayer(server, namespace: "in-sync") {
+      $0.invalidation = RedisInvalidation()
+      $0.operationTimeout = .seconds(2)
+    }
+    try layer.forwardInvalidations(to: [target])
+    await eventually { layer.isReceivingInvalidations }
+    target.hold(.removeAll)
+    #expect(integer(try await server.command("CLIENT", "KILL", "TYPE", "pubsub")) == 1)
+    // Subscribed again, the layer empties the target (messages may have been lost meanwhile):
+    // until it has, the target may hold what a lost message would have removed.
+    await target.waitForHeld(1, .removeAll)
+    #expect(layer.subscription?.isSubscribed == true)
+    #expect(!layer.isReceivingInvalidations)
+    target.release(.removeAll)
+    await eventually { layer.isReceivingInvalidations }
+    #expect(target.callCount(.removeAll) == 1)
+  }
+
   @Test("instances of a Redis Cluster hear each other whichever master they subscribed on")
   func cluster() async throws {
     let cluster = try await RedisClusterServers.start()
