@@ -107,14 +107,14 @@ struct SQLiteLayerLoggingTests {
     // Writes are behind. Another process holds the write lock, so the background writes fail
     // and wait to be retried on the clock, which stands still: the rows stay pending.
     let holder = try Probe(["sqlite-hold-write-lock", url.path])
-    #expect(await holder.line(startingWith: "locked") != nil)
+    #expect(await holder.waitForLine(startingWith: "locked") != nil)
     for key in ["a", "b", "c"] { try await layer.insert(Data(repeating: 1, count: 100), for: key) }
     await clock.waitForSleepers(1)
     _ = await layer.statistics  // after the background writes queued on the layer's thread
     let (rows, bytes) = layer.pending.withLock { ($0.writes.count, $0.bytes) }
     #expect(rows == 3)
     holder.closeInput()
-    #expect(holder.waitForExit() == 0)
+    #expect(await holder.waitForExit() == 0)
     logs.removeAll()
 
     try await layer.close()
@@ -147,13 +147,13 @@ struct SQLiteLayerLoggingTests {
       url: url,
       configuration: .init(busyTimeout: .milliseconds(50), clock: clock, logger: logs.logger(minimumLevel: .info)))
     let holder = try Probe(["sqlite-hold-write-lock", url.path])
-    #expect(await holder.line(startingWith: "locked") != nil)
+    #expect(await holder.waitForLine(startingWith: "locked") != nil)
     try await layer.insert("v", for: "k")  // the background write fails on the lock
     await clock.waitForSleepers(1)  // and its retry waits on the clock, which stands still
     logs.removeAll()
     await #expect(throws: PersistenceError.self) { try await layer.close() }
     holder.closeInput()
-    #expect(holder.waitForExit() == 0)
+    #expect(await holder.waitForExit() == 0)
     let record = try #require(logs.records(atLeast: .info).first)
     #expect(logs.records(atLeast: .info).count == 1, "said once, not also as a background write to retry")
     #expect(record.level == .error)

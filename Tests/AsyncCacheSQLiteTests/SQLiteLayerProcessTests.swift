@@ -20,7 +20,7 @@ struct SQLiteLayerProcessTests {
     try await layer.flush()
 
     let holder = try Probe(["sqlite-hold-write-lock", url.path])
-    #expect(await holder.line(startingWith: "locked") != nil)
+    #expect(await holder.waitForLine(startingWith: "locked") != nil)
     try await layer.insert("during", for: "b")
     await #expect {
       try await layer.flush()
@@ -33,8 +33,8 @@ struct SQLiteLayerProcessTests {
     #expect(await layer.statistics.failedWrites >= 1)
 
     holder.closeInput()
-    #expect(await holder.line(startingWith: "released") != nil)
-    #expect(holder.waitForExit() == 0)
+    #expect(await holder.waitForLine(startingWith: "released") != nil)
+    #expect(await holder.waitForExit() == 0)
     try await layer.flush()
     #expect(try RawDatabase(url).rowCount() == 2)
   }
@@ -50,13 +50,13 @@ struct SQLiteLayerProcessTests {
     try await x.flush()
 
     let holder = try Probe(["sqlite-hold-write-lock", url.path])
-    #expect(await holder.line(startingWith: "locked") != nil)
+    #expect(await holder.waitForLine(startingWith: "locked") != nil)
     try await x.insert("old", for: "k")
     try await x.removeAll()
     try await x.insert("old too", for: "k2")
     await #expect(throws: PersistenceError.self) { try await x.flush() }
     holder.closeInput()
-    #expect(holder.waitForExit() == 0)
+    #expect(await holder.waitForExit() == 0)
 
     // After x's writes (which are still pending), y writes the same keys and a new one.
     try await y.insert("new", for: "k")
@@ -82,11 +82,9 @@ struct SQLiteLayerProcessTests {
     try await layer.flush()
 
     let holder = try Probe(["sqlite-hold-write-lock", url.path])
-    #expect(await holder.line(startingWith: "locked") != nil)
-    defer {
-      holder.closeInput()
-      holder.waitForExit()
-    }
+    #expect(await holder.waitForLine(startingWith: "locked") != nil)
+    // Released however the test ends; the probe is killed and reaped when dropped.
+    defer { holder.closeInput() }
     try await layer.insert("pending", for: "b")  // schedules a background write, which cannot commit
     let clock = ContinuousClock()
     let start = clock.now
@@ -108,11 +106,9 @@ struct SQLiteLayerProcessTests {
     try await layer.flush()
 
     let holder = try Probe(["sqlite-hold-write-lock", url.path])
-    #expect(await holder.line(startingWith: "locked") != nil)
-    defer {
-      holder.closeInput()
-      holder.waitForExit()
-    }
+    #expect(await holder.waitForLine(startingWith: "locked") != nil)
+    // Released however the test ends; the probe is killed and reaped when dropped.
+    defer { holder.closeInput() }
     try await layer.insert("new", for: "k")
     // While a batch waits for the lock it is out of the pending writes; it is put back when it
     // fails. Reads made meanwhile must still see it, never the older row.
@@ -144,13 +140,13 @@ struct SQLiteLayerProcessTests {
       url: url, configuration: .init(clock: clock, eventHandler: { continuation.yield($0) }))
 
     let holder = try Probe(["sqlite-hold-write-lock", url.path])
-    #expect(await holder.line(startingWith: "locked") != nil)
+    #expect(await holder.waitForLine(startingWith: "locked") != nil)
     try await layer.insert("v", for: "k")  // the background write fails after 100 ms
     await clock.waitForSleepers(1)  // and a retry waits on the clock
     clock.advance(by: .milliseconds(100))
     await clock.waitForSleepers(1)  // the retry failed too: the next one waits 200 ms
     holder.closeInput()
-    #expect(holder.waitForExit() == 0)
+    #expect(await holder.waitForExit() == 0)
     clock.advance(by: .milliseconds(200))
 
     var failures = 0
@@ -179,7 +175,7 @@ struct SQLiteLayerProcessTests {
     }
     let layer = try await SQLiteLayer<String, Data>(url: url, configuration: .init(busyTimeout: .milliseconds(200)))
     let holder = try Probe(["sqlite-hold-write-lock", url.path])
-    #expect(await holder.line(startingWith: "locked") != nil)
+    #expect(await holder.waitForLine(startingWith: "locked") != nil)
     try SQLiteLayerDamageTests.overwritePages(of: url)
     // With its header gone too, reconnecting fails as well until the file can be reset.
     let handle = try FileHandle(forUpdating: url)
@@ -192,7 +188,7 @@ struct SQLiteLayerProcessTests {
     #expect(try await layer.value(for: "new") == Data([42]))
     #expect(await layer.statistics.pendingWrites == 1, "the write is still pending, not dropped")
     holder.closeInput()
-    #expect(holder.waitForExit() == 0)
+    #expect(await holder.waitForExit() == 0)
 
     try await layer.flush()
     let reopened = try await SQLiteLayer<String, Data>(url: url)
@@ -211,15 +207,15 @@ struct SQLiteLayerProcessTests {
     let layer = try await SQLiteLayer<String, String>(url: url)
     for index in 0..<200 { try await layer.insert("parent \(index)", for: "parent\(index)") }
     try await layer.flush()
-    #expect(await child.line(startingWith: "flushed") != nil)
+    #expect(await child.waitForLine(startingWith: "flushed") != nil)
 
     for index in [0, 99, 199] {
       #expect(try await layer.value(for: "child\(index)") == "child \(index)")
       child.send("parent\(index)")
-      #expect(await child.line(startingWith: "value") == "value parent\(index) parent \(index)")
+      #expect(await child.waitForLine(startingWith: "value") == "value parent\(index) parent \(index)")
     }
     child.closeInput()
-    #expect(child.waitForExit() == 0)
+    #expect(await child.waitForExit() == 0)
     #expect(try await layer.usage.count == 400, "the totals stay exact with two writers")
     #expect(try Set(await layer.keys).count == 400)
   }
@@ -237,8 +233,8 @@ struct SQLiteLayerProcessTests {
       // Kill it at a seeded step: right after a commit, while the next large value is being
       // encoded, bound or committed.
       let steps = Int(generator.next() % 12) + 1
-      for _ in 0..<steps { #expect(await writer.line(startingWith: "wrote") != nil) }
-      writer.kill()
+      for _ in 0..<steps { #expect(await writer.waitForLine(startingWith: "wrote") != nil) }
+      await writer.kill()
     }
     let layer = try await SQLiteLayer<String, Data>(url: url, configuration: .init(sizeLimit: 256 << 20))
     let keys = try await layer.keys
@@ -248,14 +244,5 @@ struct SQLiteLayerProcessTests {
       #expect(ProbeValue.version(of: value, key: key) != nil, "\(key) holds a torn value")
     }
     #expect(await layer.statistics.damagedEntries == 0)
-  }
-}
-
-extension Probe {
-  /// Waits, off the cooperative pool, for a line starting with `prefix`.
-  func line(startingWith prefix: String) async -> String? {
-    await withCheckedContinuation { continuation in
-      Thread.detachNewThread { continuation.resume(returning: self.waitForLine(startingWith: prefix)) }
-    }
   }
 }

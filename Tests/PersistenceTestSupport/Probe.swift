@@ -34,19 +34,19 @@ public final class Probe: Sendable {
   }
 
   /// The next line the probe printed, or `nil` once it closed its output (it exited).
-  ///
-  /// Blocks the calling thread: call it from a test, not from library code.
-  public func nextLine() -> String? {
-    lines.next()
+  public func nextLine() async -> String? {
+    await offThePool { self.lines.next() }
   }
 
   /// Reads lines until one starts with `prefix`; returns it, or `nil` if the probe exited first.
   @discardableResult
-  public func waitForLine(startingWith prefix: String) -> String? {
-    while let line = nextLine() {
-      if line.hasPrefix(prefix) { return line }
+  public func waitForLine(startingWith prefix: String) async -> String? {
+    await offThePool {
+      while let line = self.lines.next() {
+        if line.hasPrefix(prefix) { return line }
+      }
+      return nil
     }
-    return nil
   }
 
   /// Sends a line to the probe's standard input.
@@ -60,15 +60,35 @@ public final class Probe: Sendable {
   }
 
   /// Kills the probe with `SIGKILL` and waits for it to exit.
-  public func kill() {
+  public func kill() async {
+    sendKill()
+    await waitForExit()
+  }
+
+  /// Sends `SIGKILL` to the probe and returns at once: from a thread that picks the moment of a
+  /// kill. ``waitForExit()`` then waits for the probe to end.
+  public func sendKill() {
     process.send(SIGKILL)
-    process.waitUntilExit()
   }
 
   /// Waits for the probe to exit and returns its exit status.
   @discardableResult
-  public func waitForExit() -> Int32 {
-    process.waitUntilExit()
+  public func waitForExit() async -> Int32 {
+    await offThePool { self.process.waitUntilExit() }
+  }
+
+  /// Runs `wait`, which blocks until the probe does something, on a thread of its own: the
+  /// awaiting test holds none of the cooperative pool's few threads meanwhile. A cancellation
+  /// (the test's time limit) kills the probe, which ends every wait on it: its output closes and
+  /// it exits.
+  private func offThePool<Result: Sendable>(_ wait: @escaping @Sendable () -> Result) async -> Result {
+    await withTaskCancellationHandler {
+      await withCheckedContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(returning: wait()) }
+      }
+    } onCancel: {
+      process.send(SIGKILL)
+    }
   }
 
   /// The `PersistenceProbe` executable, which SwiftPM builds into the same products directory as

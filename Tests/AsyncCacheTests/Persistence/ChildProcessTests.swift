@@ -120,18 +120,13 @@ struct ChildProcessTests {
     // The probe starts a `sleep` whose output is the probe's; killed, the probe leaves the
     // `sleep` the only holder of that pipe, so reading it to the end waits for it to die.
     let probe = try Probe(["start-child"])
-    let started = try #require(probe.waitForLine(startingWith: "started "))
+    let started = try #require(await probe.waitForLine(startingWith: "started "))
     let sleep = try #require(Int32(started.dropFirst("started ".count)))
-    probe.kill()
+    await probe.kill()
     let outlived = Locked(false)
     await withTaskCancellationHandler {
-      await withCheckedContinuation { continuation in
-        // A blocking read, on a thread of its own: it ends when no process holds the pipe.
-        Thread {
-          while probe.nextLine() != nil {}
-          continuation.resume()
-        }.start()
-      }
+      // Reads to the end, which comes when no process holds the pipe.
+      while await probe.nextLine() != nil {}
     } onCancel: {
       // The time limit: the `sleep` outlived the probe. Kill it so that the read ends.
       outlived.withLock { $0 = true }
@@ -143,9 +138,23 @@ struct ChildProcessTests {
   @Test(
     "a watchdog that died does not take the test process with it: children start and end as before",
     .enabled(if: ChildProcess.diesWithItsStarter))
-  func deadWatchdogIsHarmless() throws {
+  func deadWatchdogIsHarmless() async throws {
     let probe = try Probe(["outlive-watchdog"])
-    #expect(probe.waitForLine(startingWith: "survived") == "survived")
+    #expect(await probe.waitForLine(startingWith: "survived") == "survived")
+  }
+
+  @Test("a wait for a line the probe never prints ends when its task is cancelled: the probe is killed")
+  func probeWaitsEndWithTheirTask() async throws {
+    let folder = try TemporaryDirectory()
+    defer { folder.remove() }
+    // Prints `locked`, then nothing until its input closes, which the test never does.
+    let probe = try Probe(["sqlite-hold-write-lock", folder.appending("held.sqlite").path])
+    #expect(await probe.waitForLine(startingWith: "locked") == "locked")
+    let waiting = Task { await probe.waitForLine(startingWith: "released") }
+    // As a test's time limit would: the wait ends, with no line, instead of holding the run.
+    waiting.cancel()
+    #expect(await waiting.value == nil)
+    #expect(await probe.waitForExit() == SIGKILL)
   }
 
   @Test(

@@ -6,23 +6,10 @@ import Testing
 @testable import AsyncCache
 
 extension Probe {
-  /// The next line the probe printed, read on a Dispatch thread so that no cooperative thread
-  /// blocks on the pipe.
-  fileprivate func line() async -> String? {
-    await withCheckedContinuation { continuation in
-      DispatchQueue.global().async { continuation.resume(returning: self.nextLine()) }
-    }
-  }
-
-  /// Kills the probe with `SIGKILL` after `delay` microseconds and waits for it to exit, off
-  /// the cooperative pool.
-  ///
-  /// The delay is not a wait for something to happen: it picks the moment of the kill, so that
-  /// over the rounds kills land at different steps of a write. The assertions hold whenever the
-  /// kill lands.
   /// Kills the probe with `SIGKILL` as soon as a temporary file shows up in `directory` (the
   /// write is under way: its value is being written or synced, not yet renamed), or after two
-  /// seconds. Polls the directory from a Dispatch thread; the kill is the point, not a wait.
+  /// seconds, then waits for it to exit. Polls the directory from a Dispatch thread, which sends
+  /// the signal the moment it sees the file; the kill is the point, not a wait.
   fileprivate func killedOnceWriting(in directory: URL) async {
     await withCheckedContinuation { continuation in
       DispatchQueue.global().async {
@@ -32,20 +19,27 @@ extension Probe {
           let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
           if names.contains(where: { $0.contains(".tmp-") }) { break }
         }
-        self.kill()
+        self.sendKill()
         continuation.resume()
       }
     }
+    await waitForExit()
   }
 
+  /// Kills the probe with `SIGKILL` after `delay` microseconds, then waits for it to exit.
+  ///
+  /// The delay is not a wait for something to happen: it picks the moment of the kill, so that
+  /// over the rounds kills land at different steps of a write. The assertions hold whenever the
+  /// kill lands.
   fileprivate func killed(afterMicroseconds delay: Int) async {
     await withCheckedContinuation { continuation in
       DispatchQueue.global().async {
         if delay > 0 { usleep(UInt32(delay)) }
-        self.kill()
+        self.sendKill()
         continuation.resume()
       }
     }
+    await waitForExit()
   }
 }
 
@@ -72,11 +66,11 @@ struct DiskLayerKillTests {
       let writesBeforeKill = Int.random(in: 0...3, using: &generator)
       let killDelay = Int.random(in: 0...2000, using: &generator)
       let probe = try Probe(["disk-write-loop", fixture.directory.path, "\(seed)"])
-      #expect(await probe.line() == "ready")
+      #expect(await probe.nextLine() == "ready")
       var interrupted: (key: String, version: Int)?
       for step in 0...writesBeforeKill {
         probe.send("next")
-        let writing = await probe.line()
+        let writing = await probe.nextLine()
         let (key, version) = try #require(
           Self.parse(writing, "writing"), "round \(seed): \(String(describing: writing))")
         if step == writesBeforeKill {
@@ -90,7 +84,7 @@ struct DiskLayerKillTests {
           }
           break
         }
-        let wrote = await probe.line()
+        let wrote = await probe.nextLine()
         #expect(wrote == "wrote \(step) \(key) \(version)", "round \(seed)")
         candidates[key] = [version]
         committed.insert(key)
