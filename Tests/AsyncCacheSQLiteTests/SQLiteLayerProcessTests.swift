@@ -83,7 +83,7 @@ struct SQLiteLayerProcessTests {
 
     let holder = try Probe(["sqlite-hold-write-lock", url.path])
     #expect(await holder.waitForLine(startingWith: "locked") != nil)
-    // Released however the test ends; the probe is killed and reaped when dropped.
+    // Released however the test ends (killed and reaped when dropped, if it has not exited).
     defer { holder.closeInput() }
     try await layer.insert("pending", for: "b")  // schedules a background write, which cannot commit
     let clock = ContinuousClock()
@@ -94,6 +94,8 @@ struct SQLiteLayerProcessTests {
     // busy timeout would take 150 s.
     #expect(start.duration(to: clock.now) < busyTimeout / 3)
     #expect(try await layer.value(for: "b") == "pending")
+    holder.closeInput()
+    #expect(await holder.waitForExit() == 0)
   }
 
   @Test("a write that fails stays readable throughout, also to reads made while it was being tried")
@@ -107,7 +109,7 @@ struct SQLiteLayerProcessTests {
 
     let holder = try Probe(["sqlite-hold-write-lock", url.path])
     #expect(await holder.waitForLine(startingWith: "locked") != nil)
-    // Released however the test ends; the probe is killed and reaped when dropped.
+    // Released however the test ends (killed and reaped when dropped, if it has not exited).
     defer { holder.closeInput() }
     try await layer.insert("new", for: "k")
     // While a batch waits for the lock it is out of the pending writes; it is put back when it
@@ -127,6 +129,8 @@ struct SQLiteLayerProcessTests {
     await #expect(throws: PersistenceError.self) { try await flushing.value }
     #expect(try await layer.value(for: "k") == "new")
     #expect(stale == 0, "\(stale) of \(reads) reads returned the older row")
+    holder.closeInput()
+    #expect(await holder.waitForExit() == 0)
   }
 
   @Test("a background write that failed on a lock is retried on the layer's clock until it commits")

@@ -1,3 +1,4 @@
+import AsyncCache
 import Foundation
 
 #if canImport(Glibc)
@@ -16,6 +17,7 @@ public final class Probe: Sendable {
   private let process: ChildProcess
   private let input: FileHandle
   private let lines: LineReader
+  private let blockedWaits = Locked(0)
 
   /// Why probes cannot be started here, or `nil` where they can (macOS and Linux).
   public static var unavailableReason: String? { ChildProcess.unavailableReason }
@@ -32,6 +34,10 @@ public final class Probe: Sendable {
     input = stdin.fileHandleForWriting
     lines = LineReader(stdout.fileHandleForReading)
   }
+
+  // The waits read the probe's lines one at a time: a test waits for one thing at a time.
+  // Each runs on a thread of its own, and its task's cancellation (the test's time limit) kills
+  // the probe, which ends every wait on it.
 
   /// The next line the probe printed, or `nil` once it closed its output (it exited).
   public func nextLine() async -> String? {
@@ -84,12 +90,20 @@ public final class Probe: Sendable {
   private func offThePool<Result: Sendable>(_ wait: @escaping @Sendable () -> Result) async -> Result {
     await withTaskCancellationHandler {
       await withCheckedContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(returning: wait()) }
+        Thread.detachNewThread {
+          self.blockedWaits.withLock { $0 += 1 }
+          let result = wait()
+          self.blockedWaits.withLock { $0 -= 1 }
+          continuation.resume(returning: result)
+        }
       }
     } onCancel: {
       process.send(SIGKILL)
     }
   }
+
+  /// How many waits are blocked on the probe now, on their threads.
+  public var waitsInProgress: Int { blockedWaits.withLock { $0 } }
 
   /// The `PersistenceProbe` executable, which SwiftPM builds into the same products directory as
   /// the tests.

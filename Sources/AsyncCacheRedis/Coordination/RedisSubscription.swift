@@ -137,6 +137,7 @@ final class RedisSubscription: Sendable {
   func stop() {
     let (task, connection, waiters) = state.withLock { state in
       state.isStopped = true
+      state.isInSync = false
       defer { state.openWaiters = [:] }
       return (state.task, state.connection, state.openWaiters.values)
     }
@@ -150,8 +151,12 @@ final class RedisSubscription: Sendable {
   var isSubscribed: Bool { state.withLock { $0.isSubscribed } }
 
   /// Whether the subscription is open and done making up for what it may have missed before
-  /// (its `resynchronize` has returned): `false` from the moment it opens again until then.
+  /// (its `resynchronize` has returned): `false` from the moment its connection closes until
+  /// then.
   var isInSync: Bool { state.withLock { $0.isInSync } }
+
+  /// Whether the subscription's connection is open, as far as this process knows.
+  var isConnectionOpen: Bool { state.withLock { $0.connection.map { !$0.isClosed } ?? false } }
 
   /// The waits for the subscription still recorded (begun, waiting, or ended early): 0 once
   /// every ``waitUntilSubscribed(for:)`` has returned.
@@ -296,8 +301,12 @@ final class RedisSubscription: Sendable {
       }
       let subscribedAt = options.clock.now
       if missedMessages { await resynchronize() }
-      // Before the event, so that whoever hears of the subscription's return finds it in sync.
-      state.withLock { $0.isInSync = true }
+      // Before the event, so that whoever hears of the subscription's return finds it in sync;
+      // unless the connection closed meanwhile (its close cleared the flag already, or finds it
+      // set and clears it): messages may be lost again, and the next one makes up for them.
+      state.withLock { state in
+        if !state.isStopped && !connection.isClosed { state.isInSync = true }
+      }
       if missedMessages {
         // A notice when it ends the layer's outage; debug after a flap.
         let level = options.outage.answered("subscription", usual: .debug)
@@ -339,6 +348,7 @@ final class RedisSubscription: Sendable {
     let closeReason = Locked<RedisError?>(nil)
     let channels = options.channels
     let receiveNow = receiveNow
+    let state = state
     let connection = try await RedisConnection.open(
       host: endpoint.host, port: endpoint.port, connectTimeout: options.connectTimeout,
       operationTimeout: options.operationTimeout, isSubscriber: true,
@@ -352,6 +362,11 @@ final class RedisSubscription: Sendable {
       },
       onClose: { error in
         closeReason.withLock { $0 = error }
+        // From now on messages may be lost (unless this is a connection of the past, closed
+        // late, and a newer one is open).
+        state.withLock { state in
+          if state.connection.map(\.isClosed) ?? true { state.isInSync = false }
+        }
         continuation.finish()
       })
     let registered = state.withLock { state in

@@ -143,7 +143,9 @@ struct ChildProcessTests {
     #expect(await probe.waitForLine(startingWith: "survived") == "survived")
   }
 
-  @Test("a wait for a line the probe never prints ends when its task is cancelled: the probe is killed")
+  @Test(
+    "a wait for a line the probe never prints ends when its task is cancelled: the probe is killed",
+    .timeLimit(.minutes(1)))
   func probeWaitsEndWithTheirTask() async throws {
     let folder = try TemporaryDirectory()
     defer { folder.remove() }
@@ -151,10 +153,20 @@ struct ChildProcessTests {
     let probe = try Probe(["sqlite-hold-write-lock", folder.appending("held.sqlite").path])
     #expect(await probe.waitForLine(startingWith: "locked") == "locked")
     let waiting = Task { await probe.waitForLine(startingWith: "released") }
-    // As a test's time limit would: the wait ends, with no line, instead of holding the run.
+    // Once the wait blocks its thread on the probe's output…
+    while probe.waitsInProgress == 0, !Task.isCancelled { await Task.yield() }
+    // …a cancellation, as a test's time limit makes, ends it with no line.
     waiting.cancel()
+    // Should it not, the test fails instead of hanging the run.
+    let backstop = Task {
+      try await Task.sleep(for: .seconds(30))
+      Issue.record("the cancelled wait did not end")
+      probe.sendKill()
+    }
     #expect(await waiting.value == nil)
+    backstop.cancel()
     #expect(await probe.waitForExit() == SIGKILL)
+    #expect(probe.waitsInProgress == 0)
   }
 
   @Test(

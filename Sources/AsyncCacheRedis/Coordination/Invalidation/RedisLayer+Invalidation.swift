@@ -24,7 +24,12 @@ extension RedisLayer {
 
   /// Whether the layer is subscribed to invalidations now: it forwards them, the subscription
   /// is open, and, when it opened again after a break, the layers it forwards to have been
-  /// emptied of what the break may have left stale. Every change made from now on reaches them.
+  /// emptied of what the break may have left stale. Every change made from now on reaches them
+  /// (until a break, which turns it `false` once the layer notices it).
+  ///
+  /// `false` until the first subscription opens, too: a copy a forwarded-to layer took before
+  /// then may have missed a change made in that moment. A service that must not serve one
+  /// reports itself ready (its readiness probe) only once this is `true`.
   public nonisolated var isReceivingInvalidations: Bool {
     configuration.invalidation != nil && !invalidationTargets.withLock(\.isEmpty)
       && (subscription?.isInSync ?? false)

@@ -137,6 +137,8 @@ struct RedisInvalidationTests {
     }
     try layer.forwardInvalidations(to: [target])
     await eventually { layer.isReceivingInvalidations }
+    // An attempt to subscribe that failed on a loaded host has emptied the target already.
+    let emptied = target.callCount(.removeAll)
     target.hold(.removeAll)
     #expect(integer(try await server.command("CLIENT", "KILL", "TYPE", "pubsub")) == 1)
     // Subscribed again, the layer empties the target (messages may have been lost meanwhile):
@@ -146,7 +148,45 @@ struct RedisInvalidationTests {
     #expect(!layer.isReceivingInvalidations)
     target.release(.removeAll)
     await eventually { layer.isReceivingInvalidations }
-    #expect(target.callCount(.removeAll) == 1)
+    #expect(target.callCount(.removeAll) == emptied + 1)
+    // Closed, it receives nothing any more.
+    try await layer.close()
+    #expect(!layer.isReceivingInvalidations)
+  }
+
+  @Test("a subscription that breaks again while it empties the layers does not say it receives")
+  func breakDuringResynchronization() async throws {
+    let server = try await RedisServer.start()
+    let target = FakeLayer<String, Data>()
+    // What the layer said, each time it reported a resubscription.
+    let saidReceiving = Locked<[Bool]>([])
+    let reporter = Locked<RedisLayer<String, Data>?>(nil)
+    let layer = try makeLayer(server, namespace: "broken-sync") {
+      $0.invalidation = RedisInvalidation()
+      $0.operationTimeout = .seconds(2)
+      $0.eventHandler = { event in
+        guard case .invalidationsResubscribed = event else { return }
+        let receiving = reporter.withLock { $0?.isReceivingInvalidations ?? false }
+        saidReceiving.withLock { $0.append(receiving) }
+      }
+    }
+    reporter.withLock { $0 = layer }
+    defer { reporter.withLock { $0 = nil } }
+    try layer.forwardInvalidations(to: [target])
+    await eventually { layer.isReceivingInvalidations }
+    let before = saidReceiving.withLock(\.count)
+    target.hold(.removeAll)
+    #expect(integer(try await server.command("CLIENT", "KILL", "TYPE", "pubsub")) == 1)
+    await target.waitForHeld(1, .removeAll)
+    // The new subscription breaks while the target is being emptied.
+    #expect(integer(try await server.command("CLIENT", "KILL", "TYPE", "pubsub")) == 1)
+    await eventually { layer.subscription?.isConnectionOpen == false }
+    #expect(!layer.isReceivingInvalidations)
+    target.release(.removeAll)
+    // That resubscription is reported, without saying it receives; the next one says it does.
+    await eventually { saidReceiving.withLock(\.count) >= before + 2 }
+    #expect(saidReceiving.withLock { Array($0.dropFirst(before).prefix(2)) } == [false, true])
+    await eventually { layer.isReceivingInvalidations }
   }
 
   @Test("instances of a Redis Cluster hear each other whichever master they subscribed on")
