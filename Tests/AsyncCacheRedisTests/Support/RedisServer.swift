@@ -129,6 +129,8 @@ final class RedisServer: Sendable {
       return
     }
     process.send(killing ? SIGKILL : SIGTERM)
+    // A frozen server (``freeze()``) acts on SIGTERM only once it runs again.
+    process.send(SIGCONT)
     process.waitUntilExit()
   }
 
