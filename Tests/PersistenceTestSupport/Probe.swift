@@ -90,12 +90,15 @@ public final class Probe: Sendable {
   private func offThePool<Result: Sendable>(_ wait: @escaping @Sendable () -> Result) async -> Result {
     await withTaskCancellationHandler {
       await withCheckedContinuation { continuation in
-        Thread.detachNewThread {
-          self.blockedWaits.withLock { $0 += 1 }
+        let blocked = blockedWaits
+        let waitAndResume: @Sendable () -> Void = {
+          blocked.withLock { $0 += 1 }
           let result = wait()
-          self.blockedWaits.withLock { $0 -= 1 }
+          blocked.withLock { $0 -= 1 }
           continuation.resume(returning: result)
         }
+        // With no thread to be had, on this one: it blocks, but it ends.
+        if DetachedThread(label: "probe wait", body: waitAndResume).start() != 0 { waitAndResume() }
       }
     } onCancel: {
       process.send(SIGKILL)
