@@ -71,6 +71,7 @@ public final actor CoalescingLayer<Base: AsyncCacheLayer>: PassThroughCacheLayer
       try await withUnsafeThrowingContinuation { (continuation: Waiter) in
         let priority = Task.currentPriority
         var raised: Task<Void, Never>?
+        var isWatched = false
         let joined = lookups.withLock { state -> Lookups.JoinAction in
           let action = state.join(key, waiter: id, continuation, priority: priority, isCancelled: Task.isCancelled)
           switch action {
@@ -83,9 +84,13 @@ public final actor CoalescingLayer<Base: AsyncCacheLayer>: PassThroughCacheLayer
           case .cancelled:
             break
           }
+          isWatched = !state.watchers.isEmpty
           return action
         }
         if let raised { escalate(raised, to: priority) }
+        // After the escalation: a test that waits for the requests to share the lookup finds it
+        // at their highest priority.
+        if isWatched { lookups.withLock { $0.resumeSatisfiedWatchers() } }
         if joined == .cancelled { continuation.resume(throwing: CancellationError()) }
       }
     } onCancel: {

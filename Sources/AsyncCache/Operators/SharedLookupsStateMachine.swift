@@ -43,14 +43,16 @@ struct SharedLookupsStateMachine<Key: Hashable, Waiter, Work> {
     current[key].flatMap { lookups[$0]?.waiters.count } ?? 0
   }
 
-  /// Request `id` for `key` joins the key's lookup, or starts one.
+  /// Request `id` for `key` joins the key's lookup, or starts one. The layer then escalates the
+  /// lookup if it must (``raise(waiter:to:)``) and, after that, calls
+  /// ``resumeSatisfiedWatchers()``: a test that waits for the requests to share a lookup finds
+  /// it at their highest priority.
   mutating func join(
     _ key: Key, waiter id: UInt64, _ waiter: Waiter, priority: TaskPriority, isCancelled: Bool
   ) -> JoinAction {
     // Cancellation sets the flag before it runs the cancellation handler: if the handler found
     // nothing to remove because it ran before this join, the flag is already set.
     if isCancelled { return .cancelled }
-    defer { resumeSatisfiedWatchers() }
     if let lookupID = current[key] {
       lookupOfWaiter[id] = lookupID
       lookups[lookupID]?.waiters[id] = waiter
@@ -118,7 +120,8 @@ struct SharedLookupsStateMachine<Key: Hashable, Waiter, Work> {
     watchers.watch(id: id, key, count: count, current: waiterCount(for: key), continuation: continuation)
   }
 
-  private mutating func resumeSatisfiedWatchers() {
+  /// Resumes the watchers whose count of waiters is reached.
+  mutating func resumeSatisfiedWatchers() {
     guard !watchers.isEmpty else { return }
     let machine = self
     watchers.resumeSatisfied { machine.waiterCount(for: $0) }

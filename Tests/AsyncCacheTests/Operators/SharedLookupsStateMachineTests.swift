@@ -8,12 +8,14 @@ import Testing
 struct SharedLookupsStateMachineTests {
   typealias Machine = SharedLookupsStateMachine<String, String, String>
 
-  /// Joins request `id` (waiter "w<id>") for `key` at `.medium`, not cancelled.
+  /// Joins request `id` (waiter "w<id>") for `key` at `.medium`, not cancelled, then resumes
+  /// the watchers it satisfied, as the layer does.
   @discardableResult
   func join(
     _ machine: inout Machine, _ key: String, _ id: UInt64, priority: TaskPriority = .medium
   ) -> Machine.JoinAction {
-    machine.join(key, waiter: id, "w\(id)", priority: priority, isCancelled: false)
+    defer { machine.resumeSatisfiedWatchers() }
+    return machine.join(key, waiter: id, "w\(id)", priority: priority, isCancelled: false)
   }
 
   @Test("the first request for a key starts a lookup; later ones join it; another key starts its own")
@@ -160,7 +162,7 @@ struct SharedLookupsStateMachineTests {
     #expect(machine.raise(waiter: 2, to: .high) == "task a")
   }
 
-  @Test("a watcher is resumed by the join that brings the key's waiters to its count, not before")
+  @Test("a watcher is resumed once a join brings the key's waiters to its count, not before")
   func watcherResumedByJoin() async {
     var machine = Machine()
     join(&machine, "a", 1)
@@ -188,6 +190,29 @@ struct SharedLookupsStateMachineTests {
     }
     #expect(countsSeen == [2, -1])
     #expect(!stillWatching, "the third waiter for a resumed the watcher")
+  }
+
+  @Test("a join leaves its watchers to the layer, which resumes them after it escalated the lookup")
+  func joinLeavesWatchersToTheLayer() async {
+    var machine = Machine()
+    #expect(join(&machine, "a", 1, priority: .low) == .start(lookupID: 1))
+    machine.started(1, work: "task a")
+    let id = machine.watchers.makeID()
+    var watchedAfterJoin = false
+    await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+      let kept = machine.watch(id: id, key: "a", count: 2, continuation: continuation)
+      #expect(kept)
+      let joined = machine.join("a", waiter: 2, "w2", priority: .high, isCancelled: false)
+      #expect(joined == .joined)
+      // The join alone resumed nothing: the watcher is still there while the layer escalates…
+      watchedAfterJoin = !machine.watchers.isEmpty
+      let escalated = machine.raise(waiter: 2, to: .high)
+      #expect(escalated == "task a")
+      // …and then resumes it.
+      machine.resumeSatisfiedWatchers()
+    }
+    #expect(watchedAfterJoin)
+    #expect(machine.watchers.isEmpty)
   }
 
   @Test("a watcher whose count is reached already is not kept")
